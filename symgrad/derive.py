@@ -1,0 +1,194 @@
+"""Derive forward, VJP, JVP and second-order formulas for each spec function with SymPy."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import sympy
+
+from symgrad.errors import DerivationError, SpecError
+from symgrad.expr import parse_formula
+from symgrad.spec import Function, Spec
+from symgrad.stabilize import stabilize
+
+#: Seconds SymPy's simplify may spend on one formula before the cheaper form is kept.
+SIMPLIFY_SECONDS = 4.0
+
+
+@dataclass(frozen=True)
+class Derived:
+    """Every formula the emitters need for one function, over the input symbols.
+
+    ``vjps[i]`` is the gradient of input ``i`` given the upstream gradients ``grads``;
+    ``jacobian[o][i]`` the derivative of output ``o`` w.r.t. input ``i`` (for forward mode);
+    ``second[i][w]`` the derivative of ``vjps[i]`` w.r.t. ``w`` (a differentiable input or an
+    upstream gradient): the formulas of the double backward. All are total derivatives
+    in terms of the inputs, stabilised and simplified.
+    """
+
+    function: Function
+    symbols: dict[str, sympy.Symbol]  # input name -> symbol
+    outputs: tuple[tuple[str, sympy.Expr], ...]  # stable forward
+    naive_outputs: tuple[tuple[str, sympy.Expr], ...]  # as the user wrote them
+    grads: tuple[sympy.Symbol, ...]  # upstream gradient symbol per output
+    vjps: dict[str, sympy.Expr]
+    jacobian: dict[str, dict[str, sympy.Expr]]
+    second: dict[str, dict[str, sympy.Expr]]
+    overridden: frozenset[str]
+
+    @property
+    def diff_inputs(self) -> tuple[str, ...]:
+        return tuple(i.name for i in self.function.inputs if i.gets_gradient)
+
+    @property
+    def scalars(self) -> frozenset[sympy.Symbol]:
+        return frozenset(self.symbols[i.name] for i in self.function.inputs if not i.is_tensor)
+
+    def differentiable_outputs(self) -> tuple[str, ...]:
+        """Outputs with a nonzero derivative w.r.t. some input (others are marked so)."""
+        return tuple(
+            name for name, _ in self.outputs if any(self.jacobian[name][i] != 0 for i in self.diff_inputs)
+        )
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float) -> Iterator[None]:
+    """Raise TimeoutError after ``seconds`` (main thread only; elsewhere no limit)."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        yield
+        return
+
+    def _raise(signum, frame):
+        raise TimeoutError
+
+    old = signal.signal(signal.SIGALRM, _raise)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def _cost(expr: sympy.Expr) -> int:
+    return int(sympy.count_ops(expr, visual=False))
+
+
+def _drop_dirac(expr: sympy.Expr) -> sympy.Expr:
+    """Heaviside/sign derivatives: PyTorch's convention is 0, not a Dirac delta."""
+    if expr.has(sympy.DiracDelta):
+        expr = expr.replace(lambda e: isinstance(e, sympy.DiracDelta), lambda e: sympy.S.Zero)
+    return expr
+
+
+def finish(expr: sympy.Expr) -> sympy.Expr:
+    """Clean up, stabilise and (within a time bound) simplify one formula."""
+    expr = _drop_dirac(expr)
+    if expr.has(sympy.Piecewise):
+        expr = sympy.piecewise_fold(expr)
+    candidates = [stabilize(expr)]
+    if _cost(candidates[0]) > 1:
+        try:
+            with _time_limit(SIMPLIFY_SECONDS):
+                simpler = sympy.simplify(candidates[0])
+            candidates.append(stabilize(simpler))
+        except TimeoutError:
+            pass
+    best = min(candidates, key=_cost)
+    if best.has(sympy.Piecewise):
+        best = sympy.piecewise_fold(best)
+    return best
+
+
+def differentiate(expr: sympy.Expr, wrt: sympy.Symbol) -> sympy.Expr:
+    """d expr / d wrt, finished (stable and simplified)."""
+    return finish(sympy.diff(expr, wrt))
+
+
+def _symbol(inp) -> sympy.Symbol:
+    assumptions = {name: value for name, value in inp.assumptions}
+    return sympy.Symbol(inp.name, real=True, **assumptions)
+
+
+def grad_symbol_names(fn: Function) -> tuple[str, ...]:
+    """The names of the upstream gradients: ``grad`` or ``grad_<output>``."""
+    if fn.single_output:
+        return ("grad",)
+    return tuple(f"grad_{o.name}" for o in fn.outputs)
+
+
+def derive_function(fn: Function) -> Derived:
+    """All the formulas for one function."""
+    where = fn.location
+    symbols = {inp.name: _symbol(inp) for inp in fn.inputs}
+    for inp in fn.inputs:
+        if inp.shape is not None:
+            raise SpecError(
+                where.at(line=inp.line),
+                f"input '{inp.name}' has a shape: tensor expressions are not supported yet",
+                "remove shape: to make the input elementwise",
+            )
+    # Outputs may name earlier outputs; substitute them so every formula is over inputs.
+    naive: list[tuple[str, sympy.Expr]] = []
+    env: dict[str, sympy.Basic] = dict(symbols)
+    for out in fn.outputs:
+        expr = parse_formula(out.text, env, where.at(line=out.line))
+        env[out.name] = expr
+        naive.append((out.name, expr))
+    grads = tuple(sympy.Symbol(name, real=True) for name in grad_symbol_names(fn))
+    outputs = tuple((name, finish(expr)) for name, expr in naive)
+
+    diff_names = [i.name for i in fn.inputs if i.gets_gradient]
+    overrides: dict[str, sympy.Expr] = {}
+    genv = dict(env)
+    genv.update({g.name: g for g in grads})
+    for g in fn.gradients:
+        overrides[g.name] = finish(parse_formula(g.text, genv, where.at(line=g.line)))
+
+    try:
+        jacobian: dict[str, dict[str, sympy.Expr]] = {}
+        for (name, expr), grad in zip(outputs, grads):
+            jacobian[name] = {}
+            for i in diff_names:
+                if i in overrides:
+                    # Forward mode follows the user's VJP: its coefficient of this output's grad.
+                    jacobian[name][i] = finish(sympy.diff(overrides[i], grad))
+                else:
+                    jacobian[name][i] = differentiate(expr, symbols[i])
+        vjps: dict[str, sympy.Expr] = {}
+        for i in diff_names:
+            if i in overrides:
+                vjps[i] = overrides[i]
+            else:
+                vjps[i] = finish(
+                    sympy.Add(*(g * jacobian[name][i] for (name, _), g in zip(outputs, grads)))
+                )
+        second: dict[str, dict[str, sympy.Expr]] = {}
+        if fn.order >= 2:
+            wrt = [symbols[i] for i in diff_names] + list(grads)
+            for i in diff_names:
+                second[i] = {w.name: differentiate(vjps[i], w) for w in wrt}
+    except SpecError:
+        raise
+    except Exception as exc:  # SymPy raises many kinds; report them with the function
+        raise DerivationError(where, f"SymPy could not differentiate: {exc}") from exc
+    return Derived(
+        function=fn,
+        symbols=symbols,
+        outputs=outputs,
+        naive_outputs=tuple(naive),
+        grads=grads,
+        vjps=vjps,
+        jacobian=jacobian,
+        second=second,
+        overridden=frozenset(overrides),
+    )
+
+
+def derive_spec(spec: Spec) -> tuple[Derived, ...]:
+    """Derive every function of a spec, in file order."""
+    return tuple(derive_function(fn) for fn in spec.functions)

@@ -1,0 +1,245 @@
+"""Safe formula parsing: a whitelisted Python AST turned into SymPy, nothing evaluated.
+
+SymPy's ``sympify``/``parse_expr`` call ``eval`` on their input, so a spec could run code
+through them. Here the text only goes through ``ast.parse`` (which executes nothing) and
+every node is checked against a whitelist before the matching SymPy object is built.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import math
+from collections.abc import Callable, Mapping
+
+import sympy
+
+from symgrad import functions as F
+from symgrad.errors import Location, SpecError
+
+MAX_FORMULA_LENGTH = 4000
+MAX_POWER_BITS = 4096  # refuse numeric powers whose exact value needs more bits than this
+
+
+def _where(cond: sympy.Basic, a: sympy.Expr, b: sympy.Expr) -> sympy.Expr:
+    return sympy.Piecewise((a, cond), (b, True))
+
+
+def _heaviside(x: sympy.Expr, h0: sympy.Expr = sympy.S.Half) -> sympy.Expr:
+    return sympy.Heaviside(x, h0)
+
+
+#: Function name in a formula -> (SymPy constructor, allowed argument counts).
+FUNCTIONS: dict[str, tuple[Callable[..., sympy.Basic], tuple[int, ...]]] = {
+    "exp": (sympy.exp, (1,)),
+    "log": (sympy.log, (1,)),
+    "sqrt": (sympy.sqrt, (1,)),
+    "sin": (sympy.sin, (1,)),
+    "cos": (sympy.cos, (1,)),
+    "tan": (sympy.tan, (1,)),
+    "asin": (sympy.asin, (1,)),
+    "acos": (sympy.acos, (1,)),
+    "atan": (sympy.atan, (1,)),
+    "atan2": (sympy.atan2, (2,)),
+    "sinh": (sympy.sinh, (1,)),
+    "cosh": (sympy.cosh, (1,)),
+    "tanh": (sympy.tanh, (1,)),
+    "asinh": (sympy.asinh, (1,)),
+    "acosh": (sympy.acosh, (1,)),
+    "atanh": (sympy.atanh, (1,)),
+    "erf": (sympy.erf, (1,)),
+    "erfc": (sympy.erfc, (1,)),
+    "gamma": (sympy.gamma, (1,)),
+    "loggamma": (sympy.loggamma, (1,)),
+    "digamma": (sympy.digamma, (1,)),
+    "Abs": (sympy.Abs, (1,)),
+    "abs": (sympy.Abs, (1,)),
+    "sign": (sympy.sign, (1,)),
+    "Heaviside": (_heaviside, (1, 2)),
+    "Max": (sympy.Max, (2, 3, 4, 5, 6, 7, 8)),
+    "Min": (sympy.Min, (2, 3, 4, 5, 6, 7, 8)),
+    "Piecewise": (sympy.Piecewise, tuple(range(1, 17))),
+    "where": (_where, (3,)),
+    "sigmoid": (F.sigmoid, (1,)),
+    "softplus": (F.softplus, (1,)),
+    "log1p": (F.log1p, (1,)),
+    "expm1": (F.expm1, (1,)),
+    "logaddexp": (F.logaddexp, (2,)),
+    "xlogy": (F.xlogy, (2,)),
+    "hypot": (F.hypot, (2,)),
+    "relu": (F.relu, (1,)),
+}
+
+CONSTANTS: dict[str, sympy.Basic] = {
+    "pi": sympy.pi,
+    "E": sympy.E,
+    "true": sympy.true,
+    "True": sympy.true,
+    "False": sympy.false,
+}
+
+_BINOPS: dict[type, Callable[[sympy.Expr, sympy.Expr], sympy.Expr]] = {
+    ast.Add: lambda a, b: a + b,
+    ast.Sub: lambda a, b: a - b,
+    ast.Mult: lambda a, b: a * b,
+    ast.Div: lambda a, b: a / b,
+    ast.Pow: lambda a, b: a**b,
+}
+_COMPARE: dict[type, Callable[[sympy.Expr, sympy.Expr], sympy.Basic]] = {
+    ast.Lt: sympy.Lt,
+    ast.LtE: sympy.Le,
+    ast.Gt: sympy.Gt,
+    ast.GtE: sympy.Ge,
+    ast.Eq: sympy.Eq,
+    ast.NotEq: sympy.Ne,
+}
+_HINTS: dict[type, str] = {
+    ast.BitXor: "use ** for powers (^ is not a power)",
+    ast.Attribute: "attribute access is not allowed; write the function name alone, e.g. exp(x)",
+    ast.Subscript: "indexing is only allowed on inputs with a shape",
+    ast.Lambda: "lambdas are not allowed in formulas",
+    ast.Starred: "* unpacking is not allowed in formulas",
+}
+
+
+class _Builder:
+    """Walks a whitelisted AST and builds SymPy; raises SpecError on anything else."""
+
+    def __init__(self, text: str, symbols: Mapping[str, sympy.Basic], where: Location):
+        self.text = text
+        self.symbols = symbols
+        self.where = where
+
+    def fail(self, node: ast.AST | None, message: str, hint: str | None = None) -> SpecError:
+        line = self.where.line
+        if node is not None and line is not None and hasattr(node, "lineno"):
+            line += node.lineno - 1
+        if node is not None and hasattr(node, "col_offset"):
+            token = ast.get_source_segment(self.text, node) or ""
+            if token:
+                message = f"{message}: '{token}'"
+        return SpecError(self.where.at(line=line), message, hint)
+
+    def build(self, node: ast.AST) -> sympy.Basic:
+        method = getattr(self, f"_{type(node).__name__}", None)
+        if method is None:
+            name = type(node).__name__
+            hint = _HINTS.get(type(node))
+            raise self.fail(node, f"'{name}' is not allowed in a formula", hint)
+        return method(node)
+
+    def _Expression(self, node: ast.Expression) -> sympy.Basic:
+        return self.build(node.body)
+
+    def _Constant(self, node: ast.Constant) -> sympy.Basic:
+        value = node.value
+        if isinstance(value, bool):
+            return sympy.true if value else sympy.false
+        if isinstance(value, int):
+            return sympy.Integer(value)
+        if isinstance(value, float):
+            if not math.isfinite(value):
+                raise self.fail(node, "number is not finite")
+            # Exact decimal: 0.1 -> 1/10, so SymPy simplifies with the value the user wrote.
+            return sympy.Rational(repr(value))
+        raise self.fail(node, "only numbers are allowed as constants")
+
+    def _Name(self, node: ast.Name) -> sympy.Basic:
+        if node.id in self.symbols:
+            return self.symbols[node.id]
+        if node.id in CONSTANTS:
+            return CONSTANTS[node.id]
+        if node.id in FUNCTIONS:
+            raise self.fail(node, f"function '{node.id}' used without arguments")
+        known = list(self.symbols) + list(CONSTANTS)
+        close = difflib.get_close_matches(node.id, known, n=1)
+        hint = f"did you mean '{close[0]}'?" if close else f"known names: {', '.join(known)}"
+        raise self.fail(node, "unknown name", hint)
+
+    def _UnaryOp(self, node: ast.UnaryOp) -> sympy.Basic:
+        operand = self.build(node.operand)
+        if isinstance(node.op, ast.USub):
+            return -operand
+        if isinstance(node.op, ast.UAdd):
+            return operand
+        if isinstance(node.op, ast.Not):
+            return sympy.Not(operand)
+        raise self.fail(node, f"operator '{type(node.op).__name__}' is not allowed")
+
+    def _BinOp(self, node: ast.BinOp) -> sympy.Basic:
+        op = _BINOPS.get(type(node.op))
+        if op is None:
+            hint = _HINTS.get(type(node.op))
+            raise self.fail(node, f"operator '{type(node.op).__name__}' is not allowed", hint)
+        left, right = self.build(node.left), self.build(node.right)
+        if isinstance(node.op, ast.Pow) and left.is_Number and right.is_Number:
+            bits = abs(float(right)) * math.log2(max(abs(float(left)), 2.0))
+            if bits > MAX_POWER_BITS:
+                raise self.fail(node, "numeric power is too large")
+        if isinstance(node.op, ast.Pow) and right.is_Number and abs(float(right)) > 1000:
+            raise self.fail(node, "exponent is too large (at most 1000)")
+        return op(left, right)
+
+    def _Compare(self, node: ast.Compare) -> sympy.Basic:
+        if len(node.ops) != 1:
+            raise self.fail(node, "chained comparisons are not allowed", "use & between them")
+        op = _COMPARE.get(type(node.ops[0]))
+        if op is None:
+            raise self.fail(node, f"comparison '{type(node.ops[0]).__name__}' is not allowed")
+        return op(self.build(node.left), self.build(node.comparators[0]))
+
+    def _BoolOp(self, node: ast.BoolOp) -> sympy.Basic:
+        values = [self.build(v) for v in node.values]
+        return sympy.And(*values) if isinstance(node.op, ast.And) else sympy.Or(*values)
+
+    def _Tuple(self, node: ast.Tuple) -> sympy.Basic:
+        return sympy.Tuple(*(self.build(e) for e in node.elts))
+
+    def _Call(self, node: ast.Call) -> sympy.Basic:
+        if not isinstance(node.func, ast.Name):
+            raise self.fail(node.func, "only plain function names can be called", _HINTS.get(type(node.func)))
+        name = node.func.id
+        if name not in FUNCTIONS:
+            close = difflib.get_close_matches(name, list(FUNCTIONS), n=1)
+            hint = f"did you mean '{close[0]}'?" if close else "see the list of functions in SPEC.md"
+            raise self.fail(node.func, "unknown function", hint)
+        if node.keywords:
+            raise self.fail(node, f"'{name}' takes no keyword arguments")
+        constructor, arities = FUNCTIONS[name]
+        if len(node.args) not in arities:
+            expected = " or ".join(str(a) for a in arities[:3])
+            raise self.fail(node, f"'{name}' takes {expected} arguments, got {len(node.args)}")
+        if name == "Piecewise":
+            pieces = []
+            for arg in node.args:
+                if not isinstance(arg, ast.Tuple) or len(arg.elts) != 2:
+                    raise self.fail(arg, "Piecewise takes (value, condition) pairs")
+                pieces.append((self.build(arg.elts[0]), self.build(arg.elts[1])))
+            try:
+                return sympy.Piecewise(*pieces)
+            except (TypeError, ValueError) as exc:
+                raise self.fail(node, f"invalid Piecewise ({exc})") from None
+        args = [self.build(a) for a in node.args]
+        for arg, sub in zip(args, node.args):
+            if isinstance(arg, sympy.Tuple):
+                raise self.fail(sub, "a tuple is only allowed inside Piecewise")
+        try:
+            return constructor(*args)
+        except (TypeError, ValueError) as exc:
+            raise self.fail(node, f"invalid call ({exc})") from None
+
+
+def parse_formula(text: str, symbols: Mapping[str, sympy.Basic], where: Location) -> sympy.Expr:
+    """Parse one formula over ``symbols``; never executes anything from ``text``."""
+    if len(text) > MAX_FORMULA_LENGTH:
+        raise SpecError(where, f"formula is longer than {MAX_FORMULA_LENGTH} characters")
+    try:
+        tree = ast.parse(text.strip(), mode="eval")
+    except SyntaxError as exc:
+        line = (where.line or 0) + (exc.lineno or 1) - 1 if where.line else None
+        raise SpecError(where.at(line=line), f"syntax error in formula: {text.strip()!r}") from None
+    builder = _Builder(text.strip(), symbols, where)
+    result = builder.build(tree)
+    if isinstance(result, sympy.Tuple) or not isinstance(result, sympy.Expr):
+        raise SpecError(where, f"formula must be a number-valued expression: {text.strip()!r}")
+    return result

@@ -1,0 +1,244 @@
+"""symgrad's own SymPy functions: the numerically stable primitives.
+
+Each one has its derivative in stable terms (``fdiff``), a high-precision mpmath
+evaluation (``mp``, used for reference values and accuracy measurement) and a naive
+SymPy definition (``naive``, what a user would write; used to cross-check). Printers map
+each class to the best framework op.
+"""
+
+from __future__ import annotations
+
+import mpmath
+import sympy
+from sympy import Heaviside, exp, log, sqrt
+from sympy.core.function import ArgumentIndexError
+
+
+class StableFunction(sympy.Function):
+    """Base class: a real elementwise function with an mpmath evaluation."""
+
+    @staticmethod
+    def mp(*args: mpmath.mpf) -> mpmath.mpf:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    @classmethod
+    def naive(cls, *args: sympy.Expr) -> sympy.Expr:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _eval_evalf(self, prec: int) -> sympy.Float | None:
+        values = [a.evalf(prec_to_dps(prec)) for a in self.args]
+        if not all(v.is_Number for v in values):
+            return None
+        with mpmath.workprec(prec):
+            result = self.mp(*(mpmath.mpf(v) for v in values))
+        return sympy.Float(result, precision=prec)
+
+    def _eval_is_real(self) -> bool | None:
+        return True if all(a.is_real for a in self.args) else None
+
+    def _eval_rewrite_as_naive(self, *args: sympy.Expr, **kwargs) -> sympy.Expr:
+        return self.naive(*args)
+
+
+def prec_to_dps(prec: int) -> int:
+    return max(1, int(prec * 0.30103) + 1)
+
+
+class sigmoid(StableFunction):  # noqa: N801 - SymPy functions are lowercase
+    """1 / (1 + exp(-x))."""
+
+    nargs = 1
+
+    @classmethod
+    def eval(cls, x):
+        if x.is_zero:
+            return sympy.Rational(1, 2)
+        return None
+
+    def fdiff(self, argindex=1):
+        if argindex != 1:
+            raise ArgumentIndexError(self, argindex)
+        x = self.args[0]
+        return sigmoid(x) * sigmoid(-x)
+
+    @staticmethod
+    def mp(x):
+        return 1 / (1 + mpmath.exp(-x))
+
+    @classmethod
+    def naive(cls, x):
+        return 1 / (1 + exp(-x))
+
+
+class softplus(StableFunction):  # noqa: N801
+    """log(1 + exp(x)), without overflow for large x."""
+
+    nargs = 1
+
+    @classmethod
+    def eval(cls, x):
+        if x.is_zero:
+            return log(2)
+        return None
+
+    def fdiff(self, argindex=1):
+        if argindex != 1:
+            raise ArgumentIndexError(self, argindex)
+        return sigmoid(self.args[0])
+
+    @staticmethod
+    def mp(x):
+        return mpmath.log1p(mpmath.exp(x))
+
+    @classmethod
+    def naive(cls, x):
+        return log(1 + exp(x))
+
+
+class log1p(StableFunction):  # noqa: N801
+    """log(1 + x), accurate for tiny x."""
+
+    nargs = 1
+
+    @classmethod
+    def eval(cls, x):
+        if x.is_zero:
+            return sympy.S.Zero
+        return None
+
+    def fdiff(self, argindex=1):
+        if argindex != 1:
+            raise ArgumentIndexError(self, argindex)
+        return 1 / (1 + self.args[0])
+
+    @staticmethod
+    def mp(x):
+        return mpmath.log1p(x)
+
+    @classmethod
+    def naive(cls, x):
+        return log(1 + x)
+
+
+class expm1(StableFunction):  # noqa: N801
+    """exp(x) - 1, accurate for tiny x."""
+
+    nargs = 1
+
+    @classmethod
+    def eval(cls, x):
+        if x.is_zero:
+            return sympy.S.Zero
+        return None
+
+    def fdiff(self, argindex=1):
+        if argindex != 1:
+            raise ArgumentIndexError(self, argindex)
+        return exp(self.args[0])
+
+    @staticmethod
+    def mp(x):
+        return mpmath.expm1(x)
+
+    @classmethod
+    def naive(cls, x):
+        return exp(x) - 1
+
+
+class logaddexp(StableFunction):  # noqa: N801
+    """log(exp(a) + exp(b)), without overflow."""
+
+    nargs = 2
+
+    def fdiff(self, argindex=1):
+        a, b = self.args
+        if argindex == 1:
+            return sigmoid(a - b)
+        if argindex == 2:
+            return sigmoid(b - a)
+        raise ArgumentIndexError(self, argindex)
+
+    @staticmethod
+    def mp(a, b):
+        return mpmath.log(mpmath.exp(a) + mpmath.exp(b))
+
+    @classmethod
+    def naive(cls, a, b):
+        return log(exp(a) + exp(b))
+
+
+class xlogy(StableFunction):  # noqa: N801
+    """x * log(y), defined as 0 where x == 0 (also for y == 0)."""
+
+    nargs = 2
+
+    def fdiff(self, argindex=1):
+        x, y = self.args
+        if argindex == 1:
+            return log(y)
+        if argindex == 2:
+            return x / y
+        raise ArgumentIndexError(self, argindex)
+
+    @staticmethod
+    def mp(x, y):
+        return mpmath.mpf(0) if x == 0 else x * mpmath.log(y)
+
+    @classmethod
+    def naive(cls, x, y):
+        return x * log(y)
+
+
+class hypot(StableFunction):  # noqa: N801
+    """sqrt(x**2 + y**2), without overflow or underflow of the squares."""
+
+    nargs = 2
+
+    def fdiff(self, argindex=1):
+        x, y = self.args
+        if argindex == 1:
+            return x / hypot(x, y)
+        if argindex == 2:
+            return y / hypot(x, y)
+        raise ArgumentIndexError(self, argindex)
+
+    @staticmethod
+    def mp(x, y):
+        return mpmath.hypot(x, y)
+
+    @classmethod
+    def naive(cls, x, y):
+        return sqrt(x**2 + y**2)
+
+
+class relu(StableFunction):  # noqa: N801
+    """max(x, 0) with PyTorch's subgradient 0 at x == 0."""
+
+    nargs = 1
+
+    @classmethod
+    def eval(cls, x):
+        if x.is_nonnegative:
+            return x
+        if x.is_nonpositive:
+            return sympy.S.Zero
+        return None
+
+    def fdiff(self, argindex=1):
+        if argindex != 1:
+            raise ArgumentIndexError(self, argindex)
+        return Heaviside(self.args[0], 0)
+
+    @staticmethod
+    def mp(x):
+        return x if x > 0 else mpmath.mpf(0)
+
+    @classmethod
+    def naive(cls, x):
+        return sympy.Max(x, 0)
+
+
+#: Every stable primitive, by the name a spec uses.
+STABLE_FUNCTIONS: dict[str, type[StableFunction]] = {
+    cls.__name__: cls for cls in (sigmoid, softplus, log1p, expm1, logaddexp, xlogy, hypot, relu)
+}

@@ -1,0 +1,54 @@
+"""Spec -> file contents for every requested target: the pipeline in one place."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from symgrad.derive import Derived, derive_spec
+from symgrad.plan import FunctionPlan, plan_tensorflow, plan_torch
+from symgrad.render import render, ruff_format
+from symgrad.spec import Spec
+
+
+@dataclass(frozen=True)
+class GeneratedFile:
+    name: str
+    text: str
+
+
+def _module(spec: Spec, plans: list[FunctionPlan], template: str, name: str, spec_path: str) -> GeneratedFile:
+    text = render(
+        template,
+        spec=spec,
+        spec_path=spec_path,
+        functions=plans,
+        uses_math=any(p.uses_math for p in plans),
+        needs_reduce=any(p.needs_reduce for p in plans),
+        once_differentiable=any(k.once_differentiable for p in plans for k in p.kernels),
+    )
+    return GeneratedFile(name, ruff_format(text, name))
+
+
+def generate(
+    spec: Spec,
+    targets: tuple[str, ...] | None = None,
+    tests: bool = True,
+    spec_path: str | None = None,
+    derived: tuple[Derived, ...] | None = None,
+) -> list[GeneratedFile]:
+    """Every file for ``spec``: modules, and their tests unless ``tests`` is False."""
+    from symgrad.testgen import test_files
+
+    derived = derived if derived is not None else derive_spec(spec)
+    targets = tuple(t for t in spec.targets if targets is None or t in targets)
+    spec_path = spec_path or spec.path.as_posix()
+    files = []
+    if "torch" in targets:
+        plans = [plan_torch(d) for d in derived]
+        files.append(_module(spec, plans, "torch_module.py.jinja", f"{spec.module}_torch.py", spec_path))
+    if "tensorflow" in targets:
+        plans = [plan_tensorflow(d) for d in derived]
+        files.append(_module(spec, plans, "tf_module.py.jinja", f"{spec.module}_tf.py", spec_path))
+    if tests:
+        files += [GeneratedFile(n, ruff_format(t, n)) for n, t in test_files(spec, derived, targets, spec_path)]
+    return files

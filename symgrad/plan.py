@@ -1,0 +1,542 @@
+"""Plan the generated code: what each method computes, what is saved, shared temporaries.
+
+Input: a :class:`~symgrad.derive.Derived`. Output: per framework, plain data (names and
+lines of code already printed) that the templates lay out. No maths happens after this.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import sympy
+
+from symgrad.derive import Derived
+from symgrad.printers import PRINTERS, FrameworkPrinter
+from symgrad.spec import Input
+
+
+@dataclass
+class Body:
+    """Straight-line code: CSE temporaries then named results."""
+
+    lines: list[str]
+    uses_math: bool
+
+
+def emit(
+    assignments: Sequence[tuple[str, sympy.Expr]],
+    printer: FrameworkPrinter,
+    temp_prefix: str = "t",
+) -> Body:
+    """Print ``name = expr`` for each assignment, sharing common subexpressions."""
+    exprs = [sympy.sympify(e) for _, e in assignments]
+    taken = {s.name for e in exprs for s in e.free_symbols}
+    temps = (
+        sympy.Symbol(f"{temp_prefix}{k}", real=True)
+        for k in range(10**6)
+        if f"{temp_prefix}{k}" not in taken
+    )
+    replacements, reduced = sympy.cse(exprs, symbols=temps)
+    lines = []
+    for temp, value in replacements:
+        lines.append(f"{temp.name} = {printer.doprint(value)}")
+        if printer.is_scalar(value):
+            printer.scalars = printer.scalars | {temp}
+    for (name, _), value in zip(assignments, reduced):
+        lines.append(f"{name} = {printer.doprint(value)}")
+    return Body(lines, printer.uses_math)
+
+
+def mark_unused(lines: list[str]) -> list[str]:
+    """Prefix names unpacked from ctx.saved_tensors but not used below with ``_``."""
+    if not lines or not lines[0].endswith("= ctx.saved_tensors"):
+        return lines
+    names = [n.strip() for n in lines[0].split("=")[0].split(",") if n.strip()]
+    rest = "\n".join(lines[1:])
+    used = [n if re.search(rf"\b{n}\b", rest) else f"_{n}" for n in names]
+    if all(n.startswith("_") for n in used):
+        return lines[1:]
+    return [f"{', '.join(used)}{',' if len(used) == 1 else ''} = ctx.saved_tensors", *lines[1:]]
+
+
+def is_zero(expr: sympy.Expr) -> bool:
+    return sympy.sympify(expr) == 0
+
+
+# ----------------------------------------------------------------------------- shared data
+@dataclass
+class Param:
+    """One parameter of the user-facing wrapper."""
+
+    name: str
+    annotation: str
+    default: str | None
+
+
+@dataclass
+class Method:
+    """One method or function body: its argument names and lines."""
+
+    args: list[str]
+    lines: list[str]
+
+
+@dataclass
+class Kernel:
+    """One generated autograd Function (torch) or custom_gradient function (TF)."""
+
+    name: str  # class name (torch) or function name (tf)
+    doc: list[str]
+    inputs: list[str]  # every argument, tensors first then scalars
+    forward: Method
+    setup: Method | None = None
+    backward: Method | None = None
+    jvp: Method | None = None
+    once_differentiable: bool = False
+
+
+@dataclass
+class FunctionPlan:
+    """Everything the templates need for one spec function."""
+
+    name: str
+    class_name: str
+    summary: str
+    doc_lines: list[str]
+    params: list[Param]
+    returns: str
+    call_args: list[str]
+    kernels: list[Kernel] = field(default_factory=list)
+    uses_math: bool = False
+    needs_reduce: bool = False
+
+
+def _camel(name: str) -> str:
+    return "".join(p[:1].upper() + p[1:] for p in name.split("_") if p)
+
+
+def formula_doc(derived: Derived) -> list[str]:
+    """The formulas, as text for the generated docstrings."""
+    lines = ["Forward::", ""]
+    for name, expr in derived.outputs:
+        lines.append(f"    {name} = {sympy.sstr(expr)}")
+    if derived.vjps:
+        lines += ["", "Gradients (VJP)::", ""]
+        for i, expr in derived.vjps.items():
+            suffix = "  (user-defined)" if i in derived.overridden else ""
+            lines.append(f"    grad_{i} = {sympy.sstr(expr)}{suffix}")
+    if derived.second:
+        lines += ["", "Second order (d grad_<input> / d <w>)::", ""]
+        for i, row in derived.second.items():
+            for w, expr in row.items():
+                lines.append(f"    d grad_{i} / d {w} = {sympy.sstr(expr)}")
+    return lines
+
+
+def _params(derived: Derived, framework: str) -> list[Param]:
+    tensor = "torch.Tensor" if framework == "torch" else "tf.Tensor"
+    params = []
+    for inp in derived.function.inputs:
+        if inp.is_tensor:
+            params.append(Param(inp.name, tensor, None))
+        else:
+            default = repr(inp.default) if inp.has_default else None
+            params.append(Param(inp.name, "float", default))
+    return params
+
+
+def _summary(derived: Derived) -> str:
+    fn = derived.function
+    if fn.doc:
+        return fn.doc.strip().splitlines()[0]
+    formulas = ", ".join(f"{sympy.sstr(e)}" for _, e in derived.naive_outputs)
+    return f"{fn.name}: {formulas}."
+
+
+def _broadcasts(derived: Derived) -> bool:
+    return sum(1 for i in derived.function.inputs if i.is_tensor) > 1
+
+
+# ----------------------------------------------------------------------------- torch
+class _TorchPlanner:
+    def __init__(self, derived: Derived):
+        self.d = derived
+        self.fn = derived.function
+        self.sym = derived.symbols
+        self.scalars = derived.scalars
+        self.uses_math = False
+        self.reduce = _broadcasts(derived)
+        # Save-vs-recompute: an output whose formula reappears in a gradient is reused
+        # (e.g. exp(x) in d exp(x)/dx) instead of computed again.
+        self.out_syms = {name: sympy.Symbol(name, real=True) for name, _ in derived.outputs}
+        self.reuse = {
+            expr: self.out_syms[name]
+            for name, expr in derived.outputs
+            if not (expr.is_Atom or expr.is_Number) and not expr.has(sympy.Piecewise)
+        }
+
+    def printer(self) -> FrameworkPrinter:
+        return PRINTERS["torch"](scalars=self.scalars)
+
+    def body(self, assignments) -> list[str]:
+        printer = self.printer()
+        result = emit(assignments, printer)
+        self.uses_math = self.uses_math or result.uses_math
+        return result.lines
+
+    def subst(self, expr: sympy.Expr) -> sympy.Expr:
+        return sympy.sympify(expr).xreplace(self.reuse) if self.reuse else expr
+
+    def tensors_in(self, exprs) -> set[sympy.Symbol]:
+        syms = set()
+        for e in exprs:
+            syms |= sympy.sympify(e).free_symbols
+        return {s for s in syms if s not in self.scalars}
+
+    def ordered(self, syms: set[sympy.Symbol]) -> list[str]:
+        """Input tensors in spec order, then outputs, then upstream gradients."""
+        order = [i.name for i in self.fn.inputs if i.is_tensor]
+        order += list(self.out_syms) + [g.name for g in self.d.grads]
+        names = {s.name for s in syms}
+        return [n for n in order if n in names]
+
+    def scalar_names(self, exprs) -> list[str]:
+        used = set()
+        for e in exprs:
+            used |= {s.name for s in sympy.sympify(e).free_symbols}
+        return [i.name for i in self.fn.inputs if not i.is_tensor and i.name in used]
+
+    def reduce_line(self, var: str, like: str) -> str | None:
+        if not self.reduce:
+            return None
+        return f"{var} = {var}.sum_to_size({like}.shape)"
+
+    # -------------------------------------------------------------- the main Function
+    def main(self) -> Kernel:
+        d, fn = self.d, self.fn
+        inputs = [i.name for i in fn.inputs]
+        out_names = [name for name, _ in d.outputs]
+        forward = Method(inputs, self.body(d.outputs) + [f"return {', '.join(out_names)}"])
+
+        order2 = fn.order >= 2
+        vjps = {i: self.subst(e) for i, e in d.vjps.items()}
+        jac = {o: {i: self.subst(e) for i, e in row.items()} for o, row in d.jacobian.items()}
+        backward_needs = self.tensors_in(vjps.values()) - set(d.grads)
+        if order2:
+            # The backward Functions recompute from what they get; they also need the
+            # tensors of their own second-order formulas.
+            backward_needs = set()
+            for i in d.diff_inputs:
+                backward_needs |= set(self._grad_inputs(i)[0])
+            backward_needs = {s for s in backward_needs if s not in set(d.grads)}
+        jvp_needs = self.tensors_in(e for row in jac.values() for e in row.values())
+        saved = self.ordered(backward_needs | jvp_needs)
+
+        setup = []
+        in_names = ", ".join(inputs)
+        setup.append(f"{in_names}{',' if len(inputs) == 1 else ''} = inputs")
+        if any(n in saved for n in out_names):
+            outs = ", ".join(out_names)
+            setup.append(f"{outs}{',' if len(out_names) == 1 else ''} = output" if len(out_names) > 1 else f"{outs} = output")
+        for inp in fn.inputs:
+            if not inp.is_tensor and inp.name in self.scalar_names(list(vjps.values()) + [e for r in jac.values() for e in r.values()] + [e for r in d.second.values() for e in r.values()]):
+                setup.append(f"ctx.{inp.name} = {inp.name}")
+        non_diff = [o for o in out_names if o not in d.differentiable_outputs()]
+        if non_diff:
+            setup.append(f"ctx.mark_non_differentiable({', '.join(non_diff)})")
+        if saved:
+            setup.append(f"ctx.save_for_backward({', '.join(saved)})")
+            setup.append(f"ctx.save_for_forward({', '.join(saved)})")
+        if len(setup) == 1:
+            setup.append("del ctx")  # nothing to keep (and keep ruff quiet about unused names)
+            setup[0] = "del inputs, output"
+        setup_method = Method(["ctx", "inputs", "output"], setup)
+
+        unpack = self._unpack_saved(saved)
+        if not order2:
+            unpack += self._unpack_scalars(list(vjps.values()))
+        grad_names = [g.name for g in d.grads]
+        back = list(unpack)
+        results = []
+        for k, inp in enumerate(fn.inputs):
+            if not inp.gets_gradient or is_zero(d.vjps[inp.name]):
+                results.append("None")
+                continue
+            var = f"grad_{inp.name}"
+            back.append(f"{var} = None")
+            back.append(f"if ctx.needs_input_grad[{k}]:")
+            if order2:
+                args, cls = self._grad_inputs(inp.name)[1], self.grad_class(inp.name)
+                inner = [f"{var} = {cls}.apply({', '.join(args)})"]
+            else:
+                inner = self.body([(var, vjps[inp.name])])
+            red = self.reduce_line(var, inp.name)
+            inner += [red] if red else []
+            back += ["    " + line for line in inner]
+            results.append(var)
+        back.append(f"return {', '.join(results)}")
+        backward = Method(["ctx", *grad_names], mark_unused(back))
+
+        # Forward mode: out_t = sum_i d out / d x_i * x_i_t (user VJPs define the derivative).
+        tangents = [f"{i.name}_t" if i.gets_gradient else f"_{i.name}_t" for i in fn.inputs]
+        jvp_assign = []
+        for o in out_names:
+            terms = [jac[o][i] * sympy.Symbol(f"{i}_t", real=True) for i in d.diff_inputs]
+            jvp_assign.append((f"{o}_t", sympy.Add(*terms)))
+        jvp_lines = self._unpack_saved(saved) + self._unpack_scalars([e for _, e in jvp_assign])
+        zero_outs = [o for o, e in jvp_assign if is_zero(e)]
+        jvp_lines += self.body([(o, e) for o, e in jvp_assign if not is_zero(e)])
+        for o in zero_outs:
+            jvp_lines.append(f"{o}_t = torch.zeros_like({self._any_tensor_input()})")
+        jvp_lines.append(f"return {', '.join(f'{o}_t' for o in out_names)}")
+        jvp = Method(["ctx", *tangents], mark_unused(jvp_lines))
+        return Kernel(
+            name=fn.class_name,
+            doc=[],
+            inputs=inputs,
+            forward=forward,
+            setup=setup_method,
+            backward=backward,
+            jvp=jvp,
+            once_differentiable=not order2,
+        )
+
+    def _any_tensor_input(self) -> str:
+        return next(i.name for i in self.fn.inputs if i.is_tensor)
+
+    def _unpack_saved(self, saved: list[str]) -> list[str]:
+        if not saved:
+            return []
+        return [f"{', '.join(saved)}{',' if len(saved) == 1 else ''} = ctx.saved_tensors"]
+
+    def _unpack_scalars(self, exprs) -> list[str]:
+        return [f"{n} = ctx.{n}" for n in self.scalar_names(exprs)]
+
+    # -------------------------------------------------------------- per-input backward Functions
+    def grad_class(self, input_name: str) -> str:
+        if len(self.d.diff_inputs) == 1:
+            return f"{self.fn.class_name}Backward"
+        return f"{self.fn.class_name}Backward{_camel(input_name)}"
+
+    def _grad_inputs(self, i: str) -> tuple[list[sympy.Symbol], list[str]]:
+        """Tensor symbols the backward Function of input ``i`` takes, and its apply args."""
+        d = self.d
+        vjp = self.subst(d.vjps[i])
+        second = {w: self.subst(e) for w, e in d.second[i].items()}
+        syms = self.tensors_in([vjp, *second.values()])
+        # Every variable with a nonzero second-order term must be an input, to get its gradient.
+        for w, e in second.items():
+            if not is_zero(e):
+                syms.add(next(s for s in [*self.sym.values(), *d.grads] if s.name == w))
+        names = self.ordered(syms)
+        by_name = {s.name: s for s in syms}
+        scalars = self.scalar_names([vjp, *second.values()])
+        return [by_name[n] for n in names], names + [f"ctx.{s}" for s in scalars]
+
+    def grad_kernel(self, i: str) -> Kernel:
+        d = self.d
+        vjp = self.subst(d.vjps[i])
+        second = {w: self.subst(e) for w, e in d.second[i].items()}
+        tensor_syms, _ = self._grad_inputs(i)
+        tensor_names = [s.name for s in tensor_syms]
+        scalars = self.scalar_names([vjp, *second.values()])
+        args = tensor_names + scalars
+        var = f"grad_{i}"
+        forward = Method(args, self.body([(var, vjp)]) + [f"return {var}"])
+
+        saved = self.ordered(self.tensors_in(second.values()))
+        setup = [f"{', '.join(args)}{',' if len(args) == 1 else ''} = inputs"]
+        for s in scalars:
+            setup.append(f"ctx.{s} = {s}")
+        if saved:
+            setup.append(f"ctx.save_for_backward({', '.join(saved)})")
+            setup.append(f"ctx.save_for_forward({', '.join(saved)})")
+        unused = [a for a in args if a not in saved and a not in scalars]
+        if unused:
+            setup.append(f"del {', '.join(unused)}")
+        setup_method = Method(["ctx", "inputs", "output"], ["del output", *setup])
+
+        unpack = self._unpack_saved(saved) + self._unpack_scalars(second.values())
+        back = list(unpack)
+        results = []
+        gg = sympy.Symbol(f"grad_{var}", real=True)
+        for k, name in enumerate(args):
+            if name not in second or is_zero(second[name]):
+                results.append("None")
+                continue
+            out = f"{name}_bar"
+            back.append(f"{out} = None")
+            back.append(f"if ctx.needs_input_grad[{k}]:")
+            inner = self.body([(out, gg * second[name])])
+            red = self.reduce_line(out, name)
+            inner += [red] if red else []
+            back += ["    " + line for line in inner]
+            results.append(out)
+        back.append(f"return {', '.join(results)}")
+        backward = Method(["ctx", gg.name], mark_unused(back))
+
+        tangent_args = [f"{a}_t" if a in second else f"_{a}_t" for a in args]
+        jvp_expr = sympy.Add(
+            *(second[a] * sympy.Symbol(f"{a}_t", real=True) for a in args if a in second)
+        )
+        jvp_lines = unpack + self.body([(f"{var}_t", jvp_expr)]) + [f"return {var}_t"]
+        if is_zero(jvp_expr):
+            jvp_lines = [f"return torch.zeros_like({tensor_names[0]})"]
+        return Kernel(
+            name=self.grad_class(i),
+            doc=[],
+            inputs=args,
+            forward=forward,
+            setup=setup_method,
+            backward=backward,
+            jvp=Method(["ctx", *tangent_args], mark_unused(jvp_lines)),
+        )
+
+
+def plan_torch(derived: Derived) -> FunctionPlan:
+    """The PyTorch code of one function."""
+    planner = _TorchPlanner(derived)
+    fn = derived.function
+    kernels = [planner.main()]
+    if fn.order >= 2:
+        kernels += [
+            planner.grad_kernel(i) for i in derived.diff_inputs if not is_zero(derived.vjps[i])
+        ]
+    outputs = [name for name, _ in derived.outputs]
+    return FunctionPlan(
+        name=fn.name,
+        class_name=fn.class_name,
+        summary=_summary(derived),
+        doc_lines=formula_doc(derived),
+        params=_params(derived, "torch"),
+        returns="torch.Tensor" if len(outputs) == 1 else f"tuple[{', '.join(['torch.Tensor'] * len(outputs))}]",
+        call_args=[i.name for i in fn.inputs],
+        kernels=kernels,
+        uses_math=planner.uses_math,
+        needs_reduce=planner.reduce,
+    )
+
+
+# ----------------------------------------------------------------------------- tensorflow
+def plan_tensorflow(derived: Derived) -> FunctionPlan:
+    """The TensorFlow code of one function (nested tf.custom_gradient)."""
+    fn = derived.function
+    d = derived
+    uses_math = False
+    reduce = _broadcasts(derived)
+
+    def body(assignments) -> list[str]:
+        nonlocal uses_math
+        result = emit(assignments, PRINTERS["tensorflow"](scalars=d.scalars))
+        uses_math = uses_math or result.uses_math
+        return result.lines
+
+    tensors = [i.name for i in fn.inputs if i.is_tensor]
+    out_names = [name for name, _ in d.outputs]
+    grad_names = [g.name for g in d.grads]
+    order2 = fn.order >= 2
+
+    # The outer custom_gradient: forward, and a grad_fn calling one function per input.
+    lines = body(d.outputs)
+    lines += ["", f"def backward({', '.join(grad_names)}):"]
+    results = []
+    for inp in fn.inputs:
+        if not inp.is_tensor:
+            continue
+        if not inp.gets_gradient or is_zero(d.vjps[inp.name]):
+            results.append("None")
+            continue
+        var = f"grad_{inp.name}"
+        if order2:
+            args = _tf_grad_args(d, inp.name)
+            lines.append(f"    {var} = _{fn.name}_grad_{inp.name}({', '.join(args)})")
+        else:
+            lines += ["    " + line for line in body([(var, d.vjps[inp.name])])]
+        if reduce:
+            lines.append(f"    {var} = _reduce_to({var}, {inp.name})")
+        results.append(var)
+    ret = results[0] if len(results) == 1 else ", ".join(results)
+    lines.append(f"    return {ret}")
+    lines += ["", f"return ({', '.join(out_names)}{',' if len(out_names) == 1 else ''}), backward" if len(out_names) > 1 else f"return {out_names[0]}, backward"]
+    main = Kernel(
+        name="forward",
+        doc=[],
+        inputs=tensors,
+        forward=Method(tensors, lines),
+    )
+    kernels = [main]
+
+    if order2:
+        for i in d.diff_inputs:
+            if is_zero(d.vjps[i]):
+                continue
+            args = _tf_grad_args(d, i)
+            tensor_args = [a for a in args if a not in {s.name for s in d.scalars}]
+            var = f"grad_{i}"
+            glines = body([(var, d.vjps[i])])
+            glines += ["", f"def backward(grad_{var}):"]
+            gg = sympy.Symbol(f"grad_{var}", real=True)
+            bars = []
+            for a in tensor_args:
+                expr = d.second[i].get(a)
+                if expr is None or is_zero(expr):
+                    bars.append("None")
+                    continue
+                glines += ["    " + line for line in body([(f"{a}_bar", gg * expr)])]
+                if reduce:
+                    glines.append(f"    {a}_bar = _reduce_to({a}_bar, {a})")
+                bars.append(f"{a}_bar")
+            glines.append(f"    return {', '.join(bars)}")
+            glines += ["", f"return {var}, backward"]
+            kernels.append(
+                Kernel(
+                    name=f"_{fn.name}_grad_{i}",
+                    doc=[f"The gradient of {fn.name} w.r.t. {i}; its gradient is the derived second order."],
+                    inputs=args,
+                    forward=Method(tensor_args, glines),
+                )
+            )
+    outputs = out_names
+    return FunctionPlan(
+        name=fn.name,
+        class_name=fn.class_name,
+        summary=_summary(derived),
+        doc_lines=formula_doc(derived),
+        params=_params(derived, "tensorflow"),
+        returns="tf.Tensor" if len(outputs) == 1 else f"tuple[{', '.join(['tf.Tensor'] * len(outputs))}]",
+        call_args=tensors,
+        kernels=kernels,
+        uses_math=uses_math,
+        needs_reduce=reduce,
+    )
+
+
+def _tf_grad_args(d: Derived, i: str) -> list[str]:
+    """Arguments of the TF gradient function of input ``i``: tensors it uses, then scalars."""
+    exprs = [d.vjps[i], *d.second[i].values()]
+    used = set()
+    for e in exprs:
+        used |= {s.name for s in sympy.sympify(e).free_symbols}
+    for w, e in d.second[i].items():
+        if not is_zero(e):
+            used.add(w)
+    fn = d.function
+    order = [x.name for x in fn.inputs if x.is_tensor] + [g.name for g in d.grads]
+    scalars = [x.name for x in fn.inputs if not x.is_tensor]
+    return [n for n in order if n in used] + [n for n in scalars if n in used]
+
+
+def domain_interior(inp: Input) -> tuple[float, float]:
+    """A benign sampling interval inside an input's domain (for gradcheck-style tests)."""
+    lo, hi = inp.domain
+    if math.isinf(lo) and math.isinf(hi):
+        return (-2.0, 2.0)
+    if math.isinf(hi):
+        return (lo + 0.2, lo + 3.0)
+    if math.isinf(lo):
+        return (hi - 3.0, hi - 0.2)
+    width = hi - lo
+    return (lo + 0.1 * width, hi - 0.1 * width)

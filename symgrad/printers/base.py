@@ -1,0 +1,236 @@
+"""SymPy -> framework source: the shared printer, strict about what it cannot print."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import sympy
+from sympy.printing.precedence import PRECEDENCE, precedence
+from sympy.printing.str import StrPrinter
+
+from symgrad.errors import DerivationError
+
+
+class UnsupportedError(DerivationError):
+    """A SymPy node with no translation for this framework."""
+
+    def __init__(self, framework: str, expr: sympy.Basic):
+        super().__init__(
+            None,
+            f"cannot print {type(expr).__name__} ({expr}) for {framework}",
+            "rewrite the formula with the functions listed in SPEC.md",
+        )
+
+
+class FrameworkPrinter(StrPrinter):
+    """Prints one expression as framework code.
+
+    Subclasses fill ``functions`` (SymPy class name -> framework function) and override
+    ``_print_<Class>`` where a plain call is not right. Anything without a rule raises
+    :class:`UnsupportedError` instead of printing something that merely looks like code.
+
+    ``scalars`` are symbols bound to Python floats at run time: expressions over scalars
+    only are printed with the ``math`` module, since framework ops want tensors.
+    """
+
+    framework = "python"
+    functions: dict[str, str] = {}
+    math_functions: dict[str, str] = {
+        "exp": "math.exp",
+        "log": "math.log",
+        "log1p": "math.log1p",
+        "expm1": "math.expm1",
+        "sin": "math.sin",
+        "cos": "math.cos",
+        "tan": "math.tan",
+        "asin": "math.asin",
+        "acos": "math.acos",
+        "atan": "math.atan",
+        "atan2": "math.atan2",
+        "sinh": "math.sinh",
+        "cosh": "math.cosh",
+        "tanh": "math.tanh",
+        "asinh": "math.asinh",
+        "acosh": "math.acosh",
+        "atanh": "math.atanh",
+        "erf": "math.erf",
+        "erfc": "math.erfc",
+        "gamma": "math.gamma",
+        "loggamma": "math.lgamma",
+        "hypot": "math.hypot",
+        "Abs": "abs",
+    }
+    _default_settings = dict(StrPrinter._default_settings)
+
+    def __init__(self, scalars: Iterable[sympy.Symbol] = (), names: dict[sympy.Symbol, str] | None = None):
+        super().__init__()
+        self.scalars = frozenset(scalars)
+        self.names = dict(names or {})
+        self.uses_math = False
+
+    # ------------------------------------------------------------------ helpers
+    def is_scalar(self, expr: sympy.Basic) -> bool:
+        """True when ``expr`` is a Python number at run time (no tensor in it)."""
+        return expr.free_symbols <= self.scalars
+
+    def call(self, name: str, *args: sympy.Basic) -> str:
+        return f"{name}({', '.join(self._print(a) for a in args)})"
+
+    def emptyPrinter(self, expr):  # noqa: N802 - SymPy's name
+        raise UnsupportedError(self.framework, expr)
+
+    def _print_Basic(self, expr):
+        raise UnsupportedError(self.framework, expr)
+
+    # ------------------------------------------------------------------ atoms
+    def _print_Symbol(self, expr):
+        return self.names.get(expr, expr.name)
+
+    def _print_Integer(self, expr):
+        return str(int(expr))
+
+    def _print_Rational(self, expr):
+        return repr(float(expr))
+
+    def _print_Float(self, expr):
+        return repr(float(expr))
+
+    def _print_Half(self, expr):
+        return "0.5"
+
+    def _print_Pi(self, expr):
+        self.uses_math = True
+        return "math.pi"
+
+    def _print_Exp1(self, expr):
+        self.uses_math = True
+        return "math.e"
+
+    def _print_Infinity(self, expr):
+        self.uses_math = True
+        return "math.inf"
+
+    def _print_NegativeInfinity(self, expr):
+        self.uses_math = True
+        return "-math.inf"
+
+    def _print_BooleanTrue(self, expr):
+        return "True"
+
+    def _print_BooleanFalse(self, expr):
+        return "False"
+
+    def _print_NaN(self, expr):
+        raise UnsupportedError(self.framework, expr)
+
+    _print_ComplexInfinity = _print_NaN
+    _print_ImaginaryUnit = _print_NaN
+
+    # ------------------------------------------------------------------ arithmetic
+    def _print_Pow(self, expr, rational=False):
+        base, e = expr.as_base_exp()
+        if self.is_scalar(expr):
+            if e == sympy.S.Half:
+                self.uses_math = True
+                return self.call("math.sqrt", base)
+            return super()._print_Pow(expr, rational)
+        if e == sympy.S.Half:
+            return self.call(self.sqrt, base)
+        if e == -sympy.S.Half:
+            return self.call(self.rsqrt, base)
+        if e == -1:
+            return f"1 / {self.parenthesize(base, PRECEDENCE['Mul'], strict=True)}"
+        b = self.parenthesize(base, PRECEDENCE["Pow"], strict=True)
+        ee = self.parenthesize(e, PRECEDENCE["Pow"], strict=True)
+        return f"{b}**{ee}"
+
+    def _print_Mul(self, expr):
+        # StrPrinter prints x/2 as "x/2"; keep it but with spaces for ruff format.
+        return super()._print_Mul(expr)
+
+    # ------------------------------------------------------------------ functions
+    def _print_Function(self, expr):
+        name = type(expr).__name__
+        if self.is_scalar(expr):
+            if name not in self.math_functions:
+                raise DerivationError(
+                    None,
+                    f"{name}() of scalar inputs only cannot be printed",
+                    "make one of its inputs a tensor input",
+                )
+            target = self.math_functions[name]
+            self.uses_math = self.uses_math or target.startswith("math.")
+            return self.call(target, *expr.args)
+        if name in self.functions:
+            return self.call(self.functions[name], *expr.args)
+        raise UnsupportedError(self.framework, expr)
+
+    def _print_Relational(self, expr):
+        op = {"==": "==", "!=": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}[expr.rel_op]
+        lhs = self.parenthesize(expr.lhs, PRECEDENCE["Relational"] + 1)
+        rhs = self.parenthesize(expr.rhs, PRECEDENCE["Relational"] + 1)
+        return f"{lhs} {op} {rhs}"
+
+    def _bool_args(self, expr, joiner):
+        return f" {joiner} ".join(f"({self._print(a)})" for a in expr.args)
+
+    def _print_And(self, expr):
+        return self._bool_args(expr, "&")
+
+    def _print_Or(self, expr):
+        return self._bool_args(expr, "|")
+
+    def _print_Not(self, expr):
+        return f"~({self._print(expr.args[0])})"
+
+    def parenthesize(self, item, level, strict=False):
+        if precedence(item) < level or (not strict and precedence(item) <= level):
+            return f"({self._print(item)})"
+        return self._print(item)
+
+    # ------------------------------------------------------------------ branches
+    def full_like(self, ref: sympy.Symbol, value: sympy.Expr) -> str:  # pragma: no cover
+        raise NotImplementedError
+
+    def where(self, cond: str, a: str, b: str) -> str:  # pragma: no cover
+        raise NotImplementedError
+
+    def print_piecewise(self, expr: sympy.Piecewise) -> str:
+        """Nested where(); values that are all numbers get a tensor of the right dtype."""
+        pieces = list(expr.args)
+        if pieces[-1].cond == sympy.true:
+            otherwise = pieces.pop().expr
+        else:
+            otherwise = sympy.nan
+        if self.is_scalar(expr):
+            text = self._print(otherwise)
+            for value, cond in reversed(pieces):
+                text = f"({self._print(value)} if {self._print(cond)} else {text})"
+            return text
+        if otherwise is sympy.nan:
+            self.uses_math = True
+            text = "math.nan"
+        else:
+            text = self._print_branch(otherwise)
+        if all(self.is_scalar(v) for v, _ in pieces) and self.is_scalar(otherwise):
+            ref = sorted(expr.free_symbols - self.scalars, key=lambda s: s.name)[0]
+            text = self.full_like(ref, otherwise if otherwise is not sympy.nan else sympy.Float("nan"))
+        for value, cond in reversed(pieces):
+            text = self.where(self._print(cond), self._print_branch(value), text)
+        return text
+
+    def _print_branch(self, value: sympy.Expr) -> str:
+        # A bare integer branch would make TF infer an int dtype: print numbers as floats.
+        return repr(float(value)) if value.is_Number else self._print(value)
+
+    def _print_Heaviside(self, expr):
+        return self._print(heaviside_as_piecewise(*expr.args))
+
+
+def heaviside_as_piecewise(x: sympy.Expr, h0: sympy.Expr = sympy.S.Half) -> sympy.Piecewise:
+    """Heaviside(x, h0) as branches (0 below, h0 at, 1 above zero)."""
+    if h0 == 1:
+        return sympy.Piecewise((1, x >= 0), (0, True))
+    if h0 == 0:
+        return sympy.Piecewise((1, x > 0), (0, True))
+    return sympy.Piecewise((1, x > 0), (h0, sympy.Eq(x, 0)), (0, True))

@@ -1,0 +1,56 @@
+"""Render generated files: the one Jinja2 environment, and ruff formatting of the result."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from functools import cache
+from pathlib import Path
+
+import jinja2
+
+from symgrad import __version__
+from symgrad.errors import DerivationError
+
+
+def _templates_dir() -> Path:
+    """templates/ at the repo top level, or inside the installed package."""
+    packaged = Path(__file__).parent / "templates"
+    return packaged if packaged.is_dir() else Path(__file__).parent.parent / "templates"
+
+
+@cache
+def environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(_templates_dir())),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+
+
+def render(template: str, **context) -> str:
+    """Render one template with symgrad's version in the context."""
+    return environment().get_template(template).render(version=__version__, **context)
+
+
+def ruff_format(source: str, name: str) -> str:
+    """Format generated Python with ruff (pinned), independent of any user config."""
+    from ruff.__main__ import find_ruff_bin
+
+    proc = subprocess.run(
+        [find_ruff_bin(), "format", "--isolated", "--stdin-filename", name, "-"],
+        input=source,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise DerivationError(None, f"generated {name} is not valid Python:\n{proc.stderr}\n{source}")
+    return proc.stdout
+
+
+def python_executable() -> str:
+    return sys.executable

@@ -1,0 +1,205 @@
+"""Rewrite rules that turn naive formulas into numerically stable ones.
+
+Each rule is a plain function ``rule(node) -> replacement | None`` looking at one SymPy
+node whose arguments are already rewritten; :func:`stabilize` applies them bottom-up to a
+fixed point. The rules follow PyTensor's stabilize phase: exact identities whose
+right-hand side has no overflow, cancellation or unused-branch NaN where the left has.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import sympy
+from sympy import Add, Mul, Pow, exp, log
+
+from symgrad.functions import expm1, hypot, log1p, logaddexp, sigmoid, softplus, xlogy
+
+Rule = Callable[[sympy.Basic], sympy.Basic | None]
+
+
+def _split_add(node: sympy.Basic, constant: sympy.Expr) -> sympy.Expr | None:
+    """For an Add containing ``constant`` as a term, the sum of the other terms."""
+    if isinstance(node, Add) and constant in node.args:
+        rest = list(node.args)
+        rest.remove(constant)
+        return Add(*rest)
+    return None
+
+
+def log_one_plus(node):
+    """log(1 + u) -> log1p(u)."""
+    if isinstance(node, log):
+        rest = _split_add(node.args[0], sympy.S.One)
+        if rest is not None:
+            return log1p(rest)
+    return None
+
+
+def log1p_exp(node):
+    """log1p(exp(a)) -> softplus(a)."""
+    if isinstance(node, log1p) and isinstance(node.args[0], exp):
+        return softplus(node.args[0].args[0])
+    return None
+
+
+def exp_minus_one(node):
+    """exp(a) - 1 -> expm1(a); 1 - exp(a) -> -expm1(a)."""
+    if not isinstance(node, Add):
+        return None
+    for constant, sign in ((sympy.S.NegativeOne, 1), (sympy.S.One, -1)):
+        rest = _split_add(node, constant)
+        if rest is None:
+            continue
+        for term in Add.make_args(rest):
+            if sign == 1 and isinstance(term, exp):
+                return expm1(term.args[0]) + (rest - term)
+            if sign == -1 and isinstance(-term, exp):
+                return -expm1((-term).args[0]) + (rest - term)
+    return None
+
+
+def reciprocal_one_plus_exp(node):
+    """1 / (1 + exp(a)) -> sigmoid(-a), also for other negative integer powers."""
+    if isinstance(node, Pow) and node.exp.is_Integer and node.exp < 0:
+        rest = _split_add(node.base, sympy.S.One)
+        if isinstance(rest, exp):
+            return sigmoid(-rest.args[0]) ** (-node.exp)
+    return None
+
+
+def exp_times_sigmoid(node):
+    """exp(a) * sigmoid(-a) -> sigmoid(a) (what exp(a) / (1 + exp(a)) becomes)."""
+    if not isinstance(node, Mul):
+        return None
+    exps = [f for f in node.args if isinstance(f, exp)]
+    sigs = [f for f in node.args if isinstance(f, sigmoid)]
+    for e in exps:
+        for s in sigs:
+            if sympy.expand(s.args[0] + e.args[0]) == 0:
+                others = list(node.args)
+                others.remove(e)
+                others.remove(s)
+                return Mul(*others) * sigmoid(e.args[0])
+    return None
+
+
+def log_sigmoid(node):
+    """log(sigmoid(a)) -> -softplus(-a)."""
+    if isinstance(node, log) and isinstance(node.args[0], sigmoid):
+        return -softplus(-node.args[0].args[0])
+    return None
+
+
+def one_minus_sigmoid(node):
+    """1 - sigmoid(a) -> sigmoid(-a)."""
+    rest = _split_add(node, sympy.S.One)
+    if rest is None:
+        return None
+    for term in Add.make_args(rest):
+        if isinstance(-term, sigmoid):
+            return sigmoid(-(-term).args[0]) + (rest - term)
+    return None
+
+
+def log_sum_exp(node):
+    """log(exp(a) + exp(b)) -> logaddexp(a, b)."""
+    if isinstance(node, log) and isinstance(node.args[0], Add) and len(node.args[0].args) == 2:
+        a, b = node.args[0].args
+        if isinstance(a, exp) and isinstance(b, exp):
+            return logaddexp(a.args[0], b.args[0])
+    return None
+
+
+def one_minus_erf(node):
+    """1 - erf(a) -> erfc(a)."""
+    rest = _split_add(node, sympy.S.One)
+    if rest is None:
+        return None
+    for term in Add.make_args(rest):
+        if isinstance(-term, sympy.erf):
+            return sympy.erfc((-term).args[0]) + (rest - term)
+    return None
+
+
+def sqrt_sum_squares(node):
+    """sqrt(x**2 + y**2) -> hypot(x, y)."""
+    if isinstance(node, Pow) and node.exp == sympy.S.Half and isinstance(node.base, Add):
+        terms = node.base.args
+        if len(terms) == 2 and all(isinstance(t, Pow) and t.exp == 2 for t in terms):
+            return hypot(terms[0].base, terms[1].base)
+    return None
+
+
+def log_reciprocal(node):
+    """log(1/x) -> -log(x)."""
+    if isinstance(node, log) and isinstance(node.args[0], Pow) and node.args[0].exp == -1:
+        return -log(node.args[0].base)
+    return None
+
+
+def x_log_x(node):
+    """x * log(x) -> xlogy(x, x): 0 at x = 0 instead of 0 * -inf = NaN."""
+    if not isinstance(node, Mul):
+        return None
+    for factor in node.args:
+        if isinstance(factor, log) and factor.args[0] in node.args:
+            others = list(node.args)
+            others.remove(factor)
+            others.remove(factor.args[0])
+            return Mul(*others) * xlogy(factor.args[0], factor.args[0])
+    return None
+
+
+def log_cosh(node):
+    """log(cosh(a)) -> |a| + softplus(-2|a|) - log(2): cosh overflows long before the result."""
+    if isinstance(node, log) and isinstance(node.args[0], sympy.cosh):
+        a = sympy.Abs(node.args[0].args[0])
+        return a + softplus(-2 * a) - log(2)
+    return None
+
+
+#: The rules, in the order they are tried on each node.
+RULES: tuple[Rule, ...] = (
+    log_reciprocal,
+    log_one_plus,
+    log1p_exp,
+    log_sum_exp,
+    log_cosh,
+    exp_minus_one,
+    reciprocal_one_plus_exp,
+    exp_times_sigmoid,
+    log_sigmoid,
+    one_minus_sigmoid,
+    one_minus_erf,
+    sqrt_sum_squares,
+    x_log_x,
+)
+
+_MAX_PASSES = 32
+
+
+def _rewrite_node(node: sympy.Basic, rules: tuple[Rule, ...]) -> sympy.Basic:
+    for _ in range(_MAX_PASSES):
+        for rule in rules:
+            new = rule(node)
+            if new is not None and new != node:
+                node = _rewrite(new, rules)
+                break
+        else:
+            return node
+    return node
+
+
+def _rewrite(expr: sympy.Basic, rules: tuple[Rule, ...]) -> sympy.Basic:
+    if expr.is_Atom or not expr.args:
+        return expr
+    args = tuple(_rewrite(a, rules) for a in expr.args)
+    if args != expr.args:
+        expr = expr.func(*args)
+    return _rewrite_node(expr, rules)
+
+
+def stabilize(expr: sympy.Expr, rules: tuple[Rule, ...] = RULES) -> sympy.Expr:
+    """Apply the stabilizing rewrites bottom-up until none applies."""
+    return _rewrite(expr, rules)
