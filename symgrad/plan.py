@@ -260,6 +260,13 @@ class _TorchPlanner:
             unpack += self._unpack_scalars(list(vjps.values()))
         grad_names = [g.name for g in d.grads]
         back = list(unpack)
+        if not order2:
+            back = [
+                "if torch.is_grad_enabled():",
+                f'    raise RuntimeError("{fn.name} has no double backward (spec order: 1); '
+                f'use order: 2 for second derivatives")',
+                *back,
+            ]
         results = []
         for k, inp in enumerate(fn.inputs):
             if not inp.gets_gradient or is_zero(d.vjps[inp.name]):

@@ -40,16 +40,24 @@ def ruff_format(source: str, name: str) -> str:
     """Format generated Python with ruff (pinned), independent of any user config."""
     from ruff.__main__ import find_ruff_bin
 
-    proc = subprocess.run(
-        [find_ruff_bin(), "format", "--isolated", "--stdin-filename", name, "-"],
-        input=source,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if proc.returncode != 0:
-        raise DerivationError(None, f"generated {name} is not valid Python:\n{proc.stderr}\n{source}")
-    return proc.stdout
+    ruff = find_ruff_bin()
+    for command in (
+        ["check", "--isolated", "--select", "I", "--fix", "--exit-zero", "--quiet"],
+        ["format", "--isolated"],
+    ):
+        proc = subprocess.run(
+            [ruff, *command, "--stdin-filename", name, "-"],
+            input=source,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if proc.returncode != 0:
+            raise DerivationError(
+                None, f"generated {name} is not valid Python:\n{proc.stderr}\n{source}"
+            )
+        source = proc.stdout
+    return source
 
 
 def python_executable() -> str:

@@ -1,5 +1,89 @@
-"""Generated test suites (placeholder until the reference module lands)."""
+"""Build the generated pytest suites: reference data from mpmath, laid out by templates."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from symgrad.derive import Derived
+from symgrad.plan import domain_interior
+from symgrad.reference import Case, reference
+from symgrad.render import render
+from symgrad.spec import Spec
 
 
-def test_files(spec, derived, targets, spec_path):
-    return []
+def literal(value: float | None) -> str:
+    """A float as Python source (math.inf for overflow, None for undefined)."""
+    if value is None:
+        return "None"
+    if math.isinf(value):
+        return "math.inf" if value > 0 else "-math.inf"
+    return repr(float(value))
+
+
+def _columns(cases: tuple[Case, ...], derived: Derived) -> dict[str, str]:
+    """The cases of one function as source text of columnar dicts/lists."""
+    tensors = [i.name for i in derived.function.inputs if i.is_tensor]
+
+    def col(values) -> str:
+        return "[" + ", ".join(literal(v) for v in values) + "]"
+
+    inputs = "{" + ", ".join(f'"{n}": {col(c.inputs[n] for c in cases)}' for n in tensors) + "}"
+    outputs = "[" + ", ".join(col(c.values[k] for c in cases) for k in range(len(derived.outputs))) + "]"
+    grads = "{" + ", ".join(f'"{n}": {col(c.grads[n] for c in cases)}' for n in (cases[0].grads if cases else {})) + "}"
+    second = "{" + ", ".join(f'"{n}": {col(c.second[n] for c in cases)}' for n in (cases[0].second if cases else {})) + "}"
+    return {"inputs": inputs, "outputs": outputs, "grads": grads, "second": second}
+
+
+@dataclass
+class FunctionTests:
+    name: str
+    upper: str
+    tensors: list[str]
+    diff: list[str]
+    scalars: str  # source of a dict of scalar keyword values
+    domains: str  # source of {name: (lo, hi)} benign sampling ranges
+    shapes: str  # source of {name: shape} for the broadcasting gradcheck
+    order: int
+    overridden: bool
+    n_outputs: int
+    outputs: list[str]
+    benign: dict[str, str]
+    extreme: dict[str, str]
+
+
+def function_tests(derived: Derived) -> FunctionTests:
+    fn = derived.function
+    ref = reference(derived)
+    tensors = [i.name for i in fn.inputs if i.is_tensor]
+    scalars = {i.name: (i.default if i.has_default else ref.benign[0].inputs[i.name]) for i in fn.inputs if not i.is_tensor}
+    shapes = [(3, 1), (4,), (3, 4), (1, 4), (3, 1), (4,)]
+    return FunctionTests(
+        name=fn.name,
+        upper=fn.name.upper(),
+        tensors=tensors,
+        diff=list(derived.diff_inputs),
+        scalars="{" + ", ".join(f'"{k}": {literal(v)}' for k, v in scalars.items()) + "}",
+        domains="{" + ", ".join(f'"{i.name}": ({literal(domain_interior(i)[0])}, {literal(domain_interior(i)[1])})' for i in fn.inputs if i.is_tensor) + "}",
+        shapes="{" + ", ".join(f'"{n}": {shapes[k % len(shapes)]}' for k, n in enumerate(tensors)) + "}",
+        order=fn.order,
+        overridden=bool(derived.overridden),
+        n_outputs=len(derived.outputs),
+        outputs=[name for name, _ in derived.outputs],
+        benign=_columns(ref.benign, derived),
+        extreme=_columns(ref.extreme, derived),
+    )
+
+
+def test_files(spec: Spec, derived: tuple[Derived, ...], targets, spec_path: str) -> list[tuple[str, str]]:
+    """(file name, source) of the test module of each target."""
+    tests = [function_tests(d) for d in derived]
+    files = []
+    for target, template, module in (
+        ("torch", "test_torch_module.py.jinja", f"{spec.module}_torch"),
+        ("tensorflow", "test_tf_module.py.jinja", f"{spec.module}_tf"),
+    ):
+        if target in targets:
+            text = render(template, spec=spec, spec_path=spec_path, module=module, functions=tests)
+            files.append((f"test_{module}.py", text))
+    return files

@@ -1,0 +1,275 @@
+"""High-precision reference values with mpmath, for the generated tests.
+
+References are computed from the user's NAIVE formula (and SymPy's derivatives of it),
+never from symgrad's rewritten forms, so a wrong rewrite cannot agree with itself.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import mpmath
+import sympy
+
+from symgrad.derive import Derived
+from symgrad.functions import StableFunction
+from symgrad.printers.base import heaviside_as_piecewise
+from symgrad.spec import Input
+
+PREC_BITS = 256
+MAX_PREC_BITS = 65536
+
+_MP_FUNCS = {
+    sympy.exp: mpmath.exp,
+    sympy.log: mpmath.log,
+    sympy.sin: mpmath.sin,
+    sympy.cos: mpmath.cos,
+    sympy.tan: mpmath.tan,
+    sympy.asin: mpmath.asin,
+    sympy.acos: mpmath.acos,
+    sympy.atan: mpmath.atan,
+    sympy.sinh: mpmath.sinh,
+    sympy.cosh: mpmath.cosh,
+    sympy.tanh: mpmath.tanh,
+    sympy.asinh: mpmath.asinh,
+    sympy.acosh: mpmath.acosh,
+    sympy.atanh: mpmath.atanh,
+    sympy.erf: mpmath.erf,
+    sympy.erfc: mpmath.erfc,
+    sympy.gamma: mpmath.gamma,
+    sympy.loggamma: mpmath.loggamma,
+    sympy.digamma: mpmath.digamma,
+    sympy.Abs: abs,
+}
+
+
+class Undefined(ArithmeticError):
+    """The exact value does not exist (log of a negative number, pole, ...)."""
+
+
+def _real(value) -> mpmath.mpf:
+    if isinstance(value, mpmath.mpc):
+        if abs(value.imag) > abs(value.real) * mpmath.mpf(2) ** (-PREC_BITS // 2) and value.imag != 0:
+            raise Undefined("complex result")
+        value = value.real
+    if mpmath.isnan(value):
+        raise Undefined("nan")
+    return mpmath.mpf(value)
+
+
+def evaluate(expr: sympy.Basic, env: Mapping[sympy.Symbol, mpmath.mpf]):
+    """Evaluate ``expr`` at ``env`` with mpmath (the working precision set by the caller)."""
+    if isinstance(expr, sympy.Symbol):
+        return env[expr]
+    if expr.is_Number or expr in (sympy.pi, sympy.E):
+        if expr is sympy.oo:
+            return mpmath.inf
+        if expr is sympy.S.NegativeInfinity:
+            return -mpmath.inf
+        if expr is sympy.nan or expr is sympy.zoo:
+            raise Undefined("nan")
+        return mpmath.mpf(sympy.Float(expr, mpmath.mp.dps + 5))
+    if expr is sympy.true:
+        return True
+    if expr is sympy.false:
+        return False
+    args = expr.args
+    if isinstance(expr, sympy.Add):
+        return _real(mpmath.fsum(evaluate(a, env) for a in args))
+    if isinstance(expr, sympy.Mul):
+        result = mpmath.mpf(1)
+        for a in args:
+            result *= evaluate(a, env)
+        return _real(result)
+    if isinstance(expr, sympy.Pow):
+        base, e = evaluate(args[0], env), evaluate(args[1], env)
+        if base == 0 and e < 0:
+            raise Undefined("division by zero")
+        return _real(mpmath.power(base, e))
+    if isinstance(expr, sympy.Piecewise):
+        for value, cond in args:
+            if evaluate(cond, env):
+                return evaluate(value, env)
+        raise Undefined("no Piecewise branch")
+    if isinstance(expr, sympy.core.relational.Relational):
+        lhs, rhs = evaluate(expr.lhs, env), evaluate(expr.rhs, env)
+        return {"<": lhs < rhs, "<=": lhs <= rhs, ">": lhs > rhs, ">=": lhs >= rhs, "==": lhs == rhs, "!=": lhs != rhs}[expr.rel_op]
+    if isinstance(expr, sympy.And):
+        return all(evaluate(a, env) for a in args)
+    if isinstance(expr, sympy.Or):
+        return any(evaluate(a, env) for a in args)
+    if isinstance(expr, sympy.Not):
+        return not evaluate(args[0], env)
+    if isinstance(expr, sympy.Heaviside):
+        return evaluate(heaviside_as_piecewise(*args), env)
+    if isinstance(expr, sympy.DiracDelta):
+        return mpmath.mpf(0)
+    if isinstance(expr, sympy.sign):
+        v = evaluate(args[0], env)
+        return mpmath.mpf((v > 0) - (v < 0))
+    if isinstance(expr, sympy.Max):
+        return max(evaluate(a, env) for a in args)
+    if isinstance(expr, sympy.Min):
+        return min(evaluate(a, env) for a in args)
+    if isinstance(expr, sympy.atan2):
+        return mpmath.atan2(evaluate(args[0], env), evaluate(args[1], env))
+    if isinstance(expr, sympy.polygamma):
+        return mpmath.polygamma(int(args[0]), evaluate(args[1], env))
+    if isinstance(expr, StableFunction):
+        return _real(type(expr).mp(*(evaluate(a, env) for a in args)))
+    func = _MP_FUNCS.get(type(expr))
+    if func is None:
+        raise NotImplementedError(f"no mpmath evaluation for {type(expr).__name__}")
+    values = [evaluate(a, env) for a in args]
+    try:
+        return _real(func(*values))
+    except (ValueError, ZeroDivisionError) as exc:
+        raise Undefined(str(exc)) from None
+
+
+def to_float(value) -> float | None:
+    """The value as a Python float; +-inf when it overflows float64; None if undefined."""
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+
+
+# --------------------------------------------------------------------------- test points
+EXTREMES = (-1e4, -710.0, -100.0, -89.0, -30.0, -1.0, -1e-8, 0.0, 1e-8, 1.0, 30.0, 89.0, 100.0, 710.0, 1e4)
+
+
+def extreme_points(inp: Input) -> list[float]:
+    """Extreme and tricky values inside an input's domain (edges included)."""
+    lo, hi = inp.domain
+    points = [v for v in EXTREMES if lo <= v <= hi]
+    for edge in (lo, hi):
+        if math.isfinite(edge):
+            points += [edge, edge + 1e-8 if edge == lo else edge - 1e-8]
+    if inp.assumptions and dict(inp.assumptions).get("positive"):
+        points = [p for p in points if p > 0]
+    if dict(inp.assumptions).get("nonnegative"):
+        points = [p for p in points if p >= 0]
+    return sorted(set(p for p in points if lo <= p <= hi))
+
+
+def sample_points(inp: Input, rng: random.Random, n: int) -> list[float]:
+    """Random benign values inside the domain (rounded, to keep the test files readable)."""
+    from symgrad.plan import domain_interior
+
+    lo, hi = domain_interior(inp)
+    return [round(rng.uniform(lo, hi), 6) for _ in range(n)]
+
+
+@dataclass(frozen=True)
+class Case:
+    """One input point and the exact values there (None = undefined, +-inf = overflow)."""
+
+    inputs: dict[str, float]
+    values: tuple[float | None, ...]  # per output
+    grads: dict[str, float | None]  # "output:input" -> d output / d input
+    second: dict[str, float | None]  # "output:input" -> d2 output / d input2
+
+
+@dataclass(frozen=True)
+class Reference:
+    """Reference cases for one function, from its naive formula."""
+
+    benign: tuple[Case, ...]
+    extreme: tuple[Case, ...]
+
+
+def exact(expr: sympy.Basic, point: Mapping[sympy.Symbol, float]) -> float | None:
+    """The exact value rounded to float64 (None where undefined).
+
+    Evaluated at rising precision until two precisions agree: a naive formula such as
+    log(1 - sigmoid(710)) cancels 2**-1024 against 1 and needs over a thousand bits.
+    """
+    previous = None
+    prec = PREC_BITS
+    while prec <= MAX_PREC_BITS:
+        with mpmath.workprec(prec):
+            env = {s: mpmath.mpf(v) for s, v in point.items()}
+            try:
+                current = to_float(evaluate(expr, env))
+            except (Undefined, ZeroDivisionError):
+                current = None
+        if prec > PREC_BITS and current == previous:
+            return current
+        previous = current
+        prec *= 4
+    return previous
+
+
+def _eval_case(derived: Derived, exprs, point: dict[str, float]) -> Case:
+    syms = derived.symbols
+    env = {syms[k]: v for k, v in point.items()}
+
+    def value(e):
+        return exact(e, env)
+
+    outs, grads, second = exprs
+    return Case(
+        inputs=dict(point),
+        values=tuple(value(e) for e in outs),
+        grads={k: value(e) for k, e in grads.items()},
+        second={k: value(e) for k, e in second.items()},
+    )
+
+
+def reference(derived: Derived, n_benign: int = 6) -> Reference:
+    """Values, gradients and second derivatives of the naive formula at test points.
+
+    Derivatives are per output and input; where the user overrides a gradient, that
+    formula (upstream gradient 1 for that output, 0 for the others) is the reference.
+    """
+    fn = derived.function
+    syms = derived.symbols
+    grads, second = {}, {}
+    for (out, expr), g in zip(derived.naive_outputs, derived.grads):
+        only_this = {h: (sympy.S.One if h == g else sympy.S.Zero) for h in derived.grads}
+        for name in derived.diff_inputs:
+            if name in derived.overridden:
+                d = derived.vjps[name].xreplace(only_this)
+            else:
+                d = sympy.diff(expr, syms[name])
+            grads[f"{out}:{name}"] = d
+            if fn.order >= 2:
+                second[f"{out}:{name}"] = sympy.diff(d, syms[name])
+    exprs = ([e for _, e in derived.naive_outputs], grads, second)
+
+    rng = random.Random(f"symgrad:{fn.name}")
+    tensors = [i for i in fn.inputs if i.is_tensor]
+    scalars = {i.name: (i.default if i.has_default else _scalar_value(i)) for i in fn.inputs if not i.is_tensor}
+    with mpmath.workprec(PREC_BITS):
+        benign = []
+        samples = {i.name: sample_points(i, rng, n_benign) for i in tensors}
+        for k in range(n_benign):
+            point = {name: vals[k] for name, vals in samples.items()} | scalars
+            benign.append(_eval_case(derived, exprs, point))
+        extreme = []
+        # Each input in turn at its extreme points, the others at a benign value.
+        for inp in tensors:
+            if not inp.gets_gradient and len(tensors) > 1:
+                continue
+            for v in extreme_points(inp):
+                point = {i.name: samples[i.name][0] for i in tensors} | scalars
+                point[inp.name] = v
+                extreme.append(_eval_case(derived, exprs, point))
+    return Reference(tuple(benign), tuple(extreme))
+
+
+def _scalar_value(inp: Input) -> float:
+    lo, hi = inp.domain
+    if math.isfinite(lo) and math.isfinite(hi):
+        return (lo + hi) / 2
+    if math.isfinite(lo):
+        return lo + 1.0
+    if math.isfinite(hi):
+        return hi - 1.0
+    return 1.0
