@@ -13,7 +13,7 @@ import sympy
 from symgrad.errors import DerivationError, SpecError
 from symgrad.expr import parse_formula
 from symgrad.spec import Function, Spec
-from symgrad.stabilize import stabilize
+from symgrad.stabilize import split_regimes, stabilize
 
 #: Seconds SymPy's simplify may spend on one formula before the cheaper form is kept.
 SIMPLIFY_SECONDS = 4.0
@@ -99,6 +99,11 @@ def finish(expr: sympy.Expr) -> sympy.Expr:
         except TimeoutError:
             pass
     best = min(candidates, key=_cost)
+    try:
+        with _time_limit(SIMPLIFY_SECONDS):
+            best = split_regimes(best)
+    except TimeoutError:
+        pass
     if best.has(sympy.Piecewise):
         best = sympy.piecewise_fold(best)
     return best

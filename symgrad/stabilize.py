@@ -203,3 +203,38 @@ def _rewrite(expr: sympy.Basic, rules: tuple[Rule, ...]) -> sympy.Basic:
 def stabilize(expr: sympy.Expr, rules: tuple[Rule, ...] = RULES) -> sympy.Expr:
     """Apply the stabilizing rewrites bottom-up until none applies."""
     return _rewrite(expr, rules)
+
+
+# ----------------------------------------------------------------------------- regimes
+_SERIES_TERMS = 4
+_EPS = 2.0**-53
+
+
+def _series_regime(node: sympy.Basic) -> sympy.Basic | None:
+    """x - tanh(x), x - sin(x), ...: the linear terms cancel near 0, so below a threshold
+    use the Taylor polynomial, truncated where the next term is under float64's epsilon."""
+    if not isinstance(node, Add) or len(node.free_symbols) != 1 or sympy.count_ops(node) > 30:
+        return None
+    (x,) = node.free_symbols
+    if not any(term.has(x) and sympy.degree(term, x) == 1 for term in node.args if term.is_polynomial(x)):
+        return None
+    if node.has(sympy.Piecewise) or node.subs(x, 0) != 0:
+        return None
+    try:
+        poly = sympy.series(node, x, 0, 16).removeO()
+    except Exception:  # noqa: BLE001 - SymPy cannot expand it: keep the formula
+        return None
+    terms = sorted(sympy.Add.make_args(sympy.expand(poly)), key=lambda t: sympy.degree(t, x))
+    terms = [t for t in terms if t != 0]
+    if len(terms) <= _SERIES_TERMS or sympy.degree(terms[0], x) < 2:
+        return None
+    lead, nxt = terms[0], terms[_SERIES_TERMS]
+    k, n = sympy.degree(lead, x), sympy.degree(nxt, x)
+    ratio = abs(float(lead.coeff(x, k)) / float(nxt.coeff(x, n)))
+    threshold = sympy.Float(float(f"{(_EPS * ratio) ** (1.0 / (n - k)):.3g}"), 3)
+    return sympy.Piecewise((Add(*terms[:_SERIES_TERMS]), sympy.Abs(x) < threshold), (node, True))
+
+
+def split_regimes(expr: sympy.Expr) -> sympy.Expr:
+    """Give cancelling sums a Taylor branch near 0 (see :func:`_series_regime`)."""
+    return _rewrite(expr, (_series_regime,))

@@ -200,6 +200,6 @@ def test_huge_special_function_argument_does_not_hang(tmp_path, formula):
         "except SpecError as e:\n    print(e)\n    sys.exit(3)\n"
     )
     proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=8, check=False
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=4, check=False
     )
     assert proc.returncode == 3 and f"{path}:5" in proc.stdout

@@ -207,6 +207,7 @@ class FrameworkPrinter(StrPrinter):
             for value, cond in reversed(pieces):
                 text = f"({self._print(value)} if {self._print(cond)} else {text})"
             return text
+        self._branch_ref = sorted(expr.free_symbols - self.scalars, key=lambda s: s.name)[0]
         if otherwise is sympy.nan:
             self.uses_math = True
             text = "math.nan"

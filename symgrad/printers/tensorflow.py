@@ -46,6 +46,12 @@ class TensorFlowPrinter(FrameworkPrinter):
     def full_like(self, ref: sympy.Symbol, value: sympy.Expr) -> str:
         return f"tf.fill(tf.shape({self._print(ref)}), tf.constant({self._print(value)}, {self._print(ref)}.dtype))"
 
+    def _print_branch(self, value: sympy.Expr) -> str:
+        # tf.where converts a Python float to float32 whatever the other branch is.
+        if value.is_Number:
+            return f"tf.constant({float(value)!r}, {self._print(self._branch_ref)}.dtype)"
+        return super()._print_branch(value)
+
     def where(self, cond: str, a: str, b: str) -> str:
         return f"tf.where({cond}, {a}, {b})"
 

@@ -1,0 +1,84 @@
+"""Each stabilize rule: the naive form fails numerically at a named point, the rewrite does not."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import sympy
+import torch
+
+from symgrad import functions as F
+from symgrad.errors import Location
+from symgrad.expr import parse_formula
+from symgrad.printers import TorchPrinter
+from symgrad.stabilize import RULES, stabilize
+
+x, y = sympy.symbols("x y", real=True)
+
+# rule -> (naive formula, point, class the rewrite must contain, differentiate w.r.t. x first,
+#          exact value where the naive formula cannot give it at the point)
+CASES = {
+    "log_reciprocal": ("log(1/x)", {"x": 1e-310}, sympy.log, False, None),
+    "log_one_plus": ("log(1 + x)", {"x": 1e-20}, F.log1p, False, None),
+    "log1p_exp": ("log(1 + exp(x))", {"x": 1000.0}, F.softplus, False, None),
+    "log_sum_exp": ("log(exp(x) + exp(y))", {"x": 1000.0, "y": 1000.0}, F.logaddexp, False, None),
+    "log_cosh": ("log(cosh(x))", {"x": 1000.0}, F.softplus, False, None),
+    "exp_minus_one": ("exp(x) - 1", {"x": 1e-20}, F.expm1, False, None),
+    # sigmoid's forward is fine naively; its derivative exp(-x)/(1 + exp(-x))**2 is inf/inf.
+    "reciprocal_one_plus_exp": ("1/(1 + exp(-x))", {"x": -1000.0}, F.sigmoid, True, None),
+    "exp_times_sigmoid": ("exp(x)/(1 + exp(x))", {"x": 1000.0}, F.sigmoid, False, None),
+    "log_sigmoid": ("log(1/(1 + exp(-x)))", {"x": -1000.0}, F.softplus, False, None),
+    "one_minus_sigmoid": ("1 - 1/(1 + exp(-x))", {"x": 40.0}, F.sigmoid, False, None),
+    "one_minus_erf": ("1 - erf(x)", {"x": 10.0}, sympy.erfc, False, None),
+    "sqrt_sum_squares": ("sqrt(x**2 + y**2)", {"x": 1e200, "y": 1e200}, F.hypot, False, None),
+    "x_log_x": ("x*log(x)", {"x": 0.0}, F.xlogy, False, F.xlogy.mp(0, 0)),
+}
+
+
+def test_every_rule_has_a_case():
+    assert {rule.__name__ for rule in RULES} == set(CASES)
+
+
+def run_torch(expr, values):
+    namespace = {"torch": torch, "math": math}
+    namespace.update({k: torch.tensor(v, dtype=torch.float64) for k, v in values.items()})
+    return float(eval(TorchPrinter().doprint(expr), namespace))
+
+
+@pytest.mark.parametrize("rule", list(CASES))
+def test_rule_fixes_naive_failure(rule):
+    text, values, cls, derivative, exact = CASES[rule]
+    naive = parse_formula(text, {"x": x, "y": y}, Location("t.yaml", 1, rule))
+    stable = stabilize(naive)
+    assert stable.has(cls), stable
+    if derivative:
+        naive, stable = sympy.diff(naive, x), sympy.diff(stable, x)
+    if exact is None:
+        subs = {sympy.Symbol(k, real=True): sympy.Float(v, 50) for k, v in values.items()}
+        exact = naive.evalf(50, subs=subs)
+    exact = float(exact)
+    assert math.isfinite(exact)
+
+    bad = run_torch(naive, values)
+    assert not (math.isfinite(bad) and bad == pytest.approx(exact, rel=1e-6, abs=1e-300)), bad
+    good = run_torch(stable, values)
+    assert good == pytest.approx(exact, rel=1e-12, abs=1e-300)
+
+
+def test_softplus_at_1000_prints_and_evaluates():
+    naive = sympy.log(1 + sympy.exp(x))
+    assert run_torch(naive, {"x": 1000.0}) == math.inf
+    stable = stabilize(naive)
+    assert stable == F.softplus(x)
+    assert run_torch(stable, {"x": 1000.0}) == 1000.0
+
+
+def test_stabilize_rewrites_inside_larger_expressions():
+    expr = 2 * sympy.log(1 + sympy.exp(3 * x)) + sympy.sin(sympy.exp(y) - 1)
+    assert stabilize(expr) == 2 * F.softplus(3 * x) + sympy.sin(F.expm1(y))
+
+
+def test_stabilize_leaves_stable_expressions_alone():
+    expr = sympy.sin(x) * y + sympy.exp(x)
+    assert stabilize(expr) == expr
