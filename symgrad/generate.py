@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from symgrad.derive import Derived, derive_spec
 from symgrad.plan import FunctionPlan, plan_tensorflow, plan_torch
 from symgrad.render import render, ruff_format
+from symgrad.errors import SpecError
 from symgrad.spec import Spec
 
 
@@ -29,6 +30,16 @@ def _module(spec: Spec, plans: list[FunctionPlan], template: str, name: str, spe
     return GeneratedFile(name, ruff_format(text, name))
 
 
+def _located(planner, derived: Derived) -> FunctionPlan:
+    """Run a planner; errors without a location get the function's."""
+    try:
+        return planner(derived)
+    except SpecError as error:
+        if error.location is None:
+            raise type(error)(derived.function.location, error.message, error.hint) from error
+        raise
+
+
 def generate(
     spec: Spec,
     targets: tuple[str, ...] | None = None,
@@ -44,10 +55,10 @@ def generate(
     spec_path = spec_path or spec.path.as_posix()
     files = []
     if "torch" in targets:
-        plans = [plan_torch(d) for d in derived]
+        plans = [_located(plan_torch, d) for d in derived]
         files.append(_module(spec, plans, "torch_module.py.jinja", f"{spec.module}_torch.py", spec_path))
     if "tensorflow" in targets:
-        plans = [plan_tensorflow(d) for d in derived]
+        plans = [_located(plan_tensorflow, d) for d in derived]
         files.append(_module(spec, plans, "tf_module.py.jinja", f"{spec.module}_tf.py", spec_path))
     if tests:
         files += [GeneratedFile(n, ruff_format(t, n)) for n, t in test_files(spec, derived, targets, spec_path)]

@@ -30,6 +30,7 @@ def emit(
     assignments: Sequence[tuple[str, sympy.Expr]],
     printer: FrameworkPrinter,
     temp_prefix: str = "t",
+    copy_inputs: bool = False,
 ) -> Body:
     """Print ``name = expr`` for each assignment, sharing common subexpressions."""
     exprs = [sympy.sympify(e) for _, e in assignments]
@@ -46,7 +47,11 @@ def emit(
         if printer.is_scalar(value):
             printer.scalars = printer.scalars | {temp}
     for (name, _), value in zip(assignments, reduced):
-        lines.append(f"{name} = {printer.doprint(value)}")
+        code = printer.doprint(value)
+        if isinstance(value, sympy.Symbol) and copy_inputs and not printer.is_scalar(value):
+            # autograd.Function outputs must not be inputs returned as they are.
+            code = f"{code}.clone()"
+        lines.append(f"{name} = {code}")
     return Body(lines, printer.uses_math)
 
 
@@ -181,9 +186,9 @@ class _TorchPlanner:
     def printer(self) -> FrameworkPrinter:
         return PRINTERS["torch"](scalars=self.scalars)
 
-    def body(self, assignments) -> list[str]:
+    def body(self, assignments, copy_inputs: bool = False) -> list[str]:
         printer = self.printer()
-        result = emit(assignments, printer)
+        result = emit(assignments, printer, copy_inputs=copy_inputs)
         self.uses_math = self.uses_math or result.uses_math
         return result.lines
 
@@ -219,7 +224,9 @@ class _TorchPlanner:
         d, fn = self.d, self.fn
         inputs = [i.name for i in fn.inputs]
         out_names = [name for name, _ in d.outputs]
-        forward = Method(inputs, self.body(d.outputs) + [f"return {', '.join(out_names)}"])
+        forward = Method(
+            inputs, self.body(d.outputs, copy_inputs=True) + [f"return {', '.join(out_names)}"]
+        )
 
         order2 = fn.order >= 2
         vjps = {i: self.subst(e) for i, e in d.vjps.items()}
@@ -238,13 +245,13 @@ class _TorchPlanner:
         setup = []
         in_names = ", ".join(inputs)
         setup.append(f"{in_names}{',' if len(inputs) == 1 else ''} = inputs")
-        if any(n in saved for n in out_names):
+        non_diff = [o for o in out_names if o not in d.differentiable_outputs()]
+        if any(n in saved for n in out_names) or non_diff:
             outs = ", ".join(out_names)
             setup.append(f"{outs}{',' if len(out_names) == 1 else ''} = output" if len(out_names) > 1 else f"{outs} = output")
         for inp in fn.inputs:
             if not inp.is_tensor and inp.name in self.scalar_names(list(vjps.values()) + [e for r in jac.values() for e in r.values()] + [e for r in d.second.values() for e in r.values()]):
                 setup.append(f"ctx.{inp.name} = {inp.name}")
-        non_diff = [o for o in out_names if o not in d.differentiable_outputs()]
         if non_diff:
             setup.append(f"ctx.mark_non_differentiable({', '.join(non_diff)})")
         if saved:
@@ -352,7 +359,7 @@ class _TorchPlanner:
         scalars = self.scalar_names([vjp, *second.values()])
         args = tensor_names + scalars
         var = f"grad_{i}"
-        forward = Method(args, self.body([(var, vjp)]) + [f"return {var}"])
+        forward = Method(args, self.body([(var, vjp)], copy_inputs=True) + [f"return {var}"])
 
         saved = self.ordered(self.tensors_in(second.values()))
         setup = [f"{', '.join(args)}{',' if len(args) == 1 else ''} = inputs"]

@@ -20,6 +20,8 @@ _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SNAKE = re.compile(r"^[a-z_][a-z0-9_]*$")
 _ASSUMPTIONS = ("positive", "nonnegative", "integer")
 #: Names an input or output may not take: they collide with generated code or the language.
+_FUNCTION_KEYS = ("doc", "inputs", "output", "outputs", "gradient", "order")
+_SPEC_KEYS = ("module", "doc", "targets", "order", "functions")
 RESERVED = frozenset({"grad", "ctx", "torch", "tf", "math", "out", "inputs", "output", "self"})
 
 
@@ -163,6 +165,14 @@ class _Fields:
     def pop(self, key: str, default: Any = None) -> Any:
         return self.data.pop(key, default)
 
+    def finish_keys(self, allowed: tuple[str, ...], what: str, lines: dict[str, int]) -> None:
+        """Reject unknown keys up front (so a typo is not reported as a missing key)."""
+        self.lines = lines
+        for key in list(self.data):
+            if key in allowed:
+                self.data.pop(key)
+        self.finish(allowed, what)
+
     def finish(self, allowed: tuple[str, ...], what: str) -> None:
         for key in self.data:
             close = difflib.get_close_matches(key, allowed, n=1)
@@ -284,6 +294,7 @@ def _parse_function(name: str, data: Any, where: Location, default_order: int) -
     where = where.at(function=name)
     _identifier(name, where, "function name", snake=True)
     f = _Fields(data, where, f"function '{name}'")
+    _Fields(dict(f.data), where, "").finish_keys(_FUNCTION_KEYS, "a function", f.lines)
     doc = f.pop("doc")
     if doc is not None and not isinstance(doc, str):
         raise SpecError(f.at("doc"), "doc must be a string")
@@ -371,7 +382,7 @@ def _parse_function(name: str, data: Any, where: Location, default_order: int) -
                 )
             grads.append(_formula(key, value, fg.at(key), f"gradient of '{key}'"))
         gradients = tuple(grads)
-    f.finish(("doc", "inputs", "output", "outputs", "gradient", "order"), "a function")
+    f.finish(_FUNCTION_KEYS, "a function")
     return Function(
         name=name,
         doc=doc.strip() if doc else None,
@@ -399,6 +410,7 @@ def load_spec(path: str | Path) -> Spec:
     data = _load_yaml(text, path)
     where = Location(path, 1)
     f = _Fields(data if data is not None else {}, where, "the spec")
+    _Fields(dict(f.data), where, "").finish_keys(_SPEC_KEYS, "the spec", f.lines)
     module = f.pop("module")
     if module is None:
         raise SpecError(where, "missing 'module'", "add module: <python_identifier>")
@@ -435,7 +447,7 @@ def load_spec(path: str | Path) -> Spec:
                 "rename one of them",
             )
         class_names[fn.class_name] = fn.name
-    f.finish(("module", "doc", "targets", "order", "functions"), "the spec")
+    f.finish(_SPEC_KEYS, "the spec")
     return Spec(
         module=module,
         doc=doc.strip() if doc else None,

@@ -39,83 +39,131 @@ def check(tmp_path, text, line, function, match):
 CASES = {
     "unknown input key": (
         HEAD + "    inputs:\n      x: {dmain: [0, 1]}\n    output: x\n",
-        5, "f", r"unknown key 'dmain'(.|\n)*did you mean 'domain'",
+        5,
+        "f",
+        r"unknown key 'dmain'(.|\n)*did you mean 'domain'",
     ),
     "unknown function key": (
         HEAD + "    inputs: {x: {}}\n    output: x\n    gradiant: {x: grad}\n",
-        6, "f", r"unknown key 'gradiant'(.|\n)*did you mean 'gradient'",
+        6,
+        "f",
+        r"unknown key 'gradiant'(.|\n)*did you mean 'gradient'",
     ),
     "bad function name": (
         "module: m\nfunctions:\n  bad-name:\n    inputs: {x: {}}\n    output: x\n",
-        3, "bad-name", r"function name 'bad-name' is not a valid Python identifier",
+        3,
+        "bad-name",
+        r"function name 'bad-name' is not a valid Python identifier",
     ),
     "bad input name": (
         HEAD + "    inputs:\n      1x: {}\n    output: x\n",
-        5, "f", r"input name '1x' is not a valid Python identifier",
+        5,
+        "f",
+        r"input name '1x' is not a valid Python identifier",
     ),
     "bad module": (
         "module: my-mod\nfunctions:\n  f:\n    inputs: {x: {}}\n    output: x\n",
-        1, None, r"module 'my-mod' is not a valid Python identifier",
+        1,
+        None,
+        r"module 'my-mod' is not a valid Python identifier",
     ),
     "unknown symbol": (
-        HEAD + "    inputs: {x: {}}\n    output: x + zz\n", 5, "f", r"unknown name: 'zz'",
+        HEAD + "    inputs: {x: {}}\n    output: x + zz\n",
+        5,
+        "f",
+        r"unknown name: 'zz'",
     ),
     "unknown function": (
-        HEAD + "    inputs: {x: {}}\n    output: foo(x)\n", 5, "f", r"unknown function: 'foo'",
+        HEAD + "    inputs: {x: {}}\n    output: foo(x)\n",
+        5,
+        "f",
+        r"unknown function: 'foo'",
     ),
     "misspelt function": (
         HEAD + "    inputs: {x: {}}\n    output: sinn(x)\n",
-        5, "f", r"unknown function(.|\n)*did you mean 'sin'",
+        5,
+        "f",
+        r"unknown function(.|\n)*did you mean 'sin'",
     ),
     "default on tensor": (
         HEAD + "    inputs:\n      x: {}\n      y: {default: 1.0}\n    output: x*y\n",
-        6, "f", r"tensor input 'y' cannot have a default",
+        6,
+        "f",
+        r"tensor input 'y' cannot have a default",
     ),
     "domain lo >= hi": (
         HEAD + "    inputs:\n      x: {domain: [1, 1]}\n    output: x\n",
-        5, "f", r"domain lower bound 1 must be below the upper bound 1",
+        5,
+        "f",
+        r"domain lower bound 1 must be below the upper bound 1",
     ),
     "duplicate function": (
         HEAD + "    inputs: {x: {}}\n    output: x\n  f:\n    inputs: {x: {}}\n    output: x\n",
-        6, None, r"duplicate key 'f' \(first given on line 3\)",
+        6,
+        None,
+        r"duplicate key 'f' \(first given on line 3\)",
     ),
     "duplicate input": (
         HEAD + "    inputs:\n      x: {}\n      x: {}\n    output: x\n",
-        6, None, r"duplicate key 'x' \(first given on line 5\)",
+        6,
+        None,
+        r"duplicate key 'x' \(first given on line 5\)",
     ),
     "missing output": (HEAD + "    inputs: {x: {}}\n", 3, "f", r"missing 'output'"),
     "output and outputs": (
         HEAD + "    inputs: {x: {}}\n    output: x\n    outputs: {a: x}\n",
-        6, "f", r"either 'output' or 'outputs', not both",
+        6,
+        "f",
+        r"either 'output' or 'outputs', not both",
     ),
     "gradient of unknown input": (
         HEAD + "    inputs: {x: {}}\n    output: x\n    gradient:\n      xx: grad\n",
-        7, "f", r"unknown input 'xx'(.|\n)*did you mean 'x'",
+        7,
+        "f",
+        r"unknown input 'xx'(.|\n)*did you mean 'x'",
     ),
     "gradient of non-differentiable": (
         HEAD + "    inputs:\n      x: {}\n      t: {differentiable: false}\n"
         "    output: x*t\n    gradient:\n      t: grad\n",
-        9, "f", r"gradient given for 't', which is not differentiable",
+        9,
+        "f",
+        r"gradient given for 't', which is not differentiable",
     ),
     "function order 3": (
-        HEAD + "    order: 3\n    inputs: {x: {}}\n    output: x\n", 4, "f", r"order must be 1 or 2",
+        HEAD + "    order: 3\n    inputs: {x: {}}\n    output: x\n",
+        4,
+        "f",
+        r"order must be 1 or 2",
     ),
     "spec order 0": (
         "module: m\norder: 0\nfunctions:\n  f:\n    inputs: {x: {}}\n    output: x\n",
-        2, None, r"order must be 1 or 2",
+        2,
+        None,
+        r"order must be 1 or 2",
     ),
     "unknown target": (
         "module: m\ntargets: [jax]\nfunctions:\n  f:\n    inputs: {x: {}}\n    output: x\n",
-        2, None, r"unknown target 'jax'",
+        2,
+        None,
+        r"unknown target 'jax'",
     ),
     "invalid yaml": (
-        HEAD + "    inputs: {x: {}\n    output: x\n", 5, None, r"invalid YAML",
+        HEAD + "    inputs: {x: {}\n    output: x\n",
+        5,
+        None,
+        r"invalid YAML",
     ),
     "reserved input": (
-        HEAD + "    inputs:\n      grad: {}\n    output: grad\n", 5, "f", r"'grad' is reserved",
+        HEAD + "    inputs:\n      grad: {}\n    output: grad\n",
+        5,
+        "f",
+        r"'grad' is reserved",
     ),
     "x^2": (
-        HEAD + "    inputs: {x: {}}\n    output: x^2\n", 5, "f", r"(.|\n)*use \*\* for powers",
+        HEAD + "    inputs: {x: {}}\n    output: x^2\n",
+        5,
+        "f",
+        r"(.|\n)*use \*\* for powers",
     ),
 }
 
@@ -170,7 +218,10 @@ def test_malicious_formula_is_refused_without_running(tmp_path, payload):
 
 def test_python_yaml_tag_is_refused(tmp_path):
     marker = tmp_path / "MARKER"
-    text = HEAD + f'    inputs: {{x: {{}}}}\n    output: !!python/object/apply:os.system ["touch {marker}"]\n'
+    text = (
+        HEAD
+        + f'    inputs: {{x: {{}}}}\n    output: !!python/object/apply:os.system ["touch {marker}"]\n'
+    )
     check(tmp_path, text, 5, None, "invalid YAML")
     assert not marker.exists()
 

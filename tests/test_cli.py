@@ -1,0 +1,130 @@
+"""The command line: determinism, --check, atomic writes, exit codes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from symgrad.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+GOOD = """\
+module: {module}
+functions:
+  softplus:
+    inputs: {{x: {{}}}}
+    output: log(1 + exp(x))
+"""
+BAD_FUNCTION = """\
+module: second
+functions:
+  fine:
+    inputs: {x: {}}
+    output: x**2
+  broken:
+    inputs: {x: {}}
+    output: frobnicate(x)
+"""
+
+
+def run(*args: str, cwd: Path):
+    old = os.getcwd()
+    os.chdir(cwd)
+    try:
+        return CliRunner().invoke(main, list(args))
+    finally:
+        os.chdir(old)
+
+
+def test_gen_writes_the_four_files(tmp_path):
+    (tmp_path / "a.yaml").write_text(GOOD.format(module="a"))
+    result = run("gen", "a.yaml", cwd=tmp_path)
+    assert result.exit_code == 0, result.output
+    names = sorted(p.name for p in (tmp_path / "generated").iterdir())
+    assert names == ["a_tf.py", "a_torch.py", "test_a_tf.py", "test_a_torch.py"]
+    header = (tmp_path / "generated" / "a_torch.py").read_text()
+    assert "a.yaml" in header and "sha256" in header and "Do not edit" in header
+
+
+def test_targets_and_no_tests(tmp_path):
+    (tmp_path / "a.yaml").write_text(GOOD.format(module="a"))
+    result = run("gen", "a.yaml", "-o", "out", "--targets", "torch", "--no-tests", cwd=tmp_path)
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["a_torch.py"]
+
+
+def test_output_is_deterministic_across_processes(tmp_path):
+    (tmp_path / "a.yaml").write_text(GOOD.format(module="a"))
+    contents = []
+    for seed in ("1", "2"):
+        out = tmp_path / f"out{seed}"
+        env = dict(os.environ, PYTHONHASHSEED=seed)
+        subprocess.run(
+            [sys.executable, "-m", "symgrad.cli", "gen", "a.yaml", "-o", out.name],
+            cwd=tmp_path, env=env, check=True, capture_output=True,
+        )
+        contents.append({p.name: p.read_bytes() for p in out.iterdir()})
+    assert contents[0] == contents[1]
+
+
+def test_check_fresh_stale_missing(tmp_path):
+    (tmp_path / "a.yaml").write_text(GOOD.format(module="a"))
+    assert run("gen", "a.yaml", cwd=tmp_path).exit_code == 0
+    fresh = run("gen", "a.yaml", "--check", cwd=tmp_path)
+    assert fresh.exit_code == 0, fresh.output
+
+    stale_file = tmp_path / "generated" / "a_torch.py"
+    stale_file.write_text(stale_file.read_text() + "# edited\n")
+    (tmp_path / "generated" / "a_tf.py").unlink()
+    before = stale_file.read_text()
+    result = run("gen", "a.yaml", "--check", cwd=tmp_path)
+    assert result.exit_code == 1
+    assert "would regenerate generated/a_torch.py" in result.output
+    assert "would create generated/a_tf.py" in result.output
+    assert stale_file.read_text() == before  # --check writes nothing
+    assert not (tmp_path / "generated" / "a_tf.py").exists()
+
+
+def test_a_bad_second_spec_leaves_every_file_untouched(tmp_path):
+    (tmp_path / "first.yaml").write_text(GOOD.format(module="first"))
+    (tmp_path / "second.yaml").write_text(BAD_FUNCTION)
+    assert run("gen", "first.yaml", cwd=tmp_path).exit_code == 0
+    old = tmp_path / "generated" / "first_torch.py"
+    old.write_text("# an older version\n")
+    (tmp_path / "first.yaml").write_text(GOOD.format(module="first").replace("1 + exp", "2 + exp"))
+    result = run("gen", "first.yaml", "second.yaml", cwd=tmp_path)
+    assert result.exit_code == 1
+    assert "second.yaml:8" in result.output and "broken" in result.output
+    assert "frobnicate" in result.output
+    assert old.read_text() == "# an older version\n"
+    assert not (tmp_path / "generated" / "second_torch.py").exists()
+
+
+def test_exit_codes(tmp_path):
+    assert run("gen", cwd=tmp_path).exit_code == 2  # usage: no spec given
+    assert run("gen", "x.yaml", "--targets", "jax", cwd=tmp_path).exit_code == 2
+    (tmp_path / "bad.yaml").write_text("module: 1x\nfunctions: {}\n")
+    result = run("check", "bad.yaml", cwd=tmp_path)
+    assert result.exit_code == 1 and "bad.yaml:1" in result.output
+    (tmp_path / "a.yaml").write_text(GOOD.format(module="a"))
+    assert run("check", "a.yaml", cwd=tmp_path).exit_code == 0
+
+
+def test_show_prints_the_stable_formulas(tmp_path):
+    (tmp_path / "a.yaml").write_text(GOOD.format(module="a"))
+    text = run("show", "a.yaml", cwd=tmp_path).output
+    assert "softplus(x)" in text and "sigmoid(x)" in text
+    latex = run("show", "a.yaml", "--latex", "--function", "softplus", cwd=tmp_path).output
+    assert "\\operatorname{sigmoid}" in latex or "sigmoid" in latex
+    assert run("show", "a.yaml", "--function", "nope", cwd=tmp_path).exit_code == 1
+
+
+def test_committed_examples_are_fresh():
+    """examples/generated is what `symgrad gen specs/*.yaml -o examples/generated` makes."""
+    specs = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "specs").glob("*.yaml"))
+    result = run("gen", *specs, "-o", "examples/generated", "--check", cwd=ROOT)
+    assert result.exit_code == 0, result.output

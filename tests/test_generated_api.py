@@ -1,0 +1,127 @@
+"""Behaviour of generated torch/TF code that the generated suites do not cover."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+MUL = """\
+module: m
+functions:
+  mul:
+    inputs: {x: {}, y: {}}
+    output: x*y
+  bce:
+    inputs:
+      z: {}
+      target: {differentiable: false, domain: [0, 1]}
+      weight: {kind: scalar, default: 2.0}
+    output: -weight*(target*log(1/(1 + exp(-z))) + (1 - target)*log(1 - 1/(1 + exp(-z))))
+  sinh_cosh:
+    inputs: {x: {}}
+    outputs: {s: sinh(x), c: cosh(x)}
+  ste:
+    inputs: {x: {}}
+    output: Heaviside(x, 1)
+    gradient:
+      x: grad * Heaviside(1 - Abs(x), 1)
+  step:
+    inputs: {x: {}}
+    output: Heaviside(x, 1)
+"""
+
+
+def test_broadcast_gradients_are_summed_to_input_shapes(generate_module):
+    m = generate_module(MUL)
+    x = torch.randn(3, 1, dtype=torch.float64, requires_grad=True)
+    y = torch.randn(4, dtype=torch.float64, requires_grad=True)
+    out = m.mul(x, y)
+    assert out.shape == (3, 4)
+    out.sum().backward()
+    assert x.grad.shape == (3, 1) and y.grad.shape == (4,)
+    torch.testing.assert_close(x.grad, y.detach().sum().expand(3, 1))
+    torch.testing.assert_close(y.grad, x.detach().sum().expand(4))
+
+
+def test_needs_input_grad_skips_unneeded_gradients(generate_module, monkeypatch):
+    m = generate_module(MUL)
+    called = []
+    for name in ("MulBackwardX", "MulBackwardY"):
+        cls = getattr(m, name)
+        original = cls.apply
+        monkeypatch.setattr(cls, "apply", lambda *a, _o=original, _n=name: called.append(_n) or _o(*a))
+    x = torch.randn(3, dtype=torch.float64, requires_grad=True)
+    y = torch.randn(3, dtype=torch.float64)
+    m.mul(x, y).sum().backward()
+    assert called == ["MulBackwardX"]
+    assert y.grad is None
+
+
+def test_non_differentiable_and_scalar_inputs_get_none(generate_module):
+    m = generate_module(MUL)
+    z = torch.randn(5, dtype=torch.float64, requires_grad=True)
+    target = torch.rand(5, dtype=torch.float64, requires_grad=True)
+    out = m.bce(z, target, weight=3.0)
+    gz, gt = torch.autograd.grad(out.sum(), (z, target), allow_unused=True)
+    assert gt is None
+    torch.testing.assert_close(gz, 3.0 * (torch.sigmoid(z) - target).detach())
+    # stable where the naive formula is not: the gradient at z = 1e4 is finite
+    big = torch.tensor([1e4, -1e4], dtype=torch.float64, requires_grad=True)
+    (g,) = torch.autograd.grad(m.bce(big, torch.tensor([0.0, 1.0], dtype=torch.float64)).sum(), big)
+    torch.testing.assert_close(g, torch.tensor([2.0, -2.0], dtype=torch.float64))
+
+
+def test_several_outputs_and_their_gradients(generate_module):
+    m = generate_module(MUL)
+    x = torch.randn(4, dtype=torch.float64, requires_grad=True)
+    s, c = m.sinh_cosh(x)
+    torch.testing.assert_close(s, torch.sinh(x))
+    gx, = torch.autograd.grad((2 * s + 3 * c).sum(), x)
+    torch.testing.assert_close(gx, (2 * torch.cosh(x) + 3 * torch.sinh(x)).detach())
+
+
+def test_straight_through_override(generate_module):
+    m = generate_module(MUL)
+    x = torch.tensor([-2.0, -0.5, 0.0, 0.5, 2.0], requires_grad=True)
+    out = m.ste(x)
+    torch.testing.assert_close(out, torch.tensor([0.0, 0.0, 1.0, 1.0, 1.0]))
+    out.sum().backward()
+    torch.testing.assert_close(x.grad, torch.tensor([0.0, 1.0, 1.0, 1.0, 0.0]))
+
+
+def test_output_without_gradient_is_marked_non_differentiable(generate_module):
+    m = generate_module(MUL)
+    out = m.step(torch.randn(3, requires_grad=True))
+    assert not out.requires_grad
+
+
+def test_double_backward_runs_the_derived_formulas(generate_module):
+    """softplus'' at 800: re-tracing autograd through sigmoid-free code gives NaN."""
+    m = generate_module("module: s\nfunctions:\n  sp:\n    inputs: {x: {}}\n    output: log(1 + exp(x))\n")
+    x = torch.tensor([800.0, -800.0, 0.0], dtype=torch.float64, requires_grad=True)
+    (g,) = torch.autograd.grad(m.sp(x).sum(), x, create_graph=True)
+    (h,) = torch.autograd.grad(g.sum(), x)
+    torch.testing.assert_close(g, torch.tensor([1.0, 0.0, 0.5], dtype=torch.float64))
+    torch.testing.assert_close(h, torch.tensor([0.0, 0.0, 0.25], dtype=torch.float64))
+    # the naive formula's double backward is NaN at 800
+    xn = x.detach().clone().requires_grad_()
+    (gn,) = torch.autograd.grad(torch.log(1 + torch.exp(xn)).sum(), xn, create_graph=True)
+    (hn,) = torch.autograd.grad(gn.sum(), xn)
+    assert torch.isnan(hn[0]) or torch.isnan(gn[0])
+    assert type(g.grad_fn).__name__.startswith("SpBackward")
+
+
+def test_generated_modules_import_neither_sympy_nor_symgrad():
+    code = (
+        "import sys; sys.path.insert(0, 'examples/generated');"
+        "import activations_torch, activations_tf;"
+        "bad = [m for m in ('sympy', 'symgrad', 'mpmath') if m in sys.modules];"
+        "assert not bad, bad"
+    )
+    from pathlib import Path
+
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parent.parent)
