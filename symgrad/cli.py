@@ -44,15 +44,33 @@ def main() -> None:
 
 @main.command()
 @click.argument("specs", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
-@click.option("-o", "--output", "out_dir", type=click.Path(file_okay=False, path_type=Path),
-              help="Directory for the generated files (default: generated/ beside each spec).")
-@click.option("--targets", "targets_opt", metavar="torch,tensorflow",
-              help="Only these targets (default: the spec's targets).")
+@click.option(
+    "-o",
+    "--output",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Directory for the generated files (default: generated/ beside each spec).",
+)
+@click.option(
+    "--targets",
+    "targets_opt",
+    metavar="torch,tensorflow",
+    help="Only these targets (default: the spec's targets).",
+)
 @click.option("--no-tests", is_flag=True, help="Do not generate the test modules.")
-@click.option("--check", "check_only", is_flag=True,
-              help="Write nothing; exit 1 listing files that are missing or would change.")
-def gen(specs: tuple[Path, ...], out_dir: Path | None, targets_opt: str | None, no_tests: bool,
-        check_only: bool) -> None:
+@click.option(
+    "--check",
+    "check_only",
+    is_flag=True,
+    help="Write nothing; exit 1 listing files that are missing or would change.",
+)
+def gen(
+    specs: tuple[Path, ...],
+    out_dir: Path | None,
+    targets_opt: str | None,
+    no_tests: bool,
+    check_only: bool,
+) -> None:
     """Generate framework modules (and their tests) from SPEC files."""
     from symgrad.generate import generate
     from symgrad.write import Planned, check, write_all
@@ -66,18 +84,24 @@ def gen(specs: tuple[Path, ...], out_dir: Path | None, targets_opt: str | None, 
             directory = out_dir if out_dir is not None else path.parent / "generated"
             key = (directory / spec.module).resolve()
             if key in modules:
-                raise SpecError(None, f"{path} and {modules[key]} both generate module "
-                                      f"'{spec.module}' into {directory}")
+                raise SpecError(
+                    None,
+                    f"{path} and {modules[key]} both generate module "
+                    f"'{spec.module}' into {directory}",
+                )
             modules[key] = path
-            for f in generate(spec, targets=targets, tests=not no_tests,
-                              spec_path=_spec_path_text(path)):
+            for f in generate(
+                spec, targets=targets, tests=not no_tests, spec_path=_spec_path_text(path)
+            ):
                 planned.append(Planned(directory / f.name, f.text))
     except SpecError as error:
         _fail(error)
     if check_only:
         problems = check(planned)
         for f, status in problems:
-            click.echo(f"would {'create' if status == 'missing' else 'regenerate'} {f.path}", err=True)
+            click.echo(
+                f"would {'create' if status == 'missing' else 'regenerate'} {f.path}", err=True
+            )
         if problems:
             click.echo(f"{len(problems)} file(s) out of date; run `symgrad gen`", err=True)
             sys.exit(1)

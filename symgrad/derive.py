@@ -51,14 +51,18 @@ class Derived:
     def differentiable_outputs(self) -> tuple[str, ...]:
         """Outputs with a nonzero derivative w.r.t. some input (others are marked so)."""
         return tuple(
-            name for name, _ in self.outputs if any(self.jacobian[name][i] != 0 for i in self.diff_inputs)
+            name
+            for name, _ in self.outputs
+            if any(self.jacobian[name][i] != 0 for i in self.diff_inputs)
         )
 
 
 @contextlib.contextmanager
 def _time_limit(seconds: float) -> Iterator[None]:
     """Raise TimeoutError after ``seconds`` (main thread only; elsewhere no limit)."""
-    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+    if threading.current_thread() is not threading.main_thread() or not hasattr(
+        signal, "setitimer"
+    ):
         yield
         return
 

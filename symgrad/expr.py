@@ -18,7 +18,11 @@ from symgrad import functions as F
 from symgrad.errors import Location, SpecError
 
 MAX_FORMULA_LENGTH = 4000
-MAX_POWER_BITS = 4096  # refuse numeric powers whose exact value needs more bits than this
+MAX_POWER_BITS = 4096
+MAX_SPECIAL_ARGUMENT = 1000  # gamma & co. of a larger number constant are refused
+_EAGER = frozenset(
+    {"gamma", "loggamma", "digamma"}
+)  # refuse numeric powers whose exact value needs more bits than this
 
 
 def _where(cond: sympy.Basic, a: sympy.Expr, b: sympy.Expr) -> sympy.Expr:
@@ -197,11 +201,15 @@ class _Builder:
 
     def _Call(self, node: ast.Call) -> sympy.Basic:
         if not isinstance(node.func, ast.Name):
-            raise self.fail(node.func, "only plain function names can be called", _HINTS.get(type(node.func)))
+            raise self.fail(
+                node.func, "only plain function names can be called", _HINTS.get(type(node.func))
+            )
         name = node.func.id
         if name not in FUNCTIONS:
             close = difflib.get_close_matches(name, list(FUNCTIONS), n=1)
-            hint = f"did you mean '{close[0]}'?" if close else "see the list of functions in SPEC.md"
+            hint = (
+                f"did you mean '{close[0]}'?" if close else "see the list of functions in SPEC.md"
+            )
             raise self.fail(node.func, "unknown function", hint)
         if node.keywords:
             raise self.fail(node, f"'{name}' takes no keyword arguments")
@@ -223,6 +231,11 @@ class _Builder:
         for arg, sub in zip(args, node.args):
             if isinstance(arg, sympy.Tuple):
                 raise self.fail(sub, "a tuple is only allowed inside Piecewise")
+            if name in _EAGER and arg.is_Number and abs(float(arg)) > MAX_SPECIAL_ARGUMENT:
+                # SymPy evaluates gamma(10**7) exactly (a 60-million-digit factorial).
+                raise self.fail(
+                    sub, f"constant argument of {name} is too large", "use a smaller constant"
+                )
         try:
             return constructor(*args)
         except (TypeError, ValueError) as exc:

@@ -44,7 +44,7 @@ def prec_to_dps(prec: int) -> int:
     return max(1, int(prec * 0.30103) + 1)
 
 
-class sigmoid(StableFunction):  # noqa: N801 - SymPy functions are lowercase
+class sigmoid(StableFunction):
     """1 / (1 + exp(-x))."""
 
     nargs = 1
@@ -70,7 +70,7 @@ class sigmoid(StableFunction):  # noqa: N801 - SymPy functions are lowercase
         return 1 / (1 + exp(-x))
 
 
-class softplus(StableFunction):  # noqa: N801
+class softplus(StableFunction):
     """log(1 + exp(x)), without overflow for large x."""
 
     nargs = 1
@@ -95,7 +95,7 @@ class softplus(StableFunction):  # noqa: N801
         return log(1 + exp(x))
 
 
-class log1p(StableFunction):  # noqa: N801
+class log1p(StableFunction):
     """log(1 + x), accurate for tiny x."""
 
     nargs = 1
@@ -120,7 +120,7 @@ class log1p(StableFunction):  # noqa: N801
         return log(1 + x)
 
 
-class expm1(StableFunction):  # noqa: N801
+class expm1(StableFunction):
     """exp(x) - 1, accurate for tiny x."""
 
     nargs = 1
@@ -145,7 +145,7 @@ class expm1(StableFunction):  # noqa: N801
         return exp(x) - 1
 
 
-class logaddexp(StableFunction):  # noqa: N801
+class logaddexp(StableFunction):
     """log(exp(a) + exp(b)), without overflow."""
 
     nargs = 2
@@ -167,7 +167,7 @@ class logaddexp(StableFunction):  # noqa: N801
         return log(exp(a) + exp(b))
 
 
-class xlogy(StableFunction):  # noqa: N801
+class xlogy(StableFunction):
     """x * log(y), defined as 0 where x == 0 (also for y == 0)."""
 
     nargs = 2
@@ -189,7 +189,7 @@ class xlogy(StableFunction):  # noqa: N801
         return x * log(y)
 
 
-class hypot(StableFunction):  # noqa: N801
+class hypot(StableFunction):
     """sqrt(x**2 + y**2), without overflow or underflow of the squares."""
 
     nargs = 2
@@ -211,7 +211,7 @@ class hypot(StableFunction):  # noqa: N801
         return sqrt(x**2 + y**2)
 
 
-class relu(StableFunction):  # noqa: N801
+class relu(StableFunction):
     """max(x, 0) with PyTorch's subgradient 0 at x == 0."""
 
     nargs = 1

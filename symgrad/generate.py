@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from symgrad.derive import Derived, derive_spec
+from symgrad.errors import SpecError
 from symgrad.plan import FunctionPlan, plan_tensorflow, plan_torch
 from symgrad.render import render, ruff_format
-from symgrad.errors import SpecError
 from symgrad.spec import Spec
 
 
@@ -17,7 +17,9 @@ class GeneratedFile:
     text: str
 
 
-def _module(spec: Spec, plans: list[FunctionPlan], template: str, name: str, spec_path: str) -> GeneratedFile:
+def _module(
+    spec: Spec, plans: list[FunctionPlan], template: str, name: str, spec_path: str
+) -> GeneratedFile:
     text = render(
         template,
         spec=spec,
@@ -56,10 +58,15 @@ def generate(
     files = []
     if "torch" in targets:
         plans = [_located(plan_torch, d) for d in derived]
-        files.append(_module(spec, plans, "torch_module.py.jinja", f"{spec.module}_torch.py", spec_path))
+        files.append(
+            _module(spec, plans, "torch_module.py.jinja", f"{spec.module}_torch.py", spec_path)
+        )
     if "tensorflow" in targets:
         plans = [_located(plan_tensorflow, d) for d in derived]
         files.append(_module(spec, plans, "tf_module.py.jinja", f"{spec.module}_tf.py", spec_path))
     if tests:
-        files += [GeneratedFile(n, ruff_format(t, n)) for n, t in test_files(spec, derived, targets, spec_path)]
+        files += [
+            GeneratedFile(n, ruff_format(t, n))
+            for n, t in test_files(spec, derived, targets, spec_path)
+        ]
     return files

@@ -225,7 +225,7 @@ class _TorchPlanner:
         inputs = [i.name for i in fn.inputs]
         out_names = [name for name, _ in d.outputs]
         forward = Method(
-            inputs, self.body(d.outputs, copy_inputs=True) + [f"return {', '.join(out_names)}"]
+            inputs, [*self.body(d.outputs, copy_inputs=True), f"return {', '.join(out_names)}"]
         )
 
         order2 = fn.order >= 2
@@ -248,9 +248,17 @@ class _TorchPlanner:
         non_diff = [o for o in out_names if o not in d.differentiable_outputs()]
         if any(n in saved for n in out_names) or non_diff:
             outs = ", ".join(out_names)
-            setup.append(f"{outs}{',' if len(out_names) == 1 else ''} = output" if len(out_names) > 1 else f"{outs} = output")
+            setup.append(
+                f"{outs}{',' if len(out_names) == 1 else ''} = output"
+                if len(out_names) > 1
+                else f"{outs} = output"
+            )
         for inp in fn.inputs:
-            if not inp.is_tensor and inp.name in self.scalar_names(list(vjps.values()) + [e for r in jac.values() for e in r.values()] + [e for r in d.second.values() for e in r.values()]):
+            if not inp.is_tensor and inp.name in self.scalar_names(
+                list(vjps.values())
+                + [e for r in jac.values() for e in r.values()]
+                + [e for r in d.second.values() for e in r.values()]
+            ):
                 setup.append(f"ctx.{inp.name} = {inp.name}")
         if non_diff:
             setup.append(f"ctx.mark_non_differentiable({', '.join(non_diff)})")
@@ -359,7 +367,7 @@ class _TorchPlanner:
         scalars = self.scalar_names([vjp, *second.values()])
         args = tensor_names + scalars
         var = f"grad_{i}"
-        forward = Method(args, self.body([(var, vjp)], copy_inputs=True) + [f"return {var}"])
+        forward = Method(args, [*self.body([(var, vjp)], copy_inputs=True), f"return {var}"])
 
         saved = self.ordered(self.tensors_in(second.values()))
         setup = [f"{', '.join(args)}{',' if len(args) == 1 else ''} = inputs"]
@@ -426,7 +434,9 @@ def plan_torch(derived: Derived) -> FunctionPlan:
         summary=_summary(derived),
         doc_lines=formula_doc(derived),
         params=_params(derived, "torch"),
-        returns="torch.Tensor" if len(outputs) == 1 else f"tuple[{', '.join(['torch.Tensor'] * len(outputs))}]",
+        returns="torch.Tensor"
+        if len(outputs) == 1
+        else f"tuple[{', '.join(['torch.Tensor'] * len(outputs))}]",
         call_args=[i.name for i in fn.inputs],
         kernels=kernels,
         uses_math=planner.uses_math,
@@ -474,7 +484,12 @@ def plan_tensorflow(derived: Derived) -> FunctionPlan:
         results.append(var)
     ret = results[0] if len(results) == 1 else ", ".join(results)
     lines.append(f"    return {ret}")
-    lines += ["", f"return ({', '.join(out_names)}{',' if len(out_names) == 1 else ''}), backward" if len(out_names) > 1 else f"return {out_names[0]}, backward"]
+    lines += [
+        "",
+        f"return ({', '.join(out_names)}{',' if len(out_names) == 1 else ''}), backward"
+        if len(out_names) > 1
+        else f"return {out_names[0]}, backward",
+    ]
     main = Kernel(
         name="forward",
         doc=[],
@@ -508,7 +523,9 @@ def plan_tensorflow(derived: Derived) -> FunctionPlan:
             kernels.append(
                 Kernel(
                     name=f"_{fn.name}_grad_{i}",
-                    doc=[f"The gradient of {fn.name} w.r.t. {i}; its gradient is the derived second order."],
+                    doc=[
+                        f"The gradient of {fn.name} w.r.t. {i}; its gradient is the derived second order."
+                    ],
                     inputs=args,
                     forward=Method(tensor_args, glines),
                 )
@@ -520,7 +537,9 @@ def plan_tensorflow(derived: Derived) -> FunctionPlan:
         summary=_summary(derived),
         doc_lines=formula_doc(derived),
         params=_params(derived, "tensorflow"),
-        returns="tf.Tensor" if len(outputs) == 1 else f"tuple[{', '.join(['tf.Tensor'] * len(outputs))}]",
+        returns="tf.Tensor"
+        if len(outputs) == 1
+        else f"tuple[{', '.join(['tf.Tensor'] * len(outputs))}]",
         call_args=tensors,
         kernels=kernels,
         uses_math=uses_math,

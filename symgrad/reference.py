@@ -52,7 +52,10 @@ class Undefined(ArithmeticError):
 
 def _real(value) -> mpmath.mpf:
     if isinstance(value, mpmath.mpc):
-        if abs(value.imag) > abs(value.real) * mpmath.mpf(2) ** (-PREC_BITS // 2) and value.imag != 0:
+        if (
+            abs(value.imag) > abs(value.real) * mpmath.mpf(2) ** (-PREC_BITS // 2)
+            and value.imag != 0
+        ):
             raise Undefined("complex result")
         value = value.real
     if mpmath.isnan(value):
@@ -96,7 +99,14 @@ def evaluate(expr: sympy.Basic, env: Mapping[sympy.Symbol, mpmath.mpf]):
         raise Undefined("no Piecewise branch")
     if isinstance(expr, sympy.core.relational.Relational):
         lhs, rhs = evaluate(expr.lhs, env), evaluate(expr.rhs, env)
-        return {"<": lhs < rhs, "<=": lhs <= rhs, ">": lhs > rhs, ">=": lhs >= rhs, "==": lhs == rhs, "!=": lhs != rhs}[expr.rel_op]
+        return {
+            "<": lhs < rhs,
+            "<=": lhs <= rhs,
+            ">": lhs > rhs,
+            ">=": lhs >= rhs,
+            "==": lhs == rhs,
+            "!=": lhs != rhs,
+        }[expr.rel_op]
     if isinstance(expr, sympy.And):
         return all(evaluate(a, env) for a in args)
     if isinstance(expr, sympy.Or):
@@ -141,7 +151,23 @@ def to_float(value) -> float | None:
 
 
 # --------------------------------------------------------------------------- test points
-EXTREMES = (-1e4, -710.0, -100.0, -89.0, -30.0, -1.0, -1e-8, 0.0, 1e-8, 1.0, 30.0, 89.0, 100.0, 710.0, 1e4)
+EXTREMES = (
+    -1e4,
+    -710.0,
+    -100.0,
+    -89.0,
+    -30.0,
+    -1.0,
+    -1e-8,
+    0.0,
+    1e-8,
+    1.0,
+    30.0,
+    89.0,
+    100.0,
+    710.0,
+    1e4,
+)
 
 
 def extreme_points(inp: Input) -> list[float]:
@@ -245,7 +271,11 @@ def reference(derived: Derived, n_benign: int = 6) -> Reference:
 
     rng = random.Random(f"symgrad:{fn.name}")
     tensors = [i for i in fn.inputs if i.is_tensor]
-    scalars = {i.name: (i.default if i.has_default else _scalar_value(i)) for i in fn.inputs if not i.is_tensor}
+    scalars = {
+        i.name: (i.default if i.has_default else _scalar_value(i))
+        for i in fn.inputs
+        if not i.is_tensor
+    }
     with mpmath.workprec(PREC_BITS):
         benign = []
         samples = {i.name: sample_points(i, rng, n_benign) for i in tensors}

@@ -237,7 +237,9 @@ def _parse_input(name: str, data: Any, where: Location) -> Input:
     f = _Fields({} if data is None else data, where, f"input '{name}'")
     kind = f.pop("kind", "tensor")
     if kind not in ("tensor", "scalar"):
-        raise SpecError(f.at("kind"), f"input '{name}': kind must be tensor or scalar, got {kind!r}")
+        raise SpecError(
+            f.at("kind"), f"input '{name}': kind must be tensor or scalar, got {kind!r}"
+        )
     differentiable = _bool(f.pop("differentiable", True), f.at("differentiable"), "differentiable")
     if kind == "scalar" and "differentiable" in f.lines:
         if differentiable:
@@ -306,9 +308,7 @@ def _parse_function(name: str, data: Any, where: Location, default_order: int) -
     fi = _Fields(raw_inputs, f.at("inputs"), "inputs")
     if not fi.data:
         raise SpecError(f.at("inputs"), "'inputs' is empty", "declare at least one input")
-    inputs = tuple(
-        _parse_input(str(key), value, fi.at(str(key))) for key, value in fi.data.items()
-    )
+    inputs = tuple(_parse_input(str(key), value, fi.at(str(key))) for key, value in fi.data.items())
     input_names = {i.name for i in inputs}
     for inp in inputs:
         if inp.kind == "scalar" and inp.domain != (-math.inf, math.inf) and inp.has_default:
@@ -336,7 +336,9 @@ def _parse_function(name: str, data: Any, where: Location, default_order: int) -
     if has_output and has_outputs:
         raise SpecError(f.at("outputs"), "give either 'output' or 'outputs', not both")
     if not (has_output or has_outputs):
-        raise SpecError(where, "missing 'output'", "add output: <formula> (or outputs: {name: ...})")
+        raise SpecError(
+            where, "missing 'output'", "add output: <formula> (or outputs: {name: ...})"
+        )
     if has_output:
         raw = f.pop("output")
         if isinstance(raw, dict):
@@ -373,7 +375,9 @@ def _parse_function(name: str, data: Any, where: Location, default_order: int) -
                 raise SpecError(
                     fg.at(key),
                     f"gradient given for unknown input '{key}'",
-                    f"did you mean '{close[0]}'?" if close else f"inputs are: {', '.join(input_names)}",
+                    f"did you mean '{close[0]}'?"
+                    if close
+                    else f"inputs are: {', '.join(input_names)}",
                 )
             inp = next(i for i in inputs if i.name == key)
             if not inp.gets_gradient:

@@ -216,13 +216,15 @@ def _series_regime(node: sympy.Basic) -> sympy.Basic | None:
     if not isinstance(node, Add) or len(node.free_symbols) != 1 or sympy.count_ops(node) > 30:
         return None
     (x,) = node.free_symbols
-    if not any(term.has(x) and sympy.degree(term, x) == 1 for term in node.args if term.is_polynomial(x)):
+    if not any(
+        term.has(x) and sympy.degree(term, x) == 1 for term in node.args if term.is_polynomial(x)
+    ):
         return None
     if node.has(sympy.Piecewise) or node.subs(x, 0) != 0:
         return None
     try:
         poly = sympy.series(node, x, 0, 16).removeO()
-    except Exception:  # noqa: BLE001 - SymPy cannot expand it: keep the formula
+    except Exception:
         return None
     terms = sorted(sympy.Add.make_args(sympy.expand(poly)), key=lambda t: sympy.degree(t, x))
     terms = [t for t in terms if t != 0]

@@ -29,9 +29,23 @@ def _columns(cases: tuple[Case, ...], derived: Derived) -> dict[str, str]:
         return "[" + ", ".join(literal(v) for v in values) + "]"
 
     inputs = "{" + ", ".join(f'"{n}": {col(c.inputs[n] for c in cases)}' for n in tensors) + "}"
-    outputs = "[" + ", ".join(col(c.values[k] for c in cases) for k in range(len(derived.outputs))) + "]"
-    grads = "{" + ", ".join(f'"{n}": {col(c.grads[n] for c in cases)}' for n in (cases[0].grads if cases else {})) + "}"
-    second = "{" + ", ".join(f'"{n}": {col(c.second[n] for c in cases)}' for n in (cases[0].second if cases else {})) + "}"
+    outputs = (
+        "[" + ", ".join(col(c.values[k] for c in cases) for k in range(len(derived.outputs))) + "]"
+    )
+    grads = (
+        "{"
+        + ", ".join(
+            f'"{n}": {col(c.grads[n] for c in cases)}' for n in (cases[0].grads if cases else {})
+        )
+        + "}"
+    )
+    second = (
+        "{"
+        + ", ".join(
+            f'"{n}": {col(c.second[n] for c in cases)}' for n in (cases[0].second if cases else {})
+        )
+        + "}"
+    )
     return {"inputs": inputs, "outputs": outputs, "grads": grads, "second": second}
 
 
@@ -56,7 +70,11 @@ def function_tests(derived: Derived) -> FunctionTests:
     fn = derived.function
     ref = reference(derived)
     tensors = [i.name for i in fn.inputs if i.is_tensor]
-    scalars = {i.name: (i.default if i.has_default else ref.benign[0].inputs[i.name]) for i in fn.inputs if not i.is_tensor}
+    scalars = {
+        i.name: (i.default if i.has_default else ref.benign[0].inputs[i.name])
+        for i in fn.inputs
+        if not i.is_tensor
+    }
     shapes = [(3, 1), (4,), (3, 4), (1, 4), (3, 1), (4,)]
     return FunctionTests(
         name=fn.name,
@@ -64,8 +82,16 @@ def function_tests(derived: Derived) -> FunctionTests:
         tensors=tensors,
         diff=list(derived.diff_inputs),
         scalars="{" + ", ".join(f'"{k}": {literal(v)}' for k, v in scalars.items()) + "}",
-        domains="{" + ", ".join(f'"{i.name}": ({literal(domain_interior(i)[0])}, {literal(domain_interior(i)[1])})' for i in fn.inputs if i.is_tensor) + "}",
-        shapes="{" + ", ".join(f'"{n}": {shapes[k % len(shapes)]}' for k, n in enumerate(tensors)) + "}",
+        domains="{"
+        + ", ".join(
+            f'"{i.name}": ({literal(domain_interior(i)[0])}, {literal(domain_interior(i)[1])})'
+            for i in fn.inputs
+            if i.is_tensor
+        )
+        + "}",
+        shapes="{"
+        + ", ".join(f'"{n}": {shapes[k % len(shapes)]}' for k, n in enumerate(tensors))
+        + "}",
         order=fn.order,
         overridden=bool(derived.overridden),
         n_outputs=len(derived.outputs),
@@ -75,7 +101,9 @@ def function_tests(derived: Derived) -> FunctionTests:
     )
 
 
-def test_files(spec: Spec, derived: tuple[Derived, ...], targets, spec_path: str) -> list[tuple[str, str]]:
+def test_files(
+    spec: Spec, derived: tuple[Derived, ...], targets, spec_path: str
+) -> list[tuple[str, str]]:
     """(file name, source) of the test module of each target."""
     tests = [function_tests(d) for d in derived]
     files = []

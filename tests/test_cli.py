@@ -65,7 +65,10 @@ def test_output_is_deterministic_across_processes(tmp_path):
         env = dict(os.environ, PYTHONHASHSEED=seed)
         subprocess.run(
             [sys.executable, "-m", "symgrad.cli", "gen", "a.yaml", "-o", out.name],
-            cwd=tmp_path, env=env, check=True, capture_output=True,
+            cwd=tmp_path,
+            env=env,
+            check=True,
+            capture_output=True,
         )
         contents.append({p.name: p.read_bytes() for p in out.iterdir()})
     assert contents[0] == contents[1]

@@ -53,7 +53,9 @@ def test_needs_input_grad_skips_unneeded_gradients(generate_module, monkeypatch)
     for name in ("MulBackwardX", "MulBackwardY"):
         cls = getattr(m, name)
         original = cls.apply
-        monkeypatch.setattr(cls, "apply", lambda *a, _o=original, _n=name: called.append(_n) or _o(*a))
+        monkeypatch.setattr(
+            cls, "apply", lambda *a, _o=original, _n=name: called.append(_n) or _o(*a)
+        )
     x = torch.randn(3, dtype=torch.float64, requires_grad=True)
     y = torch.randn(3, dtype=torch.float64)
     m.mul(x, y).sum().backward()
@@ -80,7 +82,7 @@ def test_several_outputs_and_their_gradients(generate_module):
     x = torch.randn(4, dtype=torch.float64, requires_grad=True)
     s, c = m.sinh_cosh(x)
     torch.testing.assert_close(s, torch.sinh(x))
-    gx, = torch.autograd.grad((2 * s + 3 * c).sum(), x)
+    (gx,) = torch.autograd.grad((2 * s + 3 * c).sum(), x)
     torch.testing.assert_close(gx, (2 * torch.cosh(x) + 3 * torch.sinh(x)).detach())
 
 
@@ -101,7 +103,9 @@ def test_output_without_gradient_is_marked_non_differentiable(generate_module):
 
 def test_double_backward_runs_the_derived_formulas(generate_module):
     """softplus'' at 800: re-tracing autograd through sigmoid-free code gives NaN."""
-    m = generate_module("module: s\nfunctions:\n  sp:\n    inputs: {x: {}}\n    output: log(1 + exp(x))\n")
+    m = generate_module(
+        "module: s\nfunctions:\n  sp:\n    inputs: {x: {}}\n    output: log(1 + exp(x))\n"
+    )
     x = torch.tensor([800.0, -800.0, 0.0], dtype=torch.float64, requires_grad=True)
     (g,) = torch.autograd.grad(m.sp(x).sum(), x, create_graph=True)
     (h,) = torch.autograd.grad(g.sum(), x)

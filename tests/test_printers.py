@@ -110,22 +110,12 @@ def test_unsupported_raises(printer, expr):
         printer().doprint(expr)
 
 
-@pytest.mark.xfail(
-    reason="StrPrinter's own _print_Sum/_print_Integral bypass FrameworkPrinter's strictness: "
-    "they print 'Sum(x, (y, 1, 3))' as if it were code",
-    strict=True,
-)
 @pytest.mark.parametrize("expr", [sympy.Sum(x, (y, 1, 3)), sympy.Integral(x, y)])
 def test_sympy_containers_are_unsupported(expr):
     with pytest.raises(UnsupportedError):
         TorchPrinter().doprint(expr)
 
 
-@pytest.mark.xfail(
-    reason="sigmoid/softplus of a scalar-only argument raise DerivationError: they are missing "
-    "from FrameworkPrinter.math_functions although SPEC allows them on any input",
-    strict=True,
-)
 def test_stable_function_of_scalar_prints():
     assert "math" in TorchPrinter(scalars=[beta]).doprint(x * F.sigmoid(beta))
 

@@ -60,9 +60,20 @@ class FrameworkPrinter(StrPrinter):
         "hypot": "math.hypot",
         "Abs": "abs",
     }
+    #: Stable functions of Python floats (scalar inputs only), as Python source.
+    scalar_formats: dict[str, str] = {
+        "sigmoid": "(1 / (1 + math.exp(-({0}))))",
+        "softplus": "(max({0}, 0.0) + math.log1p(math.exp(-abs({0}))))",
+        "relu": "max({0}, 0.0)",
+        "logaddexp": "(max({0}, {1}) + math.log1p(math.exp(-abs({0} - {1}))))",
+        "xlogy": "({0} * math.log({1}) if {0} else 0.0)",
+        "sign": "((({0}) > 0) - (({0}) < 0))",
+    }
     _default_settings = dict(StrPrinter._default_settings)
 
-    def __init__(self, scalars: Iterable[sympy.Symbol] = (), names: dict[sympy.Symbol, str] | None = None):
+    def __init__(
+        self, scalars: Iterable[sympy.Symbol] = (), names: dict[sympy.Symbol, str] | None = None
+    ):
         super().__init__()
         self.scalars = frozenset(scalars)
         self.names = dict(names or {})
@@ -76,7 +87,7 @@ class FrameworkPrinter(StrPrinter):
     def call(self, name: str, *args: sympy.Basic) -> str:
         return f"{name}({', '.join(self._print(a) for a in args)})"
 
-    def emptyPrinter(self, expr):  # noqa: N802 - SymPy's name
+    def emptyPrinter(self, expr):
         raise UnsupportedError(self.framework, expr)
 
     def _print_Basic(self, expr):
@@ -123,6 +134,10 @@ class FrameworkPrinter(StrPrinter):
     def _print_NaN(self, expr):
         raise UnsupportedError(self.framework, expr)
 
+    # StrPrinter has text forms for these; none is framework code.
+    _print_Sum = _print_Integral = _print_Interval = _print_Order = _print_NaN
+    _print_Lambda = _print_MatrixBase = _print_Derivative = _print_Subs = _print_NaN
+
     _print_ComplexInfinity = _print_NaN
     _print_ImaginaryUnit = _print_NaN
 
@@ -151,6 +166,9 @@ class FrameworkPrinter(StrPrinter):
     # ------------------------------------------------------------------ functions
     def _print_Function(self, expr):
         name = type(expr).__name__
+        if self.is_scalar(expr) and name in self.scalar_formats:
+            self.uses_math = True
+            return self.scalar_formats[name].format(*(self._print(a) for a in expr.args))
         if self.is_scalar(expr):
             if name not in self.math_functions:
                 raise DerivationError(
@@ -215,7 +233,9 @@ class FrameworkPrinter(StrPrinter):
             text = self._print_branch(otherwise)
         if all(self.is_scalar(v) for v, _ in pieces) and self.is_scalar(otherwise):
             ref = sorted(expr.free_symbols - self.scalars, key=lambda s: s.name)[0]
-            text = self.full_like(ref, otherwise if otherwise is not sympy.nan else sympy.Float("nan"))
+            text = self.full_like(
+                ref, otherwise if otherwise is not sympy.nan else sympy.Float("nan")
+            )
         for value, cond in reversed(pieces):
             text = self.where(self._print(cond), self._print_branch(value), text)
         return text
