@@ -292,7 +292,10 @@ class _TorchPlanner:
             back.append(f"if ctx.needs_input_grad[{k}]:")
             if order2:
                 args, cls = self._grad_inputs(inp.name)[1], self.grad_class(inp.name)
-                inner = [f"{var} = {cls}.apply({', '.join(args)})"]
+                inner = [
+                    f"function = _{cls} if torch.compiler.is_compiling() else {cls}",
+                    f"{var} = function.apply({', '.join(args)})",
+                ]
             else:
                 inner = self.body([(var, vjps[inp.name])])
             red = self.reduce_line(var, inp.name)

@@ -6,7 +6,9 @@ import math
 from dataclasses import dataclass
 
 from symgrad.derive import Derived
+from symgrad.errors import DerivationError
 from symgrad.plan import domain_interior
+from symgrad.printers import TorchPrinter
 from symgrad.reference import Case, reference
 from symgrad.render import render
 from symgrad.spec import Spec
@@ -64,6 +66,8 @@ class FunctionTests:
     outputs: list[str]
     benign: dict[str, str]
     extreme: dict[str, str]
+    naive: list[str]  # torch source of the naive formula (for Hessian comparisons)
+    params: str
 
 
 def function_tests(derived: Derived) -> FunctionTests:
@@ -96,9 +100,20 @@ def function_tests(derived: Derived) -> FunctionTests:
         overridden=bool(derived.overridden),
         n_outputs=len(derived.outputs),
         outputs=[name for name, _ in derived.outputs],
+        naive=_naive_torch(derived),
+        params=", ".join(i.name for i in fn.inputs),
         benign=_columns(ref.benign, derived),
         extreme=_columns(ref.extreme, derived),
     )
+
+
+def _naive_torch(derived: Derived) -> list[str]:
+    """The user's formula printed as plain torch ops, nothing rewritten."""
+    printer = TorchPrinter(scalars=derived.scalars)
+    try:
+        return [printer.doprint(expr) for _, expr in derived.naive_outputs]
+    except DerivationError:
+        return []
 
 
 def test_files(

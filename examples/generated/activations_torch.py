@@ -32,22 +32,8 @@ __all__ = [
 # --- softplus --------------------------------------------------------------
 
 
-class Softplus(torch.autograd.Function):
-    """log(1 + e^x), stable for any x.
-
-    Forward::
-
-        out = softplus(x)
-
-    Gradients (VJP)::
-
-        grad_x = grad*sigmoid(x)
-
-    Second order (d grad_<input> / d <w>)::
-
-        d grad_x / d x = grad*sigmoid(-x)*sigmoid(x)
-        d grad_x / d grad = sigmoid(x)
-    """
+class _Softplus(torch.autograd.Function):
+    """Softplus without forward mode (what torch.compile traces)."""
 
     generate_vmap_rule = True
 
@@ -67,8 +53,29 @@ class Softplus(torch.autograd.Function):
         (x,) = ctx.saved_tensors
         grad_x = None
         if ctx.needs_input_grad[0]:
-            grad_x = SoftplusBackward.apply(x, grad)
+            function = (
+                _SoftplusBackward if torch.compiler.is_compiling() else SoftplusBackward
+            )
+            grad_x = function.apply(x, grad)
         return grad_x
+
+
+class Softplus(_Softplus):
+    """log(1 + e^x), stable for any x.
+
+    Forward::
+
+        out = softplus(x)
+
+    Gradients (VJP)::
+
+        grad_x = grad*sigmoid(x)
+
+    Second order (d grad_<input> / d <w>)::
+
+        d grad_x / d x = grad*sigmoid(-x)*sigmoid(x)
+        d grad_x / d grad = sigmoid(x)
+    """
 
     @staticmethod
     def jvp(ctx, x_t):
@@ -77,7 +84,7 @@ class Softplus(torch.autograd.Function):
         return out_t
 
 
-class SoftplusBackward(torch.autograd.Function):
+class _SoftplusBackward(torch.autograd.Function):
     """The gradient of softplus: forward is the VJP, backward the derived second order."""
 
     generate_vmap_rule = True
@@ -105,6 +112,10 @@ class SoftplusBackward(torch.autograd.Function):
             grad_bar = grad_grad_x * torch.sigmoid(x)
         return x_bar, grad_bar
 
+
+class SoftplusBackward(_SoftplusBackward):
+    """SoftplusBackward with forward mode (jvp) from the derived formulas."""
+
     @staticmethod
     def jvp(ctx, x_t, grad_t):
         x, grad = ctx.saved_tensors
@@ -118,28 +129,16 @@ def softplus(x: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`Softplus`.
     """
-    return Softplus.apply(x)
+    # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
+    function = _Softplus if torch.compiler.is_compiling() else Softplus
+    return function.apply(x)
 
 
 # --- scaled_softplus -------------------------------------------------------
 
 
-class ScaledSoftplus(torch.autograd.Function):
-    """scaled_softplus: log(exp(beta*x) + 1)/beta.
-
-    Forward::
-
-        out = softplus(beta*x)/beta
-
-    Gradients (VJP)::
-
-        grad_x = grad*sigmoid(beta*x)
-
-    Second order (d grad_<input> / d <w>)::
-
-        d grad_x / d x = beta*grad*sigmoid(-beta*x)*sigmoid(beta*x)
-        d grad_x / d grad = sigmoid(beta*x)
-    """
+class _ScaledSoftplus(torch.autograd.Function):
+    """ScaledSoftplus without forward mode (what torch.compile traces)."""
 
     generate_vmap_rule = True
 
@@ -160,8 +159,31 @@ class ScaledSoftplus(torch.autograd.Function):
         (x,) = ctx.saved_tensors
         grad_x = None
         if ctx.needs_input_grad[0]:
-            grad_x = ScaledSoftplusBackward.apply(x, grad, ctx.beta)
+            function = (
+                _ScaledSoftplusBackward
+                if torch.compiler.is_compiling()
+                else ScaledSoftplusBackward
+            )
+            grad_x = function.apply(x, grad, ctx.beta)
         return grad_x, None
+
+
+class ScaledSoftplus(_ScaledSoftplus):
+    """scaled_softplus: log(exp(beta*x) + 1)/beta.
+
+    Forward::
+
+        out = softplus(beta*x)/beta
+
+    Gradients (VJP)::
+
+        grad_x = grad*sigmoid(beta*x)
+
+    Second order (d grad_<input> / d <w>)::
+
+        d grad_x / d x = beta*grad*sigmoid(-beta*x)*sigmoid(beta*x)
+        d grad_x / d grad = sigmoid(beta*x)
+    """
 
     @staticmethod
     def jvp(ctx, x_t, _beta_t):
@@ -171,7 +193,7 @@ class ScaledSoftplus(torch.autograd.Function):
         return out_t
 
 
-class ScaledSoftplusBackward(torch.autograd.Function):
+class _ScaledSoftplusBackward(torch.autograd.Function):
     """The gradient of scaled_softplus: forward is the VJP, backward the derived second order."""
 
     generate_vmap_rule = True
@@ -202,6 +224,10 @@ class ScaledSoftplusBackward(torch.autograd.Function):
             grad_bar = grad_grad_x * torch.sigmoid(beta * x)
         return x_bar, grad_bar, None
 
+
+class ScaledSoftplusBackward(_ScaledSoftplusBackward):
+    """ScaledSoftplusBackward with forward mode (jvp) from the derived formulas."""
+
     @staticmethod
     def jvp(ctx, x_t, grad_t, _beta_t):
         x, grad = ctx.saved_tensors
@@ -217,13 +243,47 @@ def scaled_softplus(x: torch.Tensor, beta: float = 1.0) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`ScaledSoftplus`.
     """
-    return ScaledSoftplus.apply(x, beta)
+    # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
+    function = _ScaledSoftplus if torch.compiler.is_compiling() else ScaledSoftplus
+    return function.apply(x, beta)
 
 
 # --- mul -------------------------------------------------------------------
 
 
-class Mul(torch.autograd.Function):
+class _Mul(torch.autograd.Function):
+    """Mul without forward mode (what torch.compile traces)."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x, y):
+        out = x * y
+        return out
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x, y = inputs
+        ctx.save_for_backward(x, y)
+        ctx.save_for_forward(x, y)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, y = ctx.saved_tensors
+        grad_x = None
+        if ctx.needs_input_grad[0]:
+            function = _MulBackwardX if torch.compiler.is_compiling() else MulBackwardX
+            grad_x = function.apply(y, grad)
+            grad_x = grad_x.sum_to_size(x.shape)
+        grad_y = None
+        if ctx.needs_input_grad[1]:
+            function = _MulBackwardY if torch.compiler.is_compiling() else MulBackwardY
+            grad_y = function.apply(x, grad)
+            grad_y = grad_y.sum_to_size(y.shape)
+        return grad_x, grad_y
+
+
+class Mul(_Mul):
     """mul: x*y.
 
     Forward::
@@ -245,32 +305,6 @@ class Mul(torch.autograd.Function):
         d grad_y / d grad = x
     """
 
-    generate_vmap_rule = True
-
-    @staticmethod
-    def forward(x, y):
-        out = x * y
-        return out
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        x, y = inputs
-        ctx.save_for_backward(x, y)
-        ctx.save_for_forward(x, y)
-
-    @staticmethod
-    def backward(ctx, grad):
-        x, y = ctx.saved_tensors
-        grad_x = None
-        if ctx.needs_input_grad[0]:
-            grad_x = MulBackwardX.apply(y, grad)
-            grad_x = grad_x.sum_to_size(x.shape)
-        grad_y = None
-        if ctx.needs_input_grad[1]:
-            grad_y = MulBackwardY.apply(x, grad)
-            grad_y = grad_y.sum_to_size(y.shape)
-        return grad_x, grad_y
-
     @staticmethod
     def jvp(ctx, x_t, y_t):
         x, y = ctx.saved_tensors
@@ -278,7 +312,7 @@ class Mul(torch.autograd.Function):
         return out_t
 
 
-class MulBackwardX(torch.autograd.Function):
+class _MulBackwardX(torch.autograd.Function):
     """The gradient of mul: forward is the VJP, backward the derived second order."""
 
     generate_vmap_rule = True
@@ -308,6 +342,10 @@ class MulBackwardX(torch.autograd.Function):
             grad_bar = grad_bar.sum_to_size(grad.shape)
         return y_bar, grad_bar
 
+
+class MulBackwardX(_MulBackwardX):
+    """MulBackwardX with forward mode (jvp) from the derived formulas."""
+
     @staticmethod
     def jvp(ctx, y_t, grad_t):
         y, grad = ctx.saved_tensors
@@ -315,7 +353,7 @@ class MulBackwardX(torch.autograd.Function):
         return grad_x_t
 
 
-class MulBackwardY(torch.autograd.Function):
+class _MulBackwardY(torch.autograd.Function):
     """The gradient of mul: forward is the VJP, backward the derived second order."""
 
     generate_vmap_rule = True
@@ -345,6 +383,10 @@ class MulBackwardY(torch.autograd.Function):
             grad_bar = grad_bar.sum_to_size(grad.shape)
         return x_bar, grad_bar
 
+
+class MulBackwardY(_MulBackwardY):
+    """MulBackwardY with forward mode (jvp) from the derived formulas."""
+
     @staticmethod
     def jvp(ctx, x_t, grad_t):
         x, grad = ctx.saved_tensors
@@ -357,30 +399,16 @@ def mul(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`Mul`.
     """
-    return Mul.apply(x, y)
+    # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
+    function = _Mul if torch.compiler.is_compiling() else Mul
+    return function.apply(x, y)
 
 
 # --- sinh_cosh -------------------------------------------------------------
 
 
-class SinhCosh(torch.autograd.Function):
-    """sinh_cosh: sinh(x), cosh(x).
-
-    Forward::
-
-        s = sinh(x)
-        c = cosh(x)
-
-    Gradients (VJP)::
-
-        grad_x = grad_c*sinh(x) + grad_s*cosh(x)
-
-    Second order (d grad_<input> / d <w>)::
-
-        d grad_x / d x = grad_c*cosh(x) + grad_s*sinh(x)
-        d grad_x / d grad_s = cosh(x)
-        d grad_x / d grad_c = sinh(x)
-    """
+class _SinhCosh(torch.autograd.Function):
+    """SinhCosh without forward mode (what torch.compile traces)."""
 
     generate_vmap_rule = True
 
@@ -402,8 +430,31 @@ class SinhCosh(torch.autograd.Function):
         x, s, c = ctx.saved_tensors
         grad_x = None
         if ctx.needs_input_grad[0]:
-            grad_x = SinhCoshBackward.apply(x, s, c, grad_s, grad_c)
+            function = (
+                _SinhCoshBackward if torch.compiler.is_compiling() else SinhCoshBackward
+            )
+            grad_x = function.apply(x, s, c, grad_s, grad_c)
         return grad_x
+
+
+class SinhCosh(_SinhCosh):
+    """sinh_cosh: sinh(x), cosh(x).
+
+    Forward::
+
+        s = sinh(x)
+        c = cosh(x)
+
+    Gradients (VJP)::
+
+        grad_x = grad_c*sinh(x) + grad_s*cosh(x)
+
+    Second order (d grad_<input> / d <w>)::
+
+        d grad_x / d x = grad_c*cosh(x) + grad_s*sinh(x)
+        d grad_x / d grad_s = cosh(x)
+        d grad_x / d grad_c = sinh(x)
+    """
 
     @staticmethod
     def jvp(ctx, x_t):
@@ -413,7 +464,7 @@ class SinhCosh(torch.autograd.Function):
         return s_t, c_t
 
 
-class SinhCoshBackward(torch.autograd.Function):
+class _SinhCoshBackward(torch.autograd.Function):
     """The gradient of sinh_cosh: forward is the VJP, backward the derived second order."""
 
     generate_vmap_rule = True
@@ -445,6 +496,10 @@ class SinhCoshBackward(torch.autograd.Function):
             grad_c_bar = grad_grad_x * s
         return x_bar, None, None, grad_s_bar, grad_c_bar
 
+
+class SinhCoshBackward(_SinhCoshBackward):
+    """SinhCoshBackward with forward mode (jvp) from the derived formulas."""
+
     @staticmethod
     def jvp(ctx, x_t, _s_t, _c_t, grad_s_t, grad_c_t):
         s, c, grad_s, grad_c = ctx.saved_tensors
@@ -457,13 +512,55 @@ def sinh_cosh(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
     Differentiable with the derived formulas of :class:`SinhCosh`.
     """
-    return SinhCosh.apply(x)
+    # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
+    function = _SinhCosh if torch.compiler.is_compiling() else SinhCosh
+    return function.apply(x)
 
 
 # --- log_ratio -------------------------------------------------------------
 
 
-class LogRatio(torch.autograd.Function):
+class _LogRatio(torch.autograd.Function):
+    """LogRatio without forward mode (what torch.compile traces)."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x, y):
+        out = torch.log(x / y)
+        return out
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x, y = inputs
+        ctx.save_for_backward(x, y)
+        ctx.save_for_forward(x, y)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, y = ctx.saved_tensors
+        grad_x = None
+        if ctx.needs_input_grad[0]:
+            function = (
+                _LogRatioBackwardX
+                if torch.compiler.is_compiling()
+                else LogRatioBackwardX
+            )
+            grad_x = function.apply(x, grad)
+            grad_x = grad_x.sum_to_size(x.shape)
+        grad_y = None
+        if ctx.needs_input_grad[1]:
+            function = (
+                _LogRatioBackwardY
+                if torch.compiler.is_compiling()
+                else LogRatioBackwardY
+            )
+            grad_y = function.apply(y, grad)
+            grad_y = grad_y.sum_to_size(y.shape)
+        return grad_x, grad_y
+
+
+class LogRatio(_LogRatio):
     """log_ratio: log(x/y).
 
     Forward::
@@ -485,32 +582,6 @@ class LogRatio(torch.autograd.Function):
         d grad_y / d grad = -1/y
     """
 
-    generate_vmap_rule = True
-
-    @staticmethod
-    def forward(x, y):
-        out = torch.log(x / y)
-        return out
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        x, y = inputs
-        ctx.save_for_backward(x, y)
-        ctx.save_for_forward(x, y)
-
-    @staticmethod
-    def backward(ctx, grad):
-        x, y = ctx.saved_tensors
-        grad_x = None
-        if ctx.needs_input_grad[0]:
-            grad_x = LogRatioBackwardX.apply(x, grad)
-            grad_x = grad_x.sum_to_size(x.shape)
-        grad_y = None
-        if ctx.needs_input_grad[1]:
-            grad_y = LogRatioBackwardY.apply(y, grad)
-            grad_y = grad_y.sum_to_size(y.shape)
-        return grad_x, grad_y
-
     @staticmethod
     def jvp(ctx, x_t, y_t):
         x, y = ctx.saved_tensors
@@ -518,7 +589,7 @@ class LogRatio(torch.autograd.Function):
         return out_t
 
 
-class LogRatioBackwardX(torch.autograd.Function):
+class _LogRatioBackwardX(torch.autograd.Function):
     """The gradient of log_ratio: forward is the VJP, backward the derived second order."""
 
     generate_vmap_rule = True
@@ -548,6 +619,10 @@ class LogRatioBackwardX(torch.autograd.Function):
             grad_bar = grad_bar.sum_to_size(grad.shape)
         return x_bar, grad_bar
 
+
+class LogRatioBackwardX(_LogRatioBackwardX):
+    """LogRatioBackwardX with forward mode (jvp) from the derived formulas."""
+
     @staticmethod
     def jvp(ctx, x_t, grad_t):
         x, grad = ctx.saved_tensors
@@ -555,7 +630,7 @@ class LogRatioBackwardX(torch.autograd.Function):
         return grad_x_t
 
 
-class LogRatioBackwardY(torch.autograd.Function):
+class _LogRatioBackwardY(torch.autograd.Function):
     """The gradient of log_ratio: forward is the VJP, backward the derived second order."""
 
     generate_vmap_rule = True
@@ -585,6 +660,10 @@ class LogRatioBackwardY(torch.autograd.Function):
             grad_bar = grad_bar.sum_to_size(grad.shape)
         return y_bar, grad_bar
 
+
+class LogRatioBackwardY(_LogRatioBackwardY):
+    """LogRatioBackwardY with forward mode (jvp) from the derived formulas."""
+
     @staticmethod
     def jvp(ctx, y_t, grad_t):
         y, grad = ctx.saved_tensors
@@ -597,28 +676,16 @@ def log_ratio(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`LogRatio`.
     """
-    return LogRatio.apply(x, y)
+    # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
+    function = _LogRatio if torch.compiler.is_compiling() else LogRatio
+    return function.apply(x, y)
 
 
 # --- weighted_bce ----------------------------------------------------------
 
 
-class WeightedBce(torch.autograd.Function):
-    """weighted_bce: -target*log(1/(1 + exp(-z))) - (1 - target)*log(1 - 1/(1 + exp(-z))).
-
-    Forward::
-
-        out = target*softplus(-z) + (1 - target)*softplus(z)
-
-    Gradients (VJP)::
-
-        grad_z = grad*(-target*sigmoid(-z) + (1 - target)*sigmoid(z))
-
-    Second order (d grad_<input> / d <w>)::
-
-        d grad_z / d z = grad*sigmoid(-z)*sigmoid(z)
-        d grad_z / d grad = -target*sigmoid(-z) + (1 - target)*sigmoid(z)
-    """
+class _WeightedBce(torch.autograd.Function):
+    """WeightedBce without forward mode (what torch.compile traces)."""
 
     generate_vmap_rule = True
 
@@ -640,9 +707,32 @@ class WeightedBce(torch.autograd.Function):
         z, target = ctx.saved_tensors
         grad_z = None
         if ctx.needs_input_grad[0]:
-            grad_z = WeightedBceBackward.apply(z, target, grad)
+            function = (
+                _WeightedBceBackward
+                if torch.compiler.is_compiling()
+                else WeightedBceBackward
+            )
+            grad_z = function.apply(z, target, grad)
             grad_z = grad_z.sum_to_size(z.shape)
         return grad_z, None
+
+
+class WeightedBce(_WeightedBce):
+    """weighted_bce: -target*log(1/(1 + exp(-z))) - (1 - target)*log(1 - 1/(1 + exp(-z))).
+
+    Forward::
+
+        out = target*softplus(-z) + (1 - target)*softplus(z)
+
+    Gradients (VJP)::
+
+        grad_z = grad*(-target*sigmoid(-z) + (1 - target)*sigmoid(z))
+
+    Second order (d grad_<input> / d <w>)::
+
+        d grad_z / d z = grad*sigmoid(-z)*sigmoid(z)
+        d grad_z / d grad = -target*sigmoid(-z) + (1 - target)*sigmoid(z)
+    """
 
     @staticmethod
     def jvp(ctx, z_t, _target_t):
@@ -651,7 +741,7 @@ class WeightedBce(torch.autograd.Function):
         return out_t
 
 
-class WeightedBceBackward(torch.autograd.Function):
+class _WeightedBceBackward(torch.autograd.Function):
     """The gradient of weighted_bce: forward is the VJP, backward the derived second order."""
 
     generate_vmap_rule = True
@@ -683,6 +773,10 @@ class WeightedBceBackward(torch.autograd.Function):
             grad_bar = grad_bar.sum_to_size(grad.shape)
         return z_bar, None, grad_bar
 
+
+class WeightedBceBackward(_WeightedBceBackward):
+    """WeightedBceBackward with forward mode (jvp) from the derived formulas."""
+
     @staticmethod
     def jvp(ctx, z_t, _target_t, grad_t):
         z, target, grad = ctx.saved_tensors
@@ -697,28 +791,16 @@ def weighted_bce(z: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`WeightedBce`.
     """
-    return WeightedBce.apply(z, target)
+    # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
+    function = _WeightedBce if torch.compiler.is_compiling() else WeightedBce
+    return function.apply(z, target)
 
 
 # --- binarize --------------------------------------------------------------
 
 
-class Binarize(torch.autograd.Function):
-    """binarize: Heaviside(x, 1).
-
-    Forward::
-
-        out = Heaviside(x, 1)
-
-    Gradients (VJP)::
-
-        grad_x = grad*Heaviside(1 - Abs(x), 1)  (user-defined)
-
-    Second order (d grad_<input> / d <w>)::
-
-        d grad_x / d x = 0
-        d grad_x / d grad = Heaviside(1 - Abs(x), 1)
-    """
+class _Binarize(torch.autograd.Function):
+    """Binarize without forward mode (what torch.compile traces)."""
 
     generate_vmap_rule = True
 
@@ -738,8 +820,29 @@ class Binarize(torch.autograd.Function):
         (x,) = ctx.saved_tensors
         grad_x = None
         if ctx.needs_input_grad[0]:
-            grad_x = BinarizeBackward.apply(x, grad)
+            function = (
+                _BinarizeBackward if torch.compiler.is_compiling() else BinarizeBackward
+            )
+            grad_x = function.apply(x, grad)
         return grad_x
+
+
+class Binarize(_Binarize):
+    """binarize: Heaviside(x, 1).
+
+    Forward::
+
+        out = Heaviside(x, 1)
+
+    Gradients (VJP)::
+
+        grad_x = grad*Heaviside(1 - Abs(x), 1)  (user-defined)
+
+    Second order (d grad_<input> / d <w>)::
+
+        d grad_x / d x = 0
+        d grad_x / d grad = Heaviside(1 - Abs(x), 1)
+    """
 
     @staticmethod
     def jvp(ctx, x_t):
@@ -748,7 +851,7 @@ class Binarize(torch.autograd.Function):
         return out_t
 
 
-class BinarizeBackward(torch.autograd.Function):
+class _BinarizeBackward(torch.autograd.Function):
     """The gradient of binarize: forward is the VJP, backward the derived second order."""
 
     generate_vmap_rule = True
@@ -776,6 +879,10 @@ class BinarizeBackward(torch.autograd.Function):
             )
         return None, grad_bar
 
+
+class BinarizeBackward(_BinarizeBackward):
+    """BinarizeBackward with forward mode (jvp) from the derived formulas."""
+
     @staticmethod
     def jvp(ctx, x_t, grad_t):
         (x,) = ctx.saved_tensors
@@ -788,23 +895,16 @@ def binarize(x: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`Binarize`.
     """
-    return Binarize.apply(x)
+    # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
+    function = _Binarize if torch.compiler.is_compiling() else Binarize
+    return function.apply(x)
 
 
 # --- tanh_shrink_order1 ----------------------------------------------------
 
 
-class TanhShrinkOrder1(torch.autograd.Function):
-    """tanh_shrink_order1: x - tanh(x).
-
-    Forward::
-
-        out = Piecewise((-62*x**9/2835 + 17*x**7/315 - 2*x**5/15 + x**3/3, Abs(x) < 0.0159), (x - tanh(x), True))
-
-    Gradients (VJP)::
-
-        grad_x = Piecewise((grad*x**2*(-62*x**6 + 119*x**4 - 210*x**2 + 315)/315, (x > -0.0159) & (x < 0.0159)), (grad*tanh(x)**2, True))
-    """
+class _TanhShrinkOrder1(torch.autograd.Function):
+    """TanhShrinkOrder1 without forward mode (what torch.compile traces)."""
 
     generate_vmap_rule = True
 
@@ -840,6 +940,19 @@ class TanhShrinkOrder1(torch.autograd.Function):
             )
         return grad_x
 
+
+class TanhShrinkOrder1(_TanhShrinkOrder1):
+    """tanh_shrink_order1: x - tanh(x).
+
+    Forward::
+
+        out = Piecewise((-62*x**9/2835 + 17*x**7/315 - 2*x**5/15 + x**3/3, Abs(x) < 0.0159), (x - tanh(x), True))
+
+    Gradients (VJP)::
+
+        grad_x = Piecewise((grad*x**2*(-62*x**6 + 119*x**4 - 210*x**2 + 315)/315, (x > -0.0159) & (x < 0.0159)), (grad*tanh(x)**2, True))
+    """
+
     @staticmethod
     def jvp(ctx, x_t):
         (x,) = ctx.saved_tensors
@@ -857,4 +970,6 @@ def tanh_shrink_order1(x: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`TanhShrinkOrder1`.
     """
-    return TanhShrinkOrder1.apply(x)
+    # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
+    function = _TanhShrinkOrder1 if torch.compiler.is_compiling() else TanhShrinkOrder1
+    return function.apply(x)

@@ -301,6 +301,74 @@ def test_softplus_gradgradcheck(device):
     )
 
 
+def _softplus_naive(x):
+    """The spec's formula as written, differentiated by plain autograd."""
+    return (torch.log(torch.exp(x) + 1),)
+
+
+def test_softplus_hessian_matches_naive_autograd():
+    inputs = [x.detach() for x in _softplus_random("cpu")]
+    diff = [i for i, n in enumerate(["x"]) if n in ["x"]]
+
+    def total(fn, *xs):
+        args = list(inputs)
+        for i, x in zip(diff, xs):
+            args[i] = x
+        return sum(o.sum() for o in _outputs(fn(*args, **SOFTPLUS_SCALARS)))
+
+    points = [inputs[i] for i in diff]
+    argnums = tuple(range(len(diff)))
+    ours = torch.func.hessian(lambda *xs: total(generated.softplus, *xs), argnums)(
+        *points
+    )
+    naive = torch.func.hessian(lambda *xs: total(_softplus_naive, *xs), argnums)(
+        *points
+    )
+    for row_ours, row_naive in zip(ours, naive):
+        for a, b in zip(row_ours, row_naive):
+            torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
+
+
+def test_softplus_vmap_matches_a_loop():
+    gen = torch.Generator().manual_seed(1)
+    batch = [
+        torch.rand((5, 3), generator=gen, dtype=torch.float64) * (hi - lo) + lo
+        for lo, hi in {"x": (-2.0, 2.0)}.values()
+    ]
+
+    def call(*xs):
+        return _outputs(generated.softplus(*xs, **SOFTPLUS_SCALARS))
+
+    mapped = torch.func.vmap(call)(*batch)
+    for k in range(5):
+        for a, b in zip(mapped, call(*(x[k] for x in batch))):
+            torch.testing.assert_close(a[k], b)
+
+
+def test_softplus_compiles_without_graph_breaks():
+    gen = torch.Generator().manual_seed(2)
+    domains = {"x": (-2.0, 2.0)}
+    inputs = [
+        (
+            torch.rand(6, generator=gen, dtype=torch.float64) * (hi - lo) + lo
+        ).requires_grad_(n in ["x"])
+        for n, (lo, hi) in domains.items()
+    ]
+
+    def loss(*xs):
+        return sum(
+            o.sum() for o in _outputs(generated.softplus(*xs, **SOFTPLUS_SCALARS))
+        )
+
+    compiled = torch.compile(loss, fullgraph=True, dynamic=False)
+    expected, got = loss(*inputs), compiled(*inputs)
+    torch.testing.assert_close(got, expected)
+    wrt = [x for x in inputs if x.requires_grad]
+    torch.testing.assert_close(
+        torch.autograd.grad(got, wrt), torch.autograd.grad(expected, wrt)
+    )
+
+
 # --- scaled_softplus -------------------------------------------------------
 
 SCALED_SOFTPLUS_SCALARS = {"beta": 1.0}
@@ -470,6 +538,75 @@ def test_scaled_softplus_gradgradcheck(device):
         lambda *xs: generated.scaled_softplus(*xs, **SCALED_SOFTPLUS_SCALARS),
         inputs,
         check_fwd_over_rev=True,
+    )
+
+
+def _scaled_softplus_naive(x, beta):
+    """The spec's formula as written, differentiated by plain autograd."""
+    return (torch.log(torch.exp(beta * x) + 1) / beta,)
+
+
+def test_scaled_softplus_hessian_matches_naive_autograd():
+    inputs = [x.detach() for x in _scaled_softplus_random("cpu")]
+    diff = [i for i, n in enumerate(["x"]) if n in ["x"]]
+
+    def total(fn, *xs):
+        args = list(inputs)
+        for i, x in zip(diff, xs):
+            args[i] = x
+        return sum(o.sum() for o in _outputs(fn(*args, **SCALED_SOFTPLUS_SCALARS)))
+
+    points = [inputs[i] for i in diff]
+    argnums = tuple(range(len(diff)))
+    ours = torch.func.hessian(
+        lambda *xs: total(generated.scaled_softplus, *xs), argnums
+    )(*points)
+    naive = torch.func.hessian(lambda *xs: total(_scaled_softplus_naive, *xs), argnums)(
+        *points
+    )
+    for row_ours, row_naive in zip(ours, naive):
+        for a, b in zip(row_ours, row_naive):
+            torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
+
+
+def test_scaled_softplus_vmap_matches_a_loop():
+    gen = torch.Generator().manual_seed(1)
+    batch = [
+        torch.rand((5, 3), generator=gen, dtype=torch.float64) * (hi - lo) + lo
+        for lo, hi in {"x": (-2.0, 2.0)}.values()
+    ]
+
+    def call(*xs):
+        return _outputs(generated.scaled_softplus(*xs, **SCALED_SOFTPLUS_SCALARS))
+
+    mapped = torch.func.vmap(call)(*batch)
+    for k in range(5):
+        for a, b in zip(mapped, call(*(x[k] for x in batch))):
+            torch.testing.assert_close(a[k], b)
+
+
+def test_scaled_softplus_compiles_without_graph_breaks():
+    gen = torch.Generator().manual_seed(2)
+    domains = {"x": (-2.0, 2.0)}
+    inputs = [
+        (
+            torch.rand(6, generator=gen, dtype=torch.float64) * (hi - lo) + lo
+        ).requires_grad_(n in ["x"])
+        for n, (lo, hi) in domains.items()
+    ]
+
+    def loss(*xs):
+        return sum(
+            o.sum()
+            for o in _outputs(generated.scaled_softplus(*xs, **SCALED_SOFTPLUS_SCALARS))
+        )
+
+    compiled = torch.compile(loss, fullgraph=True, dynamic=False)
+    expected, got = loss(*inputs), compiled(*inputs)
+    torch.testing.assert_close(got, expected)
+    wrt = [x for x in inputs if x.requires_grad]
+    torch.testing.assert_close(
+        torch.autograd.grad(got, wrt), torch.autograd.grad(expected, wrt)
     )
 
 
@@ -797,6 +934,68 @@ def test_mul_gradgradcheck(device):
     )
 
 
+def _mul_naive(x, y):
+    """The spec's formula as written, differentiated by plain autograd."""
+    return (x * y,)
+
+
+def test_mul_hessian_matches_naive_autograd():
+    inputs = [x.detach() for x in _mul_random("cpu")]
+    diff = [i for i, n in enumerate(["x", "y"]) if n in ["x", "y"]]
+
+    def total(fn, *xs):
+        args = list(inputs)
+        for i, x in zip(diff, xs):
+            args[i] = x
+        return sum(o.sum() for o in _outputs(fn(*args, **MUL_SCALARS)))
+
+    points = [inputs[i] for i in diff]
+    argnums = tuple(range(len(diff)))
+    ours = torch.func.hessian(lambda *xs: total(generated.mul, *xs), argnums)(*points)
+    naive = torch.func.hessian(lambda *xs: total(_mul_naive, *xs), argnums)(*points)
+    for row_ours, row_naive in zip(ours, naive):
+        for a, b in zip(row_ours, row_naive):
+            torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
+
+
+def test_mul_vmap_matches_a_loop():
+    gen = torch.Generator().manual_seed(1)
+    batch = [
+        torch.rand((5, 3), generator=gen, dtype=torch.float64) * (hi - lo) + lo
+        for lo, hi in {"x": (-2.0, 2.0), "y": (-2.0, 2.0)}.values()
+    ]
+
+    def call(*xs):
+        return _outputs(generated.mul(*xs, **MUL_SCALARS))
+
+    mapped = torch.func.vmap(call)(*batch)
+    for k in range(5):
+        for a, b in zip(mapped, call(*(x[k] for x in batch))):
+            torch.testing.assert_close(a[k], b)
+
+
+def test_mul_compiles_without_graph_breaks():
+    gen = torch.Generator().manual_seed(2)
+    domains = {"x": (-2.0, 2.0), "y": (-2.0, 2.0)}
+    inputs = [
+        (
+            torch.rand(6, generator=gen, dtype=torch.float64) * (hi - lo) + lo
+        ).requires_grad_(n in ["x", "y"])
+        for n, (lo, hi) in domains.items()
+    ]
+
+    def loss(*xs):
+        return sum(o.sum() for o in _outputs(generated.mul(*xs, **MUL_SCALARS)))
+
+    compiled = torch.compile(loss, fullgraph=True, dynamic=False)
+    expected, got = loss(*inputs), compiled(*inputs)
+    torch.testing.assert_close(got, expected)
+    wrt = [x for x in inputs if x.requires_grad]
+    torch.testing.assert_close(
+        torch.autograd.grad(got, wrt), torch.autograd.grad(expected, wrt)
+    )
+
+
 # --- sinh_cosh -------------------------------------------------------------
 
 SINH_COSH_SCALARS = {}
@@ -1044,6 +1243,77 @@ def test_sinh_cosh_gradgradcheck(device):
     )
 
 
+def _sinh_cosh_naive(x):
+    """The spec's formula as written, differentiated by plain autograd."""
+    return (
+        torch.sinh(x),
+        torch.cosh(x),
+    )
+
+
+def test_sinh_cosh_hessian_matches_naive_autograd():
+    inputs = [x.detach() for x in _sinh_cosh_random("cpu")]
+    diff = [i for i, n in enumerate(["x"]) if n in ["x"]]
+
+    def total(fn, *xs):
+        args = list(inputs)
+        for i, x in zip(diff, xs):
+            args[i] = x
+        return sum(o.sum() for o in _outputs(fn(*args, **SINH_COSH_SCALARS)))
+
+    points = [inputs[i] for i in diff]
+    argnums = tuple(range(len(diff)))
+    ours = torch.func.hessian(lambda *xs: total(generated.sinh_cosh, *xs), argnums)(
+        *points
+    )
+    naive = torch.func.hessian(lambda *xs: total(_sinh_cosh_naive, *xs), argnums)(
+        *points
+    )
+    for row_ours, row_naive in zip(ours, naive):
+        for a, b in zip(row_ours, row_naive):
+            torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
+
+
+def test_sinh_cosh_vmap_matches_a_loop():
+    gen = torch.Generator().manual_seed(1)
+    batch = [
+        torch.rand((5, 3), generator=gen, dtype=torch.float64) * (hi - lo) + lo
+        for lo, hi in {"x": (-2.0, 2.0)}.values()
+    ]
+
+    def call(*xs):
+        return _outputs(generated.sinh_cosh(*xs, **SINH_COSH_SCALARS))
+
+    mapped = torch.func.vmap(call)(*batch)
+    for k in range(5):
+        for a, b in zip(mapped, call(*(x[k] for x in batch))):
+            torch.testing.assert_close(a[k], b)
+
+
+def test_sinh_cosh_compiles_without_graph_breaks():
+    gen = torch.Generator().manual_seed(2)
+    domains = {"x": (-2.0, 2.0)}
+    inputs = [
+        (
+            torch.rand(6, generator=gen, dtype=torch.float64) * (hi - lo) + lo
+        ).requires_grad_(n in ["x"])
+        for n, (lo, hi) in domains.items()
+    ]
+
+    def loss(*xs):
+        return sum(
+            o.sum() for o in _outputs(generated.sinh_cosh(*xs, **SINH_COSH_SCALARS))
+        )
+
+    compiled = torch.compile(loss, fullgraph=True, dynamic=False)
+    expected, got = loss(*inputs), compiled(*inputs)
+    torch.testing.assert_close(got, expected)
+    wrt = [x for x in inputs if x.requires_grad]
+    torch.testing.assert_close(
+        torch.autograd.grad(got, wrt), torch.autograd.grad(expected, wrt)
+    )
+
+
 # --- log_ratio -------------------------------------------------------------
 
 LOG_RATIO_SCALARS = {}
@@ -1281,6 +1551,74 @@ def test_log_ratio_gradgradcheck(device):
     )
 
 
+def _log_ratio_naive(x, y):
+    """The spec's formula as written, differentiated by plain autograd."""
+    return (torch.log(x / y),)
+
+
+def test_log_ratio_hessian_matches_naive_autograd():
+    inputs = [x.detach() for x in _log_ratio_random("cpu")]
+    diff = [i for i, n in enumerate(["x", "y"]) if n in ["x", "y"]]
+
+    def total(fn, *xs):
+        args = list(inputs)
+        for i, x in zip(diff, xs):
+            args[i] = x
+        return sum(o.sum() for o in _outputs(fn(*args, **LOG_RATIO_SCALARS)))
+
+    points = [inputs[i] for i in diff]
+    argnums = tuple(range(len(diff)))
+    ours = torch.func.hessian(lambda *xs: total(generated.log_ratio, *xs), argnums)(
+        *points
+    )
+    naive = torch.func.hessian(lambda *xs: total(_log_ratio_naive, *xs), argnums)(
+        *points
+    )
+    for row_ours, row_naive in zip(ours, naive):
+        for a, b in zip(row_ours, row_naive):
+            torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
+
+
+def test_log_ratio_vmap_matches_a_loop():
+    gen = torch.Generator().manual_seed(1)
+    batch = [
+        torch.rand((5, 3), generator=gen, dtype=torch.float64) * (hi - lo) + lo
+        for lo, hi in {"x": (0.2, 3.0), "y": (0.2, 3.0)}.values()
+    ]
+
+    def call(*xs):
+        return _outputs(generated.log_ratio(*xs, **LOG_RATIO_SCALARS))
+
+    mapped = torch.func.vmap(call)(*batch)
+    for k in range(5):
+        for a, b in zip(mapped, call(*(x[k] for x in batch))):
+            torch.testing.assert_close(a[k], b)
+
+
+def test_log_ratio_compiles_without_graph_breaks():
+    gen = torch.Generator().manual_seed(2)
+    domains = {"x": (0.2, 3.0), "y": (0.2, 3.0)}
+    inputs = [
+        (
+            torch.rand(6, generator=gen, dtype=torch.float64) * (hi - lo) + lo
+        ).requires_grad_(n in ["x", "y"])
+        for n, (lo, hi) in domains.items()
+    ]
+
+    def loss(*xs):
+        return sum(
+            o.sum() for o in _outputs(generated.log_ratio(*xs, **LOG_RATIO_SCALARS))
+        )
+
+    compiled = torch.compile(loss, fullgraph=True, dynamic=False)
+    expected, got = loss(*inputs), compiled(*inputs)
+    torch.testing.assert_close(got, expected)
+    wrt = [x for x in inputs if x.requires_grad]
+    torch.testing.assert_close(
+        torch.autograd.grad(got, wrt), torch.autograd.grad(expected, wrt)
+    )
+
+
 # --- weighted_bce ----------------------------------------------------------
 
 WEIGHTED_BCE_SCALARS = {}
@@ -1478,6 +1816,78 @@ def test_weighted_bce_gradgradcheck(device):
     )
 
 
+def _weighted_bce_naive(z, target):
+    """The spec's formula as written, differentiated by plain autograd."""
+    return (
+        -target * torch.log(1 / (1 + torch.exp(-z)))
+        - (1 - target) * torch.log(1 - 1 / (1 + torch.exp(-z))),
+    )
+
+
+def test_weighted_bce_hessian_matches_naive_autograd():
+    inputs = [x.detach() for x in _weighted_bce_random("cpu")]
+    diff = [i for i, n in enumerate(["z", "target"]) if n in ["z"]]
+
+    def total(fn, *xs):
+        args = list(inputs)
+        for i, x in zip(diff, xs):
+            args[i] = x
+        return sum(o.sum() for o in _outputs(fn(*args, **WEIGHTED_BCE_SCALARS)))
+
+    points = [inputs[i] for i in diff]
+    argnums = tuple(range(len(diff)))
+    ours = torch.func.hessian(lambda *xs: total(generated.weighted_bce, *xs), argnums)(
+        *points
+    )
+    naive = torch.func.hessian(lambda *xs: total(_weighted_bce_naive, *xs), argnums)(
+        *points
+    )
+    for row_ours, row_naive in zip(ours, naive):
+        for a, b in zip(row_ours, row_naive):
+            torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
+
+
+def test_weighted_bce_vmap_matches_a_loop():
+    gen = torch.Generator().manual_seed(1)
+    batch = [
+        torch.rand((5, 3), generator=gen, dtype=torch.float64) * (hi - lo) + lo
+        for lo, hi in {"z": (-2.0, 2.0), "target": (0.1, 0.9)}.values()
+    ]
+
+    def call(*xs):
+        return _outputs(generated.weighted_bce(*xs, **WEIGHTED_BCE_SCALARS))
+
+    mapped = torch.func.vmap(call)(*batch)
+    for k in range(5):
+        for a, b in zip(mapped, call(*(x[k] for x in batch))):
+            torch.testing.assert_close(a[k], b)
+
+
+def test_weighted_bce_compiles_without_graph_breaks():
+    gen = torch.Generator().manual_seed(2)
+    domains = {"z": (-2.0, 2.0), "target": (0.1, 0.9)}
+    inputs = [
+        (
+            torch.rand(6, generator=gen, dtype=torch.float64) * (hi - lo) + lo
+        ).requires_grad_(n in ["z"])
+        for n, (lo, hi) in domains.items()
+    ]
+
+    def loss(*xs):
+        return sum(
+            o.sum()
+            for o in _outputs(generated.weighted_bce(*xs, **WEIGHTED_BCE_SCALARS))
+        )
+
+    compiled = torch.compile(loss, fullgraph=True, dynamic=False)
+    expected, got = loss(*inputs), compiled(*inputs)
+    torch.testing.assert_close(got, expected)
+    wrt = [x for x in inputs if x.requires_grad]
+    torch.testing.assert_close(
+        torch.autograd.grad(got, wrt), torch.autograd.grad(expected, wrt)
+    )
+
+
 # --- binarize --------------------------------------------------------------
 
 BINARIZE_SCALARS = {}
@@ -1594,6 +2004,46 @@ def test_binarize_gradgradcheck(device):
         lambda *xs: generated.binarize(*xs, **BINARIZE_SCALARS),
         inputs,
         check_fwd_over_rev=True,
+    )
+
+
+def test_binarize_vmap_matches_a_loop():
+    gen = torch.Generator().manual_seed(1)
+    batch = [
+        torch.rand((5, 3), generator=gen, dtype=torch.float64) * (hi - lo) + lo
+        for lo, hi in {"x": (-2.0, 2.0)}.values()
+    ]
+
+    def call(*xs):
+        return _outputs(generated.binarize(*xs, **BINARIZE_SCALARS))
+
+    mapped = torch.func.vmap(call)(*batch)
+    for k in range(5):
+        for a, b in zip(mapped, call(*(x[k] for x in batch))):
+            torch.testing.assert_close(a[k], b)
+
+
+def test_binarize_compiles_without_graph_breaks():
+    gen = torch.Generator().manual_seed(2)
+    domains = {"x": (-2.0, 2.0)}
+    inputs = [
+        (
+            torch.rand(6, generator=gen, dtype=torch.float64) * (hi - lo) + lo
+        ).requires_grad_(n in ["x"])
+        for n, (lo, hi) in domains.items()
+    ]
+
+    def loss(*xs):
+        return sum(
+            o.sum() for o in _outputs(generated.binarize(*xs, **BINARIZE_SCALARS))
+        )
+
+    compiled = torch.compile(loss, fullgraph=True, dynamic=False)
+    expected, got = loss(*inputs), compiled(*inputs)
+    torch.testing.assert_close(got, expected)
+    wrt = [x for x in inputs if x.requires_grad]
+    torch.testing.assert_close(
+        torch.autograd.grad(got, wrt), torch.autograd.grad(expected, wrt)
     )
 
 
@@ -1740,3 +2190,46 @@ def test_tanh_shrink_order1_double_backward_is_refused():
     total = sum(o.sum() for o in outputs)
     with pytest.raises(RuntimeError, match="order: 1"):
         torch.autograd.grad(total, inputs, create_graph=True, allow_unused=True)
+
+
+def test_tanh_shrink_order1_vmap_matches_a_loop():
+    gen = torch.Generator().manual_seed(1)
+    batch = [
+        torch.rand((5, 3), generator=gen, dtype=torch.float64) * (hi - lo) + lo
+        for lo, hi in {"x": (-2.0, 2.0)}.values()
+    ]
+
+    def call(*xs):
+        return _outputs(generated.tanh_shrink_order1(*xs, **TANH_SHRINK_ORDER1_SCALARS))
+
+    mapped = torch.func.vmap(call)(*batch)
+    for k in range(5):
+        for a, b in zip(mapped, call(*(x[k] for x in batch))):
+            torch.testing.assert_close(a[k], b)
+
+
+def test_tanh_shrink_order1_compiles_without_graph_breaks():
+    gen = torch.Generator().manual_seed(2)
+    domains = {"x": (-2.0, 2.0)}
+    inputs = [
+        (
+            torch.rand(6, generator=gen, dtype=torch.float64) * (hi - lo) + lo
+        ).requires_grad_(n in ["x"])
+        for n, (lo, hi) in domains.items()
+    ]
+
+    def loss(*xs):
+        return sum(
+            o.sum()
+            for o in _outputs(
+                generated.tanh_shrink_order1(*xs, **TANH_SHRINK_ORDER1_SCALARS)
+            )
+        )
+
+    compiled = torch.compile(loss, fullgraph=True, dynamic=False)
+    expected, got = loss(*inputs), compiled(*inputs)
+    torch.testing.assert_close(got, expected)
+    wrt = [x for x in inputs if x.requires_grad]
+    torch.testing.assert_close(
+        torch.autograd.grad(got, wrt), torch.autograd.grad(expected, wrt)
+    )

@@ -274,6 +274,70 @@ def test_my_relu_gradgradcheck(device):
     )
 
 
+def _my_relu_naive(x):
+    """The spec's formula as written, differentiated by plain autograd."""
+    return (torch.relu(x),)
+
+
+def test_my_relu_hessian_matches_naive_autograd():
+    inputs = [x.detach() for x in _my_relu_random("cpu")]
+    diff = [i for i, n in enumerate(["x"]) if n in ["x"]]
+
+    def total(fn, *xs):
+        args = list(inputs)
+        for i, x in zip(diff, xs):
+            args[i] = x
+        return sum(o.sum() for o in _outputs(fn(*args, **MY_RELU_SCALARS)))
+
+    points = [inputs[i] for i in diff]
+    argnums = tuple(range(len(diff)))
+    ours = torch.func.hessian(lambda *xs: total(generated.my_relu, *xs), argnums)(
+        *points
+    )
+    naive = torch.func.hessian(lambda *xs: total(_my_relu_naive, *xs), argnums)(*points)
+    for row_ours, row_naive in zip(ours, naive):
+        for a, b in zip(row_ours, row_naive):
+            torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
+
+
+def test_my_relu_vmap_matches_a_loop():
+    gen = torch.Generator().manual_seed(1)
+    batch = [
+        torch.rand((5, 3), generator=gen, dtype=torch.float64) * (hi - lo) + lo
+        for lo, hi in {"x": (-2.0, 2.0)}.values()
+    ]
+
+    def call(*xs):
+        return _outputs(generated.my_relu(*xs, **MY_RELU_SCALARS))
+
+    mapped = torch.func.vmap(call)(*batch)
+    for k in range(5):
+        for a, b in zip(mapped, call(*(x[k] for x in batch))):
+            torch.testing.assert_close(a[k], b)
+
+
+def test_my_relu_compiles_without_graph_breaks():
+    gen = torch.Generator().manual_seed(2)
+    domains = {"x": (-2.0, 2.0)}
+    inputs = [
+        (
+            torch.rand(6, generator=gen, dtype=torch.float64) * (hi - lo) + lo
+        ).requires_grad_(n in ["x"])
+        for n, (lo, hi) in domains.items()
+    ]
+
+    def loss(*xs):
+        return sum(o.sum() for o in _outputs(generated.my_relu(*xs, **MY_RELU_SCALARS)))
+
+    compiled = torch.compile(loss, fullgraph=True, dynamic=False)
+    expected, got = loss(*inputs), compiled(*inputs)
+    torch.testing.assert_close(got, expected)
+    wrt = [x for x in inputs if x.requires_grad]
+    torch.testing.assert_close(
+        torch.autograd.grad(got, wrt), torch.autograd.grad(expected, wrt)
+    )
+
+
 # --- exp -------------------------------------------------------------------
 
 EXP_SCALARS = {}
@@ -446,6 +510,68 @@ def test_exp_gradgradcheck(device):
     )
 
 
+def _exp_naive(x):
+    """The spec's formula as written, differentiated by plain autograd."""
+    return (torch.exp(x),)
+
+
+def test_exp_hessian_matches_naive_autograd():
+    inputs = [x.detach() for x in _exp_random("cpu")]
+    diff = [i for i, n in enumerate(["x"]) if n in ["x"]]
+
+    def total(fn, *xs):
+        args = list(inputs)
+        for i, x in zip(diff, xs):
+            args[i] = x
+        return sum(o.sum() for o in _outputs(fn(*args, **EXP_SCALARS)))
+
+    points = [inputs[i] for i in diff]
+    argnums = tuple(range(len(diff)))
+    ours = torch.func.hessian(lambda *xs: total(generated.exp, *xs), argnums)(*points)
+    naive = torch.func.hessian(lambda *xs: total(_exp_naive, *xs), argnums)(*points)
+    for row_ours, row_naive in zip(ours, naive):
+        for a, b in zip(row_ours, row_naive):
+            torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
+
+
+def test_exp_vmap_matches_a_loop():
+    gen = torch.Generator().manual_seed(1)
+    batch = [
+        torch.rand((5, 3), generator=gen, dtype=torch.float64) * (hi - lo) + lo
+        for lo, hi in {"x": (-2.0, 2.0)}.values()
+    ]
+
+    def call(*xs):
+        return _outputs(generated.exp(*xs, **EXP_SCALARS))
+
+    mapped = torch.func.vmap(call)(*batch)
+    for k in range(5):
+        for a, b in zip(mapped, call(*(x[k] for x in batch))):
+            torch.testing.assert_close(a[k], b)
+
+
+def test_exp_compiles_without_graph_breaks():
+    gen = torch.Generator().manual_seed(2)
+    domains = {"x": (-2.0, 2.0)}
+    inputs = [
+        (
+            torch.rand(6, generator=gen, dtype=torch.float64) * (hi - lo) + lo
+        ).requires_grad_(n in ["x"])
+        for n, (lo, hi) in domains.items()
+    ]
+
+    def loss(*xs):
+        return sum(o.sum() for o in _outputs(generated.exp(*xs, **EXP_SCALARS)))
+
+    compiled = torch.compile(loss, fullgraph=True, dynamic=False)
+    expected, got = loss(*inputs), compiled(*inputs)
+    torch.testing.assert_close(got, expected)
+    wrt = [x for x in inputs if x.requires_grad]
+    torch.testing.assert_close(
+        torch.autograd.grad(got, wrt), torch.autograd.grad(expected, wrt)
+    )
+
+
 # --- square ----------------------------------------------------------------
 
 SQUARE_SCALARS = {}
@@ -597,6 +723,70 @@ def test_square_gradgradcheck(device):
         lambda *xs: generated.square(*xs, **SQUARE_SCALARS),
         inputs,
         check_fwd_over_rev=True,
+    )
+
+
+def _square_naive(x):
+    """The spec's formula as written, differentiated by plain autograd."""
+    return (x**2,)
+
+
+def test_square_hessian_matches_naive_autograd():
+    inputs = [x.detach() for x in _square_random("cpu")]
+    diff = [i for i, n in enumerate(["x"]) if n in ["x"]]
+
+    def total(fn, *xs):
+        args = list(inputs)
+        for i, x in zip(diff, xs):
+            args[i] = x
+        return sum(o.sum() for o in _outputs(fn(*args, **SQUARE_SCALARS)))
+
+    points = [inputs[i] for i in diff]
+    argnums = tuple(range(len(diff)))
+    ours = torch.func.hessian(lambda *xs: total(generated.square, *xs), argnums)(
+        *points
+    )
+    naive = torch.func.hessian(lambda *xs: total(_square_naive, *xs), argnums)(*points)
+    for row_ours, row_naive in zip(ours, naive):
+        for a, b in zip(row_ours, row_naive):
+            torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
+
+
+def test_square_vmap_matches_a_loop():
+    gen = torch.Generator().manual_seed(1)
+    batch = [
+        torch.rand((5, 3), generator=gen, dtype=torch.float64) * (hi - lo) + lo
+        for lo, hi in {"x": (-2.0, 2.0)}.values()
+    ]
+
+    def call(*xs):
+        return _outputs(generated.square(*xs, **SQUARE_SCALARS))
+
+    mapped = torch.func.vmap(call)(*batch)
+    for k in range(5):
+        for a, b in zip(mapped, call(*(x[k] for x in batch))):
+            torch.testing.assert_close(a[k], b)
+
+
+def test_square_compiles_without_graph_breaks():
+    gen = torch.Generator().manual_seed(2)
+    domains = {"x": (-2.0, 2.0)}
+    inputs = [
+        (
+            torch.rand(6, generator=gen, dtype=torch.float64) * (hi - lo) + lo
+        ).requires_grad_(n in ["x"])
+        for n, (lo, hi) in domains.items()
+    ]
+
+    def loss(*xs):
+        return sum(o.sum() for o in _outputs(generated.square(*xs, **SQUARE_SCALARS)))
+
+    compiled = torch.compile(loss, fullgraph=True, dynamic=False)
+    expected, got = loss(*inputs), compiled(*inputs)
+    torch.testing.assert_close(got, expected)
+    wrt = [x for x in inputs if x.requires_grad]
+    torch.testing.assert_close(
+        torch.autograd.grad(got, wrt), torch.autograd.grad(expected, wrt)
     )
 
 
@@ -772,6 +962,68 @@ def test_cube_gradgradcheck(device):
     )
 
 
+def _cube_naive(x):
+    """The spec's formula as written, differentiated by plain autograd."""
+    return (x**3,)
+
+
+def test_cube_hessian_matches_naive_autograd():
+    inputs = [x.detach() for x in _cube_random("cpu")]
+    diff = [i for i, n in enumerate(["x"]) if n in ["x"]]
+
+    def total(fn, *xs):
+        args = list(inputs)
+        for i, x in zip(diff, xs):
+            args[i] = x
+        return sum(o.sum() for o in _outputs(fn(*args, **CUBE_SCALARS)))
+
+    points = [inputs[i] for i in diff]
+    argnums = tuple(range(len(diff)))
+    ours = torch.func.hessian(lambda *xs: total(generated.cube, *xs), argnums)(*points)
+    naive = torch.func.hessian(lambda *xs: total(_cube_naive, *xs), argnums)(*points)
+    for row_ours, row_naive in zip(ours, naive):
+        for a, b in zip(row_ours, row_naive):
+            torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
+
+
+def test_cube_vmap_matches_a_loop():
+    gen = torch.Generator().manual_seed(1)
+    batch = [
+        torch.rand((5, 3), generator=gen, dtype=torch.float64) * (hi - lo) + lo
+        for lo, hi in {"x": (-2.0, 2.0)}.values()
+    ]
+
+    def call(*xs):
+        return _outputs(generated.cube(*xs, **CUBE_SCALARS))
+
+    mapped = torch.func.vmap(call)(*batch)
+    for k in range(5):
+        for a, b in zip(mapped, call(*(x[k] for x in batch))):
+            torch.testing.assert_close(a[k], b)
+
+
+def test_cube_compiles_without_graph_breaks():
+    gen = torch.Generator().manual_seed(2)
+    domains = {"x": (-2.0, 2.0)}
+    inputs = [
+        (
+            torch.rand(6, generator=gen, dtype=torch.float64) * (hi - lo) + lo
+        ).requires_grad_(n in ["x"])
+        for n, (lo, hi) in domains.items()
+    ]
+
+    def loss(*xs):
+        return sum(o.sum() for o in _outputs(generated.cube(*xs, **CUBE_SCALARS)))
+
+    compiled = torch.compile(loss, fullgraph=True, dynamic=False)
+    expected, got = loss(*inputs), compiled(*inputs)
+    torch.testing.assert_close(got, expected)
+    wrt = [x for x in inputs if x.requires_grad]
+    torch.testing.assert_close(
+        torch.autograd.grad(got, wrt), torch.autograd.grad(expected, wrt)
+    )
+
+
 # --- sinh ------------------------------------------------------------------
 
 SINH_SCALARS = {}
@@ -944,6 +1196,68 @@ def test_sinh_gradgradcheck(device):
     )
 
 
+def _sinh_naive(x):
+    """The spec's formula as written, differentiated by plain autograd."""
+    return (torch.sinh(x),)
+
+
+def test_sinh_hessian_matches_naive_autograd():
+    inputs = [x.detach() for x in _sinh_random("cpu")]
+    diff = [i for i, n in enumerate(["x"]) if n in ["x"]]
+
+    def total(fn, *xs):
+        args = list(inputs)
+        for i, x in zip(diff, xs):
+            args[i] = x
+        return sum(o.sum() for o in _outputs(fn(*args, **SINH_SCALARS)))
+
+    points = [inputs[i] for i in diff]
+    argnums = tuple(range(len(diff)))
+    ours = torch.func.hessian(lambda *xs: total(generated.sinh, *xs), argnums)(*points)
+    naive = torch.func.hessian(lambda *xs: total(_sinh_naive, *xs), argnums)(*points)
+    for row_ours, row_naive in zip(ours, naive):
+        for a, b in zip(row_ours, row_naive):
+            torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
+
+
+def test_sinh_vmap_matches_a_loop():
+    gen = torch.Generator().manual_seed(1)
+    batch = [
+        torch.rand((5, 3), generator=gen, dtype=torch.float64) * (hi - lo) + lo
+        for lo, hi in {"x": (-2.0, 2.0)}.values()
+    ]
+
+    def call(*xs):
+        return _outputs(generated.sinh(*xs, **SINH_SCALARS))
+
+    mapped = torch.func.vmap(call)(*batch)
+    for k in range(5):
+        for a, b in zip(mapped, call(*(x[k] for x in batch))):
+            torch.testing.assert_close(a[k], b)
+
+
+def test_sinh_compiles_without_graph_breaks():
+    gen = torch.Generator().manual_seed(2)
+    domains = {"x": (-2.0, 2.0)}
+    inputs = [
+        (
+            torch.rand(6, generator=gen, dtype=torch.float64) * (hi - lo) + lo
+        ).requires_grad_(n in ["x"])
+        for n, (lo, hi) in domains.items()
+    ]
+
+    def loss(*xs):
+        return sum(o.sum() for o in _outputs(generated.sinh(*xs, **SINH_SCALARS)))
+
+    compiled = torch.compile(loss, fullgraph=True, dynamic=False)
+    expected, got = loss(*inputs), compiled(*inputs)
+    torch.testing.assert_close(got, expected)
+    wrt = [x for x in inputs if x.requires_grad]
+    torch.testing.assert_close(
+        torch.autograd.grad(got, wrt), torch.autograd.grad(expected, wrt)
+    )
+
+
 # --- log1pexp --------------------------------------------------------------
 
 LOG1PEXP_SCALARS = {}
@@ -1113,6 +1427,74 @@ def test_log1pexp_gradgradcheck(device):
         lambda *xs: generated.log1pexp(*xs, **LOG1PEXP_SCALARS),
         inputs,
         check_fwd_over_rev=True,
+    )
+
+
+def _log1pexp_naive(x):
+    """The spec's formula as written, differentiated by plain autograd."""
+    return (torch.log(torch.exp(x) + 1),)
+
+
+def test_log1pexp_hessian_matches_naive_autograd():
+    inputs = [x.detach() for x in _log1pexp_random("cpu")]
+    diff = [i for i, n in enumerate(["x"]) if n in ["x"]]
+
+    def total(fn, *xs):
+        args = list(inputs)
+        for i, x in zip(diff, xs):
+            args[i] = x
+        return sum(o.sum() for o in _outputs(fn(*args, **LOG1PEXP_SCALARS)))
+
+    points = [inputs[i] for i in diff]
+    argnums = tuple(range(len(diff)))
+    ours = torch.func.hessian(lambda *xs: total(generated.log1pexp, *xs), argnums)(
+        *points
+    )
+    naive = torch.func.hessian(lambda *xs: total(_log1pexp_naive, *xs), argnums)(
+        *points
+    )
+    for row_ours, row_naive in zip(ours, naive):
+        for a, b in zip(row_ours, row_naive):
+            torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
+
+
+def test_log1pexp_vmap_matches_a_loop():
+    gen = torch.Generator().manual_seed(1)
+    batch = [
+        torch.rand((5, 3), generator=gen, dtype=torch.float64) * (hi - lo) + lo
+        for lo, hi in {"x": (-2.0, 2.0)}.values()
+    ]
+
+    def call(*xs):
+        return _outputs(generated.log1pexp(*xs, **LOG1PEXP_SCALARS))
+
+    mapped = torch.func.vmap(call)(*batch)
+    for k in range(5):
+        for a, b in zip(mapped, call(*(x[k] for x in batch))):
+            torch.testing.assert_close(a[k], b)
+
+
+def test_log1pexp_compiles_without_graph_breaks():
+    gen = torch.Generator().manual_seed(2)
+    domains = {"x": (-2.0, 2.0)}
+    inputs = [
+        (
+            torch.rand(6, generator=gen, dtype=torch.float64) * (hi - lo) + lo
+        ).requires_grad_(n in ["x"])
+        for n, (lo, hi) in domains.items()
+    ]
+
+    def loss(*xs):
+        return sum(
+            o.sum() for o in _outputs(generated.log1pexp(*xs, **LOG1PEXP_SCALARS))
+        )
+
+    compiled = torch.compile(loss, fullgraph=True, dynamic=False)
+    expected, got = loss(*inputs), compiled(*inputs)
+    torch.testing.assert_close(got, expected)
+    wrt = [x for x in inputs if x.requires_grad]
+    torch.testing.assert_close(
+        torch.autograd.grad(got, wrt), torch.autograd.grad(expected, wrt)
     )
 
 
@@ -1440,6 +1822,68 @@ def test_mul_gradgradcheck(device):
     )
 
 
+def _mul_naive(x, y):
+    """The spec's formula as written, differentiated by plain autograd."""
+    return (x * y,)
+
+
+def test_mul_hessian_matches_naive_autograd():
+    inputs = [x.detach() for x in _mul_random("cpu")]
+    diff = [i for i, n in enumerate(["x", "y"]) if n in ["x", "y"]]
+
+    def total(fn, *xs):
+        args = list(inputs)
+        for i, x in zip(diff, xs):
+            args[i] = x
+        return sum(o.sum() for o in _outputs(fn(*args, **MUL_SCALARS)))
+
+    points = [inputs[i] for i in diff]
+    argnums = tuple(range(len(diff)))
+    ours = torch.func.hessian(lambda *xs: total(generated.mul, *xs), argnums)(*points)
+    naive = torch.func.hessian(lambda *xs: total(_mul_naive, *xs), argnums)(*points)
+    for row_ours, row_naive in zip(ours, naive):
+        for a, b in zip(row_ours, row_naive):
+            torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
+
+
+def test_mul_vmap_matches_a_loop():
+    gen = torch.Generator().manual_seed(1)
+    batch = [
+        torch.rand((5, 3), generator=gen, dtype=torch.float64) * (hi - lo) + lo
+        for lo, hi in {"x": (-2.0, 2.0), "y": (-2.0, 2.0)}.values()
+    ]
+
+    def call(*xs):
+        return _outputs(generated.mul(*xs, **MUL_SCALARS))
+
+    mapped = torch.func.vmap(call)(*batch)
+    for k in range(5):
+        for a, b in zip(mapped, call(*(x[k] for x in batch))):
+            torch.testing.assert_close(a[k], b)
+
+
+def test_mul_compiles_without_graph_breaks():
+    gen = torch.Generator().manual_seed(2)
+    domains = {"x": (-2.0, 2.0), "y": (-2.0, 2.0)}
+    inputs = [
+        (
+            torch.rand(6, generator=gen, dtype=torch.float64) * (hi - lo) + lo
+        ).requires_grad_(n in ["x", "y"])
+        for n, (lo, hi) in domains.items()
+    ]
+
+    def loss(*xs):
+        return sum(o.sum() for o in _outputs(generated.mul(*xs, **MUL_SCALARS)))
+
+    compiled = torch.compile(loss, fullgraph=True, dynamic=False)
+    expected, got = loss(*inputs), compiled(*inputs)
+    torch.testing.assert_close(got, expected)
+    wrt = [x for x in inputs if x.requires_grad]
+    torch.testing.assert_close(
+        torch.autograd.grad(got, wrt), torch.autograd.grad(expected, wrt)
+    )
+
+
 # --- quantize --------------------------------------------------------------
 
 QUANTIZE_SCALARS = {"step": 0.25}
@@ -1572,4 +2016,44 @@ def test_quantize_gradgradcheck(device):
         lambda *xs: generated.quantize(*xs, **QUANTIZE_SCALARS),
         inputs,
         check_fwd_over_rev=True,
+    )
+
+
+def test_quantize_vmap_matches_a_loop():
+    gen = torch.Generator().manual_seed(1)
+    batch = [
+        torch.rand((5, 3), generator=gen, dtype=torch.float64) * (hi - lo) + lo
+        for lo, hi in {"x": (-2.0, 2.0)}.values()
+    ]
+
+    def call(*xs):
+        return _outputs(generated.quantize(*xs, **QUANTIZE_SCALARS))
+
+    mapped = torch.func.vmap(call)(*batch)
+    for k in range(5):
+        for a, b in zip(mapped, call(*(x[k] for x in batch))):
+            torch.testing.assert_close(a[k], b)
+
+
+def test_quantize_compiles_without_graph_breaks():
+    gen = torch.Generator().manual_seed(2)
+    domains = {"x": (-2.0, 2.0)}
+    inputs = [
+        (
+            torch.rand(6, generator=gen, dtype=torch.float64) * (hi - lo) + lo
+        ).requires_grad_(n in ["x"])
+        for n, (lo, hi) in domains.items()
+    ]
+
+    def loss(*xs):
+        return sum(
+            o.sum() for o in _outputs(generated.quantize(*xs, **QUANTIZE_SCALARS))
+        )
+
+    compiled = torch.compile(loss, fullgraph=True, dynamic=False)
+    expected, got = loss(*inputs), compiled(*inputs)
+    torch.testing.assert_close(got, expected)
+    wrt = [x for x in inputs if x.requires_grad]
+    torch.testing.assert_close(
+        torch.autograd.grad(got, wrt), torch.autograd.grad(expected, wrt)
     )

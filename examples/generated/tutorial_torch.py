@@ -32,22 +32,8 @@ __all__ = [
 # --- my_relu ---------------------------------------------------------------
 
 
-class MyRelu(torch.autograd.Function):
-    """ReLU with PyTorch's subgradient (0 at 0).
-
-    Forward::
-
-        out = relu(x)
-
-    Gradients (VJP)::
-
-        grad_x = grad*Heaviside(x, 0)
-
-    Second order (d grad_<input> / d <w>)::
-
-        d grad_x / d x = 0
-        d grad_x / d grad = Heaviside(x, 0)
-    """
+class _MyRelu(torch.autograd.Function):
+    """MyRelu without forward mode (what torch.compile traces)."""
 
     generate_vmap_rule = True
 
@@ -67,8 +53,29 @@ class MyRelu(torch.autograd.Function):
         (x,) = ctx.saved_tensors
         grad_x = None
         if ctx.needs_input_grad[0]:
-            grad_x = MyReluBackward.apply(x, grad)
+            function = (
+                _MyReluBackward if torch.compiler.is_compiling() else MyReluBackward
+            )
+            grad_x = function.apply(x, grad)
         return grad_x
+
+
+class MyRelu(_MyRelu):
+    """ReLU with PyTorch's subgradient (0 at 0).
+
+    Forward::
+
+        out = relu(x)
+
+    Gradients (VJP)::
+
+        grad_x = grad*Heaviside(x, 0)
+
+    Second order (d grad_<input> / d <w>)::
+
+        d grad_x / d x = 0
+        d grad_x / d grad = Heaviside(x, 0)
+    """
 
     @staticmethod
     def jvp(ctx, x_t):
@@ -77,7 +84,7 @@ class MyRelu(torch.autograd.Function):
         return out_t
 
 
-class MyReluBackward(torch.autograd.Function):
+class _MyReluBackward(torch.autograd.Function):
     """The gradient of my_relu: forward is the VJP, backward the derived second order."""
 
     generate_vmap_rule = True
@@ -103,6 +110,10 @@ class MyReluBackward(torch.autograd.Function):
             grad_bar = grad_grad_x * torch.where(x > 0, 1.0, torch.full_like(x, 0))
         return None, grad_bar
 
+
+class MyReluBackward(_MyReluBackward):
+    """MyReluBackward with forward mode (jvp) from the derived formulas."""
+
     @staticmethod
     def jvp(ctx, x_t, grad_t):
         (x,) = ctx.saved_tensors
@@ -115,28 +126,16 @@ def my_relu(x: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`MyRelu`.
     """
-    return MyRelu.apply(x)
+    # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
+    function = _MyRelu if torch.compiler.is_compiling() else MyRelu
+    return function.apply(x)
 
 
 # --- exp -------------------------------------------------------------------
 
 
-class Exp(torch.autograd.Function):
-    """The PyTorch docs' Exp Function; the backward reuses the saved output.
-
-    Forward::
-
-        out = exp(x)
-
-    Gradients (VJP)::
-
-        grad_x = grad*exp(x)
-
-    Second order (d grad_<input> / d <w>)::
-
-        d grad_x / d x = grad*exp(x)
-        d grad_x / d grad = exp(x)
-    """
+class _Exp(torch.autograd.Function):
+    """Exp without forward mode (what torch.compile traces)."""
 
     generate_vmap_rule = True
 
@@ -157,8 +156,27 @@ class Exp(torch.autograd.Function):
         x, out = ctx.saved_tensors
         grad_x = None
         if ctx.needs_input_grad[0]:
-            grad_x = ExpBackward.apply(x, out, grad)
+            function = _ExpBackward if torch.compiler.is_compiling() else ExpBackward
+            grad_x = function.apply(x, out, grad)
         return grad_x
+
+
+class Exp(_Exp):
+    """The PyTorch docs' Exp Function; the backward reuses the saved output.
+
+    Forward::
+
+        out = exp(x)
+
+    Gradients (VJP)::
+
+        grad_x = grad*exp(x)
+
+    Second order (d grad_<input> / d <w>)::
+
+        d grad_x / d x = grad*exp(x)
+        d grad_x / d grad = exp(x)
+    """
 
     @staticmethod
     def jvp(ctx, x_t):
@@ -167,7 +185,7 @@ class Exp(torch.autograd.Function):
         return out_t
 
 
-class ExpBackward(torch.autograd.Function):
+class _ExpBackward(torch.autograd.Function):
     """The gradient of exp: forward is the VJP, backward the derived second order."""
 
     generate_vmap_rule = True
@@ -196,6 +214,10 @@ class ExpBackward(torch.autograd.Function):
             grad_bar = grad_grad_x * out
         return x_bar, None, grad_bar
 
+
+class ExpBackward(_ExpBackward):
+    """ExpBackward with forward mode (jvp) from the derived formulas."""
+
     @staticmethod
     def jvp(ctx, x_t, _out_t, grad_t):
         out, grad = ctx.saved_tensors
@@ -208,28 +230,16 @@ def exp(x: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`Exp`.
     """
-    return Exp.apply(x)
+    # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
+    function = _Exp if torch.compiler.is_compiling() else Exp
+    return function.apply(x)
 
 
 # --- square ----------------------------------------------------------------
 
 
-class Square(torch.autograd.Function):
-    """square: x**2.
-
-    Forward::
-
-        out = x**2
-
-    Gradients (VJP)::
-
-        grad_x = 2*grad*x
-
-    Second order (d grad_<input> / d <w>)::
-
-        d grad_x / d x = 2*grad
-        d grad_x / d grad = 2*x
-    """
+class _Square(torch.autograd.Function):
+    """Square without forward mode (what torch.compile traces)."""
 
     generate_vmap_rule = True
 
@@ -249,8 +259,29 @@ class Square(torch.autograd.Function):
         (x,) = ctx.saved_tensors
         grad_x = None
         if ctx.needs_input_grad[0]:
-            grad_x = SquareBackward.apply(x, grad)
+            function = (
+                _SquareBackward if torch.compiler.is_compiling() else SquareBackward
+            )
+            grad_x = function.apply(x, grad)
         return grad_x
+
+
+class Square(_Square):
+    """square: x**2.
+
+    Forward::
+
+        out = x**2
+
+    Gradients (VJP)::
+
+        grad_x = 2*grad*x
+
+    Second order (d grad_<input> / d <w>)::
+
+        d grad_x / d x = 2*grad
+        d grad_x / d grad = 2*x
+    """
 
     @staticmethod
     def jvp(ctx, x_t):
@@ -259,7 +290,7 @@ class Square(torch.autograd.Function):
         return out_t
 
 
-class SquareBackward(torch.autograd.Function):
+class _SquareBackward(torch.autograd.Function):
     """The gradient of square: forward is the VJP, backward the derived second order."""
 
     generate_vmap_rule = True
@@ -287,6 +318,10 @@ class SquareBackward(torch.autograd.Function):
             grad_bar = 2 * grad_grad_x * x
         return x_bar, grad_bar
 
+
+class SquareBackward(_SquareBackward):
+    """SquareBackward with forward mode (jvp) from the derived formulas."""
+
     @staticmethod
     def jvp(ctx, x_t, grad_t):
         x, grad = ctx.saved_tensors
@@ -299,28 +334,16 @@ def square(x: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`Square`.
     """
-    return Square.apply(x)
+    # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
+    function = _Square if torch.compiler.is_compiling() else Square
+    return function.apply(x)
 
 
 # --- cube ------------------------------------------------------------------
 
 
-class Cube(torch.autograd.Function):
-    """cube: x**3.
-
-    Forward::
-
-        out = x**3
-
-    Gradients (VJP)::
-
-        grad_x = 3*grad*x**2
-
-    Second order (d grad_<input> / d <w>)::
-
-        d grad_x / d x = 6*grad*x
-        d grad_x / d grad = 3*x**2
-    """
+class _Cube(torch.autograd.Function):
+    """Cube without forward mode (what torch.compile traces)."""
 
     generate_vmap_rule = True
 
@@ -340,8 +363,27 @@ class Cube(torch.autograd.Function):
         (x,) = ctx.saved_tensors
         grad_x = None
         if ctx.needs_input_grad[0]:
-            grad_x = CubeBackward.apply(x, grad)
+            function = _CubeBackward if torch.compiler.is_compiling() else CubeBackward
+            grad_x = function.apply(x, grad)
         return grad_x
+
+
+class Cube(_Cube):
+    """cube: x**3.
+
+    Forward::
+
+        out = x**3
+
+    Gradients (VJP)::
+
+        grad_x = 3*grad*x**2
+
+    Second order (d grad_<input> / d <w>)::
+
+        d grad_x / d x = 6*grad*x
+        d grad_x / d grad = 3*x**2
+    """
 
     @staticmethod
     def jvp(ctx, x_t):
@@ -350,7 +392,7 @@ class Cube(torch.autograd.Function):
         return out_t
 
 
-class CubeBackward(torch.autograd.Function):
+class _CubeBackward(torch.autograd.Function):
     """The gradient of cube: forward is the VJP, backward the derived second order."""
 
     generate_vmap_rule = True
@@ -378,6 +420,10 @@ class CubeBackward(torch.autograd.Function):
             grad_bar = 3 * grad_grad_x * x**2
         return x_bar, grad_bar
 
+
+class CubeBackward(_CubeBackward):
+    """CubeBackward with forward mode (jvp) from the derived formulas."""
+
     @staticmethod
     def jvp(ctx, x_t, grad_t):
         x, grad = ctx.saved_tensors
@@ -390,28 +436,16 @@ def cube(x: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`Cube`.
     """
-    return Cube.apply(x)
+    # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
+    function = _Cube if torch.compiler.is_compiling() else Cube
+    return function.apply(x)
 
 
 # --- sinh ------------------------------------------------------------------
 
 
-class Sinh(torch.autograd.Function):
-    """sinh: sinh(x).
-
-    Forward::
-
-        out = sinh(x)
-
-    Gradients (VJP)::
-
-        grad_x = grad*cosh(x)
-
-    Second order (d grad_<input> / d <w>)::
-
-        d grad_x / d x = grad*sinh(x)
-        d grad_x / d grad = cosh(x)
-    """
+class _Sinh(torch.autograd.Function):
+    """Sinh without forward mode (what torch.compile traces)."""
 
     generate_vmap_rule = True
 
@@ -432,8 +466,27 @@ class Sinh(torch.autograd.Function):
         x, out = ctx.saved_tensors
         grad_x = None
         if ctx.needs_input_grad[0]:
-            grad_x = SinhBackward.apply(x, out, grad)
+            function = _SinhBackward if torch.compiler.is_compiling() else SinhBackward
+            grad_x = function.apply(x, out, grad)
         return grad_x
+
+
+class Sinh(_Sinh):
+    """sinh: sinh(x).
+
+    Forward::
+
+        out = sinh(x)
+
+    Gradients (VJP)::
+
+        grad_x = grad*cosh(x)
+
+    Second order (d grad_<input> / d <w>)::
+
+        d grad_x / d x = grad*sinh(x)
+        d grad_x / d grad = cosh(x)
+    """
 
     @staticmethod
     def jvp(ctx, x_t):
@@ -442,7 +495,7 @@ class Sinh(torch.autograd.Function):
         return out_t
 
 
-class SinhBackward(torch.autograd.Function):
+class _SinhBackward(torch.autograd.Function):
     """The gradient of sinh: forward is the VJP, backward the derived second order."""
 
     generate_vmap_rule = True
@@ -470,6 +523,10 @@ class SinhBackward(torch.autograd.Function):
             grad_bar = grad_grad_x * torch.cosh(x)
         return x_bar, None, grad_bar
 
+
+class SinhBackward(_SinhBackward):
+    """SinhBackward with forward mode (jvp) from the derived formulas."""
+
     @staticmethod
     def jvp(ctx, x_t, _out_t, grad_t):
         x, out, grad = ctx.saved_tensors
@@ -482,28 +539,16 @@ def sinh(x: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`Sinh`.
     """
-    return Sinh.apply(x)
+    # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
+    function = _Sinh if torch.compiler.is_compiling() else Sinh
+    return function.apply(x)
 
 
 # --- log1pexp --------------------------------------------------------------
 
 
-class Log1pexp(torch.autograd.Function):
-    """TF's log1pexp example, stable in the forward as well as the gradient.
-
-    Forward::
-
-        out = softplus(x)
-
-    Gradients (VJP)::
-
-        grad_x = grad*sigmoid(x)
-
-    Second order (d grad_<input> / d <w>)::
-
-        d grad_x / d x = grad*sigmoid(-x)*sigmoid(x)
-        d grad_x / d grad = sigmoid(x)
-    """
+class _Log1pexp(torch.autograd.Function):
+    """Log1pexp without forward mode (what torch.compile traces)."""
 
     generate_vmap_rule = True
 
@@ -523,8 +568,29 @@ class Log1pexp(torch.autograd.Function):
         (x,) = ctx.saved_tensors
         grad_x = None
         if ctx.needs_input_grad[0]:
-            grad_x = Log1pexpBackward.apply(x, grad)
+            function = (
+                _Log1pexpBackward if torch.compiler.is_compiling() else Log1pexpBackward
+            )
+            grad_x = function.apply(x, grad)
         return grad_x
+
+
+class Log1pexp(_Log1pexp):
+    """TF's log1pexp example, stable in the forward as well as the gradient.
+
+    Forward::
+
+        out = softplus(x)
+
+    Gradients (VJP)::
+
+        grad_x = grad*sigmoid(x)
+
+    Second order (d grad_<input> / d <w>)::
+
+        d grad_x / d x = grad*sigmoid(-x)*sigmoid(x)
+        d grad_x / d grad = sigmoid(x)
+    """
 
     @staticmethod
     def jvp(ctx, x_t):
@@ -533,7 +599,7 @@ class Log1pexp(torch.autograd.Function):
         return out_t
 
 
-class Log1pexpBackward(torch.autograd.Function):
+class _Log1pexpBackward(torch.autograd.Function):
     """The gradient of log1pexp: forward is the VJP, backward the derived second order."""
 
     generate_vmap_rule = True
@@ -561,6 +627,10 @@ class Log1pexpBackward(torch.autograd.Function):
             grad_bar = grad_grad_x * torch.sigmoid(x)
         return x_bar, grad_bar
 
+
+class Log1pexpBackward(_Log1pexpBackward):
+    """Log1pexpBackward with forward mode (jvp) from the derived formulas."""
+
     @staticmethod
     def jvp(ctx, x_t, grad_t):
         x, grad = ctx.saved_tensors
@@ -574,13 +644,47 @@ def log1pexp(x: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`Log1pexp`.
     """
-    return Log1pexp.apply(x)
+    # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
+    function = _Log1pexp if torch.compiler.is_compiling() else Log1pexp
+    return function.apply(x)
 
 
 # --- mul -------------------------------------------------------------------
 
 
-class Mul(torch.autograd.Function):
+class _Mul(torch.autograd.Function):
+    """Mul without forward mode (what torch.compile traces)."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x, y):
+        out = x * y
+        return out
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x, y = inputs
+        ctx.save_for_backward(x, y)
+        ctx.save_for_forward(x, y)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, y = ctx.saved_tensors
+        grad_x = None
+        if ctx.needs_input_grad[0]:
+            function = _MulBackwardX if torch.compiler.is_compiling() else MulBackwardX
+            grad_x = function.apply(y, grad)
+            grad_x = grad_x.sum_to_size(x.shape)
+        grad_y = None
+        if ctx.needs_input_grad[1]:
+            function = _MulBackwardY if torch.compiler.is_compiling() else MulBackwardY
+            grad_y = function.apply(x, grad)
+            grad_y = grad_y.sum_to_size(y.shape)
+        return grad_x, grad_y
+
+
+class Mul(_Mul):
     """mul: x*y.
 
     Forward::
@@ -602,32 +706,6 @@ class Mul(torch.autograd.Function):
         d grad_y / d grad = x
     """
 
-    generate_vmap_rule = True
-
-    @staticmethod
-    def forward(x, y):
-        out = x * y
-        return out
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        x, y = inputs
-        ctx.save_for_backward(x, y)
-        ctx.save_for_forward(x, y)
-
-    @staticmethod
-    def backward(ctx, grad):
-        x, y = ctx.saved_tensors
-        grad_x = None
-        if ctx.needs_input_grad[0]:
-            grad_x = MulBackwardX.apply(y, grad)
-            grad_x = grad_x.sum_to_size(x.shape)
-        grad_y = None
-        if ctx.needs_input_grad[1]:
-            grad_y = MulBackwardY.apply(x, grad)
-            grad_y = grad_y.sum_to_size(y.shape)
-        return grad_x, grad_y
-
     @staticmethod
     def jvp(ctx, x_t, y_t):
         x, y = ctx.saved_tensors
@@ -635,7 +713,7 @@ class Mul(torch.autograd.Function):
         return out_t
 
 
-class MulBackwardX(torch.autograd.Function):
+class _MulBackwardX(torch.autograd.Function):
     """The gradient of mul: forward is the VJP, backward the derived second order."""
 
     generate_vmap_rule = True
@@ -665,6 +743,10 @@ class MulBackwardX(torch.autograd.Function):
             grad_bar = grad_bar.sum_to_size(grad.shape)
         return y_bar, grad_bar
 
+
+class MulBackwardX(_MulBackwardX):
+    """MulBackwardX with forward mode (jvp) from the derived formulas."""
+
     @staticmethod
     def jvp(ctx, y_t, grad_t):
         y, grad = ctx.saved_tensors
@@ -672,7 +754,7 @@ class MulBackwardX(torch.autograd.Function):
         return grad_x_t
 
 
-class MulBackwardY(torch.autograd.Function):
+class _MulBackwardY(torch.autograd.Function):
     """The gradient of mul: forward is the VJP, backward the derived second order."""
 
     generate_vmap_rule = True
@@ -702,6 +784,10 @@ class MulBackwardY(torch.autograd.Function):
             grad_bar = grad_bar.sum_to_size(grad.shape)
         return x_bar, grad_bar
 
+
+class MulBackwardY(_MulBackwardY):
+    """MulBackwardY with forward mode (jvp) from the derived formulas."""
+
     @staticmethod
     def jvp(ctx, x_t, grad_t):
         x, grad = ctx.saved_tensors
@@ -714,28 +800,16 @@ def mul(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`Mul`.
     """
-    return Mul.apply(x, y)
+    # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
+    function = _Mul if torch.compiler.is_compiling() else Mul
+    return function.apply(x, y)
 
 
 # --- quantize --------------------------------------------------------------
 
 
-class Quantize(torch.autograd.Function):
-    """Straight-through sign quantizer; the gradient passes through unchanged.
-
-    Forward::
-
-        out = step*sign(x)
-
-    Gradients (VJP)::
-
-        grad_x = grad  (user-defined)
-
-    Second order (d grad_<input> / d <w>)::
-
-        d grad_x / d x = 0
-        d grad_x / d grad = 1
-    """
+class _Quantize(torch.autograd.Function):
+    """Quantize without forward mode (what torch.compile traces)."""
 
     generate_vmap_rule = True
 
@@ -753,8 +827,29 @@ class Quantize(torch.autograd.Function):
     def backward(ctx, grad):
         grad_x = None
         if ctx.needs_input_grad[0]:
-            grad_x = QuantizeBackward.apply(grad)
+            function = (
+                _QuantizeBackward if torch.compiler.is_compiling() else QuantizeBackward
+            )
+            grad_x = function.apply(grad)
         return grad_x, None
+
+
+class Quantize(_Quantize):
+    """Straight-through sign quantizer; the gradient passes through unchanged.
+
+    Forward::
+
+        out = step*sign(x)
+
+    Gradients (VJP)::
+
+        grad_x = grad  (user-defined)
+
+    Second order (d grad_<input> / d <w>)::
+
+        d grad_x / d x = 0
+        d grad_x / d grad = 1
+    """
 
     @staticmethod
     def jvp(ctx, x_t, _step_t):
@@ -762,7 +857,7 @@ class Quantize(torch.autograd.Function):
         return out_t
 
 
-class QuantizeBackward(torch.autograd.Function):
+class _QuantizeBackward(torch.autograd.Function):
     """The gradient of quantize: forward is the VJP, backward the derived second order."""
 
     generate_vmap_rule = True
@@ -785,6 +880,10 @@ class QuantizeBackward(torch.autograd.Function):
             grad_bar = grad_grad_x
         return grad_bar
 
+
+class QuantizeBackward(_QuantizeBackward):
+    """QuantizeBackward with forward mode (jvp) from the derived formulas."""
+
     @staticmethod
     def jvp(ctx, grad_t):
         grad_x_t = grad_t
@@ -796,4 +895,6 @@ def quantize(x: torch.Tensor, step: float = 0.25) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`Quantize`.
     """
-    return Quantize.apply(x, step)
+    # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
+    function = _Quantize if torch.compiler.is_compiling() else Quantize
+    return function.apply(x, step)
