@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import sympy
 
-from symgrad.derive import Derived
+from symgrad.derive import Derived, differentiate
 from symgrad.printers import PRINTERS, FrameworkPrinter
 from symgrad.spec import Input
 
@@ -55,16 +55,28 @@ def emit(
     return Body(lines, printer.uses_math)
 
 
+_UNPACK_SOURCES = ("inputs", "output", "ctx.saved_tensors")
+
+
 def mark_unused(lines: list[str]) -> list[str]:
-    """Prefix names unpacked from ctx.saved_tensors but not used below with ``_``."""
-    if not lines or not lines[0].endswith("= ctx.saved_tensors"):
-        return lines
-    names = [n.strip() for n in lines[0].split("=")[0].split(",") if n.strip()]
-    rest = "\n".join(lines[1:])
-    used = [n if re.search(rf"\b{n}\b", rest) else f"_{n}" for n in names]
-    if all(n.startswith("_") for n in used):
-        return lines[1:]
-    return [f"{', '.join(used)}{',' if len(used) == 1 else ''} = ctx.saved_tensors", *lines[1:]]
+    """Prefix names unpacked from inputs/output/saved tensors but never used with ``_``;
+    drop the unpacking when none is used."""
+    result = []
+    for k, line in enumerate(lines):
+        target, _, source = line.partition(" = ")
+        if source not in _UNPACK_SOURCES or line.startswith(" "):
+            result.append(line)
+            continue
+        names = [n.strip() for n in target.strip("()").split(",") if n.strip()]
+        rest = "\n".join(lines[k + 1 :])
+        used = [n if re.search(rf"\b{n}\b", rest) else f"_{n}" for n in names]
+        if all(n.startswith("_") for n in used):
+            continue
+        if len(used) == 1 and "," not in target:
+            result.append(f"{used[0]} = {source}")
+        else:
+            result.append(f"{', '.join(used)}{',' if len(used) == 1 else ''} = {source}")
+    return result
 
 
 def is_zero(expr: sympy.Expr) -> bool:
@@ -177,11 +189,22 @@ class _TorchPlanner:
         # Save-vs-recompute: an output whose formula reappears in a gradient is reused
         # (e.g. exp(x) in d exp(x)/dx) instead of computed again.
         self.out_syms = {name: sympy.Symbol(name, real=True) for name, _ in derived.outputs}
-        self.reuse = {
-            expr: self.out_syms[name]
-            for name, expr in derived.outputs
-            if not (expr.is_Atom or expr.is_Number) and not expr.has(sympy.Piecewise)
-        }
+        self._second: dict[str, dict[str, sympy.Expr]] = {}
+        self.non_diff = {i.name for i in self.fn.inputs if not i.gets_gradient}
+        # Save-vs-recompute: an output whose formula reappears in a gradient is reused
+        # (d exp(x)/dx = grad * out) when that frees the gradient from an input, so that
+        # the output is saved instead of the input, not beside it.
+        self.reuse = {}
+        for name, expr in derived.outputs:
+            if expr.is_Atom or expr.has(sympy.Piecewise):
+                continue
+            sym = self.out_syms[name]
+            for vjp in derived.vjps.values():
+                before = vjp.free_symbols - self.scalars
+                after = vjp.xreplace({expr: sym}).free_symbols - self.scalars
+                if sym in after and not (before - after) <= {sym}:
+                    self.reuse[expr] = sym
+                    break
 
     def printer(self) -> FrameworkPrinter:
         return PRINTERS["torch"](scalars=self.scalars)
@@ -265,10 +288,7 @@ class _TorchPlanner:
         if saved:
             setup.append(f"ctx.save_for_backward({', '.join(saved)})")
             setup.append(f"ctx.save_for_forward({', '.join(saved)})")
-        if len(setup) == 1:
-            setup.append("del ctx")  # nothing to keep (and keep ruff quiet about unused names)
-            setup[0] = "del inputs, output"
-        setup_method = Method(["ctx", "inputs", "output"], setup)
+        setup_method = Method(["ctx", "inputs", "output"], mark_unused(setup) or ["pass"])
 
         unpack = self._unpack_saved(saved)
         if not order2:
@@ -346,16 +366,35 @@ class _TorchPlanner:
             return f"{self.fn.class_name}Backward"
         return f"{self.fn.class_name}Backward{_camel(input_name)}"
 
-    def _grad_inputs(self, i: str) -> tuple[list[sympy.Symbol], list[str]]:
-        """Tensor symbols the backward Function of input ``i`` takes, and its apply args."""
+    def second_terms(self, i: str) -> dict[str, sympy.Expr]:
+        """d vjp_i / d w for each tensor w the backward Function of input ``i`` takes.
+
+        Where the VJP reuses an output (d exp(x)/dx = grad * out), these are partial
+        derivatives with the output as a variable of its own: autograd chains the output's
+        gradient back through this function, as PyTorch's own exp backward does, and only
+        the output needs saving. Otherwise they are the derived totals.
+        """
+        if i in self._second:
+            return self._second[i]
         d = self.d
         vjp = self.subst(d.vjps[i])
-        second = {w: self.subst(e) for w, e in d.second[i].items()}
+        outs = set(self.out_syms.values())
+        if vjp.free_symbols & outs:
+            wrt = [s for s in self.tensors_in([vjp]) if s.name not in self.non_diff]
+            terms = {s.name: self.subst(differentiate(vjp, s)) for s in wrt}
+        else:
+            terms = {w: self.subst(e) for w, e in d.second[i].items()}
+        self._second[i] = {w: e for w, e in terms.items() if not is_zero(e)}
+        return self._second[i]
+
+    def _grad_inputs(self, i: str) -> tuple[list[sympy.Symbol], list[str]]:
+        """Tensor symbols the backward Function of input ``i`` takes, and its apply args."""
+        vjp = self.subst(self.d.vjps[i])
+        second = self.second_terms(i)
         syms = self.tensors_in([vjp, *second.values()])
-        # Every variable with a nonzero second-order term must be an input, to get its gradient.
-        for w, e in second.items():
-            if not is_zero(e):
-                syms.add(next(s for s in [*self.sym.values(), *d.grads] if s.name == w))
+        # Every variable with a second-order term must be an input, to get its gradient.
+        every = [*self.sym.values(), *self.d.grads, *self.out_syms.values()]
+        syms |= {s for s in every if s.name in second}
         names = self.ordered(syms)
         by_name = {s.name: s for s in syms}
         scalars = self.scalar_names([vjp, *second.values()])
@@ -364,7 +403,7 @@ class _TorchPlanner:
     def grad_kernel(self, i: str) -> Kernel:
         d = self.d
         vjp = self.subst(d.vjps[i])
-        second = {w: self.subst(e) for w, e in d.second[i].items()}
+        second = self.second_terms(i)
         tensor_syms, _ = self._grad_inputs(i)
         tensor_names = [s.name for s in tensor_syms]
         scalars = self.scalar_names([vjp, *second.values()])
@@ -379,10 +418,7 @@ class _TorchPlanner:
         if saved:
             setup.append(f"ctx.save_for_backward({', '.join(saved)})")
             setup.append(f"ctx.save_for_forward({', '.join(saved)})")
-        unused = [a for a in args if a not in saved and a not in scalars]
-        if unused:
-            setup.append(f"del {', '.join(unused)}")
-        setup_method = Method(["ctx", "inputs", "output"], ["del output", *setup])
+        setup_method = Method(["ctx", "inputs", "output"], mark_unused(setup) or ["pass"])
 
         unpack = self._unpack_saved(saved) + self._unpack_scalars(second.values())
         back = list(unpack)

@@ -96,7 +96,6 @@ class _SoftplusBackward(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        del output
         x, grad = inputs
         ctx.save_for_backward(x, grad)
         ctx.save_for_forward(x, grad)
@@ -205,7 +204,6 @@ class _ScaledSoftplusBackward(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        del output
         x, grad, beta = inputs
         ctx.beta = beta
         ctx.save_for_backward(x, grad)
@@ -324,7 +322,6 @@ class _MulBackwardX(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        del output
         y, grad = inputs
         ctx.save_for_backward(y, grad)
         ctx.save_for_forward(y, grad)
@@ -365,7 +362,6 @@ class _MulBackwardY(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        del output
         x, grad = inputs
         ctx.save_for_backward(x, grad)
         ctx.save_for_forward(x, grad)
@@ -421,19 +417,18 @@ class _SinhCosh(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         (x,) = inputs
-        s, c = output
-        ctx.save_for_backward(x, s, c)
-        ctx.save_for_forward(x, s, c)
+        ctx.save_for_backward(x)
+        ctx.save_for_forward(x)
 
     @staticmethod
     def backward(ctx, grad_s, grad_c):
-        x, s, c = ctx.saved_tensors
+        (x,) = ctx.saved_tensors
         grad_x = None
         if ctx.needs_input_grad[0]:
             function = (
                 _SinhCoshBackward if torch.compiler.is_compiling() else SinhCoshBackward
             )
-            grad_x = function.apply(x, s, c, grad_s, grad_c)
+            grad_x = function.apply(x, grad_s, grad_c)
         return grad_x
 
 
@@ -458,9 +453,9 @@ class SinhCosh(_SinhCosh):
 
     @staticmethod
     def jvp(ctx, x_t):
-        _x, s, c = ctx.saved_tensors
-        s_t = c * x_t
-        c_t = s * x_t
+        (x,) = ctx.saved_tensors
+        s_t = x_t * torch.cosh(x)
+        c_t = x_t * torch.sinh(x)
         return s_t, c_t
 
 
@@ -470,40 +465,40 @@ class _SinhCoshBackward(torch.autograd.Function):
     generate_vmap_rule = True
 
     @staticmethod
-    def forward(x, s, c, grad_s, grad_c):
-        grad_x = c * grad_s + grad_c * s
+    def forward(x, grad_s, grad_c):
+        grad_x = grad_c * torch.sinh(x) + grad_s * torch.cosh(x)
         return grad_x
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        del output
-        x, s, c, grad_s, grad_c = inputs
-        ctx.save_for_backward(s, c, grad_s, grad_c)
-        ctx.save_for_forward(s, c, grad_s, grad_c)
-        del x
+        x, grad_s, grad_c = inputs
+        ctx.save_for_backward(x, grad_s, grad_c)
+        ctx.save_for_forward(x, grad_s, grad_c)
 
     @staticmethod
     def backward(ctx, grad_grad_x):
-        s, c, grad_s, grad_c = ctx.saved_tensors
+        x, grad_s, grad_c = ctx.saved_tensors
         x_bar = None
         if ctx.needs_input_grad[0]:
-            x_bar = grad_grad_x * (c * grad_c + grad_s * s)
+            x_bar = grad_grad_x * (grad_c * torch.cosh(x) + grad_s * torch.sinh(x))
         grad_s_bar = None
-        if ctx.needs_input_grad[3]:
-            grad_s_bar = c * grad_grad_x
+        if ctx.needs_input_grad[1]:
+            grad_s_bar = grad_grad_x * torch.cosh(x)
         grad_c_bar = None
-        if ctx.needs_input_grad[4]:
-            grad_c_bar = grad_grad_x * s
-        return x_bar, None, None, grad_s_bar, grad_c_bar
+        if ctx.needs_input_grad[2]:
+            grad_c_bar = grad_grad_x * torch.sinh(x)
+        return x_bar, grad_s_bar, grad_c_bar
 
 
 class SinhCoshBackward(_SinhCoshBackward):
     """SinhCoshBackward with forward mode (jvp) from the derived formulas."""
 
     @staticmethod
-    def jvp(ctx, x_t, _s_t, _c_t, grad_s_t, grad_c_t):
-        s, c, grad_s, grad_c = ctx.saved_tensors
-        grad_x_t = c * grad_s_t + grad_c_t * s + x_t * (c * grad_c + grad_s * s)
+    def jvp(ctx, x_t, grad_s_t, grad_c_t):
+        x, grad_s, grad_c = ctx.saved_tensors
+        t0 = torch.sinh(x)
+        t1 = torch.cosh(x)
+        grad_x_t = grad_c_t * t0 + grad_s_t * t1 + x_t * (grad_c * t1 + grad_s * t0)
         return grad_x_t
 
 
@@ -601,7 +596,6 @@ class _LogRatioBackwardX(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        del output
         x, grad = inputs
         ctx.save_for_backward(x, grad)
         ctx.save_for_forward(x, grad)
@@ -642,7 +636,6 @@ class _LogRatioBackwardY(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        del output
         y, grad = inputs
         ctx.save_for_backward(y, grad)
         ctx.save_for_forward(y, grad)
@@ -753,7 +746,6 @@ class _WeightedBceBackward(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        del output
         z, target, grad = inputs
         ctx.save_for_backward(z, target, grad)
         ctx.save_for_forward(z, target, grad)
@@ -863,11 +855,9 @@ class _BinarizeBackward(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        del output
-        x, grad = inputs
+        x, _grad = inputs
         ctx.save_for_backward(x)
         ctx.save_for_forward(x)
-        del grad
 
     @staticmethod
     def backward(ctx, grad_grad_x):
@@ -884,7 +874,7 @@ class BinarizeBackward(_BinarizeBackward):
     """BinarizeBackward with forward mode (jvp) from the derived formulas."""
 
     @staticmethod
-    def jvp(ctx, x_t, grad_t):
+    def jvp(ctx, _x_t, grad_t):
         (x,) = ctx.saved_tensors
         grad_x_t = grad_t * torch.where(torch.abs(x) <= 1, 1.0, torch.full_like(x, 0))
         return grad_x_t

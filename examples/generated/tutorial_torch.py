@@ -96,11 +96,9 @@ class _MyReluBackward(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        del output
-        x, grad = inputs
+        x, _grad = inputs
         ctx.save_for_backward(x)
         ctx.save_for_forward(x)
-        del grad
 
     @staticmethod
     def backward(ctx, grad_grad_x):
@@ -115,7 +113,7 @@ class MyReluBackward(_MyReluBackward):
     """MyReluBackward with forward mode (jvp) from the derived formulas."""
 
     @staticmethod
-    def jvp(ctx, x_t, grad_t):
+    def jvp(ctx, _x_t, grad_t):
         (x,) = ctx.saved_tensors
         grad_x_t = grad_t * torch.where(x > 0, 1.0, torch.full_like(x, 0))
         return grad_x_t
@@ -146,18 +144,17 @@ class _Exp(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        (x,) = inputs
         out = output
-        ctx.save_for_backward(x, out)
-        ctx.save_for_forward(x, out)
+        ctx.save_for_backward(out)
+        ctx.save_for_forward(out)
 
     @staticmethod
     def backward(ctx, grad):
-        x, out = ctx.saved_tensors
+        (out,) = ctx.saved_tensors
         grad_x = None
         if ctx.needs_input_grad[0]:
             function = _ExpBackward if torch.compiler.is_compiling() else ExpBackward
-            grad_x = function.apply(x, out, grad)
+            grad_x = function.apply(out, grad)
         return grad_x
 
 
@@ -180,7 +177,7 @@ class Exp(_Exp):
 
     @staticmethod
     def jvp(ctx, x_t):
-        _x, out = ctx.saved_tensors
+        (out,) = ctx.saved_tensors
         out_t = out * x_t
         return out_t
 
@@ -191,37 +188,35 @@ class _ExpBackward(torch.autograd.Function):
     generate_vmap_rule = True
 
     @staticmethod
-    def forward(x, out, grad):
+    def forward(out, grad):
         grad_x = grad * out
         return grad_x
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        del output
-        x, out, grad = inputs
+        out, grad = inputs
         ctx.save_for_backward(out, grad)
         ctx.save_for_forward(out, grad)
-        del x
 
     @staticmethod
     def backward(ctx, grad_grad_x):
         out, grad = ctx.saved_tensors
-        x_bar = None
+        out_bar = None
         if ctx.needs_input_grad[0]:
-            x_bar = grad * grad_grad_x * out
+            out_bar = grad * grad_grad_x
         grad_bar = None
-        if ctx.needs_input_grad[2]:
+        if ctx.needs_input_grad[1]:
             grad_bar = grad_grad_x * out
-        return x_bar, None, grad_bar
+        return out_bar, grad_bar
 
 
 class ExpBackward(_ExpBackward):
     """ExpBackward with forward mode (jvp) from the derived formulas."""
 
     @staticmethod
-    def jvp(ctx, x_t, _out_t, grad_t):
+    def jvp(ctx, out_t, grad_t):
         out, grad = ctx.saved_tensors
-        grad_x_t = grad * out * x_t + grad_t * out
+        grad_x_t = grad * out_t + grad_t * out
         return grad_x_t
 
 
@@ -302,7 +297,6 @@ class _SquareBackward(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        del output
         x, grad = inputs
         ctx.save_for_backward(x, grad)
         ctx.save_for_forward(x, grad)
@@ -404,7 +398,6 @@ class _CubeBackward(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        del output
         x, grad = inputs
         ctx.save_for_backward(x, grad)
         ctx.save_for_forward(x, grad)
@@ -457,17 +450,16 @@ class _Sinh(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         (x,) = inputs
-        out = output
-        ctx.save_for_backward(x, out)
-        ctx.save_for_forward(x, out)
+        ctx.save_for_backward(x)
+        ctx.save_for_forward(x)
 
     @staticmethod
     def backward(ctx, grad):
-        x, out = ctx.saved_tensors
+        (x,) = ctx.saved_tensors
         grad_x = None
         if ctx.needs_input_grad[0]:
             function = _SinhBackward if torch.compiler.is_compiling() else SinhBackward
-            grad_x = function.apply(x, out, grad)
+            grad_x = function.apply(x, grad)
         return grad_x
 
 
@@ -490,7 +482,7 @@ class Sinh(_Sinh):
 
     @staticmethod
     def jvp(ctx, x_t):
-        x, _out = ctx.saved_tensors
+        (x,) = ctx.saved_tensors
         out_t = x_t * torch.cosh(x)
         return out_t
 
@@ -501,36 +493,35 @@ class _SinhBackward(torch.autograd.Function):
     generate_vmap_rule = True
 
     @staticmethod
-    def forward(x, out, grad):
+    def forward(x, grad):
         grad_x = grad * torch.cosh(x)
         return grad_x
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        del output
-        x, out, grad = inputs
-        ctx.save_for_backward(x, out, grad)
-        ctx.save_for_forward(x, out, grad)
+        x, grad = inputs
+        ctx.save_for_backward(x, grad)
+        ctx.save_for_forward(x, grad)
 
     @staticmethod
     def backward(ctx, grad_grad_x):
-        x, out, grad = ctx.saved_tensors
+        x, grad = ctx.saved_tensors
         x_bar = None
         if ctx.needs_input_grad[0]:
-            x_bar = grad * grad_grad_x * out
+            x_bar = grad * grad_grad_x * torch.sinh(x)
         grad_bar = None
-        if ctx.needs_input_grad[2]:
+        if ctx.needs_input_grad[1]:
             grad_bar = grad_grad_x * torch.cosh(x)
-        return x_bar, None, grad_bar
+        return x_bar, grad_bar
 
 
 class SinhBackward(_SinhBackward):
     """SinhBackward with forward mode (jvp) from the derived formulas."""
 
     @staticmethod
-    def jvp(ctx, x_t, _out_t, grad_t):
-        x, out, grad = ctx.saved_tensors
-        grad_x_t = grad * out * x_t + grad_t * torch.cosh(x)
+    def jvp(ctx, x_t, grad_t):
+        x, grad = ctx.saved_tensors
+        grad_x_t = grad * x_t * torch.sinh(x) + grad_t * torch.cosh(x)
         return grad_x_t
 
 
@@ -611,7 +602,6 @@ class _Log1pexpBackward(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        del output
         x, grad = inputs
         ctx.save_for_backward(x, grad)
         ctx.save_for_forward(x, grad)
@@ -725,7 +715,6 @@ class _MulBackwardX(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        del output
         y, grad = inputs
         ctx.save_for_backward(y, grad)
         ctx.save_for_forward(y, grad)
@@ -766,7 +755,6 @@ class _MulBackwardY(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        del output
         x, grad = inputs
         ctx.save_for_backward(x, grad)
         ctx.save_for_forward(x, grad)
@@ -820,8 +808,7 @@ class _Quantize(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        del inputs, output
-        del ctx
+        pass
 
     @staticmethod
     def backward(ctx, grad):
@@ -869,9 +856,7 @@ class _QuantizeBackward(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        del output
-        (grad,) = inputs
-        del grad
+        pass
 
     @staticmethod
     def backward(ctx, grad_grad_x):

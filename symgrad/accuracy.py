@@ -1,0 +1,905 @@
+"""Accuracy report: bits of error of symgrad's generated code vs plain autograd.
+
+For every function of a spec, and for its forward (per output), its gradients (per
+output and differentiable input, upstream gradient 1 for that output) and, with
+``order: 2``, its second derivatives ``d2 out / d x2``, this module measures over sample
+points:
+
+- the mean and max **bits of error** (Herbie's measure): ``log2(1 + d)`` where ``d`` is the
+  number of floats of the target dtype between the computed value and the correctly
+  rounded exact value (NaN counts as the dtype's full width, 64 or 32 bits);
+- how many results are non-finite (NaN or +-inf) where the exact value is finite;
+
+once for symgrad's generated PyTorch module and once, side by side, for plain
+``torch.autograd`` of the naive formula exactly as the user wrote it (printed with
+:class:`~symgrad.printers.TorchPrinter`, not stabilised; stable primitives the user wrote
+by name, such as ``sigmoid``, stay the framework's op).
+
+Exact values come from :func:`symgrad.reference.exact` on the NAIVE formula and SymPy's
+derivatives of it (a user's gradient override is its own reference, as in
+:func:`symgrad.reference.reference`). ``exact`` rounds to float64; for float32 that value
+is rounded again to float32, a double rounding that can be off by one float32 ulp in rare
+halfway cases (at most 1 bit of error, only where the result is within 2**-29 relative of
+a float32 halfway point).
+
+Rising precision cannot resolve every naive formula: ``log(1 - sigmoid(1e300))`` cancels
+2**-1.4e300 against 1 and is ``-inf`` at any precision. Where the naive reference is
+suspicious (undefined, infinite or zero) it is cross-checked against the exact value of
+symgrad's own stable formula; when the two disagree the naive formula is retried at
+16384 and 65536 bits, and a point still in dispute is left out and counted as
+``disputed`` (a reference limit or a wrong rewrite: worth a look either way).
+
+Sample points follow Herbie: float bit patterns drawn uniformly between the ends of each
+input's domain (so every binade is equally likely: most points are huge or tiny), plus
+the fixed extreme points of :func:`symgrad.reference.extreme_points`.
+
+Plots are not drawn (matplotlib is not a dependency); :func:`plot` writes the per-point
+data as CSV files that any plotting tool reads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import dataclasses
+import importlib.util
+import math
+import os
+import random
+import struct
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import mpmath
+import sympy
+
+from symgrad.derive import Derived, derive_function
+from symgrad.errors import SpecError
+from symgrad.reference import Undefined, evaluate, exact, extreme_points, to_float
+from symgrad.spec import Function, Input, Spec
+
+#: Supported dtypes: name -> (struct float format, struct int format, bits).
+DTYPES: dict[str, tuple[str, str, int]] = {
+    "float64": ("<d", "<q", 64),
+    "float32": ("<f", "<i", 32),
+}
+#: Largest finite value of each dtype.
+FLOAT_MAX: dict[str, float] = {"float64": sys.float_info.max, "float32": 3.4028234663852886e38}
+#: Precisions (bits) at which a disputed naive reference is evaluated again.
+RETRY_PRECISIONS = (16384, 65536)
+#: Above this input magnitude a retry cannot help (exp(-x) needs ~1.44 x bits) and is slow.
+RETRY_MAX_INPUT = 40000.0
+#: Two exact values within this many float64 ulps agree (symgrad's Taylor branches are
+#: float64-accurate approximations, not identities).
+AGREE_ULPS = 2**24
+#: A symgrad mean this many bits above naive's counts as a regression.
+WORSE_MARGIN_BITS = 0.5
+
+
+# --------------------------------------------------------------------------- bits of error
+def _check_dtype(dtype: str) -> tuple[str, str, int]:
+    try:
+        return DTYPES[dtype]
+    except KeyError:
+        raise ValueError(f"unknown dtype {dtype!r}; use {' or '.join(DTYPES)}") from None
+
+
+def round_to(value: float, dtype: str) -> float:
+    """``value`` rounded to the nearest ``dtype`` float (+-inf past the largest finite)."""
+    ffmt, _, _ = _check_dtype(dtype)
+    if dtype == "float64" or not math.isfinite(value):
+        return value
+    try:
+        return struct.unpack(ffmt, struct.pack(ffmt, value))[0]
+    except OverflowError:
+        return math.copysign(math.inf, value)
+
+
+def ordinal(value: float, dtype: str = "float64") -> int:
+    """The float's position in the ordered sequence of ``dtype`` floats (``-0 == +0 == 0``).
+
+    Adjacent floats have adjacent ordinals; +-inf sit just past the largest finite values.
+    ``value`` must be representable in ``dtype`` and not NaN.
+    """
+    ffmt, ifmt, bits = _check_dtype(dtype)
+    if math.isnan(value):
+        raise ValueError("NaN has no ordinal")
+    (i,) = struct.unpack(ifmt, struct.pack(ffmt, value))
+    return i if i >= 0 else -(i & ((1 << (bits - 1)) - 1))
+
+
+def from_ordinal(n: int, dtype: str = "float64") -> float:
+    """The ``dtype`` float at ordinal ``n`` (the inverse of :func:`ordinal`)."""
+    ffmt, ifmt, bits = _check_dtype(dtype)
+    magnitude = abs(n)
+    pattern = magnitude if n >= 0 else magnitude | (1 << (bits - 1))
+    unsigned = ifmt.upper()
+    return struct.unpack(ffmt, struct.pack(unsigned, pattern))[0]
+
+
+def ulp_distance(a: float, b: float, dtype: str = "float64") -> int:
+    """How many ``dtype`` floats lie between ``a`` and ``b`` (0 when equal)."""
+    return abs(ordinal(a, dtype) - ordinal(b, dtype))
+
+
+def bits_of_error(computed: float, exact_value: float, dtype: str = "float64") -> float:
+    """Herbie's bits of error: ``log2(1 + ulps between computed and exact)``.
+
+    ``exact_value`` is the correctly rounded exact result (already a ``dtype`` float, or
+    +-inf for an overflow). A NaN result has the dtype's full width (64 or 32 bits).
+    """
+    _, _, bits = _check_dtype(dtype)
+    if math.isnan(computed):
+        return float(bits)
+    return math.log2(1 + ulp_distance(computed, exact_value, dtype))
+
+
+# --------------------------------------------------------------------------- sample points
+def _inside(value: float, lo: float, hi: float, dtype: str) -> float:
+    """``value`` rounded to ``dtype``, nudged back inside ``[lo, hi]`` if rounding left it."""
+    r = round_to(value, dtype)
+    if r < lo:
+        r = from_ordinal(ordinal(r, dtype) + 1, dtype)
+    elif r > hi:
+        r = from_ordinal(ordinal(r, dtype) - 1, dtype)
+    return r
+
+
+def _domain(inp: Input, dtype: str) -> tuple[float, float]:
+    """The domain of ``inp`` clipped to the finite floats of ``dtype`` and its assumptions."""
+    big = FLOAT_MAX[dtype]
+    lo, hi = (max(inp.domain[0], -big), min(inp.domain[1], big))
+    assumptions = dict(inp.assumptions)
+    if assumptions.get("positive") and lo <= 0:
+        lo = from_ordinal(1, dtype)  # the smallest positive (subnormal) float
+    elif assumptions.get("nonnegative") and lo < 0:
+        lo = 0.0
+    return _inside(lo, lo, hi, dtype), _inside(hi, lo, hi, dtype)
+
+
+def sample_values(inp: Input, n: int, rng: random.Random, dtype: str = "float64") -> list[float]:
+    """``n`` floats of ``dtype`` drawn Herbie-style: uniform over the bit patterns of the domain.
+
+    Every float between the domain's ends is equally likely, so each binade gets about the
+    same share of points (for ``[-inf, inf]`` most points are huge or tiny).
+    """
+    lo, hi = _domain(inp, dtype)
+    a, b = ordinal(lo, dtype), ordinal(hi, dtype)
+    values = [from_ordinal(rng.randint(a, b), dtype) for _ in range(n)]
+    if dict(inp.assumptions).get("integer"):
+        values = [min(max(float(round(v)), math.ceil(lo)), math.floor(hi)) for v in values]
+    return values
+
+
+def _extremes(inp: Input, dtype: str) -> list[float]:
+    lo, hi = _domain(inp, dtype)
+    points = {round_to(v, dtype) for v in extreme_points(inp)}
+    return sorted(v for v in points if math.isfinite(v) and lo <= v <= hi)
+
+
+def _benign(inp: Input) -> float:
+    """A tame value inside the domain (other inputs' value while one sits at an extreme)."""
+    lo, hi = inp.domain
+    if lo <= 0.5 <= hi and not (dict(inp.assumptions).get("integer")):
+        return 0.5
+    if math.isfinite(lo) and math.isfinite(hi):
+        return (lo + hi) / 2
+    if math.isfinite(lo):
+        return lo + 1.0
+    if math.isfinite(hi):
+        return hi - 1.0
+    return 1.0
+
+
+def _scalar_value(inp: Input) -> float:
+    """The value a scalar input takes: its default, else a point inside its domain."""
+    if inp.has_default and inp.default is not None:
+        return inp.default
+    return _benign(inp)
+
+
+def sample_points(
+    fn: Function, n: int, rng: random.Random, dtype: str = "float64"
+) -> list[dict[str, float]]:
+    """Points for ``fn``: extreme points first, then ``n`` Herbie-style random points.
+
+    Extreme points put one differentiable input (or the only tensor input) at each of its
+    extreme values and the other tensors at a tame value; random points draw every tensor
+    input independently. Scalars take their defaults.
+    """
+    tensors = [i for i in fn.inputs if i.is_tensor]
+    scalars = {i.name: _scalar_value(i) for i in fn.inputs if not i.is_tensor}
+    tame = {i.name: round_to(_benign(i), dtype) for i in tensors}
+    points: list[dict[str, float]] = []
+    for inp in tensors:
+        if not inp.gets_gradient and len(tensors) > 1:
+            continue
+        for v in _extremes(inp, dtype):
+            points.append({**tame, inp.name: v, **scalars})
+    columns = {i.name: sample_values(i, n, rng, dtype) for i in tensors}
+    for k in range(n):
+        points.append({**{name: col[k] for name, col in columns.items()}, **scalars})
+    return points
+
+
+# --------------------------------------------------------------------------- quantities
+@dataclass(frozen=True)
+class Quantity:
+    """One measured quantity of a function: a forward output, a gradient or a second derivative.
+
+    ``reference`` is the naive formula (or its SymPy derivative, or the user's override);
+    ``stable`` symgrad's derived formula for the same value, used to cross-check suspicious
+    references. ``naive_available`` is False where plain autograd has nothing to compare
+    (a gradient the user overrides).
+    """
+
+    label: str
+    kind: str  # "forward", "grad" or "second"
+    output: int
+    input: str | None
+    reference: sympy.Expr
+    stable: sympy.Expr | None
+    naive_available: bool
+
+
+def quantities(derived: Derived) -> list[Quantity]:
+    """Every quantity measured for a function, in table order."""
+    fn = derived.function
+    syms = derived.symbols
+    result: list[Quantity] = []
+    stable_outputs = dict(derived.outputs)
+    for k, (out, expr) in enumerate(derived.naive_outputs):
+        result.append(
+            Quantity(f"forward {out}", "forward", k, None, expr, stable_outputs[out], True)
+        )
+    for k, ((out, expr), g) in enumerate(zip(derived.naive_outputs, derived.grads)):
+        only_this = {h: (sympy.S.One if h == g else sympy.S.Zero) for h in derived.grads}
+        for name in derived.diff_inputs:
+            overridden = name in derived.overridden
+            if overridden:
+                d = derived.vjps[name].xreplace(only_this)
+            else:
+                d = sympy.diff(expr, syms[name])
+            stable = derived.jacobian[out][name]
+            result.append(Quantity(f"d {out}/d {name}", "grad", k, name, d, stable, not overridden))
+            if fn.order >= 2:
+                second = derived.second.get(name, {}).get(name)
+                result.append(
+                    Quantity(
+                        f"d2 {out}/d {name}2",
+                        "second",
+                        k,
+                        name,
+                        sympy.diff(d, syms[name]),
+                        second.xreplace(only_this) if second is not None else None,
+                        not overridden,
+                    )
+                )
+    return result
+
+
+# --------------------------------------------------------------------------- exact values
+#: The reference at a point was left out: naive and stable exact values disagree.
+DISPUTED = "disputed"
+Exact = float | None | str  # a float64 value, None (undefined) or DISPUTED
+
+
+def _agree(a: float | None, b: float | None) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    if math.isnan(a) or math.isnan(b):
+        return False
+    return ulp_distance(a, b) <= AGREE_ULPS
+
+
+def _evaluate_at(expr: sympy.Expr, env: Mapping[sympy.Symbol, float], prec: int) -> float | None:
+    with mpmath.workprec(prec):
+        values = {s: mpmath.mpf(v) for s, v in env.items()}
+        try:
+            return to_float(evaluate(expr, values))
+        except (Undefined, ZeroDivisionError):
+            return None
+
+
+def reference_value(
+    reference: sympy.Expr, stable: sympy.Expr | None, env: Mapping[sympy.Symbol, float]
+) -> Exact:
+    """The exact value (float64) of ``reference`` at ``env``, cross-checked when suspicious.
+
+    A naive reference that is undefined, infinite or zero may be an artefact of finite
+    precision (``1 - 1/(1 + exp(-x))`` is 0 at any precision for huge x); then the exact
+    value of the stable formula decides, after retrying the naive one at higher precision.
+    Returns None where the value is undefined and :data:`DISPUTED` where the two disagree.
+    """
+    value = exact(reference, env)
+    suspicious = value is None or value == 0 or math.isinf(value)
+    if not suspicious or stable is None:
+        return value
+    check = exact(stable, env)
+    if _agree(value, check):
+        return value
+    if all(abs(v) <= RETRY_MAX_INPUT for v in env.values()):
+        for prec in RETRY_PRECISIONS:
+            retried = _evaluate_at(reference, env, prec)
+            if _agree(retried, check):
+                return retried
+    return DISPUTED
+
+
+def _exact_chunk(
+    exprs: Sequence[tuple[sympy.Expr, sympy.Expr | None]],
+    envs: Sequence[Mapping[sympy.Symbol, float]],
+) -> list[list[Exact]]:
+    """Reference values of every quantity at every point of a chunk (runs in workers too)."""
+    return [[reference_value(r, s, env) for r, s in exprs] for env in envs]
+
+
+def _exact_values(
+    exprs: Sequence[tuple[sympy.Expr, sympy.Expr | None]],
+    envs: Sequence[Mapping[sympy.Symbol, float]],
+    budget: float | None,
+    pool: ProcessPoolExecutor | None,
+    chunk: int = 4,
+) -> list[list[Exact] | None]:
+    """Reference values per point (None for a point not reached within ``budget`` seconds)."""
+    deadline = None if budget is None else time.monotonic() + budget
+    results: list[list[Exact] | None] = [None] * len(envs)
+    if pool is None:
+        for k, env in enumerate(envs):
+            if deadline is not None and time.monotonic() > deadline:
+                break
+            results[k] = _exact_chunk(exprs, [env])[0]
+        return results
+    futures: dict[Future, int] = {}
+    for start in range(0, len(envs), chunk):
+        futures[pool.submit(_exact_chunk, list(exprs), list(envs[start : start + chunk]))] = start
+    pending = set(futures)
+    while pending:
+        timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+        done, pending = wait(pending, timeout=timeout, return_when=FIRST_COMPLETED)
+        for fut in done:
+            if not fut.cancelled():
+                start = futures[fut]
+                for offset, values in enumerate(fut.result()):
+                    results[start + offset] = values
+        if deadline is not None and time.monotonic() > deadline:
+            for fut in pending:
+                fut.cancel()
+            for fut in wait(pending).done:  # running chunks finish; cancelled ones are skipped
+                if not fut.cancelled():
+                    start = futures[fut]
+                    for offset, values in enumerate(fut.result()):
+                        results[start + offset] = values
+            break
+    return results
+
+
+# --------------------------------------------------------------------------- torch values
+def _import_module(path: Path) -> ModuleType:
+    name = f"_symgrad_accuracy_{path.stem}_{os.getpid()}_{time.monotonic_ns()}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:  # pragma: no cover - a .py path always loads
+        raise ImportError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.modules.pop(name, None)
+    return module
+
+
+def generated_module(spec: Spec, derived: Sequence[Derived]) -> ModuleType:
+    """symgrad's torch module for ``derived`` (generated into a temporary dir and imported)."""
+    from symgrad.generate import generate
+
+    functions = tuple(d.function for d in derived)
+    sub = dataclasses.replace(spec, functions=functions, targets=("torch",))
+    (file,) = generate(sub, targets=("torch",), tests=False, derived=tuple(derived))
+    with tempfile.TemporaryDirectory(prefix="symgrad-accuracy-") as tmp:
+        path = Path(tmp) / file.name
+        path.write_text(file.text)
+        return _import_module(path)
+
+
+Outputs = Callable[[Mapping[str, Any]], Sequence[Any]]
+
+
+def symgrad_outputs(module: ModuleType, fn: Function) -> Outputs:
+    """Call the generated wrapper of ``fn``: tensors positionally, scalars by keyword."""
+    wrapper = getattr(module, fn.name)
+
+    def call(values: Mapping[str, Any]) -> Sequence[Any]:
+        args = [values[i.name] for i in fn.inputs if i.is_tensor]
+        kwargs = {i.name: values[i.name] for i in fn.inputs if not i.is_tensor}
+        result = wrapper(*args, **kwargs)
+        return tuple(result) if isinstance(result, (tuple, list)) else (result,)
+
+    return call
+
+
+def naive_source(derived: Derived) -> list[str]:
+    """The naive output formulas as torch source, exactly as written (not stabilised)."""
+    from symgrad.printers import TorchPrinter
+
+    printer = TorchPrinter(scalars=derived.scalars)
+    return [printer.doprint(expr) for _, expr in derived.naive_outputs]
+
+
+def naive_outputs(derived: Derived) -> Outputs:
+    """Evaluate the naive formulas with torch ops, for plain autograd to differentiate.
+
+    The source is printed by symgrad from the parsed SymPy formula (never spec text), and
+    evaluated with only ``torch``, ``math`` and the inputs in scope.
+    """
+    import torch
+
+    codes = [
+        compile(src, f"<naive {derived.function.name}>", "eval") for src in naive_source(derived)
+    ]
+
+    def call(values: Mapping[str, Any]) -> Sequence[Any]:
+        namespace = {"torch": torch, "math": math, **values}
+        ref = next(v for v in values.values() if isinstance(v, torch.Tensor))
+        outs = []
+        for code in codes:
+            out = eval(code, {"__builtins__": {}}, namespace)  # our own printed source
+            out = torch.as_tensor(out, dtype=ref.dtype)
+            if out.shape != ref.shape:
+                out = out.expand(ref.shape)
+            outs.append(out)
+        return outs
+
+    return call
+
+
+def _grad(y: Any, x: Any) -> Any:
+    """d sum(y) / d x, keeping the graph (zeros where y does not depend on x)."""
+    import torch
+
+    if not y.requires_grad:
+        return torch.zeros_like(x)
+    (g,) = torch.autograd.grad(
+        y, x, torch.ones_like(y), create_graph=True, retain_graph=True, allow_unused=True
+    )
+    return torch.zeros_like(x) if g is None else g
+
+
+def torch_values(
+    call: Outputs,
+    fn: Function,
+    qs: Sequence[Quantity],
+    points: Sequence[Mapping[str, float]],
+    dtype: str,
+) -> dict[str, list[float]]:
+    """Every quantity of ``qs`` computed with torch at ``points`` (one batched call)."""
+    import torch
+
+    tdtype = getattr(torch, dtype)
+    values: dict[str, Any] = {}
+    for inp in fn.inputs:
+        column = [p[inp.name] for p in points]
+        if inp.is_tensor:
+            values[inp.name] = torch.tensor(column, dtype=tdtype, requires_grad=inp.gets_gradient)
+        else:
+            values[inp.name] = column[0]
+    with torch.enable_grad():
+        outs = call(values)
+        firsts: dict[tuple[int, str], Any] = {}
+        result: dict[str, list[float]] = {}
+        for q in qs:
+            if q.kind == "forward":
+                t = outs[q.output]
+            elif q.kind == "grad":
+                assert q.input is not None
+                t = firsts.setdefault((q.output, q.input), _grad(outs[q.output], values[q.input]))
+            else:
+                assert q.input is not None
+                first = firsts.setdefault(
+                    (q.output, q.input), _grad(outs[q.output], values[q.input])
+                )
+                t = _grad(first, values[q.input])
+            result[q.label] = [float(v) for v in t.detach().to(torch.float64).reshape(-1).tolist()]
+    return result
+
+
+# --------------------------------------------------------------------------- rows
+@dataclass(frozen=True)
+class Sample:
+    """One evaluated point of a row (for plots): inputs, exact and computed values."""
+
+    inputs: tuple[float, ...]
+    exact: float
+    symgrad: float
+    naive: float | None
+
+
+@dataclass(frozen=True)
+class Row:
+    """Accuracy of one quantity of one function in one dtype.
+
+    ``naive_*`` are None where plain autograd has no comparable value (the user overrides
+    that gradient) or could not run. ``points`` counts the points with a defined, agreed
+    exact value; ``undefined`` and ``disputed`` the points left out. ``error`` says why a
+    row has no numbers (derivation, generation or evaluation failure).
+    """
+
+    function: str
+    quantity: str
+    dtype: str
+    points: int
+    symgrad_mean_bits: float
+    symgrad_max_bits: float
+    symgrad_nonfinite: int
+    naive_mean_bits: float | None
+    naive_max_bits: float | None
+    naive_nonfinite: int | None
+    undefined: int = 0
+    disputed: int = 0
+    error: str | None = None
+    samples: tuple[Sample, ...] = field(default=(), repr=False, compare=False)
+    input_names: tuple[str, ...] = field(default=(), repr=False, compare=False)
+
+    @property
+    def worse_than_naive(self) -> bool:
+        """symgrad is less accurate than plain autograd here, or non-finite where it is not."""
+        if self.error is not None:
+            return False
+        if self.symgrad_nonfinite > 0:
+            return True
+        if self.naive_mean_bits is None:
+            return False
+        return self.symgrad_mean_bits > self.naive_mean_bits + WORSE_MARGIN_BITS
+
+
+def _stats(
+    values: Sequence[float], exacts: Sequence[float], dtype: str
+) -> tuple[float, float, int]:
+    bits = [bits_of_error(v, e, dtype) for v, e in zip(values, exacts)]
+    nonfinite = sum(1 for v, e in zip(values, exacts) if math.isfinite(e) and not math.isfinite(v))
+    if not bits:
+        return math.nan, math.nan, 0
+    return sum(bits) / len(bits), max(bits), nonfinite
+
+
+def _rows_for(
+    fn: Function,
+    qs: Sequence[Quantity],
+    points: Sequence[Mapping[str, float]],
+    refs: Sequence[Sequence[Exact]],
+    mine: dict[str, list[float]] | str,
+    naive: dict[str, list[float]] | str,
+    dtype: str,
+) -> list[Row]:
+    names = [i.name for i in fn.inputs if i.is_tensor]
+    rows = []
+    for j, q in enumerate(qs):
+        column = [r[j] for r in refs]
+        keep = [k for k, v in enumerate(column) if isinstance(v, float)]
+        undefined = sum(1 for v in column if v is None)
+        disputed = sum(1 for v in column if v == DISPUTED)
+        exacts = [round_to(float(column[k]), dtype) for k in keep]  # type: ignore[arg-type]
+        if isinstance(mine, str):
+            rows.append(
+                Row(
+                    fn.name,
+                    q.label,
+                    dtype,
+                    len(keep),
+                    math.nan,
+                    math.nan,
+                    0,
+                    None,
+                    None,
+                    None,
+                    undefined,
+                    disputed,
+                    f"symgrad: {mine}",
+                )
+            )
+            continue
+        m = [mine[q.label][k] for k in keep]
+        m_mean, m_max, m_nonfinite = _stats(m, exacts, dtype)
+        n_values: list[float] | None = None
+        n_mean = n_max = None
+        n_nonfinite = None
+        if q.naive_available and not isinstance(naive, str):
+            n_values = [naive[q.label][k] for k in keep]
+            n_mean, n_max, n_nonfinite = _stats(n_values, exacts, dtype)
+        samples = tuple(
+            Sample(
+                tuple(points[k][name] for name in names),
+                e,
+                m[idx],
+                None if n_values is None else n_values[idx],
+            )
+            for idx, (k, e) in enumerate(zip(keep, exacts))
+        )
+        error = f"naive: {naive}" if isinstance(naive, str) and q.naive_available else None
+        rows.append(
+            Row(
+                fn.name,
+                q.label,
+                dtype,
+                len(keep),
+                m_mean,
+                m_max,
+                m_nonfinite,
+                n_mean,
+                n_max,
+                n_nonfinite,
+                undefined,
+                disputed,
+                error,
+                samples,
+                tuple(names),
+            )
+        )
+    return rows
+
+
+def _error_row(fn: Function, dtype: str, what: str, error: Exception) -> Row:
+    return Row(
+        fn.name,
+        what,
+        dtype,
+        0,
+        math.nan,
+        math.nan,
+        0,
+        None,
+        None,
+        None,
+        error=f"{type(error).__name__}: {error}",
+    )
+
+
+@contextlib.contextmanager
+def _pool(workers: int) -> Iterator[ProcessPoolExecutor | None]:
+    if workers <= 1:
+        yield None
+        return
+    import multiprocessing
+
+    # Workers only run SymPy/mpmath; "spawn" keeps them clear of torch's threads.
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        yield pool
+
+
+def measure_function(
+    derived: Derived,
+    module: ModuleType,
+    dtype: str = "float64",
+    points: int = 256,
+    seed: int = 0,
+    budget: float | None = 60.0,
+    pool: ProcessPoolExecutor | None = None,
+) -> list[Row]:
+    """Rows for one derived function, with symgrad's code taken from ``module``."""
+    fn = derived.function
+    qs = quantities(derived)
+    rng = random.Random(f"symgrad-accuracy:{seed}:{fn.name}:{dtype}")
+    candidates = sample_points(fn, points, rng, dtype)
+    envs = [{derived.symbols[name]: v for name, v in p.items()} for p in candidates]
+    exprs = [(q.reference, q.stable) for q in qs]
+    refs_or_none = _exact_values(exprs, envs, budget, pool)
+    reached = [k for k, r in enumerate(refs_or_none) if r is not None]
+    pts = [candidates[k] for k in reached]
+    refs = [refs_or_none[k] for k in reached]
+    if not pts:
+        return [
+            Row(
+                fn.name,
+                q.label,
+                dtype,
+                0,
+                math.nan,
+                math.nan,
+                0,
+                None,
+                None,
+                None,
+                error="no point evaluated within the time budget",
+            )
+            for q in qs
+        ]
+    mine: dict[str, list[float]] | str
+    naive: dict[str, list[float]] | str
+    try:
+        mine = torch_values(symgrad_outputs(module, fn), fn, qs, pts, dtype)
+    except Exception as exc:  # noqa: BLE001 - the report names the failure instead of stopping
+        mine = f"{type(exc).__name__}: {exc}"
+    try:
+        naive = torch_values(naive_outputs(derived), fn, qs, pts, dtype)
+    except Exception as exc:  # noqa: BLE001
+        naive = f"{type(exc).__name__}: {exc}"
+    return _rows_for(fn, qs, pts, refs, mine, naive, dtype)  # type: ignore[arg-type]
+
+
+def measure_spec(
+    spec: Spec,
+    dtype: str = "float64",
+    points: int = 256,
+    seed: int = 0,
+    budget: float | None = 60.0,
+    workers: int = 1,
+    functions: Sequence[str] | None = None,
+) -> list[Row]:
+    """Accuracy rows for every function of ``spec`` (or only those named in ``functions``).
+
+    ``points`` random points per function (plus its extreme points); the exact values of a
+    function get at most ``budget`` seconds (None: no limit), after which the points not
+    yet evaluated are dropped (``Row.points`` says how many were used). ``workers`` > 1
+    evaluates exact values in that many processes. A function that fails to derive,
+    generate or run gets a row with ``error`` set instead of stopping the report.
+    """
+    _check_dtype(dtype)
+    chosen = [f for f in spec.functions if functions is None or f.name in functions]
+    rows: list[Row] = []
+    derived: list[Derived] = []
+    for fn in chosen:
+        try:
+            derived.append(derive_function(fn))
+        except SpecError as exc:
+            rows.append(_error_row(fn, dtype, "derive", exc))
+    modules: dict[str, ModuleType] = {}
+    try:
+        module = generated_module(spec, derived) if derived else None
+        modules = {d.function.name: module for d in derived if module is not None}
+    except Exception:  # noqa: BLE001 - retried per function below, which reports it
+        for d in derived:  # find which function breaks generation; keep the others
+            try:
+                modules[d.function.name] = generated_module(spec, [d])
+            except Exception as exc:  # noqa: BLE001
+                rows.append(_error_row(d.function, dtype, "generate", exc))
+    with _pool(workers) as pool:
+        for d in derived:
+            if d.function.name in modules:
+                rows += measure_function(
+                    d, modules[d.function.name], dtype, points, seed, budget, pool
+                )
+    order = {f.name: k for k, f in enumerate(chosen)}
+    return sorted(rows, key=lambda r: order[r.function])  # stable: keeps quantity order
+
+
+# --------------------------------------------------------------------------- report
+def _fmt(value: float | None, digits: int = 2) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, int):
+        return str(value)
+    if math.isnan(value):
+        return "nan"
+    return f"{value:.{digits}f}"
+
+
+def regressions(rows: Sequence[Row]) -> list[Row]:
+    """Rows where symgrad is worse than naive autograd, or non-finite where exact is finite."""
+    return [r for r in rows if r.worse_than_naive]
+
+
+def summary(rows: Sequence[Row]) -> str:
+    """One line: overall mean bits (mean of the rows' means) and total non-finite counts."""
+    ok = [r for r in rows if r.error is None and r.points]
+    both = [r for r in ok if r.naive_mean_bits is not None]
+    mine_all = sum(r.symgrad_mean_bits for r in ok) / len(ok) if ok else math.nan
+    mine_both = sum(r.symgrad_mean_bits for r in both) / len(both) if both else math.nan
+    naive = sum(r.naive_mean_bits or 0.0 for r in both) / len(both) if both else math.nan
+    return (
+        f"{len(rows)} rows ({len(rows) - len(ok)} with errors), "
+        f"{sum(r.points for r in ok)} points: mean bits of error symgrad {mine_all:.2f} "
+        f"(all rows) / {mine_both:.2f} vs naive {naive:.2f} (the {len(both)} rows with both); "
+        f"non-finite where exact is finite: symgrad {sum(r.symgrad_nonfinite for r in ok)}, "
+        f"naive {sum(r.naive_nonfinite or 0 for r in both)}; "
+        f"left out: {sum(r.undefined for r in rows)} undefined, "
+        f"{sum(r.disputed for r in rows)} disputed; "
+        f"{len(regressions(rows))} rows where symgrad is worse"
+    )
+
+
+HEADERS = (
+    "function",
+    "quantity",
+    "dtype",
+    "points",
+    "sg mean",
+    "sg max",
+    "sg nonfin",
+    "naive mean",
+    "naive max",
+    "naive nonfin",
+    "undef",
+    "disp",
+    "note",
+)
+
+
+def table_cells(row: Row) -> list[str]:
+    """The cells of one table line, in :data:`HEADERS` order."""
+    note = row.error or ("WORSE" if row.worse_than_naive else "")
+    return [
+        row.function,
+        row.quantity,
+        row.dtype,
+        str(row.points),
+        _fmt(row.symgrad_mean_bits),
+        _fmt(row.symgrad_max_bits, 1),
+        str(row.symgrad_nonfinite),
+        _fmt(row.naive_mean_bits),
+        _fmt(row.naive_max_bits, 1),
+        _fmt(row.naive_nonfinite),
+        str(row.undefined),
+        str(row.disputed),
+        note,
+    ]
+
+
+def format_table(rows: Sequence[Row]) -> str:
+    """An aligned text table of ``rows`` (bits of error: sg = symgrad) and a summary line."""
+    lines = [list(HEADERS)] + [table_cells(r) for r in rows]
+    widths = [max(len(line[c]) for line in lines) for c in range(len(HEADERS) - 1)]
+    numeric = range(3, len(HEADERS) - 1)
+
+    def render(cells: list[str]) -> str:
+        parts = [
+            cell.rjust(w) if c in numeric else cell.ljust(w)
+            for c, (cell, w) in enumerate(zip(cells, widths))
+        ]
+        return "  ".join([*parts, cells[-1]]).rstrip()
+
+    text = [render(lines[0]), render(["-" * w for w in widths] + [""])]
+    text += [render(line) for line in lines[1:]]
+    text.append("")
+    text.append(summary(rows))
+    return "\n".join(text) + "\n"
+
+
+def worst(rows: Sequence[Row], n: int = 15) -> list[Row]:
+    """The ``n`` rows with the highest symgrad mean bits (non-finite counts first)."""
+    ok = [r for r in rows if r.error is None and r.points]
+    return sorted(ok, key=lambda r: (r.symgrad_nonfinite, r.symgrad_mean_bits), reverse=True)[:n]
+
+
+def _slug(text: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in text).strip("_")
+
+
+def plot(rows: Sequence[Row], directory: str | Path) -> list[Path]:
+    """Write the per-point data of each row as CSV, one file per function and quantity.
+
+    Columns: the tensor inputs' values, the exact value, symgrad's and naive autograd's
+    results and their bits of error: what a Herbie-style plot (bits of error against an
+    input) needs. No image is drawn: matplotlib is not a dependency of symgrad.
+    """
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for row in rows:
+        if not row.samples:
+            continue
+        path = directory / f"{_slug(row.function)}__{_slug(row.quantity)}__{row.dtype}.csv"
+        names = row.input_names or tuple(f"input{k}" for k in range(len(row.samples[0].inputs)))
+        with path.open("w", newline="") as handle:
+            out = csv.writer(handle)
+            out.writerow([*names, "exact", "symgrad", "symgrad_bits", "naive", "naive_bits"])
+            for s in row.samples:
+                naive_bits = "" if s.naive is None else bits_of_error(s.naive, s.exact, row.dtype)
+                out.writerow(
+                    [
+                        *map(repr, s.inputs),
+                        repr(s.exact),
+                        repr(s.symgrad),
+                        bits_of_error(s.symgrad, s.exact, row.dtype),
+                        "" if s.naive is None else repr(s.naive),
+                        naive_bits,
+                    ]
+                )
+        written.append(path)
+    return written
