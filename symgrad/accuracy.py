@@ -460,14 +460,14 @@ def naive_outputs(derived: Derived) -> Outputs:
     return call
 
 
-def _grad(y: Any, x: Any) -> Any:
-    """d sum(y) / d x, keeping the graph (zeros where y does not depend on x)."""
+def _grad(y: Any, x: Any, create_graph: bool) -> Any:
+    """d sum(y) / d x (zeros where y does not depend on x); elementwise, so per point."""
     import torch
 
     if not y.requires_grad:
         return torch.zeros_like(x)
     (g,) = torch.autograd.grad(
-        y, x, torch.ones_like(y), create_graph=True, retain_graph=True, allow_unused=True
+        y, x, torch.ones_like(y), create_graph=create_graph, retain_graph=True, allow_unused=True
     )
     return torch.zeros_like(x) if g is None else g
 
@@ -479,7 +479,11 @@ def torch_values(
     points: Sequence[Mapping[str, float]],
     dtype: str,
 ) -> dict[str, list[float]]:
-    """Every quantity of ``qs`` computed with torch at ``points`` (one batched call)."""
+    """Every quantity of ``qs`` computed with torch at ``points`` (one batched call).
+
+    Gradients of output ``o`` take upstream gradient 1 for ``o`` and none for the other
+    outputs; second derivatives differentiate that gradient again (``order: 2`` only).
+    """
     import torch
 
     tdtype = getattr(torch, dtype)
@@ -490,23 +494,23 @@ def torch_values(
             values[inp.name] = torch.tensor(column, dtype=tdtype, requires_grad=inp.gets_gradient)
         else:
             values[inp.name] = column[0]
+    second_order = fn.order >= 2
+    result: dict[str, list[float]] = {}
     with torch.enable_grad():
         outs = call(values)
         firsts: dict[tuple[int, str], Any] = {}
-        result: dict[str, list[float]] = {}
         for q in qs:
             if q.kind == "forward":
                 t = outs[q.output]
-            elif q.kind == "grad":
-                assert q.input is not None
-                t = firsts.setdefault((q.output, q.input), _grad(outs[q.output], values[q.input]))
             else:
                 assert q.input is not None
-                first = firsts.setdefault(
-                    (q.output, q.input), _grad(outs[q.output], values[q.input])
-                )
-                t = _grad(first, values[q.input])
-            result[q.label] = [float(v) for v in t.detach().to(torch.float64).reshape(-1).tolist()]
+                key = (q.output, q.input)
+                if key not in firsts:
+                    firsts[key] = _grad(outs[q.output], values[q.input], second_order)
+                t = firsts[key]
+                if q.kind == "second":
+                    t = _grad(t, values[q.input], False)
+            result[q.label] = t.detach().to(torch.float64).reshape(-1).tolist()
     return result
 
 
@@ -548,20 +552,44 @@ class Row:
     input_names: tuple[str, ...] = field(default=(), repr=False, compare=False)
 
     @property
+    def ok(self) -> bool:
+        """The row has numbers: no error and at least one point."""
+        return self.error is None and self.points > 0
+
+    @property
     def worse_than_naive(self) -> bool:
-        """symgrad is less accurate than plain autograd here, or non-finite where it is not."""
+        """symgrad's mean bits exceed naive autograd's (by :data:`WORSE_MARGIN_BITS`), or
+        symgrad has more non-finite results."""
+        if not self.ok or self.naive_mean_bits is None:
+            return False
+        return (
+            self.symgrad_mean_bits > self.naive_mean_bits + WORSE_MARGIN_BITS
+            or self.symgrad_nonfinite > (self.naive_nonfinite or 0)
+        )
+
+    @property
+    def note(self) -> str:
+        """What the table's last column says: the error, or flags worth a look."""
         if self.error is not None:
-            return False
-        if self.symgrad_nonfinite > 0:
-            return True
-        if self.naive_mean_bits is None:
-            return False
-        return self.symgrad_mean_bits > self.naive_mean_bits + WORSE_MARGIN_BITS
+            return self.error
+        flags = []
+        if self.worse_than_naive:
+            flags.append("WORSE")
+        if self.symgrad_nonfinite:
+            flags.append("NONFINITE")
+        return " ".join(flags)
+
+
+def _failed(fn: Function, label: str, dtype: str, error: str, **counts: int) -> Row:
+    """A row without numbers, saying why."""
+    nan = math.nan
+    return Row(fn.name, label, dtype, 0, nan, nan, 0, None, None, None, error=error, **counts)
 
 
 def _stats(
     values: Sequence[float], exacts: Sequence[float], dtype: str
 ) -> tuple[float, float, int]:
+    """Mean bits, max bits and non-finite count of ``values`` against ``exacts``."""
     bits = [bits_of_error(v, e, dtype) for v, e in zip(values, exacts)]
     nonfinite = sum(1 for v, e in zip(values, exacts) if math.isfinite(e) and not math.isfinite(v))
     if not bits:
@@ -578,47 +606,33 @@ def _rows_for(
     naive: dict[str, list[float]] | str,
     dtype: str,
 ) -> list[Row]:
-    names = [i.name for i in fn.inputs if i.is_tensor]
+    """One row per quantity; ``mine``/``naive`` are the torch values, or an error message."""
+    names = tuple(i.name for i in fn.inputs if i.is_tensor)
     rows = []
     for j, q in enumerate(qs):
         column = [r[j] for r in refs]
         keep = [k for k, v in enumerate(column) if isinstance(v, float)]
-        undefined = sum(1 for v in column if v is None)
-        disputed = sum(1 for v in column if v == DISPUTED)
-        exacts = [round_to(float(column[k]), dtype) for k in keep]  # type: ignore[arg-type]
+        counts = {
+            "undefined": sum(1 for v in column if v is None),
+            "disputed": sum(1 for v in column if v == DISPUTED),
+        }
         if isinstance(mine, str):
-            rows.append(
-                Row(
-                    fn.name,
-                    q.label,
-                    dtype,
-                    len(keep),
-                    math.nan,
-                    math.nan,
-                    0,
-                    None,
-                    None,
-                    None,
-                    undefined,
-                    disputed,
-                    f"symgrad: {mine}",
-                )
-            )
+            rows.append(_failed(fn, q.label, dtype, f"symgrad: {mine}", **counts))
             continue
-        m = [mine[q.label][k] for k in keep]
-        m_mean, m_max, m_nonfinite = _stats(m, exacts, dtype)
+        exacts = [round_to(float(column[k]), dtype) for k in keep]  # type: ignore[arg-type]
+        m_values = [mine[q.label][k] for k in keep]
+        m_stats = _stats(m_values, exacts, dtype)
         n_values: list[float] | None = None
-        n_mean = n_max = None
-        n_nonfinite = None
+        n_stats: tuple[float | None, float | None, int | None] = (None, None, None)
         if q.naive_available and not isinstance(naive, str):
             n_values = [naive[q.label][k] for k in keep]
-            n_mean, n_max, n_nonfinite = _stats(n_values, exacts, dtype)
+            n_stats = _stats(n_values, exacts, dtype)
         samples = tuple(
             Sample(
-                tuple(points[k][name] for name in names),
-                e,
-                m[idx],
-                None if n_values is None else n_values[idx],
+                inputs=tuple(points[k][name] for name in names),
+                exact=e,
+                symgrad=m_values[idx],
+                naive=None if n_values is None else n_values[idx],
             )
             for idx, (k, e) in enumerate(zip(keep, exacts))
         )
@@ -629,47 +643,33 @@ def _rows_for(
                 q.label,
                 dtype,
                 len(keep),
-                m_mean,
-                m_max,
-                m_nonfinite,
-                n_mean,
-                n_max,
-                n_nonfinite,
-                undefined,
-                disputed,
-                error,
-                samples,
-                tuple(names),
+                *m_stats,
+                *n_stats,
+                **counts,
+                error=error,
+                samples=samples,
+                input_names=names,
             )
         )
     return rows
 
 
-def _error_row(fn: Function, dtype: str, what: str, error: Exception) -> Row:
-    return Row(
-        fn.name,
-        what,
-        dtype,
-        0,
-        math.nan,
-        math.nan,
-        0,
-        None,
-        None,
-        None,
-        error=f"{type(error).__name__}: {error}",
-    )
-
-
 @contextlib.contextmanager
 def _pool(workers: int) -> Iterator[ProcessPoolExecutor | None]:
-    if workers <= 1:
-        yield None
-        return
+    """Worker processes for the exact values, or None (serial) for one worker.
+
+    Workers are forked, and started at once, before torch or the generated module runs:
+    "spawn" would re-run a calling script that lacks an ``if __name__ == "__main__"``
+    guard. Where fork is unavailable the evaluation is serial.
+    """
     import multiprocessing
 
-    # Workers only run SymPy/mpmath; "spawn" keeps them clear of torch's threads.
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+    if workers <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+        yield None
+        return
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+        for started in [pool.submit(int) for _ in range(workers)]:
+            started.result()
         yield pool
 
 
@@ -695,20 +695,7 @@ def measure_function(
     refs = [refs_or_none[k] for k in reached]
     if not pts:
         return [
-            Row(
-                fn.name,
-                q.label,
-                dtype,
-                0,
-                math.nan,
-                math.nan,
-                0,
-                None,
-                None,
-                None,
-                error="no point evaluated within the time budget",
-            )
-            for q in qs
+            _failed(fn, q.label, dtype, "no point evaluated within the time budget") for q in qs
         ]
     mine: dict[str, list[float]] | str
     naive: dict[str, list[float]] | str
@@ -743,28 +730,28 @@ def measure_spec(
     _check_dtype(dtype)
     chosen = [f for f in spec.functions if functions is None or f.name in functions]
     rows: list[Row] = []
-    derived: list[Derived] = []
-    for fn in chosen:
-        try:
-            derived.append(derive_function(fn))
-        except SpecError as exc:
-            rows.append(_error_row(fn, dtype, "derive", exc))
-    modules: dict[str, ModuleType] = {}
-    try:
-        module = generated_module(spec, derived) if derived else None
-        modules = {d.function.name: module for d in derived if module is not None}
-    except Exception:  # noqa: BLE001 - retried per function below, which reports it
-        for d in derived:  # find which function breaks generation; keep the others
+    with _pool(workers) as pool:  # first: workers fork before torch starts threads
+        derived: list[Derived] = []
+        for fn in chosen:
             try:
-                modules[d.function.name] = generated_module(spec, [d])
-            except Exception as exc:  # noqa: BLE001
-                rows.append(_error_row(d.function, dtype, "generate", exc))
-    with _pool(workers) as pool:
+                derived.append(derive_function(fn))
+            except SpecError as exc:
+                rows.append(_failed(fn, "derive", dtype, f"{type(exc).__name__}: {exc}"))
+        modules: dict[str, ModuleType] = {}
+        try:
+            module = generated_module(spec, derived) if derived else None
+            modules = {d.function.name: module for d in derived if module is not None}
+        except Exception:  # noqa: BLE001 - retried per function below, which reports it
+            for d in derived:  # find which function breaks generation; keep the others
+                try:
+                    modules[d.function.name] = generated_module(spec, [d])
+                except Exception as exc:  # noqa: BLE001
+                    error = f"{type(exc).__name__}: {exc}"
+                    rows.append(_failed(d.function, "generate", dtype, error))
         for d in derived:
             if d.function.name in modules:
-                rows += measure_function(
-                    d, modules[d.function.name], dtype, points, seed, budget, pool
-                )
+                module = modules[d.function.name]
+                rows += measure_function(d, module, dtype, points, seed, budget, pool)
     order = {f.name: k for k, f in enumerate(chosen)}
     return sorted(rows, key=lambda r: order[r.function])  # stable: keeps quantity order
 
@@ -781,26 +768,36 @@ def _fmt(value: float | None, digits: int = 2) -> str:
 
 
 def regressions(rows: Sequence[Row]) -> list[Row]:
-    """Rows where symgrad is worse than naive autograd, or non-finite where exact is finite."""
+    """Rows where symgrad is worse than plain autograd of the naive formula."""
     return [r for r in rows if r.worse_than_naive]
 
 
+def nonfinite(rows: Sequence[Row]) -> list[Row]:
+    """Rows where symgrad returns NaN or +-inf at points whose exact value is finite."""
+    return [r for r in rows if r.ok and r.symgrad_nonfinite > 0]
+
+
 def summary(rows: Sequence[Row]) -> str:
-    """One line: overall mean bits (mean of the rows' means) and total non-finite counts."""
-    ok = [r for r in rows if r.error is None and r.points]
+    """One line: overall mean bits (the mean of the rows' means), non-finite totals, flags."""
+    ok = [r for r in rows if r.ok]
     both = [r for r in ok if r.naive_mean_bits is not None]
-    mine_all = sum(r.symgrad_mean_bits for r in ok) / len(ok) if ok else math.nan
-    mine_both = sum(r.symgrad_mean_bits for r in both) / len(both) if both else math.nan
-    naive = sum(r.naive_mean_bits or 0.0 for r in both) / len(both) if both else math.nan
+
+    def mean(values: list[float]) -> float:
+        return sum(values) / len(values) if values else math.nan
+
+    mine_all = mean([r.symgrad_mean_bits for r in ok])
+    mine_both = mean([r.symgrad_mean_bits for r in both])
+    naive = mean([r.naive_mean_bits or 0.0 for r in both])
     return (
-        f"{len(rows)} rows ({len(rows) - len(ok)} with errors), "
-        f"{sum(r.points for r in ok)} points: mean bits of error symgrad {mine_all:.2f} "
-        f"(all rows) / {mine_both:.2f} vs naive {naive:.2f} (the {len(both)} rows with both); "
-        f"non-finite where exact is finite: symgrad {sum(r.symgrad_nonfinite for r in ok)}, "
-        f"naive {sum(r.naive_nonfinite or 0 for r in both)}; "
-        f"left out: {sum(r.undefined for r in rows)} undefined, "
-        f"{sum(r.disputed for r in rows)} disputed; "
-        f"{len(regressions(rows))} rows where symgrad is worse"
+        f"{len(rows)} rows ({len(rows) - len(ok)} without numbers), "
+        f"{sum(r.points for r in ok)} points. Mean bits of error: symgrad {mine_all:.2f} "
+        f"(all rows); on the {len(both)} rows with both, symgrad {mine_both:.2f} vs naive "
+        f"{naive:.2f}. Non-finite where exact is finite: symgrad "
+        f"{sum(r.symgrad_nonfinite for r in ok)}, naive {sum(r.naive_nonfinite or 0 for r in both)}. "
+        f"Left out: {sum(r.undefined for r in rows)} undefined, "
+        f"{sum(r.disputed for r in rows)} disputed. "
+        f"symgrad worse than naive in {len(regressions(rows))} rows, "
+        f"non-finite in {len(nonfinite(rows))} rows."
     )
 
 
@@ -823,7 +820,6 @@ HEADERS = (
 
 def table_cells(row: Row) -> list[str]:
     """The cells of one table line, in :data:`HEADERS` order."""
-    note = row.error or ("WORSE" if row.worse_than_naive else "")
     return [
         row.function,
         row.quantity,
@@ -837,7 +833,7 @@ def table_cells(row: Row) -> list[str]:
         _fmt(row.naive_nonfinite),
         str(row.undefined),
         str(row.disputed),
-        note,
+        row.note,
     ]
 
 
@@ -863,7 +859,7 @@ def format_table(rows: Sequence[Row]) -> str:
 
 def worst(rows: Sequence[Row], n: int = 15) -> list[Row]:
     """The ``n`` rows with the highest symgrad mean bits (non-finite counts first)."""
-    ok = [r for r in rows if r.error is None and r.points]
+    ok = [r for r in rows if r.ok]
     return sorted(ok, key=lambda r: (r.symgrad_nonfinite, r.symgrad_mean_bits), reverse=True)[:n]
 
 

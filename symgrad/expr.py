@@ -72,6 +72,7 @@ FUNCTIONS: dict[str, tuple[Callable[..., sympy.Basic], tuple[int, ...]]] = {
     "xlogy": (F.xlogy, (2,)),
     "hypot": (F.hypot, (2,)),
     "relu": (F.relu, (1,)),
+    "log1mexp": (F.log1mexp, (1,)),
 }
 
 CONSTANTS: dict[str, sympy.Basic] = {

@@ -238,7 +238,49 @@ class relu(StableFunction):
         return sympy.Max(x, 0)
 
 
+class log1mexp(StableFunction):
+    """log(1 - exp(x)) for x < 0 (Maechler's two regimes, split at -log 2)."""
+
+    nargs = 1
+
+    def fdiff(self, argindex=1):
+        if argindex != 1:
+            raise ArgumentIndexError(self, argindex)
+        return -1 / expm1(-self.args[0])
+
+    @staticmethod
+    def mp(x):
+        return mpmath.log(-mpmath.expm1(x))
+
+    @classmethod
+    def naive(cls, x):
+        return log(1 - exp(x))
+
+
+class one_plus_erf(StableFunction):
+    """1 + erf(x), computed as erfc(-x): no cancellation for x << 0.
+
+    A function of its own because SymPy rewrites erfc(-x) back to 2 - erfc(x).
+    """
+
+    nargs = 1
+
+    def fdiff(self, argindex=1):
+        if argindex != 1:
+            raise ArgumentIndexError(self, argindex)
+        return 2 * exp(-self.args[0] ** 2) / sqrt(sympy.pi)
+
+    @staticmethod
+    def mp(x):
+        return mpmath.erfc(-x)
+
+    @classmethod
+    def naive(cls, x):
+        return 1 + sympy.erf(x)
+
+
 #: Every stable primitive, by the name a spec uses.
 STABLE_FUNCTIONS: dict[str, type[StableFunction]] = {
-    cls.__name__: cls for cls in (sigmoid, softplus, log1p, expm1, logaddexp, xlogy, hypot, relu)
+    cls.__name__: cls
+    for cls in (sigmoid, softplus, log1p, expm1, log1mexp, logaddexp, xlogy, hypot, relu)
 }

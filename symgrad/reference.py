@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import random
+import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -208,6 +209,7 @@ class Reference:
 
     benign: tuple[Case, ...]
     extreme: tuple[Case, ...]
+    extreme32: tuple[Case, ...]  # the same points rounded to float32, exact values there
 
 
 def exact(expr: sympy.Basic, point: Mapping[sympy.Symbol, float]) -> float | None:
@@ -291,7 +293,18 @@ def reference(derived: Derived, n_benign: int = 6) -> Reference:
                 point = {i.name: samples[i.name][0] for i in tensors} | scalars
                 point[inp.name] = v
                 extreme.append(_eval_case(derived, exprs, point))
-    return Reference(tuple(benign), tuple(extreme))
+        # float32 tests feed float32 inputs: 1 - 1e-8 becomes 1.0, and the exact value
+        # must be the one at the rounded input.
+        extreme32 = []
+        for case in extreme:
+            point = {k: (v if k in scalars else _round32(v)) for k, v in case.inputs.items()}
+            same = point == case.inputs
+            extreme32.append(case if same else _eval_case(derived, exprs, point))
+    return Reference(tuple(benign), tuple(extreme), tuple(extreme32))
+
+
+def _round32(value: float) -> float:
+    return struct.unpack("f", struct.pack("f", value))[0]
 
 
 def _scalar_value(inp: Input) -> float:

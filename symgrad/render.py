@@ -42,7 +42,7 @@ def ruff_format(source: str, name: str) -> str:
 
     ruff = find_ruff_bin()
     for command in (
-        ["check", "--isolated", "--select", "I", "--fix", "--exit-zero", "--quiet"],
+        ["check", "--isolated", "--select", "I,RUF022", "--fix", "--exit-zero", "--quiet"],
         ["format", "--isolated"],
     ):
         proc = subprocess.run(

@@ -13,7 +13,17 @@ from collections.abc import Callable
 import sympy
 from sympy import Add, Mul, Pow, exp, log
 
-from symgrad.functions import expm1, hypot, log1p, logaddexp, sigmoid, softplus, xlogy
+from symgrad.functions import (
+    expm1,
+    hypot,
+    log1mexp,
+    log1p,
+    logaddexp,
+    one_plus_erf,
+    sigmoid,
+    softplus,
+    xlogy,
+)
 
 Rule = Callable[[sympy.Basic], sympy.Basic | None]
 
@@ -84,6 +94,21 @@ def exp_times_sigmoid(node):
     return None
 
 
+def exp_over_expm1_power(node):
+    """exp(a) / expm1(a)**k -> 1 / (expm1(a)**(k-1) * -expm1(-a)): no inf/inf for large a."""
+    if not isinstance(node, Mul):
+        return None
+    for e in (f for f in node.args if isinstance(f, exp)):
+        for p in (f for f in node.args if isinstance(f, Pow) and isinstance(f.base, expm1)):
+            if p.base.args[0] == e.args[0] and p.exp.is_Integer and p.exp <= -2:
+                others = list(node.args)
+                others.remove(e)
+                others.remove(p)
+                a = e.args[0]
+                return Mul(*others) * expm1(a) ** (p.exp + 1) / (-expm1(-a))
+    return None
+
+
 def log_sigmoid(node):
     """log(sigmoid(a)) -> -softplus(-a)."""
     if isinstance(node, log) and isinstance(node.args[0], sigmoid):
@@ -112,14 +137,43 @@ def log_sum_exp(node):
 
 
 def one_minus_erf(node):
-    """1 - erf(a) -> erfc(a)."""
+    """1 - erf(a) -> erfc(a); 1 + erf(a) -> erfc(-a) (no cancellation on either side)."""
     rest = _split_add(node, sympy.S.One)
     if rest is None:
         return None
     for term in Add.make_args(rest):
         if isinstance(-term, sympy.erf):
             return sympy.erfc((-term).args[0]) + (rest - term)
+        if isinstance(term, sympy.erf):
+            return one_plus_erf(term.args[0]) + (rest - term)
     return None
+
+
+def log_minus_expm1(node):
+    """log(-expm1(a)) (what log(1 - exp(a)) becomes) -> log1mexp(a)."""
+    if isinstance(node, log):
+        arg = node.args[0]
+        if isinstance(-arg, expm1):
+            return log1mexp((-arg).args[0])
+    return None
+
+
+def sqrt_difference(node):
+    """sqrt(a) - sqrt(b) -> (a - b) / (sqrt(a) + sqrt(b)) when a - b is simpler."""
+    if not isinstance(node, Add) or len(node.args) != 2:
+        return None
+    first, second = node.args
+    if isinstance(-first, Pow):
+        first, second = second, first
+    if not (isinstance(first, Pow) and first.exp == sympy.S.Half):
+        return None
+    if not (isinstance(-second, Pow) and (-second).exp == sympy.S.Half):
+        return None
+    a, b = first.base, (-second).base
+    difference = sympy.expand(a - b)
+    if sympy.count_ops(difference) >= sympy.count_ops(a):
+        return None
+    return difference / (sympy.sqrt(a) + sympy.sqrt(b))
 
 
 def sqrt_sum_squares(node):
@@ -169,9 +223,12 @@ RULES: tuple[Rule, ...] = (
     exp_minus_one,
     reciprocal_one_plus_exp,
     exp_times_sigmoid,
+    exp_over_expm1_power,
     log_sigmoid,
     one_minus_sigmoid,
     one_minus_erf,
+    log_minus_expm1,
+    sqrt_difference,
     sqrt_sum_squares,
     x_log_x,
 )

@@ -66,6 +66,7 @@ class FunctionTests:
     outputs: list[str]
     benign: dict[str, str]
     extreme: dict[str, str]
+    extreme32: dict[str, str]
     naive: list[str]  # torch source of the naive formula (for Hessian comparisons)
     params: str
 
@@ -104,6 +105,7 @@ def function_tests(derived: Derived) -> FunctionTests:
         params=", ".join(i.name for i in fn.inputs),
         benign=_columns(ref.benign, derived),
         extreme=_columns(ref.extreme, derived),
+        extreme32=_columns(ref.extreme32, derived),
     )
 
 

@@ -1,0 +1,208 @@
+"""The accuracy report: bits of error, Herbie-style sampling, naive vs symgrad, the table."""
+
+from __future__ import annotations
+
+import csv
+import math
+import random
+
+import pytest
+import sympy
+
+from symgrad import accuracy as acc
+from symgrad.spec import load_spec
+
+SPEC = """
+module: tiny
+functions:
+  softplus:
+    inputs: {x: {}}
+    output: log(1 + exp(x))
+  shrink:
+    order: 1
+    inputs: {x: {}}
+    output: x - tanh(x)
+  ste:
+    inputs: {x: {}}
+    output: Heaviside(x, 1)
+    gradient:
+      x: grad * Heaviside(1 - Abs(x), 1)
+"""
+
+
+@pytest.fixture(scope="module")
+def tiny_spec(tmp_path_factory):
+    path = tmp_path_factory.mktemp("accuracy") / "tiny.yaml"
+    path.write_text(SPEC)
+    return load_spec(path)
+
+
+@pytest.fixture(scope="module")
+def tiny_rows(tiny_spec):
+    pytest.importorskip("torch")
+    return acc.measure_spec(tiny_spec, "float64", points=8, seed=1, budget=None)
+
+
+def _row(rows, function, quantity):
+    return next(r for r in rows if r.function == function and r.quantity == quantity)
+
+
+# --------------------------------------------------------------------------- bits of error
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_bits_of_error_is_zero_for_the_exact_result(dtype):
+    for value in (1.0, -2.5, 0.0, 1e-30, math.inf, -math.inf):
+        assert acc.bits_of_error(value, value, dtype) == 0.0
+    assert acc.bits_of_error(-0.0, 0.0, dtype) == 0.0
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_bits_of_error_grows_with_ulp_distance(dtype):
+    one = acc.ordinal(1.0, dtype)
+    bits = [acc.bits_of_error(acc.from_ordinal(one + d, dtype), 1.0, dtype) for d in range(9)]
+    assert bits[0] == 0.0
+    assert bits[1] == 1.0  # log2(1 + 1)
+    assert bits[3] == 2.0  # log2(1 + 3)
+    assert bits == sorted(bits) and len(set(bits)) == len(bits)
+    width = 64 if dtype == "float64" else 32
+    assert acc.bits_of_error(math.nan, 1.0, dtype) == width
+    assert 0 < acc.bits_of_error(-1.0, 1.0, dtype) < width
+    # +-inf sit next to the largest finite float: an overflow by one float is 1 bit.
+    assert acc.bits_of_error(math.inf, acc.FLOAT_MAX[dtype], dtype) == 1.0
+
+
+def test_ordinals_order_floats_and_round_trip():
+    values = [-math.inf, -1e300, -1.0, -5e-324, 0.0, 5e-324, 1e-300, 1.0, 2.0, 1e300, math.inf]
+    ords = [acc.ordinal(v) for v in values]
+    assert ords == sorted(ords) and len(set(ords)) == len(ords)
+    assert acc.ordinal(0.0) == acc.ordinal(-0.0) == 0
+    assert acc.ordinal(5e-324) == 1
+    assert [acc.from_ordinal(o) for o in ords] == values
+    assert acc.ulp_distance(1.0, math.nextafter(1.0, 2.0)) == 1
+    tiny32 = acc.from_ordinal(1, "float32")
+    assert tiny32 == pytest.approx(1.4e-45, rel=0.01)
+    assert acc.from_ordinal(acc.ordinal(acc.FLOAT_MAX["float32"], "float32") + 1, "float32") == (
+        math.inf
+    )
+
+
+def test_round_to_float32():
+    assert acc.round_to(0.1, "float32") == pytest.approx(0.1, rel=1e-7)
+    assert acc.round_to(0.1, "float32") != 0.1
+    assert acc.round_to(1e300, "float32") == math.inf
+    assert acc.round_to(-1e300, "float32") == -math.inf
+    assert acc.round_to(0.1, "float64") == 0.1
+    with pytest.raises(ValueError, match="unknown dtype"):
+        acc.round_to(1.0, "float16")
+
+
+# --------------------------------------------------------------------------- sampling
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_samples_cover_the_float_range_of_the_domain(tiny_spec, dtype):
+    inp = tiny_spec.functions[0].inputs[0]  # domain [-inf, inf]
+    values = acc.sample_values(inp, 400, random.Random(0), dtype)
+    assert all(math.isfinite(v) and acc.round_to(v, dtype) == v for v in values)
+    # Uniform over bit patterns: huge, tiny and negative values all show up.
+    assert any(abs(v) > 1e30 for v in values)
+    assert any(0 < abs(v) < 1e-30 for v in values)
+    assert any(v < 0 for v in values) and any(v > 0 for v in values)
+
+
+def test_samples_stay_inside_a_bounded_domain(tmp_path):
+    path = tmp_path / "logit.yaml"
+    path.write_text(
+        "module: m\nfunctions:\n  logit:\n    inputs: {x: {domain: [0, 1], positive: true}}\n"
+        "    output: log(x/(1 - x))\n"
+    )
+    fn = load_spec(path).functions[0]
+    values = acc.sample_values(fn.inputs[0], 300, random.Random(3), "float32")
+    assert all(0 < v <= 1 for v in values)
+    points = acc.sample_points(fn, 5, random.Random(0))
+    extremes = [p["x"] for p in points[:-5]]
+    assert 1.0 in extremes and min(extremes) > 0  # domain edge, and no 0 (positive)
+
+
+# --------------------------------------------------------------------------- references
+def test_suspicious_reference_is_resolved_or_disputed():
+    x = sympy.Symbol("x", real=True)
+    naive = sympy.log(1 - 1 / (1 + sympy.exp(-x)))  # -x - log(1 + exp(-x))
+    stable = -x - sympy.log(1 + sympy.exp(-x))
+    assert acc.reference_value(naive, stable, {x: 3.0}) == pytest.approx(-3.0485873515737420)
+    # exp(-1000) is lost at 1024 bits (-inf twice), found again at 16384.
+    assert acc.reference_value(naive, stable, {x: 1000.0}) == -1000.0
+    # No precision resolves 1 - sigmoid(1e300): the point is left out, not scored.
+    assert acc.reference_value(naive, stable, {x: 1e300}) == acc.DISPUTED
+    assert acc.reference_value(sympy.log(x), None, {x: -1.0}) is None
+
+
+# --------------------------------------------------------------------------- measurement
+def test_naive_softplus_gradient_is_nonfinite_but_symgrad_is_not(tiny_rows):
+    grad = _row(tiny_rows, "softplus", "d out/d x")
+    assert grad.error is None and grad.points >= 8
+    assert grad.naive_nonfinite > 0  # exp(x)/(1 + exp(x)) = inf/inf at x = 1e4
+    assert grad.symgrad_nonfinite == 0
+    assert grad.symgrad_mean_bits < grad.naive_mean_bits
+    forward = _row(tiny_rows, "softplus", "forward out")
+    assert forward.symgrad_max_bits <= 1.0
+    assert forward.naive_nonfinite > 0  # log(1 + inf)
+    assert not grad.worse_than_naive
+    sample = next(s for s in grad.samples if s.inputs == (1e4,))
+    assert sample.exact == 1.0 and sample.symgrad == 1.0 and math.isnan(sample.naive)
+
+
+def test_rows_follow_order_and_overrides(tiny_rows):
+    quantities = [(r.function, r.quantity) for r in tiny_rows]
+    assert quantities == [
+        ("softplus", "forward out"),
+        ("softplus", "d out/d x"),
+        ("softplus", "d2 out/d x2"),
+        ("shrink", "forward out"),
+        ("shrink", "d out/d x"),  # order 1: no second derivative
+        ("ste", "forward out"),
+        ("ste", "d out/d x"),
+        ("ste", "d2 out/d x2"),
+    ]
+    ste = _row(tiny_rows, "ste", "d out/d x")
+    # The user's gradient is its own reference; plain autograd has nothing to compare.
+    assert ste.naive_mean_bits is None and ste.symgrad_mean_bits == 0.0
+    assert _row(tiny_rows, "shrink", "d out/d x").error is None
+
+
+def test_float32_rows(tiny_spec):
+    pytest.importorskip("torch")
+    rows = acc.measure_spec(tiny_spec, "float32", points=4, budget=None, functions=["softplus"])
+    assert {r.dtype for r in rows} == {"float32"}
+    grad = _row(rows, "softplus", "d out/d x")
+    assert grad.symgrad_nonfinite == 0 and grad.naive_nonfinite > 0
+    assert grad.symgrad_max_bits <= 32
+
+
+def test_table_formats(tiny_rows):
+    nan = math.nan
+    failed = acc.Row("broken", "derive", "float64", 0, nan, nan, 0, None, None, None, error="bad")
+    text = acc.format_table([*tiny_rows, failed])
+    lines = text.rstrip("\n").split("\n")
+    header, rule = lines[0], lines[1]
+    assert header.split()[:4] == ["function", "quantity", "dtype", "points"]
+    assert set(rule.replace(" ", "")) == {"-"}
+    body = lines[2 : 2 + len(tiny_rows) + 1]
+    assert any(line.startswith("softplus ") for line in body)
+    # Numeric columns are right-aligned under their header.
+    end = header.index("points") + len("points")
+    assert all(line[end - 1].isdigit() for line in body)
+    assert body[-1].startswith("broken ") and body[-1].endswith("  bad")
+    assert lines[-1].startswith(f"{len(tiny_rows) + 1} rows (1 without numbers)")
+    assert "symgrad worse than naive in 0 rows" in lines[-1]
+    ste = _row(tiny_rows, "ste", "d out/d x")
+    assert acc.table_cells(ste)[7] == "-"
+    assert acc.worst(tiny_rows, 2)[0].function in {"softplus", "shrink", "ste"}
+
+
+def test_plot_writes_csv_per_row(tiny_rows, tmp_path):
+    paths = acc.plot(tiny_rows, tmp_path / "plots")
+    assert len(paths) == len(tiny_rows)
+    path = tmp_path / "plots" / "softplus__d_out_d_x__float64.csv"
+    assert path in paths
+    with path.open() as handle:
+        table = list(csv.DictReader(handle))
+    assert set(table[0]) == {"x", "exact", "symgrad", "symgrad_bits", "naive", "naive_bits"}
+    assert any(r["x"] == "10000.0" and r["naive_bits"] == "64.0" for r in table)
