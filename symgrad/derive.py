@@ -15,8 +15,12 @@ from symgrad.expr import parse_formula
 from symgrad.spec import Function, Spec
 from symgrad.stabilize import split_regimes, stabilize
 
-#: Seconds SymPy's simplify may spend on one formula before the cheaper form is kept.
-SIMPLIFY_SECONDS = 4.0
+#: Formulas larger than this (SymPy op count) are not given to simplify: the bound is on
+#: size, not time, so that output never depends on how fast or loaded the machine is.
+SIMPLIFY_MAX_OPS = 150
+#: A last-resort guard against a SymPy hang; never reached by the formulas seen so far
+#: (simplify takes < 0.3 s on each of them).
+SIMPLIFY_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -95,7 +99,7 @@ def finish(expr: sympy.Expr) -> sympy.Expr:
     if expr.has(sympy.Piecewise):
         expr = sympy.piecewise_fold(expr)
     candidates = [stabilize(expr)]
-    if _cost(candidates[0]) > 1:
+    if 1 < _cost(candidates[0]) <= SIMPLIFY_MAX_OPS:
         try:
             with _time_limit(SIMPLIFY_SECONDS):
                 simpler = sympy.simplify(candidates[0])

@@ -33,6 +33,11 @@ CASES = {
     "one_minus_erf": ("1 - erf(x)", {"x": 10.0}, sympy.erfc, False, None),
     "sqrt_sum_squares": ("sqrt(x**2 + y**2)", {"x": 1e200, "y": 1e200}, F.hypot, False, None),
     "x_log_x": ("x*log(x)", {"x": 0.0}, F.xlogy, False, F.xlogy.mp(0, 0)),
+    # 1 - exp(-1e-20) rounds to 0: log(0) = -inf; log1mexp gives log(1e-20).
+    "log_minus_expm1": ("log(1 - exp(x))", {"x": -1e-20}, F.log1mexp, False, None),
+    "sqrt_difference": ("sqrt(x + 1) - sqrt(x)", {"x": 1e16}, sympy.Pow, False, None),
+    # d2/dx2 log(1 - exp(x)) at x = -1000 is exp(1000)/expm1(1000)**2 = inf/inf naively.
+    "exp_over_expm1_power": ("exp(x)/expm1(x)**2", {"x": 1000.0}, F.expm1, False, None),
 }
 
 
