@@ -7,6 +7,9 @@ Do not edit: change the spec and run `symgrad gen`.
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Callable
+
 import torch
 
 __all__ = [
@@ -25,8 +28,42 @@ __all__ = [
     "sinh_cosh",
     "softplus",
     "tanh_shrink_order1",
+    "use_fused",
     "weighted_bce",
 ]
+
+# The fused path: every function of this module through torch.compile (one kernel for the
+# forward, one for the backward). Off by default; `use_fused()` turns it on.
+_fused_enabled = False
+_compiled: dict[Callable, Callable] = {}
+
+
+def use_fused(enabled: bool = True) -> None:
+    """Route this module's functions through ``torch.compile`` (dynamic shapes).
+
+    Falls back to the eager code, with a warning, where compilation is not available.
+    """
+    global _fused_enabled
+    _fused_enabled = enabled
+
+
+def _call(eager: Callable, *args):
+    """``eager(*args)``, through its compiled version when the fused path is on."""
+    if not _fused_enabled or torch.compiler.is_compiling():
+        return eager(*args)
+    compiled = _compiled.get(eager)
+    if compiled is None:
+        compiled = _compiled[eager] = torch.compile(eager, dynamic=True, fullgraph=True)
+    if compiled is eager:
+        return eager(*args)
+    try:
+        return compiled(*args)
+    except Exception as error:  # noqa: BLE001 - any compiler failure: keep the eager code
+        warnings.warn(
+            f"torch.compile unavailable ({error}); using eager code", stacklevel=3
+        )
+        _compiled[eager] = eager
+        return eager(*args)
 
 
 # --- softplus --------------------------------------------------------------
@@ -128,6 +165,10 @@ def softplus(x: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`Softplus`.
     """
+    return _call(_softplus, x)
+
+
+def _softplus(x):
     # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
     function = _Softplus if torch.compiler.is_compiling() else Softplus
     return function.apply(x)
@@ -241,6 +282,10 @@ def scaled_softplus(x: torch.Tensor, beta: float = 1.0) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`ScaledSoftplus`.
     """
+    return _call(_scaled_softplus, x, beta)
+
+
+def _scaled_softplus(x, beta):
     # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
     function = _ScaledSoftplus if torch.compiler.is_compiling() else ScaledSoftplus
     return function.apply(x, beta)
@@ -395,6 +440,10 @@ def mul(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`Mul`.
     """
+    return _call(_mul, x, y)
+
+
+def _mul(x, y):
     # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
     function = _Mul if torch.compiler.is_compiling() else Mul
     return function.apply(x, y)
@@ -507,6 +556,10 @@ def sinh_cosh(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
     Differentiable with the derived formulas of :class:`SinhCosh`.
     """
+    return _call(_sinh_cosh, x)
+
+
+def _sinh_cosh(x):
     # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
     function = _SinhCosh if torch.compiler.is_compiling() else SinhCosh
     return function.apply(x)
@@ -669,6 +722,10 @@ def log_ratio(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`LogRatio`.
     """
+    return _call(_log_ratio, x, y)
+
+
+def _log_ratio(x, y):
     # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
     function = _LogRatio if torch.compiler.is_compiling() else LogRatio
     return function.apply(x, y)
@@ -783,6 +840,10 @@ def weighted_bce(z: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`WeightedBce`.
     """
+    return _call(_weighted_bce, z, target)
+
+
+def _weighted_bce(z, target):
     # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
     function = _WeightedBce if torch.compiler.is_compiling() else WeightedBce
     return function.apply(z, target)
@@ -885,6 +946,10 @@ def binarize(x: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`Binarize`.
     """
+    return _call(_binarize, x)
+
+
+def _binarize(x):
     # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
     function = _Binarize if torch.compiler.is_compiling() else Binarize
     return function.apply(x)
@@ -960,6 +1025,10 @@ def tanh_shrink_order1(x: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`TanhShrinkOrder1`.
     """
+    return _call(_tanh_shrink_order1, x)
+
+
+def _tanh_shrink_order1(x):
     # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
     function = _TanhShrinkOrder1 if torch.compiler.is_compiling() else TanhShrinkOrder1
     return function.apply(x)

@@ -8,6 +8,8 @@ Do not edit: change the spec and run `symgrad gen`.
 from __future__ import annotations
 
 import math
+import warnings
+from collections.abc import Callable
 
 import torch
 
@@ -38,7 +40,41 @@ __all__ = [
     "sqrt_diff",
     "student_t_logpdf",
     "swish",
+    "use_fused",
 ]
+
+# The fused path: every function of this module through torch.compile (one kernel for the
+# forward, one for the backward). Off by default; `use_fused()` turns it on.
+_fused_enabled = False
+_compiled: dict[Callable, Callable] = {}
+
+
+def use_fused(enabled: bool = True) -> None:
+    """Route this module's functions through ``torch.compile`` (dynamic shapes).
+
+    Falls back to the eager code, with a warning, where compilation is not available.
+    """
+    global _fused_enabled
+    _fused_enabled = enabled
+
+
+def _call(eager: Callable, *args):
+    """``eager(*args)``, through its compiled version when the fused path is on."""
+    if not _fused_enabled or torch.compiler.is_compiling():
+        return eager(*args)
+    compiled = _compiled.get(eager)
+    if compiled is None:
+        compiled = _compiled[eager] = torch.compile(eager, dynamic=True, fullgraph=True)
+    if compiled is eager:
+        return eager(*args)
+    try:
+        return compiled(*args)
+    except Exception as error:  # noqa: BLE001 - any compiler failure: keep the eager code
+        warnings.warn(
+            f"torch.compile unavailable ({error}); using eager code", stacklevel=3
+        )
+        _compiled[eager] = eager
+        return eager(*args)
 
 
 # --- softplus --------------------------------------------------------------
@@ -140,6 +176,10 @@ def softplus(x: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`Softplus`.
     """
+    return _call(_softplus, x)
+
+
+def _softplus(x):
     # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
     function = _Softplus if torch.compiler.is_compiling() else Softplus
     return function.apply(x)
@@ -246,6 +286,10 @@ def log_sigmoid(x: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`LogSigmoid`.
     """
+    return _call(_log_sigmoid, x)
+
+
+def _log_sigmoid(x):
     # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
     function = _LogSigmoid if torch.compiler.is_compiling() else LogSigmoid
     return function.apply(x)
@@ -360,6 +404,10 @@ def bce_sigmoid(z: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`BceSigmoid`.
     """
+    return _call(_bce_sigmoid, z, target)
+
+
+def _bce_sigmoid(z, target):
     # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
     function = _BceSigmoid if torch.compiler.is_compiling() else BceSigmoid
     return function.apply(z, target)
@@ -464,6 +512,10 @@ def logit(p: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`Logit`.
     """
+    return _call(_logit, p)
+
+
+def _logit(p):
     # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
     function = _Logit if torch.compiler.is_compiling() else Logit
     return function.apply(p)
@@ -572,6 +624,10 @@ def log1mexp(x: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`Log1mexp`.
     """
+    return _call(_log1mexp, x)
+
+
+def _log1mexp(x):
     # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
     function = _Log1mexp if torch.compiler.is_compiling() else Log1mexp
     return function.apply(x)
@@ -693,6 +749,10 @@ def mish(x: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`Mish`.
     """
+    return _call(_mish, x)
+
+
+def _mish(x):
     # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
     function = _Mish if torch.compiler.is_compiling() else Mish
     return function.apply(x)
@@ -818,6 +878,10 @@ def gelu(x: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`Gelu`.
     """
+    return _call(_gelu, x)
+
+
+def _gelu(x):
     # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
     function = _Gelu if torch.compiler.is_compiling() else Gelu
     return function.apply(x)
@@ -938,6 +1002,10 @@ def swish(x: torch.Tensor, beta: float = 1.0) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`Swish`.
     """
+    return _call(_swish, x, beta)
+
+
+def _swish(x, beta):
     # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
     function = _Swish if torch.compiler.is_compiling() else Swish
     return function.apply(x, beta)
@@ -1162,6 +1230,10 @@ def focal_loss(
 
     Differentiable with the derived formulas of :class:`FocalLoss`.
     """
+    return _call(_focal_loss, z, target, gamma)
+
+
+def _focal_loss(z, target, gamma):
     # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
     function = _FocalLoss if torch.compiler.is_compiling() else FocalLoss
     return function.apply(z, target, gamma)
@@ -1282,6 +1354,10 @@ def student_t_logpdf(x: torch.Tensor, nu: float = 3.0) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`StudentTLogpdf`.
     """
+    return _call(_student_t_logpdf, x, nu)
+
+
+def _student_t_logpdf(x, nu):
     # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
     function = _StudentTLogpdf if torch.compiler.is_compiling() else StudentTLogpdf
     return function.apply(x, nu)
@@ -1387,6 +1463,10 @@ def entropy_term(x: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`EntropyTerm`.
     """
+    return _call(_entropy_term, x)
+
+
+def _entropy_term(x):
     # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
     function = _EntropyTerm if torch.compiler.is_compiling() else EntropyTerm
     return function.apply(x)
@@ -1506,6 +1586,10 @@ def sqrt_diff(x: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`SqrtDiff`.
     """
+    return _call(_sqrt_diff, x)
+
+
+def _sqrt_diff(x):
     # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
     function = _SqrtDiff if torch.compiler.is_compiling() else SqrtDiff
     return function.apply(x)
@@ -1687,6 +1771,10 @@ def logaddexp(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`Logaddexp`.
     """
+    return _call(_logaddexp, a, b)
+
+
+def _logaddexp(a, b):
     # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
     function = _Logaddexp if torch.compiler.is_compiling() else Logaddexp
     return function.apply(a, b)

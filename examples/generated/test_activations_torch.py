@@ -449,6 +449,26 @@ def test_softplus_compiles_without_graph_breaks():
     )
 
 
+def test_softplus_fused_path_matches_eager(monkeypatch):
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    gen = torch.Generator().manual_seed(3)
+    for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
+        inputs = [
+            (
+                torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo
+            ).requires_grad_(n in ["x"])
+            for n, (lo, hi) in {"x": (-2.0, 2.0)}.items()
+        ]
+        fused = _outputs(generated.softplus(*inputs, **SOFTPLUS_SCALARS))
+        monkeypatch.setattr(generated, "_fused_enabled", False)
+        eager = _outputs(generated.softplus(*inputs, **SOFTPLUS_SCALARS))
+        monkeypatch.setattr(generated, "_fused_enabled", True)
+        for a, b in zip(fused, eager):
+            torch.testing.assert_close(a, b)
+    # it really ran compiled (no fallback to the eager code)
+    assert generated._compiled[generated._softplus] is not generated._softplus
+
+
 # --- scaled_softplus -------------------------------------------------------
 
 SCALED_SOFTPLUS_SCALARS = {"beta": 1.0}
@@ -765,6 +785,29 @@ def test_scaled_softplus_compiles_without_graph_breaks():
     wrt = [x for x in inputs if x.requires_grad]
     torch.testing.assert_close(
         torch.autograd.grad(got, wrt), torch.autograd.grad(expected, wrt)
+    )
+
+
+def test_scaled_softplus_fused_path_matches_eager(monkeypatch):
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    gen = torch.Generator().manual_seed(3)
+    for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
+        inputs = [
+            (
+                torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo
+            ).requires_grad_(n in ["x"])
+            for n, (lo, hi) in {"x": (-2.0, 2.0)}.items()
+        ]
+        fused = _outputs(generated.scaled_softplus(*inputs, **SCALED_SOFTPLUS_SCALARS))
+        monkeypatch.setattr(generated, "_fused_enabled", False)
+        eager = _outputs(generated.scaled_softplus(*inputs, **SCALED_SOFTPLUS_SCALARS))
+        monkeypatch.setattr(generated, "_fused_enabled", True)
+        for a, b in zip(fused, eager):
+            torch.testing.assert_close(a, b)
+    # it really ran compiled (no fallback to the eager code)
+    assert (
+        generated._compiled[generated._scaled_softplus]
+        is not generated._scaled_softplus
     )
 
 
@@ -1388,6 +1431,26 @@ def test_mul_compiles_without_graph_breaks():
     )
 
 
+def test_mul_fused_path_matches_eager(monkeypatch):
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    gen = torch.Generator().manual_seed(3)
+    for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
+        inputs = [
+            (
+                torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo
+            ).requires_grad_(n in ["x", "y"])
+            for n, (lo, hi) in {"x": (-2.0, 2.0), "y": (-2.0, 2.0)}.items()
+        ]
+        fused = _outputs(generated.mul(*inputs, **MUL_SCALARS))
+        monkeypatch.setattr(generated, "_fused_enabled", False)
+        eager = _outputs(generated.mul(*inputs, **MUL_SCALARS))
+        monkeypatch.setattr(generated, "_fused_enabled", True)
+        for a, b in zip(fused, eager):
+            torch.testing.assert_close(a, b)
+    # it really ran compiled (no fallback to the eager code)
+    assert generated._compiled[generated._mul] is not generated._mul
+
+
 # --- sinh_cosh -------------------------------------------------------------
 
 SINH_COSH_SCALARS = {}
@@ -1835,6 +1898,26 @@ def test_sinh_cosh_compiles_without_graph_breaks():
     )
 
 
+def test_sinh_cosh_fused_path_matches_eager(monkeypatch):
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    gen = torch.Generator().manual_seed(3)
+    for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
+        inputs = [
+            (
+                torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo
+            ).requires_grad_(n in ["x"])
+            for n, (lo, hi) in {"x": (-2.0, 2.0)}.items()
+        ]
+        fused = _outputs(generated.sinh_cosh(*inputs, **SINH_COSH_SCALARS))
+        monkeypatch.setattr(generated, "_fused_enabled", False)
+        eager = _outputs(generated.sinh_cosh(*inputs, **SINH_COSH_SCALARS))
+        monkeypatch.setattr(generated, "_fused_enabled", True)
+        for a, b in zip(fused, eager):
+            torch.testing.assert_close(a, b)
+    # it really ran compiled (no fallback to the eager code)
+    assert generated._compiled[generated._sinh_cosh] is not generated._sinh_cosh
+
+
 # --- log_ratio -------------------------------------------------------------
 
 LOG_RATIO_SCALARS = {}
@@ -2262,6 +2345,26 @@ def test_log_ratio_compiles_without_graph_breaks():
     )
 
 
+def test_log_ratio_fused_path_matches_eager(monkeypatch):
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    gen = torch.Generator().manual_seed(3)
+    for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
+        inputs = [
+            (
+                torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo
+            ).requires_grad_(n in ["x", "y"])
+            for n, (lo, hi) in {"x": (0.2, 3.0), "y": (0.2, 3.0)}.items()
+        ]
+        fused = _outputs(generated.log_ratio(*inputs, **LOG_RATIO_SCALARS))
+        monkeypatch.setattr(generated, "_fused_enabled", False)
+        eager = _outputs(generated.log_ratio(*inputs, **LOG_RATIO_SCALARS))
+        monkeypatch.setattr(generated, "_fused_enabled", True)
+        for a, b in zip(fused, eager):
+            torch.testing.assert_close(a, b)
+    # it really ran compiled (no fallback to the eager code)
+    assert generated._compiled[generated._log_ratio] is not generated._log_ratio
+
+
 # --- weighted_bce ----------------------------------------------------------
 
 WEIGHTED_BCE_SCALARS = {}
@@ -2626,6 +2729,26 @@ def test_weighted_bce_compiles_without_graph_breaks():
     )
 
 
+def test_weighted_bce_fused_path_matches_eager(monkeypatch):
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    gen = torch.Generator().manual_seed(3)
+    for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
+        inputs = [
+            (
+                torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo
+            ).requires_grad_(n in ["z"])
+            for n, (lo, hi) in {"z": (-2.0, 2.0), "target": (0.1, 0.9)}.items()
+        ]
+        fused = _outputs(generated.weighted_bce(*inputs, **WEIGHTED_BCE_SCALARS))
+        monkeypatch.setattr(generated, "_fused_enabled", False)
+        eager = _outputs(generated.weighted_bce(*inputs, **WEIGHTED_BCE_SCALARS))
+        monkeypatch.setattr(generated, "_fused_enabled", True)
+        for a, b in zip(fused, eager):
+            torch.testing.assert_close(a, b)
+    # it really ran compiled (no fallback to the eager code)
+    assert generated._compiled[generated._weighted_bce] is not generated._weighted_bce
+
+
 # --- binarize --------------------------------------------------------------
 
 BINARIZE_SCALARS = {}
@@ -2845,6 +2968,26 @@ def test_binarize_compiles_without_graph_breaks():
     torch.testing.assert_close(
         torch.autograd.grad(got, wrt), torch.autograd.grad(expected, wrt)
     )
+
+
+def test_binarize_fused_path_matches_eager(monkeypatch):
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    gen = torch.Generator().manual_seed(3)
+    for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
+        inputs = [
+            (
+                torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo
+            ).requires_grad_(n in ["x"])
+            for n, (lo, hi) in {"x": (-2.0, 2.0)}.items()
+        ]
+        fused = _outputs(generated.binarize(*inputs, **BINARIZE_SCALARS))
+        monkeypatch.setattr(generated, "_fused_enabled", False)
+        eager = _outputs(generated.binarize(*inputs, **BINARIZE_SCALARS))
+        monkeypatch.setattr(generated, "_fused_enabled", True)
+        for a, b in zip(fused, eager):
+            torch.testing.assert_close(a, b)
+    # it really ran compiled (no fallback to the eager code)
+    assert generated._compiled[generated._binarize] is not generated._binarize
 
 
 # --- tanh_shrink_order1 ----------------------------------------------------
@@ -3092,4 +3235,31 @@ def test_tanh_shrink_order1_compiles_without_graph_breaks():
     wrt = [x for x in inputs if x.requires_grad]
     torch.testing.assert_close(
         torch.autograd.grad(got, wrt), torch.autograd.grad(expected, wrt)
+    )
+
+
+def test_tanh_shrink_order1_fused_path_matches_eager(monkeypatch):
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    gen = torch.Generator().manual_seed(3)
+    for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
+        inputs = [
+            (
+                torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo
+            ).requires_grad_(n in ["x"])
+            for n, (lo, hi) in {"x": (-2.0, 2.0)}.items()
+        ]
+        fused = _outputs(
+            generated.tanh_shrink_order1(*inputs, **TANH_SHRINK_ORDER1_SCALARS)
+        )
+        monkeypatch.setattr(generated, "_fused_enabled", False)
+        eager = _outputs(
+            generated.tanh_shrink_order1(*inputs, **TANH_SHRINK_ORDER1_SCALARS)
+        )
+        monkeypatch.setattr(generated, "_fused_enabled", True)
+        for a, b in zip(fused, eager):
+            torch.testing.assert_close(a, b)
+    # it really ran compiled (no fallback to the eager code)
+    assert (
+        generated._compiled[generated._tanh_shrink_order1]
+        is not generated._tanh_shrink_order1
     )

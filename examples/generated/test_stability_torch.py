@@ -449,6 +449,26 @@ def test_softplus_compiles_without_graph_breaks():
     )
 
 
+def test_softplus_fused_path_matches_eager(monkeypatch):
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    gen = torch.Generator().manual_seed(3)
+    for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
+        inputs = [
+            (
+                torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo
+            ).requires_grad_(n in ["x"])
+            for n, (lo, hi) in {"x": (-2.0, 2.0)}.items()
+        ]
+        fused = _outputs(generated.softplus(*inputs, **SOFTPLUS_SCALARS))
+        monkeypatch.setattr(generated, "_fused_enabled", False)
+        eager = _outputs(generated.softplus(*inputs, **SOFTPLUS_SCALARS))
+        monkeypatch.setattr(generated, "_fused_enabled", True)
+        for a, b in zip(fused, eager):
+            torch.testing.assert_close(a, b)
+    # it really ran compiled (no fallback to the eager code)
+    assert generated._compiled[generated._softplus] is not generated._softplus
+
+
 # --- log_sigmoid -----------------------------------------------------------
 
 LOG_SIGMOID_SCALARS = {}
@@ -765,6 +785,26 @@ def test_log_sigmoid_compiles_without_graph_breaks():
     torch.testing.assert_close(
         torch.autograd.grad(got, wrt), torch.autograd.grad(expected, wrt)
     )
+
+
+def test_log_sigmoid_fused_path_matches_eager(monkeypatch):
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    gen = torch.Generator().manual_seed(3)
+    for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
+        inputs = [
+            (
+                torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo
+            ).requires_grad_(n in ["x"])
+            for n, (lo, hi) in {"x": (-2.0, 2.0)}.items()
+        ]
+        fused = _outputs(generated.log_sigmoid(*inputs, **LOG_SIGMOID_SCALARS))
+        monkeypatch.setattr(generated, "_fused_enabled", False)
+        eager = _outputs(generated.log_sigmoid(*inputs, **LOG_SIGMOID_SCALARS))
+        monkeypatch.setattr(generated, "_fused_enabled", True)
+        for a, b in zip(fused, eager):
+            torch.testing.assert_close(a, b)
+    # it really ran compiled (no fallback to the eager code)
+    assert generated._compiled[generated._log_sigmoid] is not generated._log_sigmoid
 
 
 # --- bce_sigmoid -----------------------------------------------------------
@@ -1130,6 +1170,26 @@ def test_bce_sigmoid_compiles_without_graph_breaks():
     )
 
 
+def test_bce_sigmoid_fused_path_matches_eager(monkeypatch):
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    gen = torch.Generator().manual_seed(3)
+    for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
+        inputs = [
+            (
+                torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo
+            ).requires_grad_(n in ["z"])
+            for n, (lo, hi) in {"z": (-2.0, 2.0), "target": (0.1, 0.9)}.items()
+        ]
+        fused = _outputs(generated.bce_sigmoid(*inputs, **BCE_SIGMOID_SCALARS))
+        monkeypatch.setattr(generated, "_fused_enabled", False)
+        eager = _outputs(generated.bce_sigmoid(*inputs, **BCE_SIGMOID_SCALARS))
+        monkeypatch.setattr(generated, "_fused_enabled", True)
+        for a, b in zip(fused, eager):
+            torch.testing.assert_close(a, b)
+    # it really ran compiled (no fallback to the eager code)
+    assert generated._compiled[generated._bce_sigmoid] is not generated._bce_sigmoid
+
+
 # --- logit -----------------------------------------------------------------
 
 LOGIT_SCALARS = {}
@@ -1296,6 +1356,26 @@ def test_logit_compiles_without_graph_breaks():
     torch.testing.assert_close(
         torch.autograd.grad(got, wrt), torch.autograd.grad(expected, wrt)
     )
+
+
+def test_logit_fused_path_matches_eager(monkeypatch):
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    gen = torch.Generator().manual_seed(3)
+    for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
+        inputs = [
+            (
+                torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo
+            ).requires_grad_(n in ["p"])
+            for n, (lo, hi) in {"p": (0.1, 0.9)}.items()
+        ]
+        fused = _outputs(generated.logit(*inputs, **LOGIT_SCALARS))
+        monkeypatch.setattr(generated, "_fused_enabled", False)
+        eager = _outputs(generated.logit(*inputs, **LOGIT_SCALARS))
+        monkeypatch.setattr(generated, "_fused_enabled", True)
+        for a, b in zip(fused, eager):
+            torch.testing.assert_close(a, b)
+    # it really ran compiled (no fallback to the eager code)
+    assert generated._compiled[generated._logit] is not generated._logit
 
 
 # --- log1mexp --------------------------------------------------------------
@@ -1538,6 +1618,26 @@ def test_log1mexp_compiles_without_graph_breaks():
     torch.testing.assert_close(
         torch.autograd.grad(got, wrt), torch.autograd.grad(expected, wrt)
     )
+
+
+def test_log1mexp_fused_path_matches_eager(monkeypatch):
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    gen = torch.Generator().manual_seed(3)
+    for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
+        inputs = [
+            (
+                torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo
+            ).requires_grad_(n in ["x"])
+            for n, (lo, hi) in {"x": (-3.0, -0.2)}.items()
+        ]
+        fused = _outputs(generated.log1mexp(*inputs, **LOG1MEXP_SCALARS))
+        monkeypatch.setattr(generated, "_fused_enabled", False)
+        eager = _outputs(generated.log1mexp(*inputs, **LOG1MEXP_SCALARS))
+        monkeypatch.setattr(generated, "_fused_enabled", True)
+        for a, b in zip(fused, eager):
+            torch.testing.assert_close(a, b)
+    # it really ran compiled (no fallback to the eager code)
+    assert generated._compiled[generated._log1mexp] is not generated._log1mexp
 
 
 # --- mish ------------------------------------------------------------------
@@ -1852,6 +1952,26 @@ def test_mish_compiles_without_graph_breaks():
     )
 
 
+def test_mish_fused_path_matches_eager(monkeypatch):
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    gen = torch.Generator().manual_seed(3)
+    for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
+        inputs = [
+            (
+                torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo
+            ).requires_grad_(n in ["x"])
+            for n, (lo, hi) in {"x": (-2.0, 2.0)}.items()
+        ]
+        fused = _outputs(generated.mish(*inputs, **MISH_SCALARS))
+        monkeypatch.setattr(generated, "_fused_enabled", False)
+        eager = _outputs(generated.mish(*inputs, **MISH_SCALARS))
+        monkeypatch.setattr(generated, "_fused_enabled", True)
+        for a, b in zip(fused, eager):
+            torch.testing.assert_close(a, b)
+    # it really ran compiled (no fallback to the eager code)
+    assert generated._compiled[generated._mish] is not generated._mish
+
+
 # --- gelu ------------------------------------------------------------------
 
 GELU_SCALARS = {}
@@ -2164,6 +2284,26 @@ def test_gelu_compiles_without_graph_breaks():
     )
 
 
+def test_gelu_fused_path_matches_eager(monkeypatch):
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    gen = torch.Generator().manual_seed(3)
+    for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
+        inputs = [
+            (
+                torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo
+            ).requires_grad_(n in ["x"])
+            for n, (lo, hi) in {"x": (-2.0, 2.0)}.items()
+        ]
+        fused = _outputs(generated.gelu(*inputs, **GELU_SCALARS))
+        monkeypatch.setattr(generated, "_fused_enabled", False)
+        eager = _outputs(generated.gelu(*inputs, **GELU_SCALARS))
+        monkeypatch.setattr(generated, "_fused_enabled", True)
+        for a, b in zip(fused, eager):
+            torch.testing.assert_close(a, b)
+    # it really ran compiled (no fallback to the eager code)
+    assert generated._compiled[generated._gelu] is not generated._gelu
+
+
 # --- swish -----------------------------------------------------------------
 
 SWISH_SCALARS = {"beta": 1.0}
@@ -2474,6 +2614,26 @@ def test_swish_compiles_without_graph_breaks():
     torch.testing.assert_close(
         torch.autograd.grad(got, wrt), torch.autograd.grad(expected, wrt)
     )
+
+
+def test_swish_fused_path_matches_eager(monkeypatch):
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    gen = torch.Generator().manual_seed(3)
+    for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
+        inputs = [
+            (
+                torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo
+            ).requires_grad_(n in ["x"])
+            for n, (lo, hi) in {"x": (-2.0, 2.0)}.items()
+        ]
+        fused = _outputs(generated.swish(*inputs, **SWISH_SCALARS))
+        monkeypatch.setattr(generated, "_fused_enabled", False)
+        eager = _outputs(generated.swish(*inputs, **SWISH_SCALARS))
+        monkeypatch.setattr(generated, "_fused_enabled", True)
+        for a, b in zip(fused, eager):
+            torch.testing.assert_close(a, b)
+    # it really ran compiled (no fallback to the eager code)
+    assert generated._compiled[generated._swish] is not generated._swish
 
 
 # --- focal_loss ------------------------------------------------------------
@@ -2839,6 +2999,26 @@ def test_focal_loss_compiles_without_graph_breaks():
     )
 
 
+def test_focal_loss_fused_path_matches_eager(monkeypatch):
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    gen = torch.Generator().manual_seed(3)
+    for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
+        inputs = [
+            (
+                torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo
+            ).requires_grad_(n in ["z"])
+            for n, (lo, hi) in {"z": (-2.0, 2.0), "target": (0.1, 0.9)}.items()
+        ]
+        fused = _outputs(generated.focal_loss(*inputs, **FOCAL_LOSS_SCALARS))
+        monkeypatch.setattr(generated, "_fused_enabled", False)
+        eager = _outputs(generated.focal_loss(*inputs, **FOCAL_LOSS_SCALARS))
+        monkeypatch.setattr(generated, "_fused_enabled", True)
+        for a, b in zip(fused, eager):
+            torch.testing.assert_close(a, b)
+    # it really ran compiled (no fallback to the eager code)
+    assert generated._compiled[generated._focal_loss] is not generated._focal_loss
+
+
 # --- student_t_logpdf ------------------------------------------------------
 
 STUDENT_T_LOGPDF_SCALARS = {"nu": 3.0}
@@ -3165,6 +3345,33 @@ def test_student_t_logpdf_compiles_without_graph_breaks():
     )
 
 
+def test_student_t_logpdf_fused_path_matches_eager(monkeypatch):
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    gen = torch.Generator().manual_seed(3)
+    for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
+        inputs = [
+            (
+                torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo
+            ).requires_grad_(n in ["x"])
+            for n, (lo, hi) in {"x": (-2.0, 2.0)}.items()
+        ]
+        fused = _outputs(
+            generated.student_t_logpdf(*inputs, **STUDENT_T_LOGPDF_SCALARS)
+        )
+        monkeypatch.setattr(generated, "_fused_enabled", False)
+        eager = _outputs(
+            generated.student_t_logpdf(*inputs, **STUDENT_T_LOGPDF_SCALARS)
+        )
+        monkeypatch.setattr(generated, "_fused_enabled", True)
+        for a, b in zip(fused, eager):
+            torch.testing.assert_close(a, b)
+    # it really ran compiled (no fallback to the eager code)
+    assert (
+        generated._compiled[generated._student_t_logpdf]
+        is not generated._student_t_logpdf
+    )
+
+
 # --- entropy_term ----------------------------------------------------------
 
 ENTROPY_TERM_SCALARS = {}
@@ -3408,6 +3615,26 @@ def test_entropy_term_compiles_without_graph_breaks():
     )
 
 
+def test_entropy_term_fused_path_matches_eager(monkeypatch):
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    gen = torch.Generator().manual_seed(3)
+    for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
+        inputs = [
+            (
+                torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo
+            ).requires_grad_(n in ["x"])
+            for n, (lo, hi) in {"x": (0.2, 3.0)}.items()
+        ]
+        fused = _outputs(generated.entropy_term(*inputs, **ENTROPY_TERM_SCALARS))
+        monkeypatch.setattr(generated, "_fused_enabled", False)
+        eager = _outputs(generated.entropy_term(*inputs, **ENTROPY_TERM_SCALARS))
+        monkeypatch.setattr(generated, "_fused_enabled", True)
+        for a, b in zip(fused, eager):
+            torch.testing.assert_close(a, b)
+    # it really ran compiled (no fallback to the eager code)
+    assert generated._compiled[generated._entropy_term] is not generated._entropy_term
+
+
 # --- sqrt_diff -------------------------------------------------------------
 
 SQRT_DIFF_SCALARS = {}
@@ -3648,6 +3875,26 @@ def test_sqrt_diff_compiles_without_graph_breaks():
     torch.testing.assert_close(
         torch.autograd.grad(got, wrt), torch.autograd.grad(expected, wrt)
     )
+
+
+def test_sqrt_diff_fused_path_matches_eager(monkeypatch):
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    gen = torch.Generator().manual_seed(3)
+    for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
+        inputs = [
+            (
+                torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo
+            ).requires_grad_(n in ["x"])
+            for n, (lo, hi) in {"x": (0.2, 3.0)}.items()
+        ]
+        fused = _outputs(generated.sqrt_diff(*inputs, **SQRT_DIFF_SCALARS))
+        monkeypatch.setattr(generated, "_fused_enabled", False)
+        eager = _outputs(generated.sqrt_diff(*inputs, **SQRT_DIFF_SCALARS))
+        monkeypatch.setattr(generated, "_fused_enabled", True)
+        for a, b in zip(fused, eager):
+            torch.testing.assert_close(a, b)
+    # it really ran compiled (no fallback to the eager code)
+    assert generated._compiled[generated._sqrt_diff] is not generated._sqrt_diff
 
 
 # --- logaddexp -------------------------------------------------------------
@@ -4302,3 +4549,23 @@ def test_logaddexp_compiles_without_graph_breaks():
     torch.testing.assert_close(
         torch.autograd.grad(got, wrt), torch.autograd.grad(expected, wrt)
     )
+
+
+def test_logaddexp_fused_path_matches_eager(monkeypatch):
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    gen = torch.Generator().manual_seed(3)
+    for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
+        inputs = [
+            (
+                torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo
+            ).requires_grad_(n in ["a", "b"])
+            for n, (lo, hi) in {"a": (-2.0, 2.0), "b": (-2.0, 2.0)}.items()
+        ]
+        fused = _outputs(generated.logaddexp(*inputs, **LOGADDEXP_SCALARS))
+        monkeypatch.setattr(generated, "_fused_enabled", False)
+        eager = _outputs(generated.logaddexp(*inputs, **LOGADDEXP_SCALARS))
+        monkeypatch.setattr(generated, "_fused_enabled", True)
+        for a, b in zip(fused, eager):
+            torch.testing.assert_close(a, b)
+    # it really ran compiled (no fallback to the eager code)
+    assert generated._compiled[generated._logaddexp] is not generated._logaddexp

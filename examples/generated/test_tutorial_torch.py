@@ -418,6 +418,26 @@ def test_my_relu_compiles_without_graph_breaks():
     )
 
 
+def test_my_relu_fused_path_matches_eager(monkeypatch):
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    gen = torch.Generator().manual_seed(3)
+    for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
+        inputs = [
+            (
+                torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo
+            ).requires_grad_(n in ["x"])
+            for n, (lo, hi) in {"x": (-2.0, 2.0)}.items()
+        ]
+        fused = _outputs(generated.my_relu(*inputs, **MY_RELU_SCALARS))
+        monkeypatch.setattr(generated, "_fused_enabled", False)
+        eager = _outputs(generated.my_relu(*inputs, **MY_RELU_SCALARS))
+        monkeypatch.setattr(generated, "_fused_enabled", True)
+        for a, b in zip(fused, eager):
+            torch.testing.assert_close(a, b)
+    # it really ran compiled (no fallback to the eager code)
+    assert generated._compiled[generated._my_relu] is not generated._my_relu
+
+
 # --- exp -------------------------------------------------------------------
 
 EXP_SCALARS = {}
@@ -730,6 +750,26 @@ def test_exp_compiles_without_graph_breaks():
     )
 
 
+def test_exp_fused_path_matches_eager(monkeypatch):
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    gen = torch.Generator().manual_seed(3)
+    for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
+        inputs = [
+            (
+                torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo
+            ).requires_grad_(n in ["x"])
+            for n, (lo, hi) in {"x": (-2.0, 2.0)}.items()
+        ]
+        fused = _outputs(generated.exp(*inputs, **EXP_SCALARS))
+        monkeypatch.setattr(generated, "_fused_enabled", False)
+        eager = _outputs(generated.exp(*inputs, **EXP_SCALARS))
+        monkeypatch.setattr(generated, "_fused_enabled", True)
+        for a, b in zip(fused, eager):
+            torch.testing.assert_close(a, b)
+    # it really ran compiled (no fallback to the eager code)
+    assert generated._compiled[generated._exp] is not generated._exp
+
+
 # --- square ----------------------------------------------------------------
 
 SQUARE_SCALARS = {}
@@ -1024,6 +1064,26 @@ def test_square_compiles_without_graph_breaks():
     torch.testing.assert_close(
         torch.autograd.grad(got, wrt), torch.autograd.grad(expected, wrt)
     )
+
+
+def test_square_fused_path_matches_eager(monkeypatch):
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    gen = torch.Generator().manual_seed(3)
+    for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
+        inputs = [
+            (
+                torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo
+            ).requires_grad_(n in ["x"])
+            for n, (lo, hi) in {"x": (-2.0, 2.0)}.items()
+        ]
+        fused = _outputs(generated.square(*inputs, **SQUARE_SCALARS))
+        monkeypatch.setattr(generated, "_fused_enabled", False)
+        eager = _outputs(generated.square(*inputs, **SQUARE_SCALARS))
+        monkeypatch.setattr(generated, "_fused_enabled", True)
+        for a, b in zip(fused, eager):
+            torch.testing.assert_close(a, b)
+    # it really ran compiled (no fallback to the eager code)
+    assert generated._compiled[generated._square] is not generated._square
 
 
 # --- cube ------------------------------------------------------------------
@@ -1338,6 +1398,26 @@ def test_cube_compiles_without_graph_breaks():
     )
 
 
+def test_cube_fused_path_matches_eager(monkeypatch):
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    gen = torch.Generator().manual_seed(3)
+    for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
+        inputs = [
+            (
+                torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo
+            ).requires_grad_(n in ["x"])
+            for n, (lo, hi) in {"x": (-2.0, 2.0)}.items()
+        ]
+        fused = _outputs(generated.cube(*inputs, **CUBE_SCALARS))
+        monkeypatch.setattr(generated, "_fused_enabled", False)
+        eager = _outputs(generated.cube(*inputs, **CUBE_SCALARS))
+        monkeypatch.setattr(generated, "_fused_enabled", True)
+        for a, b in zip(fused, eager):
+            torch.testing.assert_close(a, b)
+    # it really ran compiled (no fallback to the eager code)
+    assert generated._compiled[generated._cube] is not generated._cube
+
+
 # --- sinh ------------------------------------------------------------------
 
 SINH_SCALARS = {}
@@ -1648,6 +1728,26 @@ def test_sinh_compiles_without_graph_breaks():
     torch.testing.assert_close(
         torch.autograd.grad(got, wrt), torch.autograd.grad(expected, wrt)
     )
+
+
+def test_sinh_fused_path_matches_eager(monkeypatch):
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    gen = torch.Generator().manual_seed(3)
+    for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
+        inputs = [
+            (
+                torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo
+            ).requires_grad_(n in ["x"])
+            for n, (lo, hi) in {"x": (-2.0, 2.0)}.items()
+        ]
+        fused = _outputs(generated.sinh(*inputs, **SINH_SCALARS))
+        monkeypatch.setattr(generated, "_fused_enabled", False)
+        eager = _outputs(generated.sinh(*inputs, **SINH_SCALARS))
+        monkeypatch.setattr(generated, "_fused_enabled", True)
+        for a, b in zip(fused, eager):
+            torch.testing.assert_close(a, b)
+    # it really ran compiled (no fallback to the eager code)
+    assert generated._compiled[generated._sinh] is not generated._sinh
 
 
 # --- log1pexp --------------------------------------------------------------
@@ -1966,6 +2066,26 @@ def test_log1pexp_compiles_without_graph_breaks():
     torch.testing.assert_close(
         torch.autograd.grad(got, wrt), torch.autograd.grad(expected, wrt)
     )
+
+
+def test_log1pexp_fused_path_matches_eager(monkeypatch):
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    gen = torch.Generator().manual_seed(3)
+    for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
+        inputs = [
+            (
+                torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo
+            ).requires_grad_(n in ["x"])
+            for n, (lo, hi) in {"x": (-2.0, 2.0)}.items()
+        ]
+        fused = _outputs(generated.log1pexp(*inputs, **LOG1PEXP_SCALARS))
+        monkeypatch.setattr(generated, "_fused_enabled", False)
+        eager = _outputs(generated.log1pexp(*inputs, **LOG1PEXP_SCALARS))
+        monkeypatch.setattr(generated, "_fused_enabled", True)
+        for a, b in zip(fused, eager):
+            torch.testing.assert_close(a, b)
+    # it really ran compiled (no fallback to the eager code)
+    assert generated._compiled[generated._log1pexp] is not generated._log1pexp
 
 
 # --- mul -------------------------------------------------------------------
@@ -2588,6 +2708,26 @@ def test_mul_compiles_without_graph_breaks():
     )
 
 
+def test_mul_fused_path_matches_eager(monkeypatch):
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    gen = torch.Generator().manual_seed(3)
+    for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
+        inputs = [
+            (
+                torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo
+            ).requires_grad_(n in ["x", "y"])
+            for n, (lo, hi) in {"x": (-2.0, 2.0), "y": (-2.0, 2.0)}.items()
+        ]
+        fused = _outputs(generated.mul(*inputs, **MUL_SCALARS))
+        monkeypatch.setattr(generated, "_fused_enabled", False)
+        eager = _outputs(generated.mul(*inputs, **MUL_SCALARS))
+        monkeypatch.setattr(generated, "_fused_enabled", True)
+        for a, b in zip(fused, eager):
+            torch.testing.assert_close(a, b)
+    # it really ran compiled (no fallback to the eager code)
+    assert generated._compiled[generated._mul] is not generated._mul
+
+
 # --- quantize --------------------------------------------------------------
 
 QUANTIZE_SCALARS = {"step": 0.25}
@@ -2839,3 +2979,23 @@ def test_quantize_compiles_without_graph_breaks():
     torch.testing.assert_close(
         torch.autograd.grad(got, wrt), torch.autograd.grad(expected, wrt)
     )
+
+
+def test_quantize_fused_path_matches_eager(monkeypatch):
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    gen = torch.Generator().manual_seed(3)
+    for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
+        inputs = [
+            (
+                torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo
+            ).requires_grad_(n in ["x"])
+            for n, (lo, hi) in {"x": (-2.0, 2.0)}.items()
+        ]
+        fused = _outputs(generated.quantize(*inputs, **QUANTIZE_SCALARS))
+        monkeypatch.setattr(generated, "_fused_enabled", False)
+        eager = _outputs(generated.quantize(*inputs, **QUANTIZE_SCALARS))
+        monkeypatch.setattr(generated, "_fused_enabled", True)
+        for a, b in zip(fused, eager):
+            torch.testing.assert_close(a, b)
+    # it really ran compiled (no fallback to the eager code)
+    assert generated._compiled[generated._quantize] is not generated._quantize

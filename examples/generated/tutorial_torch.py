@@ -7,6 +7,9 @@ Do not edit: change the spec and run `symgrad gen`.
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Callable
+
 import torch
 
 __all__ = [
@@ -26,7 +29,41 @@ __all__ = [
     "quantize",
     "sinh",
     "square",
+    "use_fused",
 ]
+
+# The fused path: every function of this module through torch.compile (one kernel for the
+# forward, one for the backward). Off by default; `use_fused()` turns it on.
+_fused_enabled = False
+_compiled: dict[Callable, Callable] = {}
+
+
+def use_fused(enabled: bool = True) -> None:
+    """Route this module's functions through ``torch.compile`` (dynamic shapes).
+
+    Falls back to the eager code, with a warning, where compilation is not available.
+    """
+    global _fused_enabled
+    _fused_enabled = enabled
+
+
+def _call(eager: Callable, *args):
+    """``eager(*args)``, through its compiled version when the fused path is on."""
+    if not _fused_enabled or torch.compiler.is_compiling():
+        return eager(*args)
+    compiled = _compiled.get(eager)
+    if compiled is None:
+        compiled = _compiled[eager] = torch.compile(eager, dynamic=True, fullgraph=True)
+    if compiled is eager:
+        return eager(*args)
+    try:
+        return compiled(*args)
+    except Exception as error:  # noqa: BLE001 - any compiler failure: keep the eager code
+        warnings.warn(
+            f"torch.compile unavailable ({error}); using eager code", stacklevel=3
+        )
+        _compiled[eager] = eager
+        return eager(*args)
 
 
 # --- my_relu ---------------------------------------------------------------
@@ -124,6 +161,10 @@ def my_relu(x: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`MyRelu`.
     """
+    return _call(_my_relu, x)
+
+
+def _my_relu(x):
     # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
     function = _MyRelu if torch.compiler.is_compiling() else MyRelu
     return function.apply(x)
@@ -225,6 +266,10 @@ def exp(x: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`Exp`.
     """
+    return _call(_exp, x)
+
+
+def _exp(x):
     # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
     function = _Exp if torch.compiler.is_compiling() else Exp
     return function.apply(x)
@@ -328,6 +373,10 @@ def square(x: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`Square`.
     """
+    return _call(_square, x)
+
+
+def _square(x):
     # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
     function = _Square if torch.compiler.is_compiling() else Square
     return function.apply(x)
@@ -429,6 +478,10 @@ def cube(x: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`Cube`.
     """
+    return _call(_cube, x)
+
+
+def _cube(x):
     # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
     function = _Cube if torch.compiler.is_compiling() else Cube
     return function.apply(x)
@@ -530,6 +583,10 @@ def sinh(x: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`Sinh`.
     """
+    return _call(_sinh, x)
+
+
+def _sinh(x):
     # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
     function = _Sinh if torch.compiler.is_compiling() else Sinh
     return function.apply(x)
@@ -634,6 +691,10 @@ def log1pexp(x: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`Log1pexp`.
     """
+    return _call(_log1pexp, x)
+
+
+def _log1pexp(x):
     # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
     function = _Log1pexp if torch.compiler.is_compiling() else Log1pexp
     return function.apply(x)
@@ -788,6 +849,10 @@ def mul(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`Mul`.
     """
+    return _call(_mul, x, y)
+
+
+def _mul(x, y):
     # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
     function = _Mul if torch.compiler.is_compiling() else Mul
     return function.apply(x, y)
@@ -880,6 +945,10 @@ def quantize(x: torch.Tensor, step: float = 0.25) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`Quantize`.
     """
+    return _call(_quantize, x, step)
+
+
+def _quantize(x, step):
     # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
     function = _Quantize if torch.compiler.is_compiling() else Quantize
     return function.apply(x, step)
