@@ -6,10 +6,11 @@ import contextlib
 import signal
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import sympy
 
+from symgrad.choose import Accuracy, symbol_points
 from symgrad.errors import DerivationError, SpecError
 from symgrad.expr import parse_formula
 from symgrad.spec import Function, Spec
@@ -43,6 +44,7 @@ class Derived:
     jacobian: dict[str, dict[str, sympy.Expr]]
     second: dict[str, dict[str, sympy.Expr]]
     overridden: frozenset[str]
+    accuracy: dict[str, Accuracy] = field(default_factory=dict)  # label -> measured error
 
     @property
     def diff_inputs(self) -> tuple[str, ...]:
@@ -93,33 +95,51 @@ def _drop_dirac(expr: sympy.Expr) -> sympy.Expr:
     return expr
 
 
-def finish(expr: sympy.Expr) -> sympy.Expr:
-    """Clean up, stabilise and (within a time bound) simplify one formula."""
+def finish(expr: sympy.Expr, points=None, record: list | None = None) -> sympy.Expr:
+    """Clean up, stabilise and simplify one formula; pick the most accurate candidate.
+
+    Candidates: the formula as written, stabilised, stabilised after a (size-bounded)
+    simplify, and each with a Taylor branch where a sum cancels near 0. With ``points``,
+    the choice is by measured float64 error (ties to the cheaper); ``record`` gets the
+    chosen form's :class:`~symgrad.choose.Accuracy`. Without, the cheapest stable form.
+    """
     expr = _drop_dirac(expr)
     if expr.has(sympy.Piecewise):
         expr = sympy.piecewise_fold(expr)
-    candidates = [stabilize(expr)]
-    if 1 < _cost(candidates[0]) <= SIMPLIFY_MAX_OPS:
+    stable = [stabilize(expr)]
+    if 1 < _cost(stable[0]) <= SIMPLIFY_MAX_OPS:
         try:
             with _time_limit(SIMPLIFY_SECONDS):
-                simpler = sympy.simplify(candidates[0])
-            candidates.append(stabilize(simpler))
+                simpler = sympy.simplify(stable[0])
+            stable.append(stabilize(simpler))
         except TimeoutError:
             pass
-    best = min(candidates, key=_cost)
-    try:
-        with _time_limit(SIMPLIFY_SECONDS):
-            best = split_regimes(best)
-    except TimeoutError:
-        pass
+    stable.sort(key=_cost)
+    candidates = []
+    for c in stable:
+        try:
+            with _time_limit(SIMPLIFY_SECONDS):
+                split = split_regimes(c)
+        except TimeoutError:
+            split = c
+        candidates += [split, c] if split != c else [c]
+    if points is None:
+        best = candidates[0]
+    else:
+        from symgrad.choose import choose
+
+        # The formula as written is the reference and a candidate in its own right.
+        best, accuracy = choose([expr, *candidates], points, _cost)
+        if record is not None:
+            record.append(accuracy)
     if best.has(sympy.Piecewise):
         best = sympy.piecewise_fold(best)
     return best
 
 
-def differentiate(expr: sympy.Expr, wrt: sympy.Symbol) -> sympy.Expr:
+def differentiate(expr: sympy.Expr, wrt: sympy.Symbol, points=None, record=None) -> sympy.Expr:
     """d expr / d wrt, finished (stable and simplified)."""
-    return finish(sympy.diff(expr, wrt))
+    return finish(sympy.diff(expr, wrt), points, record)
 
 
 def _symbol(inp) -> sympy.Symbol:
@@ -134,8 +154,12 @@ def grad_symbol_names(fn: Function) -> tuple[str, ...]:
     return tuple(f"grad_{o.name}" for o in fn.outputs)
 
 
-def derive_function(fn: Function) -> Derived:
-    """All the formulas for one function."""
+def derive_function(fn: Function, measure: bool = True) -> Derived:
+    """All the formulas for one function.
+
+    With ``measure``, each formula's form is chosen by measured float64 error (see
+    :mod:`symgrad.choose`) and the error is recorded in ``Derived.accuracy``.
+    """
     where = fn.location
     symbols = {inp.name: _symbol(inp) for inp in fn.inputs}
     for inp in fn.inputs:
@@ -153,7 +177,17 @@ def derive_function(fn: Function) -> Derived:
         env[out.name] = expr
         naive.append((out.name, expr))
     grads = tuple(sympy.Symbol(name, real=True) for name in grad_symbol_names(fn))
-    outputs = tuple((name, finish(expr)) for name, expr in naive)
+    points = symbol_points(fn.inputs, symbols, grads, seed=f"symgrad:{fn.name}") if measure else None
+    accuracy: dict[str, Accuracy] = {}
+
+    def chosen(label: str, expr: sympy.Expr) -> sympy.Expr:
+        record: list[Accuracy] = []
+        result = finish(expr, points, record)
+        if record:
+            accuracy[label] = record[0]
+        return result
+
+    outputs = tuple((name, chosen(name, expr)) for name, expr in naive)
 
     diff_names = [i.name for i in fn.inputs if i.gets_gradient]
     overrides: dict[str, sympy.Expr] = {}
@@ -171,20 +205,23 @@ def derive_function(fn: Function) -> Derived:
                     # Forward mode follows the user's VJP: its coefficient of this output's grad.
                     jacobian[name][i] = finish(sympy.diff(overrides[i], grad))
                 else:
-                    jacobian[name][i] = differentiate(expr, symbols[i])
+                    jacobian[name][i] = finish(sympy.diff(expr, symbols[i]))
         vjps: dict[str, sympy.Expr] = {}
         for i in diff_names:
             if i in overrides:
                 vjps[i] = overrides[i]
             else:
-                vjps[i] = finish(
-                    sympy.Add(*(g * jacobian[name][i] for (name, _), g in zip(outputs, grads)))
+                vjps[i] = chosen(
+                    f"grad_{i}",
+                    sympy.Add(*(g * jacobian[name][i] for (name, _), g in zip(outputs, grads))),
                 )
         second: dict[str, dict[str, sympy.Expr]] = {}
         if fn.order >= 2:
             wrt = [symbols[i] for i in diff_names] + list(grads)
             for i in diff_names:
-                second[i] = {w.name: differentiate(vjps[i], w) for w in wrt}
+                second[i] = {
+                    w.name: chosen(f"d grad_{i} / d {w.name}", sympy.diff(vjps[i], w)) for w in wrt
+                }
     except SpecError:
         raise
     except Exception as exc:  # SymPy raises many kinds; report them with the function
@@ -199,6 +236,7 @@ def derive_function(fn: Function) -> Derived:
         jacobian=jacobian,
         second=second,
         overridden=frozenset(overrides),
+        accuracy=accuracy,
     )
 
 

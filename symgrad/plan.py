@@ -140,6 +140,9 @@ def formula_doc(derived: Derived) -> list[str]:
     lines = ["Forward::", ""]
     for name, expr in derived.outputs:
         lines.append(f"    {name} = {sympy.sstr(expr)}")
+    if derived.accuracy:
+        lines += ["", "Measured float64 error of the chosen forms vs mpmath::", ""]
+        lines += [f"    {label}: {acc}" for label, acc in derived.accuracy.items()]
     if derived.vjps:
         lines += ["", "Gradients (VJP)::", ""]
         for i, expr in derived.vjps.items():

@@ -11,14 +11,17 @@ import random
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import mpmath
 import sympy
 
-from symgrad.derive import Derived
 from symgrad.functions import StableFunction
 from symgrad.printers.base import heaviside_as_piecewise
 from symgrad.spec import Input
+
+if TYPE_CHECKING:
+    from symgrad.derive import Derived
 
 PREC_BITS = 256
 MAX_PREC_BITS = 65536
@@ -225,7 +228,8 @@ def exact(expr: sympy.Basic, point: Mapping[sympy.Symbol, float]) -> float | Non
             env = {s: mpmath.mpf(v) for s, v in point.items()}
             try:
                 current = to_float(evaluate(expr, env))
-            except (Undefined, ZeroDivisionError):
+            except (Undefined, ZeroDivisionError, OverflowError):
+                # OverflowError: mpmath gives up on e.g. erfc(1e300); no reference there.
                 current = None
         if prec > PREC_BITS and current == previous:
             return current

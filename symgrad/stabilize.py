@@ -295,5 +295,12 @@ def _series_regime(node: sympy.Basic) -> sympy.Basic | None:
 
 
 def split_regimes(expr: sympy.Expr) -> sympy.Expr:
-    """Give cancelling sums a Taylor branch near 0 (see :func:`_series_regime`)."""
-    return _rewrite(expr, (_series_regime,))
+    """Give cancelling sums a Taylor branch near 0 (see :func:`_series_regime`).
+
+    One bottom-up pass: a branch made here is not visited again (its fallback is the sum).
+    """
+    if expr.is_Atom or not expr.args or isinstance(expr, sympy.Piecewise):
+        return expr
+    args = tuple(split_regimes(a) for a in expr.args)
+    node = expr.func(*args) if args != expr.args else expr
+    return _series_regime(node) or node

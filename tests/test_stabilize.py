@@ -87,3 +87,24 @@ def test_stabilize_rewrites_inside_larger_expressions():
 def test_stabilize_leaves_stable_expressions_alone():
     expr = sympy.sin(x) * y + sympy.exp(x)
     assert stabilize(expr) == expr
+
+
+def test_choice_is_driven_by_measured_error():
+    """Among equivalent forms, the measured-more-accurate one wins even when it costs more."""
+    from symgrad.choose import choose, symbol_points
+    from symgrad.spec import Input
+
+    inp = Input("x", "tensor", True, (-math.inf, math.inf), (), None, False, None, 1)
+    points = symbol_points([inp], {"x": x}, n=32, seed="t")
+    naive = sympy.log(1 + sympy.exp(x))
+    best, accuracy = choose([naive, F.softplus(x)], points, sympy.count_ops)
+    assert best == F.softplus(x)
+    assert accuracy.non_finite == 0 and accuracy.mean_bits < 1
+
+
+def test_bits_of_error():
+    from symgrad.choose import bits_of_error
+
+    assert bits_of_error(1.0, 1.0) == 0
+    assert bits_of_error(math.nextafter(1.0, 2.0), 1.0) == 1
+    assert bits_of_error(math.inf, 1e308) == 64

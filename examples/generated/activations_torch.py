@@ -104,6 +104,13 @@ class Softplus(_Softplus):
 
         out = softplus(x)
 
+    Measured float64 error of the chosen forms vs mpmath::
+
+        out: 0.8 bits mean, 50 max over 63 points
+        grad_x: 0.1 bits mean, 3 max over 63 points
+        d grad_x / d x: 0.1 bits mean, 3 max over 63 points
+        d grad_x / d grad: 0.1 bits mean, 3 max over 63 points
+
     Gradients (VJP)::
 
         grad_x = grad*sigmoid(x)
@@ -214,6 +221,13 @@ class ScaledSoftplus(_ScaledSoftplus):
     Forward::
 
         out = softplus(beta*x)/beta
+
+    Measured float64 error of the chosen forms vs mpmath::
+
+        out: 0.8 bits mean, 50 max over 63 points
+        grad_x: 0.1 bits mean, 3 max over 63 points
+        d grad_x / d x: 0.2 bits mean, 3 max over 63 points
+        d grad_x / d grad: 0.1 bits mean, 3 max over 63 points
 
     Gradients (VJP)::
 
@@ -332,6 +346,18 @@ class Mul(_Mul):
     Forward::
 
         out = x*y
+
+    Measured float64 error of the chosen forms vs mpmath::
+
+        out: 0.0 bits mean, 0 max over 75 points
+        grad_x: 0.0 bits mean, 0 max over 78 points
+        grad_y: 0.0 bits mean, 0 max over 78 points
+        d grad_x / d x: 0.0 bits mean, 0 max over 78 points
+        d grad_x / d y: 0.0 bits mean, 0 max over 78 points
+        d grad_x / d grad: 0.0 bits mean, 0 max over 78 points
+        d grad_y / d x: 0.0 bits mean, 0 max over 78 points
+        d grad_y / d y: 0.0 bits mean, 0 max over 78 points
+        d grad_y / d grad: 0.0 bits mean, 0 max over 78 points
 
     Gradients (VJP)::
 
@@ -489,6 +515,15 @@ class SinhCosh(_SinhCosh):
         s = sinh(x)
         c = cosh(x)
 
+    Measured float64 error of the chosen forms vs mpmath::
+
+        s: 0.0 bits mean, 0 max over 33 points
+        c: 0.0 bits mean, 0 max over 33 points
+        grad_x: 20.7 bits mean, 64 max over 43 points, 11 non-finite
+        d grad_x / d x: 20.7 bits mean, 64 max over 43 points, 11 non-finite
+        d grad_x / d grad_s: 0.0 bits mean, 0 max over 33 points
+        d grad_x / d grad_c: 0.0 bits mean, 0 max over 33 points
+
     Gradients (VJP)::
 
         grad_x = grad_c*sinh(x) + grad_s*cosh(x)
@@ -614,6 +649,18 @@ class LogRatio(_LogRatio):
     Forward::
 
         out = log(x/y)
+
+    Measured float64 error of the chosen forms vs mpmath::
+
+        out: 9.3 bits mean, 64 max over 62 points, 9 non-finite
+        grad_x: 0.0 bits mean, 0 max over 62 points
+        grad_y: 0.0 bits mean, 0 max over 62 points
+        d grad_x / d x: 0.3 bits mean, 1 max over 52 points
+        d grad_x / d y: 0.0 bits mean, 0 max over 62 points
+        d grad_x / d grad: 0.0 bits mean, 0 max over 62 points
+        d grad_y / d x: 0.0 bits mean, 0 max over 62 points
+        d grad_y / d y: 1.1 bits mean, 46 max over 49 points
+        d grad_y / d grad: 0.0 bits mean, 0 max over 62 points
 
     Gradients (VJP)::
 
@@ -774,6 +821,13 @@ class WeightedBce(_WeightedBce):
 
         out = target*softplus(-z) + (1 - target)*softplus(z)
 
+    Measured float64 error of the chosen forms vs mpmath::
+
+        out: 0.0 bits mean, 1 max over 52 points
+        grad_z: 0.1 bits mean, 1 max over 67 points
+        d grad_z / d z: 0.1 bits mean, 3 max over 67 points
+        d grad_z / d grad: 0.1 bits mean, 1 max over 67 points
+
     Gradients (VJP)::
 
         grad_z = grad*(-target*sigmoid(-z) + (1 - target)*sigmoid(z))
@@ -886,6 +940,12 @@ class Binarize(_Binarize):
     Forward::
 
         out = Heaviside(x, 1)
+
+    Measured float64 error of the chosen forms vs mpmath::
+
+        out: 0.0 bits mean, 0 max over 63 points
+        d grad_x / d x: 0.0 bits mean, 0 max over 63 points
+        d grad_x / d grad: 0.0 bits mean, 0 max over 63 points
 
     Gradients (VJP)::
 
@@ -1002,6 +1062,11 @@ class TanhShrinkOrder1(_TanhShrinkOrder1):
     Forward::
 
         out = Piecewise((-62*x**9/2835 + 17*x**7/315 - 2*x**5/15 + x**3/3, Abs(x) < 0.0159), (x - tanh(x), True))
+
+    Measured float64 error of the chosen forms vs mpmath::
+
+        out: 0.1 bits mean, 1 max over 63 points
+        grad_x: 0.1 bits mean, 1 max over 63 points
 
     Gradients (VJP)::
 

@@ -45,6 +45,13 @@ def softplus(x: tf.Tensor) -> tf.Tensor:
 
         out = softplus(x)
 
+    Measured float64 error of the chosen forms vs mpmath::
+
+        out: 0.8 bits mean, 50 max over 63 points
+        grad_x: 0.1 bits mean, 3 max over 63 points
+        d grad_x / d x: 0.1 bits mean, 3 max over 63 points
+        d grad_x / d grad: 0.1 bits mean, 3 max over 63 points
+
     Gradients (VJP)::
 
         grad_x = grad*sigmoid(x)
@@ -95,6 +102,13 @@ def log_sigmoid(x: tf.Tensor) -> tf.Tensor:
 
         out = -softplus(-x)
 
+    Measured float64 error of the chosen forms vs mpmath::
+
+        out: 0.8 bits mean, 50 max over 63 points
+        grad_x: 0.1 bits mean, 3 max over 63 points
+        d grad_x / d x: 0.1 bits mean, 3 max over 63 points
+        d grad_x / d grad: 0.1 bits mean, 3 max over 63 points
+
     Gradients (VJP)::
 
         grad_x = grad*sigmoid(-x)
@@ -144,6 +158,13 @@ def bce_sigmoid(z: tf.Tensor, target: tf.Tensor) -> tf.Tensor:
     Forward::
 
         out = target*softplus(-z) + (1 - target)*softplus(z)
+
+    Measured float64 error of the chosen forms vs mpmath::
+
+        out: 0.0 bits mean, 1 max over 49 points
+        grad_z: 0.1 bits mean, 3 max over 67 points
+        d grad_z / d z: 0.1 bits mean, 3 max over 67 points
+        d grad_z / d grad: 0.1 bits mean, 3 max over 67 points
 
     Gradients (VJP)::
 
@@ -202,6 +223,13 @@ def logit(p: tf.Tensor) -> tf.Tensor:
 
         out = log(p/(1 - p))
 
+    Measured float64 error of the chosen forms vs mpmath::
+
+        out: 0.0 bits mean, 0 max over 50 points
+        grad_p: 0.0 bits mean, 1 max over 49 points
+        d grad_p / d p: 0.4 bits mean, 1 max over 22 points
+        d grad_p / d grad: 0.0 bits mean, 1 max over 49 points
+
     Gradients (VJP)::
 
         grad_p = -grad/(p*(p - 1))
@@ -251,6 +279,13 @@ def log1mexp(x: tf.Tensor) -> tf.Tensor:
     Forward::
 
         out = log1mexp(x)
+
+    Measured float64 error of the chosen forms vs mpmath::
+
+        out: 0.0 bits mean, 1 max over 55 points
+        grad_x: 1.0 bits mean, 50 max over 55 points
+        d grad_x / d x: 1.3 bits mean, 50 max over 45 points
+        d grad_x / d grad: 1.0 bits mean, 50 max over 55 points
 
     Gradients (VJP)::
 
@@ -305,6 +340,13 @@ def mish(x: tf.Tensor) -> tf.Tensor:
     Forward::
 
         out = x*tanh(softplus(x))
+
+    Measured float64 error of the chosen forms vs mpmath::
+
+        out: 1.0 bits mean, 55 max over 63 points
+        grad_x: 0.1 bits mean, 3 max over 63 points
+        d grad_x / d x: 0.2 bits mean, 4 max over 63 points
+        d grad_x / d grad: 0.1 bits mean, 3 max over 63 points
 
     Gradients (VJP)::
 
@@ -369,6 +411,13 @@ def gelu(x: tf.Tensor) -> tf.Tensor:
     Forward::
 
         out = x*one_plus_erf(sqrt(2)*x/2)/2
+
+    Measured float64 error of the chosen forms vs mpmath::
+
+        out: 0.2 bits mean, 8 max over 63 points
+        grad_x: 0.0 bits mean, 3 max over 57 points
+        d grad_x / d x: 13.7 bits mean, 64 max over 63 points, 13 non-finite
+        d grad_x / d grad: 0.0 bits mean, 3 max over 57 points
 
     Gradients (VJP)::
 
@@ -436,6 +485,13 @@ def swish(x: tf.Tensor, beta: float = 1.0) -> tf.Tensor:
 
         out = x*sigmoid(beta*x)
 
+    Measured float64 error of the chosen forms vs mpmath::
+
+        out: 0.1 bits mean, 3 max over 63 points
+        grad_x: 0.1 bits mean, 3 max over 63 points
+        d grad_x / d x: 0.2 bits mean, 3 max over 63 points
+        d grad_x / d grad: 0.1 bits mean, 3 max over 63 points
+
     Gradients (VJP)::
 
         grad_x = grad*(beta*x*sigmoid(-beta*x) + 1)*sigmoid(beta*x)
@@ -492,6 +548,13 @@ def focal_loss(z: tf.Tensor, target: tf.Tensor, gamma: float = 2.0) -> tf.Tensor
     Forward::
 
         out = target*sigmoid(-z)**gamma*softplus(-z) + (1 - target)*sigmoid(z)**gamma*softplus(z)
+
+    Measured float64 error of the chosen forms vs mpmath::
+
+        out: 0.2 bits mean, 4 max over 54 points
+        grad_z: 0.2 bits mean, 5 max over 67 points
+        d grad_z / d z: 0.3 bits mean, 4 max over 67 points
+        d grad_z / d grad: 0.2 bits mean, 5 max over 67 points
 
     Gradients (VJP)::
 
@@ -594,6 +657,13 @@ def student_t_logpdf(x: tf.Tensor, nu: float = 3.0) -> tf.Tensor:
 
         out = -(nu + 1)*log1p(x**2/nu)/2 - log(pi*nu)/2 - loggamma(nu/2) + loggamma(nu/2 + 1/2)
 
+    Measured float64 error of the chosen forms vs mpmath::
+
+        out: 19.8 bits mean, 64 max over 63 points, 19 non-finite
+        grad_x: 18.1 bits mean, 61 max over 63 points
+        d grad_x / d x: 25.0 bits mean, 64 max over 63 points, 19 non-finite
+        d grad_x / d grad: 18.1 bits mean, 61 max over 63 points
+
     Gradients (VJP)::
 
         grad_x = -grad*x*(nu + 1)/(nu + x**2)
@@ -651,6 +721,13 @@ def entropy_term(x: tf.Tensor) -> tf.Tensor:
 
         out = xlogy(x, x)
 
+    Measured float64 error of the chosen forms vs mpmath::
+
+        out: 0.3 bits mean, 1 max over 55 points
+        grad_x: 0.0 bits mean, 1 max over 55 points
+        d grad_x / d x: 0.0 bits mean, 0 max over 55 points
+        d grad_x / d grad: 0.0 bits mean, 1 max over 55 points
+
     Gradients (VJP)::
 
         grad_x = grad*(log(x) + 1)
@@ -700,6 +777,13 @@ def sqrt_diff(x: tf.Tensor) -> tf.Tensor:
     Forward::
 
         out = 1/(sqrt(x) + sqrt(x + 1))
+
+    Measured float64 error of the chosen forms vs mpmath::
+
+        out: 0.1 bits mean, 1 max over 56 points
+        grad_x: 0.2 bits mean, 1 max over 55 points
+        d grad_x / d x: 2.1 bits mean, 54 max over 47 points
+        d grad_x / d grad: 0.2 bits mean, 1 max over 55 points
 
     Gradients (VJP)::
 
@@ -762,6 +846,18 @@ def logaddexp(a: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
     Forward::
 
         out = logaddexp(a, b)
+
+    Measured float64 error of the chosen forms vs mpmath::
+
+        out: 0.0 bits mean, 1 max over 78 points
+        grad_a: 0.1 bits mean, 3 max over 78 points
+        grad_b: 0.1 bits mean, 3 max over 78 points
+        d grad_a / d a: 0.2 bits mean, 3 max over 78 points
+        d grad_a / d b: 0.2 bits mean, 3 max over 78 points
+        d grad_a / d grad: 0.1 bits mean, 3 max over 78 points
+        d grad_b / d a: 0.2 bits mean, 3 max over 78 points
+        d grad_b / d b: 0.2 bits mean, 3 max over 78 points
+        d grad_b / d grad: 0.1 bits mean, 3 max over 78 points
 
     Gradients (VJP)::
 

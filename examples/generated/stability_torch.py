@@ -115,6 +115,13 @@ class Softplus(_Softplus):
 
         out = softplus(x)
 
+    Measured float64 error of the chosen forms vs mpmath::
+
+        out: 0.8 bits mean, 50 max over 63 points
+        grad_x: 0.1 bits mean, 3 max over 63 points
+        d grad_x / d x: 0.1 bits mean, 3 max over 63 points
+        d grad_x / d grad: 0.1 bits mean, 3 max over 63 points
+
     Gradients (VJP)::
 
         grad_x = grad*sigmoid(x)
@@ -224,6 +231,13 @@ class LogSigmoid(_LogSigmoid):
     Forward::
 
         out = -softplus(-x)
+
+    Measured float64 error of the chosen forms vs mpmath::
+
+        out: 0.8 bits mean, 50 max over 63 points
+        grad_x: 0.1 bits mean, 3 max over 63 points
+        d grad_x / d x: 0.1 bits mean, 3 max over 63 points
+        d grad_x / d grad: 0.1 bits mean, 3 max over 63 points
 
     Gradients (VJP)::
 
@@ -338,6 +352,13 @@ class BceSigmoid(_BceSigmoid):
 
         out = target*softplus(-z) + (1 - target)*softplus(z)
 
+    Measured float64 error of the chosen forms vs mpmath::
+
+        out: 0.0 bits mean, 1 max over 49 points
+        grad_z: 0.1 bits mean, 3 max over 67 points
+        d grad_z / d z: 0.1 bits mean, 3 max over 67 points
+        d grad_z / d grad: 0.1 bits mean, 3 max over 67 points
+
     Gradients (VJP)::
 
         grad_z = grad*(-target*sigmoid(-z) + (1 - target)*sigmoid(z))
@@ -451,6 +472,13 @@ class Logit(_Logit):
 
         out = log(p/(1 - p))
 
+    Measured float64 error of the chosen forms vs mpmath::
+
+        out: 0.0 bits mean, 0 max over 50 points
+        grad_p: 0.0 bits mean, 1 max over 49 points
+        d grad_p / d p: 0.4 bits mean, 1 max over 22 points
+        d grad_p / d grad: 0.0 bits mean, 1 max over 49 points
+
     Gradients (VJP)::
 
         grad_p = -grad/(p*(p - 1))
@@ -563,6 +591,13 @@ class Log1mexp(_Log1mexp):
 
         out = log1mexp(x)
 
+    Measured float64 error of the chosen forms vs mpmath::
+
+        out: 0.0 bits mean, 1 max over 55 points
+        grad_x: 1.0 bits mean, 50 max over 55 points
+        d grad_x / d x: 1.3 bits mean, 50 max over 45 points
+        d grad_x / d grad: 1.0 bits mean, 50 max over 55 points
+
     Gradients (VJP)::
 
         grad_x = -grad/expm1(-x)
@@ -668,6 +703,13 @@ class Mish(_Mish):
     Forward::
 
         out = x*tanh(softplus(x))
+
+    Measured float64 error of the chosen forms vs mpmath::
+
+        out: 1.0 bits mean, 55 max over 63 points
+        grad_x: 0.1 bits mean, 3 max over 63 points
+        d grad_x / d x: 0.2 bits mean, 4 max over 63 points
+        d grad_x / d grad: 0.1 bits mean, 3 max over 63 points
 
     Gradients (VJP)::
 
@@ -794,6 +836,13 @@ class Gelu(_Gelu):
     Forward::
 
         out = x*one_plus_erf(sqrt(2)*x/2)/2
+
+    Measured float64 error of the chosen forms vs mpmath::
+
+        out: 0.2 bits mean, 8 max over 63 points
+        grad_x: 0.0 bits mean, 3 max over 57 points
+        d grad_x / d x: 13.7 bits mean, 64 max over 63 points, 13 non-finite
+        d grad_x / d grad: 0.0 bits mean, 3 max over 57 points
 
     Gradients (VJP)::
 
@@ -926,6 +975,13 @@ class Swish(_Swish):
 
         out = x*sigmoid(beta*x)
 
+    Measured float64 error of the chosen forms vs mpmath::
+
+        out: 0.1 bits mean, 3 max over 63 points
+        grad_x: 0.1 bits mean, 3 max over 63 points
+        d grad_x / d x: 0.2 bits mean, 3 max over 63 points
+        d grad_x / d grad: 0.1 bits mean, 3 max over 63 points
+
     Gradients (VJP)::
 
         grad_x = grad*(beta*x*sigmoid(-beta*x) + 1)*sigmoid(beta*x)
@@ -1057,6 +1113,13 @@ class FocalLoss(_FocalLoss):
     Forward::
 
         out = target*sigmoid(-z)**gamma*softplus(-z) + (1 - target)*sigmoid(z)**gamma*softplus(z)
+
+    Measured float64 error of the chosen forms vs mpmath::
+
+        out: 0.2 bits mean, 4 max over 54 points
+        grad_z: 0.2 bits mean, 5 max over 67 points
+        d grad_z / d z: 0.3 bits mean, 4 max over 67 points
+        d grad_z / d grad: 0.2 bits mean, 5 max over 67 points
 
     Gradients (VJP)::
 
@@ -1286,6 +1349,13 @@ class StudentTLogpdf(_StudentTLogpdf):
 
         out = -(nu + 1)*log1p(x**2/nu)/2 - log(pi*nu)/2 - loggamma(nu/2) + loggamma(nu/2 + 1/2)
 
+    Measured float64 error of the chosen forms vs mpmath::
+
+        out: 19.8 bits mean, 64 max over 63 points, 19 non-finite
+        grad_x: 18.1 bits mean, 61 max over 63 points
+        d grad_x / d x: 25.0 bits mean, 64 max over 63 points, 19 non-finite
+        d grad_x / d grad: 18.1 bits mean, 61 max over 63 points
+
     Gradients (VJP)::
 
         grad_x = -grad*x*(nu + 1)/(nu + x**2)
@@ -1403,6 +1473,13 @@ class EntropyTerm(_EntropyTerm):
 
         out = xlogy(x, x)
 
+    Measured float64 error of the chosen forms vs mpmath::
+
+        out: 0.3 bits mean, 1 max over 55 points
+        grad_x: 0.0 bits mean, 1 max over 55 points
+        d grad_x / d x: 0.0 bits mean, 0 max over 55 points
+        d grad_x / d grad: 0.0 bits mean, 1 max over 55 points
+
     Gradients (VJP)::
 
         grad_x = grad*(log(x) + 1)
@@ -1509,6 +1586,13 @@ class SqrtDiff(_SqrtDiff):
     Forward::
 
         out = 1/(sqrt(x) + sqrt(x + 1))
+
+    Measured float64 error of the chosen forms vs mpmath::
+
+        out: 0.1 bits mean, 1 max over 56 points
+        grad_x: 0.2 bits mean, 1 max over 55 points
+        d grad_x / d x: 2.1 bits mean, 54 max over 47 points
+        d grad_x / d grad: 0.2 bits mean, 1 max over 55 points
 
     Gradients (VJP)::
 
@@ -1644,6 +1728,18 @@ class Logaddexp(_Logaddexp):
     Forward::
 
         out = logaddexp(a, b)
+
+    Measured float64 error of the chosen forms vs mpmath::
+
+        out: 0.0 bits mean, 1 max over 78 points
+        grad_a: 0.1 bits mean, 3 max over 78 points
+        grad_b: 0.1 bits mean, 3 max over 78 points
+        d grad_a / d a: 0.2 bits mean, 3 max over 78 points
+        d grad_a / d b: 0.2 bits mean, 3 max over 78 points
+        d grad_a / d grad: 0.1 bits mean, 3 max over 78 points
+        d grad_b / d a: 0.2 bits mean, 3 max over 78 points
+        d grad_b / d b: 0.2 bits mean, 3 max over 78 points
+        d grad_b / d grad: 0.1 bits mean, 3 max over 78 points
 
     Gradients (VJP)::
 

@@ -38,6 +38,13 @@ def my_relu(x: tf.Tensor) -> tf.Tensor:
 
         out = relu(x)
 
+    Measured float64 error of the chosen forms vs mpmath::
+
+        out: 0.0 bits mean, 0 max over 63 points
+        grad_x: 0.0 bits mean, 0 max over 63 points
+        d grad_x / d x: 0.0 bits mean, 0 max over 63 points
+        d grad_x / d grad: 0.0 bits mean, 0 max over 63 points
+
     Gradients (VJP)::
 
         grad_x = grad*Heaviside(x, 0)
@@ -95,6 +102,13 @@ def exp(x: tf.Tensor) -> tf.Tensor:
 
         out = exp(x)
 
+    Measured float64 error of the chosen forms vs mpmath::
+
+        out: 0.0 bits mean, 0 max over 49 points
+        grad_x: 0.0 bits mean, 0 max over 49 points
+        d grad_x / d x: 0.0 bits mean, 0 max over 49 points
+        d grad_x / d grad: 0.0 bits mean, 0 max over 49 points
+
     Gradients (VJP)::
 
         grad_x = grad*exp(x)
@@ -144,6 +158,13 @@ def square(x: tf.Tensor) -> tf.Tensor:
     Forward::
 
         out = x**2
+
+    Measured float64 error of the chosen forms vs mpmath::
+
+        out: 0.0 bits mean, 0 max over 51 points
+        grad_x: 0.0 bits mean, 0 max over 63 points
+        d grad_x / d x: 0.0 bits mean, 0 max over 63 points
+        d grad_x / d grad: 0.0 bits mean, 0 max over 63 points
 
     Gradients (VJP)::
 
@@ -195,6 +216,13 @@ def cube(x: tf.Tensor) -> tf.Tensor:
 
         out = x**3
 
+    Measured float64 error of the chosen forms vs mpmath::
+
+        out: 0.0 bits mean, 0 max over 49 points
+        grad_x: 0.2 bits mean, 1 max over 51 points
+        d grad_x / d x: 0.0 bits mean, 0 max over 63 points
+        d grad_x / d grad: 0.2 bits mean, 1 max over 51 points
+
     Gradients (VJP)::
 
         grad_x = 3*grad*x**2
@@ -244,6 +272,13 @@ def sinh(x: tf.Tensor) -> tf.Tensor:
     Forward::
 
         out = sinh(x)
+
+    Measured float64 error of the chosen forms vs mpmath::
+
+        out: 0.0 bits mean, 0 max over 38 points
+        grad_x: 0.0 bits mean, 0 max over 38 points
+        d grad_x / d x: 0.0 bits mean, 0 max over 38 points
+        d grad_x / d grad: 0.0 bits mean, 0 max over 38 points
 
     Gradients (VJP)::
 
@@ -295,6 +330,13 @@ def log1pexp(x: tf.Tensor) -> tf.Tensor:
 
         out = softplus(x)
 
+    Measured float64 error of the chosen forms vs mpmath::
+
+        out: 0.8 bits mean, 50 max over 63 points
+        grad_x: 0.1 bits mean, 3 max over 63 points
+        d grad_x / d x: 0.1 bits mean, 3 max over 63 points
+        d grad_x / d grad: 0.1 bits mean, 3 max over 63 points
+
     Gradients (VJP)::
 
         grad_x = grad*sigmoid(x)
@@ -344,6 +386,18 @@ def mul(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
     Forward::
 
         out = x*y
+
+    Measured float64 error of the chosen forms vs mpmath::
+
+        out: 0.0 bits mean, 0 max over 75 points
+        grad_x: 0.0 bits mean, 0 max over 78 points
+        grad_y: 0.0 bits mean, 0 max over 78 points
+        d grad_x / d x: 0.0 bits mean, 0 max over 78 points
+        d grad_x / d y: 0.0 bits mean, 0 max over 78 points
+        d grad_x / d grad: 0.0 bits mean, 0 max over 78 points
+        d grad_y / d x: 0.0 bits mean, 0 max over 78 points
+        d grad_y / d y: 0.0 bits mean, 0 max over 78 points
+        d grad_y / d grad: 0.0 bits mean, 0 max over 78 points
 
     Gradients (VJP)::
 
@@ -423,6 +477,12 @@ def quantize(x: tf.Tensor, step: float = 0.25) -> tf.Tensor:
     Forward::
 
         out = step*sign(x)
+
+    Measured float64 error of the chosen forms vs mpmath::
+
+        out: 0.0 bits mean, 0 max over 63 points
+        d grad_x / d x: 0.0 bits mean, 0 max over 63 points
+        d grad_x / d grad: 0.0 bits mean, 0 max over 63 points
 
     Gradients (VJP)::
 

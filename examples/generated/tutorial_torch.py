@@ -104,6 +104,13 @@ class MyRelu(_MyRelu):
 
         out = relu(x)
 
+    Measured float64 error of the chosen forms vs mpmath::
+
+        out: 0.0 bits mean, 0 max over 63 points
+        grad_x: 0.0 bits mean, 0 max over 63 points
+        d grad_x / d x: 0.0 bits mean, 0 max over 63 points
+        d grad_x / d grad: 0.0 bits mean, 0 max over 63 points
+
     Gradients (VJP)::
 
         grad_x = grad*Heaviside(x, 0)
@@ -205,6 +212,13 @@ class Exp(_Exp):
     Forward::
 
         out = exp(x)
+
+    Measured float64 error of the chosen forms vs mpmath::
+
+        out: 0.0 bits mean, 0 max over 49 points
+        grad_x: 0.0 bits mean, 0 max over 49 points
+        d grad_x / d x: 0.0 bits mean, 0 max over 49 points
+        d grad_x / d grad: 0.0 bits mean, 0 max over 49 points
 
     Gradients (VJP)::
 
@@ -313,6 +327,13 @@ class Square(_Square):
 
         out = x**2
 
+    Measured float64 error of the chosen forms vs mpmath::
+
+        out: 0.0 bits mean, 0 max over 51 points
+        grad_x: 0.0 bits mean, 0 max over 63 points
+        d grad_x / d x: 0.0 bits mean, 0 max over 63 points
+        d grad_x / d grad: 0.0 bits mean, 0 max over 63 points
+
     Gradients (VJP)::
 
         grad_x = 2*grad*x
@@ -418,6 +439,13 @@ class Cube(_Cube):
 
         out = x**3
 
+    Measured float64 error of the chosen forms vs mpmath::
+
+        out: 0.0 bits mean, 0 max over 49 points
+        grad_x: 0.2 bits mean, 1 max over 51 points
+        d grad_x / d x: 0.0 bits mean, 0 max over 63 points
+        d grad_x / d grad: 0.2 bits mean, 1 max over 51 points
+
     Gradients (VJP)::
 
         grad_x = 3*grad*x**2
@@ -522,6 +550,13 @@ class Sinh(_Sinh):
     Forward::
 
         out = sinh(x)
+
+    Measured float64 error of the chosen forms vs mpmath::
+
+        out: 0.0 bits mean, 0 max over 38 points
+        grad_x: 0.0 bits mean, 0 max over 38 points
+        d grad_x / d x: 0.0 bits mean, 0 max over 38 points
+        d grad_x / d grad: 0.0 bits mean, 0 max over 38 points
 
     Gradients (VJP)::
 
@@ -629,6 +664,13 @@ class Log1pexp(_Log1pexp):
     Forward::
 
         out = softplus(x)
+
+    Measured float64 error of the chosen forms vs mpmath::
+
+        out: 0.8 bits mean, 50 max over 63 points
+        grad_x: 0.1 bits mean, 3 max over 63 points
+        d grad_x / d x: 0.1 bits mean, 3 max over 63 points
+        d grad_x / d grad: 0.1 bits mean, 3 max over 63 points
 
     Gradients (VJP)::
 
@@ -741,6 +783,18 @@ class Mul(_Mul):
     Forward::
 
         out = x*y
+
+    Measured float64 error of the chosen forms vs mpmath::
+
+        out: 0.0 bits mean, 0 max over 75 points
+        grad_x: 0.0 bits mean, 0 max over 78 points
+        grad_y: 0.0 bits mean, 0 max over 78 points
+        d grad_x / d x: 0.0 bits mean, 0 max over 78 points
+        d grad_x / d y: 0.0 bits mean, 0 max over 78 points
+        d grad_x / d grad: 0.0 bits mean, 0 max over 78 points
+        d grad_y / d x: 0.0 bits mean, 0 max over 78 points
+        d grad_y / d y: 0.0 bits mean, 0 max over 78 points
+        d grad_y / d grad: 0.0 bits mean, 0 max over 78 points
 
     Gradients (VJP)::
 
@@ -892,6 +946,12 @@ class Quantize(_Quantize):
     Forward::
 
         out = step*sign(x)
+
+    Measured float64 error of the chosen forms vs mpmath::
+
+        out: 0.0 bits mean, 0 max over 63 points
+        d grad_x / d x: 0.0 bits mean, 0 max over 63 points
+        d grad_x / d grad: 0.0 bits mean, 0 max over 63 points
 
     Gradients (VJP)::
 

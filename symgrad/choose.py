@@ -1,0 +1,205 @@
+"""Accuracy-driven choice between equivalent formulas (Herbie-style, small).
+
+Candidates are evaluated in float64 with NumPy at points sampled over the bit patterns of
+each input's domain, and compared with the exact value (mpmath, via
+:func:`symgrad.reference.exact`). The error measure is Herbie's: bits of error, log2 of
+1 + the number of floats between the computed and the correctly rounded exact value.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import struct
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import mpmath
+import numpy as np
+import sympy
+
+from symgrad import functions as F
+from symgrad.reference import exact
+from symgrad.spec import Input
+
+POINTS = 48
+
+
+@dataclass(frozen=True)
+class Accuracy:
+    """Measured error of one formula in float64."""
+
+    mean_bits: float
+    max_bits: float
+    non_finite: int  # results that are inf/nan where the exact value is finite
+    points: int
+
+    def __str__(self) -> str:
+        text = f"{self.mean_bits:.1f} bits mean, {self.max_bits:.0f} max over {self.points} points"
+        if self.non_finite:
+            text += f", {self.non_finite} non-finite"
+        return text
+
+
+def _ordered(value: float) -> int:
+    """Map a float64 to an integer so that float order is integer order."""
+    bits = struct.unpack("<q", struct.pack("<d", value))[0]
+    return bits if bits >= 0 else -(bits & 0x7FFFFFFFFFFFFFFF)
+
+
+def _from_ordered(n: int) -> float:
+    bits = n if n >= 0 else (-n) | (1 << 63)
+    return struct.unpack("<d", struct.pack("<Q", bits))[0]
+
+
+def ulps(a: float, b: float) -> int:
+    """Number of float64 steps between a and b (both finite)."""
+    return abs(_ordered(a) - _ordered(b))
+
+
+def bits_of_error(computed: float, exact_value: float) -> float:
+    """Herbie's bits of error; 64 for a non-finite result where the exact one is finite."""
+    if not math.isfinite(computed):
+        return 64.0 if math.isfinite(exact_value) else (0.0 if computed == exact_value else 64.0)
+    if not math.isfinite(exact_value):
+        return 64.0
+    return math.log2(1 + ulps(computed, exact_value))
+
+
+def sample(inputs: Sequence[Input], n: int, seed: str) -> list[dict[str, float]]:
+    """Points drawn uniformly over the float64 bit patterns inside each tensor input's domain.
+
+    Scalars take their default (or 1.0).
+    """
+    rng = random.Random(seed)
+    points = []
+    largest = _ordered(np.finfo(np.float64).max)
+    for _ in range(n):
+        point = {}
+        for inp in inputs:
+            if not inp.is_tensor:
+                point[inp.name] = inp.default if inp.has_default else 1.0
+                continue
+            lo, hi = inp.domain
+            lo_n = -largest if math.isinf(lo) else _ordered(lo)
+            hi_n = largest if math.isinf(hi) else _ordered(hi)
+            point[inp.name] = _from_ordered(rng.randint(lo_n, hi_n))
+        points.append(point)
+    return points
+
+
+def _np(fn):
+    return np.vectorize(fn, otypes=[np.float64])
+
+
+def _stable_numpy() -> dict[str, object]:
+    """NumPy evaluations of symgrad's primitives, as the frameworks compute them."""
+
+    def softplus(x):
+        return np.logaddexp(0.0, x)
+
+    def log1mexp(x):
+        return np.where(x > -math.log(2), np.log(-np.expm1(x)), np.log1p(-np.exp(x)))
+
+    def xlogy(x, y):
+        return np.where(x == 0, 0.0, x * np.log(y))
+
+    return {
+        "sigmoid": lambda x: np.exp(-np.logaddexp(0.0, -x)),
+        "softplus": softplus,
+        "log1p": np.log1p,
+        "expm1": np.expm1,
+        "log1mexp": log1mexp,
+        "logaddexp": np.logaddexp,
+        "xlogy": xlogy,
+        "hypot": np.hypot,
+        "relu": lambda x: np.maximum(x, 0.0),
+        "one_plus_erf": _np(lambda v: math.erfc(-v)),
+        "erf": _np(math.erf),
+        "erfc": _np(math.erfc),
+        "loggamma": _np(math.lgamma),
+        "gamma": _np(lambda v: math.gamma(v) if v > 0 or v != int(v) else math.nan),
+        "digamma": _np(lambda v: float(mpmath.digamma(v)) if v > 0 or v != int(v) else math.nan),
+        "polygamma": _np(lambda n, v: float(mpmath.polygamma(int(n), v))),
+        "Heaviside": lambda x, h0=0.5: np.heaviside(x, h0),
+    }
+
+
+def _evaluator(expr: sympy.Expr, symbols: Sequence[sympy.Symbol]):
+    # lambdify prints our own (whitelisted, parsed) SymPy tree; nothing from the spec text.
+    modules = [_stable_numpy(), "numpy"]
+    return sympy.lambdify(symbols, expr, modules=modules)
+
+
+def measure(
+    expr: sympy.Expr,
+    reference_expr: sympy.Expr,
+    points: Sequence[Mapping[sympy.Symbol, float]],
+    references: Sequence[float | None] | None = None,
+) -> Accuracy:
+    """Float64 error of ``expr`` against the exact value of ``reference_expr``."""
+    symbols = sorted(reference_expr.free_symbols | expr.free_symbols, key=lambda s: s.name)
+    fn = _evaluator(expr, symbols)
+    if references is None:
+        references = [exact(reference_expr, p) for p in points]
+    errors, non_finite = [], 0
+    with np.errstate(all="ignore"):
+        for point, ref in zip(points, references):
+            if ref is None or not math.isfinite(ref):
+                continue
+            try:
+                value = float(fn(*(np.float64(point[s]) for s in symbols)))
+            except (ValueError, ZeroDivisionError, OverflowError):
+                value = math.nan
+            non_finite += not math.isfinite(value)
+            errors.append(bits_of_error(value, ref))
+    if not errors:
+        return Accuracy(0.0, 0.0, 0, 0)
+    return Accuracy(sum(errors) / len(errors), max(errors), non_finite, len(errors))
+
+
+def choose(
+    candidates: Sequence[sympy.Expr],
+    points: Sequence[Mapping[sympy.Symbol, float]],
+    cost,
+) -> tuple[sympy.Expr, Accuracy]:
+    """The most accurate candidate (mean bits; within 1/2 bit the cheaper one)."""
+    reference_expr = candidates[0]
+    references = [exact(reference_expr, p) for p in points]
+    scored = []
+    for candidate in candidates:
+        try:
+            accuracy = measure(candidate, reference_expr, points, references)
+        except (TypeError, NameError, KeyError, AttributeError):
+            continue  # cannot be evaluated with NumPy: not measurable, not chosen
+        scored.append((candidate, accuracy))
+    if not scored:
+        return candidates[0], Accuracy(math.nan, math.nan, 0, 0)
+    best = min(scored, key=lambda c: (c[1].non_finite, c[1].mean_bits))
+    close = [c for c in scored if c[1].non_finite == best[1].non_finite
+             and c[1].mean_bits <= best[1].mean_bits + 0.5]
+    return min(close, key=lambda c: cost(c[0]))
+
+
+def symbol_points(
+    inputs: Sequence[Input],
+    symbols: Mapping[str, sympy.Symbol],
+    extra: Sequence[sympy.Symbol] = (),
+    n: int = POINTS,
+    seed: str = "symgrad",
+) -> list[dict[sympy.Symbol, float]]:
+    """Sample points keyed by symbol; ``extra`` symbols (upstream gradients) are 1."""
+    from symgrad.reference import extreme_points
+
+    points = [{symbols[k]: v for k, v in p.items()} for p in sample(inputs, n, seed)]
+    base = points[0] if points else {}
+    for inp in inputs:
+        if inp.is_tensor:
+            for v in extreme_points(inp):
+                points.append({**base, symbols[inp.name]: v})
+    for p in points:
+        p.update({g: 1.0 for g in extra})
+    return points
+
+
+_ = F  # the primitives must be registered before lambdify sees their names
