@@ -99,7 +99,7 @@ def test_choice_is_driven_by_measured_error():
     naive = sympy.log(1 + sympy.exp(x))
     best, accuracy = choose([naive, F.softplus(x)], points, sympy.count_ops)
     assert best == F.softplus(x)
-    assert accuracy.non_finite == 0 and accuracy.mean_bits < 1
+    assert accuracy.non_finite == 0 and accuracy.mean_bits < 2
 
 
 def test_bits_of_error():
