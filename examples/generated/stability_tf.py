@@ -300,7 +300,7 @@ def log1mexp(x: tf.Tensor) -> tf.Tensor:
     @tf.custom_gradient
     def forward(x):
         out = tf.where(
-            x > -0.6931471805599453,
+            x > -math.log(2),
             tf.math.log(-tf.math.expm1(x)),
             tf.math.log1p(-tf.math.exp(x)),
         )

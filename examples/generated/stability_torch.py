@@ -560,9 +560,7 @@ class _Log1mexp(torch.autograd.Function):
     @staticmethod
     def forward(x):
         out = torch.where(
-            x > -0.6931471805599453,
-            torch.log(-torch.expm1(x)),
-            torch.log1p(-torch.exp(x)),
+            x > -math.log(2), torch.log(-torch.expm1(x)), torch.log1p(-torch.exp(x))
         )
         return out
 

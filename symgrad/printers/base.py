@@ -244,6 +244,24 @@ class FrameworkPrinter(StrPrinter):
         # A bare integer branch would make TF infer an int dtype: print numbers as floats.
         return repr(float(value)) if value.is_Number else self._print(value)
 
+    # ------------------------------------------------------------------ primitives as formulas
+    def _print_one_plus_erf(self, expr):
+        # erfc(-x): exact for x << 0 where 1 + erf(x) cancels (unevaluated: SymPy would
+        # turn it back into 2 - erfc(x)).
+        return self._print(sympy.erfc(-expr.args[0], evaluate=False))
+
+    def _print_log1mexp(self, expr):
+        # Maechler's two regimes: log(-expm1(a)) near 0, log1p(-exp(a)) below -log(2).
+        from symgrad.functions import expm1, log1p
+
+        a = expr.args[0]
+        return self._print(
+            sympy.Piecewise(
+                (sympy.log(-expm1(a)), a > -sympy.log(2)),
+                (log1p(-sympy.exp(a)), True),
+            )
+        )
+
     def _print_Heaviside(self, expr):
         return self._print(heaviside_as_piecewise(*expr.args))
 

@@ -75,24 +75,6 @@ class TensorFlowPrinter(FrameworkPrinter):
         # own tf.norm does the plain sum of squares as well.
         return f"tf.math.sqrt(tf.math.square({x}) + tf.math.square({y}))"
 
-    def _print_one_plus_erf(self, expr):
-        if self.is_scalar(expr):
-            self.uses_math = True
-            return f"math.erfc(-({self._print(expr.args[0])}))"
-        return f"tf.math.erfc({self._print(-expr.args[0])})"
-
-    def _print_log1mexp(self, expr):
-        if self.is_scalar(expr):
-            a = self._print(expr.args[0])
-            self.uses_math = True
-            return f"(math.log(-math.expm1({a})) if {a} > -math.log(2) else math.log1p(-math.exp({a})))"
-        a = self._print(expr.args[0])
-        # log(-expm1(a)) near 0, log1p(-exp(a)) below -log(2): each exact where it is used.
-        return (
-            f"tf.where({a} > -0.6931471805599453, tf.math.log(-tf.math.expm1({a})), "
-            f"tf.math.log1p(-tf.math.exp({a})))"
-        )
-
     def _print_polygamma(self, expr):
         n, x = expr.args
         if n == 0:

@@ -57,24 +57,6 @@ class TorchPrinter(FrameworkPrinter):
         # in float64; above 40 the two agree to the last bit in every dtype.
         return f"torch.nn.functional.softplus({self._print(expr.args[0])}, threshold=40.0)"
 
-    def _print_one_plus_erf(self, expr):
-        if self.is_scalar(expr):
-            self.uses_math = True
-            return f"math.erfc(-({self._print(expr.args[0])}))"
-        return f"torch.erfc({self._print(-expr.args[0])})"
-
-    def _print_log1mexp(self, expr):
-        if self.is_scalar(expr):
-            a = self._print(expr.args[0])
-            self.uses_math = True
-            return f"(math.log(-math.expm1({a})) if {a} > -math.log(2) else math.log1p(-math.exp({a})))"
-        a = self._print(expr.args[0])
-        # log(-expm1(a)) near 0, log1p(-exp(a)) below -log(2): each exact where it is used.
-        return (
-            f"torch.where({a} > -0.6931471805599453, torch.log(-torch.expm1({a})), "
-            f"torch.log1p(-torch.exp({a})))"
-        )
-
     def _print_polygamma(self, expr):
         n, x = expr.args
         if n == 0:
