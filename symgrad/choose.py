@@ -104,7 +104,12 @@ def _stable_numpy() -> dict[str, object]:
     def xlogy(x, y):
         return np.where(x == 0, 0.0, x * np.log(y))
 
+    def xlog1py(x, y):
+        return np.where(x == 0, 0.0, x * np.log1p(y))
+
     return {
+        "xlog1py": xlog1py,
+        "erfcx": _np(lambda v: float(mpmath.exp(v * v) * mpmath.erfc(v))),
         "sigmoid": lambda x: np.exp(-np.logaddexp(0.0, -x)),
         "softplus": softplus,
         "log1p": np.log1p,

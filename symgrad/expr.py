@@ -73,6 +73,8 @@ FUNCTIONS: dict[str, tuple[Callable[..., sympy.Basic], tuple[int, ...]]] = {
     "hypot": (F.hypot, (2,)),
     "relu": (F.relu, (1,)),
     "log1mexp": (F.log1mexp, (1,)),
+    "xlog1py": (F.xlog1py, (2,)),
+    "erfcx": (F.erfcx, (1,)),
 }
 
 CONSTANTS: dict[str, sympy.Basic] = {

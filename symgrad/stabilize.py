@@ -14,6 +14,7 @@ import sympy
 from sympy import Add, Mul, Pow, exp, log
 
 from symgrad.functions import (
+    erfcx,
     expm1,
     hypot,
     log1mexp,
@@ -192,6 +193,20 @@ def log_reciprocal(node):
     return None
 
 
+def exp_square_erfc(node):
+    """exp(a**2) * erfc(a) -> erfcx(a): exp overflows and erfc underflows for large a."""
+    if not isinstance(node, Mul):
+        return None
+    for e in (f for f in node.args if isinstance(f, exp)):
+        for c in (f for f in node.args if isinstance(f, sympy.erfc)):
+            if sympy.expand(e.args[0] - c.args[0] ** 2) == 0:
+                others = list(node.args)
+                others.remove(e)
+                others.remove(c)
+                return Mul(*others) * erfcx(c.args[0])
+    return None
+
+
 def x_log_x(node):
     """x * log(x) -> xlogy(x, x): 0 at x = 0 instead of 0 * -inf = NaN."""
     if not isinstance(node, Mul):
@@ -230,6 +245,7 @@ RULES: tuple[Rule, ...] = (
     log_minus_expm1,
     sqrt_difference,
     sqrt_sum_squares,
+    exp_square_erfc,
     x_log_x,
 )
 

@@ -17,8 +17,8 @@ R = sympy.Rational
 
 # expr -> (torch, tensorflow)
 PINNED = [
-    (sympy.Max(x, 0), "torch.clamp(x, min=0)", "tf.math.maximum(0, x)"),
-    (sympy.Min(x, 1), "torch.clamp(x, max=1)", "tf.math.minimum(1, x)"),
+    (sympy.Max(x, 0), "torch.clamp(x, min=0)", "tf.math.maximum(x, 0.0)"),  # tensor first: no int32
+    (sympy.Min(x, 1), "torch.clamp(x, max=1)", "tf.math.minimum(x, 1.0)"),
     (sympy.Max(x, y), "torch.maximum(x, y)", "tf.math.maximum(x, y)"),
     (sympy.Min(x, y), "torch.minimum(x, y)", "tf.math.minimum(x, y)"),
     (
@@ -151,3 +151,8 @@ def test_printed_torch_matches_sympy(expr, values):
     subs = {sympy.Symbol(k, real=True): sympy.Float(v, 30) for k, v in values.items()}
     exact = float(expr.evalf(30, subs=subs))
     assert got == pytest.approx(exact, rel=1e-12, abs=1e-300)
+
+
+def test_scalar_reciprocal_square_root_uses_math():
+    expr = sympy.pi ** sympy.Rational(-1, 2)
+    assert TorchPrinter().doprint(expr) == "1 / math.sqrt(math.pi)"

@@ -38,6 +38,8 @@ CASES = {
     "sqrt_difference": ("sqrt(x + 1) - sqrt(x)", {"x": 1e16}, sympy.Pow, False, None),
     # d2/dx2 log(1 - exp(x)) at x = -1000 is exp(1000)/expm1(1000)**2 = inf/inf naively.
     "exp_over_expm1_power": ("exp(x)/expm1(x)**2", {"x": 1000.0}, F.expm1, False, None),
+    # exp(900) overflows, erfc(30) underflows: inf * 0.
+    "exp_square_erfc": ("exp(x**2)*erfc(x)", {"x": 30.0}, F.erfcx, False, None),
 }
 
 

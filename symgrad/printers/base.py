@@ -98,7 +98,9 @@ class FrameworkPrinter(StrPrinter):
         return self.names.get(expr, expr.name)
 
     def _print_Integer(self, expr):
-        return str(int(expr))
+        value = int(expr)
+        # Frameworks take int64 at most; past 2**53 a float literal is as exact as float64 gets.
+        return str(value) if abs(value) <= 2**53 else repr(float(value))
 
     def _print_Rational(self, expr):
         return repr(float(expr))
@@ -148,6 +150,9 @@ class FrameworkPrinter(StrPrinter):
             if e == sympy.S.Half:
                 self.uses_math = True
                 return self.call("math.sqrt", base)
+            if e == -sympy.S.Half:
+                self.uses_math = True
+                return f"1 / {self.call('math.sqrt', base)}"
             return super()._print_Pow(expr, rational)
         if e == sympy.S.Half:
             return self.call(self.sqrt, base)

@@ -41,7 +41,25 @@ class TensorFlowPrinter(FrameworkPrinter):
         "softplus": "tf.math.softplus",
         "xlogy": "tf.math.xlogy",
         "relu": "tf.nn.relu",
+        "xlog1py": "tf.math.xlog1py",
     }
+
+    def _print_erfcx(self, expr):
+        if self.is_scalar(expr):
+            return super()._print_Function(expr)
+        # TF has no erfcx: exp(a**2) erfc(a) below a = 9 (finite even in float32), the
+        # asymptotic series above (see symgrad.functions.erfcx_series).
+        from symgrad.functions import erfcx, erfcx_series
+
+        a = expr.args[0]
+        cut = erfcx.SERIES_FROM
+        series = erfcx_series(sympy.Max(a, cut))  # Max/Min keep the unused branch finite
+        return self._print(
+            sympy.Piecewise(
+                (sympy.exp(sympy.Min(a, cut) ** 2) * sympy.erfc(sympy.Min(a, cut)), a < cut),
+                (series, True),
+            )
+        )
 
     def full_like(self, ref: sympy.Symbol, value: sympy.Expr) -> str:
         return f"tf.fill(tf.shape({self._print(ref)}), tf.constant({self._print(value)}, {self._print(ref)}.dtype))"
@@ -91,21 +109,21 @@ class TensorFlowPrinter(FrameworkPrinter):
             f"(tf.math.floormod(tf.math.floor({x}), 2) == 1), {x}.dtype))"
         )
 
-    def _print_Max(self, expr):
+    def _minmax(self, expr, op: str, py: str) -> str:
         if self.is_scalar(expr):
-            return f"max({', '.join(self._print(a) for a in expr.args)})"
-        result = self._print(expr.args[0])
-        for a in expr.args[1:]:
-            result = f"tf.math.maximum({result}, {self._print(a)})"
+            return f"{py}({', '.join(self._print(a) for a in expr.args)})"
+        # Tensors first: TF converts a leading Python number to int32/float32 on its own.
+        args = sorted(expr.args, key=self.is_scalar)
+        result = self._print(args[0])
+        for a in args[1:]:
+            result = f"{op}({result}, {repr(float(a)) if a.is_Number else self._print(a)})"
         return result
 
+    def _print_Max(self, expr):
+        return self._minmax(expr, "tf.math.maximum", "max")
+
     def _print_Min(self, expr):
-        if self.is_scalar(expr):
-            return f"min({', '.join(self._print(a) for a in expr.args)})"
-        result = self._print(expr.args[0])
-        for a in expr.args[1:]:
-            result = f"tf.math.minimum({result}, {self._print(a)})"
-        return result
+        return self._minmax(expr, "tf.math.minimum", "min")
 
     def _print_Piecewise(self, expr):
         return self.print_piecewise(expr)

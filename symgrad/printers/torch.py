@@ -42,6 +42,8 @@ class TorchPrinter(FrameworkPrinter):
         "xlogy": "torch.xlogy",
         "hypot": "torch.hypot",
         "relu": "torch.relu",
+        "erfcx": "torch.special.erfcx",
+        "xlog1py": "torch.special.xlog1py",
     }
 
     def full_like(self, ref: sympy.Symbol, value: sympy.Expr) -> str:
