@@ -113,6 +113,7 @@ class Kernel:
     backward: Method | None = None
     jvp: Method | None = None
     once_differentiable: bool = False
+    math_name: str = ""  # torch: the module-level function holding the forward's math
 
 
 @dataclass
@@ -345,6 +346,7 @@ class _TorchPlanner:
             name=fn.class_name,
             doc=[],
             inputs=inputs,
+            math_name=f"_{fn.name}_forward",
             forward=forward,
             setup=setup_method,
             backward=backward,
@@ -453,6 +455,7 @@ class _TorchPlanner:
             name=self.grad_class(i),
             doc=[],
             inputs=args,
+            math_name=f"_{self.fn.name}_grad_{i}",
             forward=forward,
             setup=setup_method,
             backward=backward,

@@ -32,41 +32,50 @@ __all__ = [
     "weighted_bce",
 ]
 
-# The fused path: every function of this module through torch.compile (one kernel for the
-# forward, one for the backward). Off by default; `use_fused()` turns it on.
+# The fused path: the math of every forward and first backward through torch.compile, one
+# fused kernel each. The autograd structure around it stays eager, so double backward,
+# forward mode and vmap are unchanged. Off by default; `use_fused()` turns it on.
 _fused_enabled = False
 _compiled: dict[Callable, Callable] = {}
 
 
 def use_fused(enabled: bool = True) -> None:
-    """Route this module's functions through ``torch.compile`` (dynamic shapes).
+    """Compile this module's forward and backward math with ``torch.compile``.
 
-    Falls back to the eager code, with a warning, where compilation is not available.
+    Dynamic shapes (no recompiles for new sizes); where compilation fails the eager code
+    runs instead, with a warning.
     """
     global _fused_enabled
     _fused_enabled = enabled
 
 
-def _call(eager: Callable, *args):
-    """``eager(*args)``, through its compiled version when the fused path is on."""
+def _run(math_fn: Callable, *args):
+    """``math_fn(*args)``, through its compiled version when the fused path is on."""
     if not _fused_enabled or torch.compiler.is_compiling():
-        return eager(*args)
-    compiled = _compiled.get(eager)
+        return math_fn(*args)
+    compiled = _compiled.get(math_fn)
     if compiled is None:
-        compiled = _compiled[eager] = torch.compile(eager, dynamic=True, fullgraph=True)
-    if compiled is eager:
-        return eager(*args)
+        compiled = _compiled[math_fn] = torch.compile(
+            math_fn, dynamic=True, fullgraph=True
+        )
+    if compiled is math_fn:
+        return math_fn(*args)
     try:
         return compiled(*args)
     except Exception as error:  # noqa: BLE001 - any compiler failure: keep the eager code
         warnings.warn(
             f"torch.compile unavailable ({error}); using eager code", stacklevel=3
         )
-        _compiled[eager] = eager
-        return eager(*args)
+        _compiled[math_fn] = math_fn
+        return math_fn(*args)
 
 
 # --- softplus --------------------------------------------------------------
+
+
+def _softplus_forward(x):
+    out = torch.nn.functional.softplus(x, threshold=40.0)
+    return out
 
 
 class _Softplus(torch.autograd.Function):
@@ -76,8 +85,7 @@ class _Softplus(torch.autograd.Function):
 
     @staticmethod
     def forward(x):
-        out = torch.nn.functional.softplus(x, threshold=40.0)
-        return out
+        return _run(_softplus_forward, x)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -128,6 +136,11 @@ class Softplus(_Softplus):
         return out_t
 
 
+def _softplus_grad_x(x, grad):
+    grad_x = grad * torch.sigmoid(x)
+    return grad_x
+
+
 class _SoftplusBackward(torch.autograd.Function):
     """The gradient of softplus: forward is the VJP, backward the derived second order."""
 
@@ -135,8 +148,7 @@ class _SoftplusBackward(torch.autograd.Function):
 
     @staticmethod
     def forward(x, grad):
-        grad_x = grad * torch.sigmoid(x)
-        return grad_x
+        return _run(_softplus_grad_x, x, grad)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -172,16 +184,17 @@ def softplus(x: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`Softplus`.
     """
-    return _call(_softplus, x)
-
-
-def _softplus(x):
     # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
     function = _Softplus if torch.compiler.is_compiling() else Softplus
     return function.apply(x)
 
 
 # --- scaled_softplus -------------------------------------------------------
+
+
+def _scaled_softplus_forward(x, beta):
+    out = torch.nn.functional.softplus(beta * x, threshold=40.0) / beta
+    return out
 
 
 class _ScaledSoftplus(torch.autograd.Function):
@@ -191,8 +204,7 @@ class _ScaledSoftplus(torch.autograd.Function):
 
     @staticmethod
     def forward(x, beta):
-        out = torch.nn.functional.softplus(beta * x, threshold=40.0) / beta
-        return out
+        return _run(_scaled_softplus_forward, x, beta)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -247,6 +259,11 @@ class ScaledSoftplus(_ScaledSoftplus):
         return out_t
 
 
+def _scaled_softplus_grad_x(x, grad, beta):
+    grad_x = grad * torch.sigmoid(beta * x)
+    return grad_x
+
+
 class _ScaledSoftplusBackward(torch.autograd.Function):
     """The gradient of scaled_softplus: forward is the VJP, backward the derived second order."""
 
@@ -254,8 +271,7 @@ class _ScaledSoftplusBackward(torch.autograd.Function):
 
     @staticmethod
     def forward(x, grad, beta):
-        grad_x = grad * torch.sigmoid(beta * x)
-        return grad_x
+        return _run(_scaled_softplus_grad_x, x, grad, beta)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -296,16 +312,17 @@ def scaled_softplus(x: torch.Tensor, beta: float = 1.0) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`ScaledSoftplus`.
     """
-    return _call(_scaled_softplus, x, beta)
-
-
-def _scaled_softplus(x, beta):
     # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
     function = _ScaledSoftplus if torch.compiler.is_compiling() else ScaledSoftplus
     return function.apply(x, beta)
 
 
 # --- mul -------------------------------------------------------------------
+
+
+def _mul_forward(x, y):
+    out = x * y
+    return out
 
 
 class _Mul(torch.autograd.Function):
@@ -315,8 +332,7 @@ class _Mul(torch.autograd.Function):
 
     @staticmethod
     def forward(x, y):
-        out = x * y
-        return out
+        return _run(_mul_forward, x, y)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -381,6 +397,11 @@ class Mul(_Mul):
         return out_t
 
 
+def _mul_grad_x(y, grad):
+    grad_x = grad * y
+    return grad_x
+
+
 class _MulBackwardX(torch.autograd.Function):
     """The gradient of mul: forward is the VJP, backward the derived second order."""
 
@@ -388,8 +409,7 @@ class _MulBackwardX(torch.autograd.Function):
 
     @staticmethod
     def forward(y, grad):
-        grad_x = grad * y
-        return grad_x
+        return _run(_mul_grad_x, y, grad)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -421,6 +441,11 @@ class MulBackwardX(_MulBackwardX):
         return grad_x_t
 
 
+def _mul_grad_y(x, grad):
+    grad_y = grad * x
+    return grad_y
+
+
 class _MulBackwardY(torch.autograd.Function):
     """The gradient of mul: forward is the VJP, backward the derived second order."""
 
@@ -428,8 +453,7 @@ class _MulBackwardY(torch.autograd.Function):
 
     @staticmethod
     def forward(x, grad):
-        grad_y = grad * x
-        return grad_y
+        return _run(_mul_grad_y, x, grad)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -466,16 +490,18 @@ def mul(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`Mul`.
     """
-    return _call(_mul, x, y)
-
-
-def _mul(x, y):
     # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
     function = _Mul if torch.compiler.is_compiling() else Mul
     return function.apply(x, y)
 
 
 # --- sinh_cosh -------------------------------------------------------------
+
+
+def _sinh_cosh_forward(x):
+    s = torch.sinh(x)
+    c = torch.cosh(x)
+    return s, c
 
 
 class _SinhCosh(torch.autograd.Function):
@@ -485,9 +511,7 @@ class _SinhCosh(torch.autograd.Function):
 
     @staticmethod
     def forward(x):
-        s = torch.sinh(x)
-        c = torch.cosh(x)
-        return s, c
+        return _run(_sinh_cosh_forward, x)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -543,6 +567,11 @@ class SinhCosh(_SinhCosh):
         return s_t, c_t
 
 
+def _sinh_cosh_grad_x(x, grad_s, grad_c):
+    grad_x = grad_c * torch.sinh(x) + grad_s * torch.cosh(x)
+    return grad_x
+
+
 class _SinhCoshBackward(torch.autograd.Function):
     """The gradient of sinh_cosh: forward is the VJP, backward the derived second order."""
 
@@ -550,8 +579,7 @@ class _SinhCoshBackward(torch.autograd.Function):
 
     @staticmethod
     def forward(x, grad_s, grad_c):
-        grad_x = grad_c * torch.sinh(x) + grad_s * torch.cosh(x)
-        return grad_x
+        return _run(_sinh_cosh_grad_x, x, grad_s, grad_c)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -591,16 +619,17 @@ def sinh_cosh(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
     Differentiable with the derived formulas of :class:`SinhCosh`.
     """
-    return _call(_sinh_cosh, x)
-
-
-def _sinh_cosh(x):
     # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
     function = _SinhCosh if torch.compiler.is_compiling() else SinhCosh
     return function.apply(x)
 
 
 # --- log_ratio -------------------------------------------------------------
+
+
+def _log_ratio_forward(x, y):
+    out = torch.log(x / y)
+    return out
 
 
 class _LogRatio(torch.autograd.Function):
@@ -610,8 +639,7 @@ class _LogRatio(torch.autograd.Function):
 
     @staticmethod
     def forward(x, y):
-        out = torch.log(x / y)
-        return out
+        return _run(_log_ratio_forward, x, y)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -684,6 +712,11 @@ class LogRatio(_LogRatio):
         return out_t
 
 
+def _log_ratio_grad_x(x, grad):
+    grad_x = grad / x
+    return grad_x
+
+
 class _LogRatioBackwardX(torch.autograd.Function):
     """The gradient of log_ratio: forward is the VJP, backward the derived second order."""
 
@@ -691,8 +724,7 @@ class _LogRatioBackwardX(torch.autograd.Function):
 
     @staticmethod
     def forward(x, grad):
-        grad_x = grad / x
-        return grad_x
+        return _run(_log_ratio_grad_x, x, grad)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -724,6 +756,11 @@ class LogRatioBackwardX(_LogRatioBackwardX):
         return grad_x_t
 
 
+def _log_ratio_grad_y(y, grad):
+    grad_y = -grad / y
+    return grad_y
+
+
 class _LogRatioBackwardY(torch.autograd.Function):
     """The gradient of log_ratio: forward is the VJP, backward the derived second order."""
 
@@ -731,8 +768,7 @@ class _LogRatioBackwardY(torch.autograd.Function):
 
     @staticmethod
     def forward(y, grad):
-        grad_y = -grad / y
-        return grad_y
+        return _run(_log_ratio_grad_y, y, grad)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -769,16 +805,19 @@ def log_ratio(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`LogRatio`.
     """
-    return _call(_log_ratio, x, y)
-
-
-def _log_ratio(x, y):
     # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
     function = _LogRatio if torch.compiler.is_compiling() else LogRatio
     return function.apply(x, y)
 
 
 # --- weighted_bce ----------------------------------------------------------
+
+
+def _weighted_bce_forward(z, target):
+    out = target * torch.nn.functional.softplus(-z, threshold=40.0) + (
+        1 - target
+    ) * torch.nn.functional.softplus(z, threshold=40.0)
+    return out
 
 
 class _WeightedBce(torch.autograd.Function):
@@ -788,10 +827,7 @@ class _WeightedBce(torch.autograd.Function):
 
     @staticmethod
     def forward(z, target):
-        out = target * torch.nn.functional.softplus(-z, threshold=40.0) + (
-            1 - target
-        ) * torch.nn.functional.softplus(z, threshold=40.0)
-        return out
+        return _run(_weighted_bce_forward, z, target)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -845,6 +881,11 @@ class WeightedBce(_WeightedBce):
         return out_t
 
 
+def _weighted_bce_grad_z(z, target, grad):
+    grad_z = grad * (-target * torch.sigmoid(-z) + (1 - target) * torch.sigmoid(z))
+    return grad_z
+
+
 class _WeightedBceBackward(torch.autograd.Function):
     """The gradient of weighted_bce: forward is the VJP, backward the derived second order."""
 
@@ -852,8 +893,7 @@ class _WeightedBceBackward(torch.autograd.Function):
 
     @staticmethod
     def forward(z, target, grad):
-        grad_z = grad * (-target * torch.sigmoid(-z) + (1 - target) * torch.sigmoid(z))
-        return grad_z
+        return _run(_weighted_bce_grad_z, z, target, grad)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -894,16 +934,17 @@ def weighted_bce(z: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`WeightedBce`.
     """
-    return _call(_weighted_bce, z, target)
-
-
-def _weighted_bce(z, target):
     # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
     function = _WeightedBce if torch.compiler.is_compiling() else WeightedBce
     return function.apply(z, target)
 
 
 # --- binarize --------------------------------------------------------------
+
+
+def _binarize_forward(x):
+    out = torch.where(x >= 0, 1.0, torch.full_like(x, 0))
+    return out
 
 
 class _Binarize(torch.autograd.Function):
@@ -913,8 +954,7 @@ class _Binarize(torch.autograd.Function):
 
     @staticmethod
     def forward(x):
-        out = torch.where(x >= 0, 1.0, torch.full_like(x, 0))
-        return out
+        return _run(_binarize_forward, x)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -964,6 +1004,11 @@ class Binarize(_Binarize):
         return out_t
 
 
+def _binarize_grad_x(x, grad):
+    grad_x = grad * torch.where(torch.abs(x) <= 1, 1.0, torch.full_like(x, 0))
+    return grad_x
+
+
 class _BinarizeBackward(torch.autograd.Function):
     """The gradient of binarize: forward is the VJP, backward the derived second order."""
 
@@ -971,8 +1016,7 @@ class _BinarizeBackward(torch.autograd.Function):
 
     @staticmethod
     def forward(x, grad):
-        grad_x = grad * torch.where(torch.abs(x) <= 1, 1.0, torch.full_like(x, 0))
-        return grad_x
+        return _run(_binarize_grad_x, x, grad)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -1006,16 +1050,21 @@ def binarize(x: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`Binarize`.
     """
-    return _call(_binarize, x)
-
-
-def _binarize(x):
     # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
     function = _Binarize if torch.compiler.is_compiling() else Binarize
     return function.apply(x)
 
 
 # --- tanh_shrink_order1 ----------------------------------------------------
+
+
+def _tanh_shrink_order1_forward(x):
+    out = torch.where(
+        torch.abs(x) < 0.015899658203125,
+        -62 * x**9 / 2835 + 17 * x**7 / 315 - 2 * x**5 / 15 + x**3 / 3,
+        x - torch.tanh(x),
+    )
+    return out
 
 
 class _TanhShrinkOrder1(torch.autograd.Function):
@@ -1025,12 +1074,7 @@ class _TanhShrinkOrder1(torch.autograd.Function):
 
     @staticmethod
     def forward(x):
-        out = torch.where(
-            torch.abs(x) < 0.015899658203125,
-            -62 * x**9 / 2835 + 17 * x**7 / 315 - 2 * x**5 / 15 + x**3 / 3,
-            x - torch.tanh(x),
-        )
-        return out
+        return _run(_tanh_shrink_order1_forward, x)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -1090,10 +1134,6 @@ def tanh_shrink_order1(x: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`TanhShrinkOrder1`.
     """
-    return _call(_tanh_shrink_order1, x)
-
-
-def _tanh_shrink_order1(x):
     # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
     function = _TanhShrinkOrder1 if torch.compiler.is_compiling() else TanhShrinkOrder1
     return function.apply(x)

@@ -45,41 +45,50 @@ __all__ = [
     "use_fused",
 ]
 
-# The fused path: every function of this module through torch.compile (one kernel for the
-# forward, one for the backward). Off by default; `use_fused()` turns it on.
+# The fused path: the math of every forward and first backward through torch.compile, one
+# fused kernel each. The autograd structure around it stays eager, so double backward,
+# forward mode and vmap are unchanged. Off by default; `use_fused()` turns it on.
 _fused_enabled = False
 _compiled: dict[Callable, Callable] = {}
 
 
 def use_fused(enabled: bool = True) -> None:
-    """Route this module's functions through ``torch.compile`` (dynamic shapes).
+    """Compile this module's forward and backward math with ``torch.compile``.
 
-    Falls back to the eager code, with a warning, where compilation is not available.
+    Dynamic shapes (no recompiles for new sizes); where compilation fails the eager code
+    runs instead, with a warning.
     """
     global _fused_enabled
     _fused_enabled = enabled
 
 
-def _call(eager: Callable, *args):
-    """``eager(*args)``, through its compiled version when the fused path is on."""
+def _run(math_fn: Callable, *args):
+    """``math_fn(*args)``, through its compiled version when the fused path is on."""
     if not _fused_enabled or torch.compiler.is_compiling():
-        return eager(*args)
-    compiled = _compiled.get(eager)
+        return math_fn(*args)
+    compiled = _compiled.get(math_fn)
     if compiled is None:
-        compiled = _compiled[eager] = torch.compile(eager, dynamic=True, fullgraph=True)
-    if compiled is eager:
-        return eager(*args)
+        compiled = _compiled[math_fn] = torch.compile(
+            math_fn, dynamic=True, fullgraph=True
+        )
+    if compiled is math_fn:
+        return math_fn(*args)
     try:
         return compiled(*args)
     except Exception as error:  # noqa: BLE001 - any compiler failure: keep the eager code
         warnings.warn(
             f"torch.compile unavailable ({error}); using eager code", stacklevel=3
         )
-        _compiled[eager] = eager
-        return eager(*args)
+        _compiled[math_fn] = math_fn
+        return math_fn(*args)
 
 
 # --- softplus --------------------------------------------------------------
+
+
+def _softplus_forward(x):
+    out = torch.nn.functional.softplus(x, threshold=40.0)
+    return out
 
 
 class _Softplus(torch.autograd.Function):
@@ -89,8 +98,7 @@ class _Softplus(torch.autograd.Function):
 
     @staticmethod
     def forward(x):
-        out = torch.nn.functional.softplus(x, threshold=40.0)
-        return out
+        return _run(_softplus_forward, x)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -141,6 +149,11 @@ class Softplus(_Softplus):
         return out_t
 
 
+def _softplus_grad_x(x, grad):
+    grad_x = grad * torch.sigmoid(x)
+    return grad_x
+
+
 class _SoftplusBackward(torch.autograd.Function):
     """The gradient of softplus: forward is the VJP, backward the derived second order."""
 
@@ -148,8 +161,7 @@ class _SoftplusBackward(torch.autograd.Function):
 
     @staticmethod
     def forward(x, grad):
-        grad_x = grad * torch.sigmoid(x)
-        return grad_x
+        return _run(_softplus_grad_x, x, grad)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -185,16 +197,17 @@ def softplus(x: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`Softplus`.
     """
-    return _call(_softplus, x)
-
-
-def _softplus(x):
     # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
     function = _Softplus if torch.compiler.is_compiling() else Softplus
     return function.apply(x)
 
 
 # --- log_sigmoid -----------------------------------------------------------
+
+
+def _log_sigmoid_forward(x):
+    out = -torch.nn.functional.softplus(-x, threshold=40.0)
+    return out
 
 
 class _LogSigmoid(torch.autograd.Function):
@@ -204,8 +217,7 @@ class _LogSigmoid(torch.autograd.Function):
 
     @staticmethod
     def forward(x):
-        out = -torch.nn.functional.softplus(-x, threshold=40.0)
-        return out
+        return _run(_log_sigmoid_forward, x)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -258,6 +270,11 @@ class LogSigmoid(_LogSigmoid):
         return out_t
 
 
+def _log_sigmoid_grad_x(x, grad):
+    grad_x = grad * torch.sigmoid(-x)
+    return grad_x
+
+
 class _LogSigmoidBackward(torch.autograd.Function):
     """The gradient of log_sigmoid: forward is the VJP, backward the derived second order."""
 
@@ -265,8 +282,7 @@ class _LogSigmoidBackward(torch.autograd.Function):
 
     @staticmethod
     def forward(x, grad):
-        grad_x = grad * torch.sigmoid(-x)
-        return grad_x
+        return _run(_log_sigmoid_grad_x, x, grad)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -302,16 +318,19 @@ def log_sigmoid(x: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`LogSigmoid`.
     """
-    return _call(_log_sigmoid, x)
-
-
-def _log_sigmoid(x):
     # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
     function = _LogSigmoid if torch.compiler.is_compiling() else LogSigmoid
     return function.apply(x)
 
 
 # --- bce_sigmoid -----------------------------------------------------------
+
+
+def _bce_sigmoid_forward(z, target):
+    out = target * torch.nn.functional.softplus(-z, threshold=40.0) + (
+        1 - target
+    ) * torch.nn.functional.softplus(z, threshold=40.0)
+    return out
 
 
 class _BceSigmoid(torch.autograd.Function):
@@ -321,10 +340,7 @@ class _BceSigmoid(torch.autograd.Function):
 
     @staticmethod
     def forward(z, target):
-        out = target * torch.nn.functional.softplus(-z, threshold=40.0) + (
-            1 - target
-        ) * torch.nn.functional.softplus(z, threshold=40.0)
-        return out
+        return _run(_bce_sigmoid_forward, z, target)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -378,6 +394,11 @@ class BceSigmoid(_BceSigmoid):
         return out_t
 
 
+def _bce_sigmoid_grad_z(z, target, grad):
+    grad_z = grad * (-target * torch.sigmoid(-z) + (1 - target) * torch.sigmoid(z))
+    return grad_z
+
+
 class _BceSigmoidBackward(torch.autograd.Function):
     """The gradient of bce_sigmoid: forward is the VJP, backward the derived second order."""
 
@@ -385,8 +406,7 @@ class _BceSigmoidBackward(torch.autograd.Function):
 
     @staticmethod
     def forward(z, target, grad):
-        grad_z = grad * (-target * torch.sigmoid(-z) + (1 - target) * torch.sigmoid(z))
-        return grad_z
+        return _run(_bce_sigmoid_grad_z, z, target, grad)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -427,16 +447,17 @@ def bce_sigmoid(z: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`BceSigmoid`.
     """
-    return _call(_bce_sigmoid, z, target)
-
-
-def _bce_sigmoid(z, target):
     # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
     function = _BceSigmoid if torch.compiler.is_compiling() else BceSigmoid
     return function.apply(z, target)
 
 
 # --- logit -----------------------------------------------------------------
+
+
+def _logit_forward(p):
+    out = torch.log(p / (1 - p))
+    return out
 
 
 class _Logit(torch.autograd.Function):
@@ -446,8 +467,7 @@ class _Logit(torch.autograd.Function):
 
     @staticmethod
     def forward(p):
-        out = torch.log(p / (1 - p))
-        return out
+        return _run(_logit_forward, p)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -498,6 +518,11 @@ class Logit(_Logit):
         return out_t
 
 
+def _logit_grad_p(p, grad):
+    grad_p = -grad / (p * (p - 1))
+    return grad_p
+
+
 class _LogitBackward(torch.autograd.Function):
     """The gradient of logit: forward is the VJP, backward the derived second order."""
 
@@ -505,8 +530,7 @@ class _LogitBackward(torch.autograd.Function):
 
     @staticmethod
     def forward(p, grad):
-        grad_p = -grad / (p * (p - 1))
-        return grad_p
+        return _run(_logit_grad_p, p, grad)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -542,16 +566,19 @@ def logit(p: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`Logit`.
     """
-    return _call(_logit, p)
-
-
-def _logit(p):
     # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
     function = _Logit if torch.compiler.is_compiling() else Logit
     return function.apply(p)
 
 
 # --- log1mexp --------------------------------------------------------------
+
+
+def _log1mexp_forward(x):
+    out = torch.where(
+        x > -math.log(2), torch.log(-torch.expm1(x)), torch.log1p(-torch.exp(x))
+    )
+    return out
 
 
 class _Log1mexp(torch.autograd.Function):
@@ -561,10 +588,7 @@ class _Log1mexp(torch.autograd.Function):
 
     @staticmethod
     def forward(x):
-        out = torch.where(
-            x > -math.log(2), torch.log(-torch.expm1(x)), torch.log1p(-torch.exp(x))
-        )
-        return out
+        return _run(_log1mexp_forward, x)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -615,6 +639,11 @@ class Log1mexp(_Log1mexp):
         return out_t
 
 
+def _log1mexp_grad_x(x, grad):
+    grad_x = -grad / torch.expm1(-x)
+    return grad_x
+
+
 class _Log1mexpBackward(torch.autograd.Function):
     """The gradient of log1mexp: forward is the VJP, backward the derived second order."""
 
@@ -622,8 +651,7 @@ class _Log1mexpBackward(torch.autograd.Function):
 
     @staticmethod
     def forward(x, grad):
-        grad_x = -grad / torch.expm1(-x)
-        return grad_x
+        return _run(_log1mexp_grad_x, x, grad)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -659,16 +687,17 @@ def log1mexp(x: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`Log1mexp`.
     """
-    return _call(_log1mexp, x)
-
-
-def _log1mexp(x):
     # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
     function = _Log1mexp if torch.compiler.is_compiling() else Log1mexp
     return function.apply(x)
 
 
 # --- mish ------------------------------------------------------------------
+
+
+def _mish_forward(x):
+    out = x * torch.tanh(torch.nn.functional.softplus(x, threshold=40.0))
+    return out
 
 
 class _Mish(torch.autograd.Function):
@@ -678,8 +707,7 @@ class _Mish(torch.autograd.Function):
 
     @staticmethod
     def forward(x):
-        out = x * torch.tanh(torch.nn.functional.softplus(x, threshold=40.0))
-        return out
+        return _run(_mish_forward, x)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -729,6 +757,12 @@ class Mish(_Mish):
         return out_t
 
 
+def _mish_grad_x(x, grad):
+    t0 = torch.nn.functional.softplus(x, threshold=40.0)
+    grad_x = grad * (x * torch.sigmoid(x) / torch.cosh(t0) ** 2 + torch.tanh(t0))
+    return grad_x
+
+
 class _MishBackward(torch.autograd.Function):
     """The gradient of mish: forward is the VJP, backward the derived second order."""
 
@@ -736,9 +770,7 @@ class _MishBackward(torch.autograd.Function):
 
     @staticmethod
     def forward(x, grad):
-        t0 = torch.nn.functional.softplus(x, threshold=40.0)
-        grad_x = grad * (x * torch.sigmoid(x) / torch.cosh(t0) ** 2 + torch.tanh(t0))
-        return grad_x
+        return _run(_mish_grad_x, x, grad)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -791,16 +823,18 @@ def mish(x: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`Mish`.
     """
-    return _call(_mish, x)
-
-
-def _mish(x):
     # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
     function = _Mish if torch.compiler.is_compiling() else Mish
     return function.apply(x)
 
 
 # --- gelu ------------------------------------------------------------------
+
+
+def _gelu_forward(x):
+    t0 = x / 2
+    out = t0 * torch.erfc(-math.sqrt(2) * t0)
+    return out
 
 
 class _Gelu(torch.autograd.Function):
@@ -810,9 +844,7 @@ class _Gelu(torch.autograd.Function):
 
     @staticmethod
     def forward(x):
-        t0 = x / 2
-        out = t0 * torch.erfc(-math.sqrt(2) * t0)
-        return out
+        return _run(_gelu_forward, x)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -864,6 +896,14 @@ class Gelu(_Gelu):
         return out_t
 
 
+def _gelu_grad_x(x, grad):
+    t0 = math.sqrt(2) * x / 2
+    grad_x = grad * (
+        t0 * torch.exp(-(x**2) / 2) / math.sqrt(math.pi) + torch.erfc(-t0) / 2
+    )
+    return grad_x
+
+
 class _GeluBackward(torch.autograd.Function):
     """The gradient of gelu: forward is the VJP, backward the derived second order."""
 
@@ -871,11 +911,7 @@ class _GeluBackward(torch.autograd.Function):
 
     @staticmethod
     def forward(x, grad):
-        t0 = math.sqrt(2) * x / 2
-        grad_x = grad * (
-            t0 * torch.exp(-(x**2) / 2) / math.sqrt(math.pi) + torch.erfc(-t0) / 2
-        )
-        return grad_x
+        return _run(_gelu_grad_x, x, grad)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -927,16 +963,17 @@ def gelu(x: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`Gelu`.
     """
-    return _call(_gelu, x)
-
-
-def _gelu(x):
     # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
     function = _Gelu if torch.compiler.is_compiling() else Gelu
     return function.apply(x)
 
 
 # --- swish -----------------------------------------------------------------
+
+
+def _swish_forward(x, beta):
+    out = x * torch.sigmoid(beta * x)
+    return out
 
 
 class _Swish(torch.autograd.Function):
@@ -946,8 +983,7 @@ class _Swish(torch.autograd.Function):
 
     @staticmethod
     def forward(x, beta):
-        out = x * torch.sigmoid(beta * x)
-        return out
+        return _run(_swish_forward, x, beta)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -1001,6 +1037,12 @@ class Swish(_Swish):
         return out_t
 
 
+def _swish_grad_x(x, grad, beta):
+    t0 = beta * x
+    grad_x = grad * (t0 * torch.sigmoid(-t0) + 1) * torch.sigmoid(t0)
+    return grad_x
+
+
 class _SwishBackward(torch.autograd.Function):
     """The gradient of swish: forward is the VJP, backward the derived second order."""
 
@@ -1008,9 +1050,7 @@ class _SwishBackward(torch.autograd.Function):
 
     @staticmethod
     def forward(x, grad, beta):
-        t0 = beta * x
-        grad_x = grad * (t0 * torch.sigmoid(-t0) + 1) * torch.sigmoid(t0)
-        return grad_x
+        return _run(_swish_grad_x, x, grad, beta)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -1058,16 +1098,22 @@ def swish(x: torch.Tensor, beta: float = 1.0) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`Swish`.
     """
-    return _call(_swish, x, beta)
-
-
-def _swish(x, beta):
     # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
     function = _Swish if torch.compiler.is_compiling() else Swish
     return function.apply(x, beta)
 
 
 # --- focal_loss ------------------------------------------------------------
+
+
+def _focal_loss_forward(z, target, gamma):
+    t0 = -z
+    out = target * torch.sigmoid(t0) ** gamma * torch.nn.functional.softplus(
+        t0, threshold=40.0
+    ) + (1 - target) * torch.sigmoid(z) ** gamma * torch.nn.functional.softplus(
+        z, threshold=40.0
+    )
+    return out
 
 
 class _FocalLoss(torch.autograd.Function):
@@ -1077,13 +1123,7 @@ class _FocalLoss(torch.autograd.Function):
 
     @staticmethod
     def forward(z, target, gamma):
-        t0 = -z
-        out = target * torch.sigmoid(t0) ** gamma * torch.nn.functional.softplus(
-            t0, threshold=40.0
-        ) + (1 - target) * torch.sigmoid(z) ** gamma * torch.nn.functional.softplus(
-            z, threshold=40.0
-        )
-        return out
+        return _run(_focal_loss_forward, z, target, gamma)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -1157,6 +1197,25 @@ class FocalLoss(_FocalLoss):
         return out_t
 
 
+def _focal_loss_grad_z(z, target, grad, gamma):
+    t0 = -z
+    t1 = torch.sigmoid(t0)
+    t2 = gamma + 1
+    t3 = target - 1
+    t4 = torch.sigmoid(z)
+    grad_z = grad * (
+        -gamma * t1 * t3 * t4**gamma * torch.nn.functional.softplus(z, threshold=40.0)
+        - gamma
+        * t1**gamma
+        * t4
+        * target
+        * torch.nn.functional.softplus(t0, threshold=40.0)
+        - t1**t2 * target
+        - t3 * t4**t2
+    )
+    return grad_z
+
+
 class _FocalLossBackward(torch.autograd.Function):
     """The gradient of focal_loss: forward is the VJP, backward the derived second order."""
 
@@ -1164,26 +1223,7 @@ class _FocalLossBackward(torch.autograd.Function):
 
     @staticmethod
     def forward(z, target, grad, gamma):
-        t0 = -z
-        t1 = torch.sigmoid(t0)
-        t2 = gamma + 1
-        t3 = target - 1
-        t4 = torch.sigmoid(z)
-        grad_z = grad * (
-            -gamma
-            * t1
-            * t3
-            * t4**gamma
-            * torch.nn.functional.softplus(z, threshold=40.0)
-            - gamma
-            * t1**gamma
-            * t4
-            * target
-            * torch.nn.functional.softplus(t0, threshold=40.0)
-            - t1**t2 * target
-            - t3 * t4**t2
-        )
-        return grad_z
+        return _run(_focal_loss_grad_z, z, target, grad, gamma)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -1293,16 +1333,23 @@ def focal_loss(
 
     Differentiable with the derived formulas of :class:`FocalLoss`.
     """
-    return _call(_focal_loss, z, target, gamma)
-
-
-def _focal_loss(z, target, gamma):
     # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
     function = _FocalLoss if torch.compiler.is_compiling() else FocalLoss
     return function.apply(z, target, gamma)
 
 
 # --- student_t_logpdf ------------------------------------------------------
+
+
+def _student_t_logpdf_forward(x, nu):
+    t0 = nu / 2
+    out = (
+        -(nu + 1) * torch.log1p(x**2 / nu) / 2
+        - math.log(math.pi * nu) / 2
+        - math.lgamma(t0)
+        + math.lgamma(t0 + 0.5)
+    )
+    return out
 
 
 class _StudentTLogpdf(torch.autograd.Function):
@@ -1312,14 +1359,7 @@ class _StudentTLogpdf(torch.autograd.Function):
 
     @staticmethod
     def forward(x, nu):
-        t0 = nu / 2
-        out = (
-            -(nu + 1) * torch.log1p(x**2 / nu) / 2
-            - math.log(math.pi * nu) / 2
-            - math.lgamma(t0)
-            + math.lgamma(t0 + 0.5)
-        )
-        return out
+        return _run(_student_t_logpdf_forward, x, nu)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -1374,6 +1414,11 @@ class StudentTLogpdf(_StudentTLogpdf):
         return out_t
 
 
+def _student_t_logpdf_grad_x(x, grad, nu):
+    grad_x = -grad * x * (nu + 1) / (nu + x**2)
+    return grad_x
+
+
 class _StudentTLogpdfBackward(torch.autograd.Function):
     """The gradient of student_t_logpdf: forward is the VJP, backward the derived second order."""
 
@@ -1381,8 +1426,7 @@ class _StudentTLogpdfBackward(torch.autograd.Function):
 
     @staticmethod
     def forward(x, grad, nu):
-        grad_x = -grad * x * (nu + 1) / (nu + x**2)
-        return grad_x
+        return _run(_student_t_logpdf_grad_x, x, grad, nu)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -1424,16 +1468,17 @@ def student_t_logpdf(x: torch.Tensor, nu: float = 3.0) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`StudentTLogpdf`.
     """
-    return _call(_student_t_logpdf, x, nu)
-
-
-def _student_t_logpdf(x, nu):
     # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
     function = _StudentTLogpdf if torch.compiler.is_compiling() else StudentTLogpdf
     return function.apply(x, nu)
 
 
 # --- entropy_term ----------------------------------------------------------
+
+
+def _entropy_term_forward(x):
+    out = torch.xlogy(x, x)
+    return out
 
 
 class _EntropyTerm(torch.autograd.Function):
@@ -1443,8 +1488,7 @@ class _EntropyTerm(torch.autograd.Function):
 
     @staticmethod
     def forward(x):
-        out = torch.xlogy(x, x)
-        return out
+        return _run(_entropy_term_forward, x)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -1497,6 +1541,11 @@ class EntropyTerm(_EntropyTerm):
         return out_t
 
 
+def _entropy_term_grad_x(x, grad):
+    grad_x = grad * (torch.log(x) + 1)
+    return grad_x
+
+
 class _EntropyTermBackward(torch.autograd.Function):
     """The gradient of entropy_term: forward is the VJP, backward the derived second order."""
 
@@ -1504,8 +1553,7 @@ class _EntropyTermBackward(torch.autograd.Function):
 
     @staticmethod
     def forward(x, grad):
-        grad_x = grad * (torch.log(x) + 1)
-        return grad_x
+        return _run(_entropy_term_grad_x, x, grad)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -1540,16 +1588,17 @@ def entropy_term(x: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`EntropyTerm`.
     """
-    return _call(_entropy_term, x)
-
-
-def _entropy_term(x):
     # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
     function = _EntropyTerm if torch.compiler.is_compiling() else EntropyTerm
     return function.apply(x)
 
 
 # --- sqrt_diff -------------------------------------------------------------
+
+
+def _sqrt_diff_forward(x):
+    out = 1 / (torch.sqrt(x) + torch.sqrt(x + 1))
+    return out
 
 
 class _SqrtDiff(torch.autograd.Function):
@@ -1559,8 +1608,7 @@ class _SqrtDiff(torch.autograd.Function):
 
     @staticmethod
     def forward(x):
-        out = 1 / (torch.sqrt(x) + torch.sqrt(x + 1))
-        return out
+        return _run(_sqrt_diff_forward, x)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -1611,6 +1659,11 @@ class SqrtDiff(_SqrtDiff):
         return out_t
 
 
+def _sqrt_diff_grad_x(x, grad):
+    grad_x = -grad / (2 * x ** (1.5) + 2 * torch.sqrt(x) + 2 * x * torch.sqrt(x + 1))
+    return grad_x
+
+
 class _SqrtDiffBackward(torch.autograd.Function):
     """The gradient of sqrt_diff: forward is the VJP, backward the derived second order."""
 
@@ -1618,10 +1671,7 @@ class _SqrtDiffBackward(torch.autograd.Function):
 
     @staticmethod
     def forward(x, grad):
-        grad_x = -grad / (
-            2 * x ** (1.5) + 2 * torch.sqrt(x) + 2 * x * torch.sqrt(x + 1)
-        )
-        return grad_x
+        return _run(_sqrt_diff_grad_x, x, grad)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -1670,16 +1720,17 @@ def sqrt_diff(x: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`SqrtDiff`.
     """
-    return _call(_sqrt_diff, x)
-
-
-def _sqrt_diff(x):
     # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
     function = _SqrtDiff if torch.compiler.is_compiling() else SqrtDiff
     return function.apply(x)
 
 
 # --- logaddexp -------------------------------------------------------------
+
+
+def _logaddexp_forward(a, b):
+    out = torch.logaddexp(a, b)
+    return out
 
 
 class _Logaddexp(torch.autograd.Function):
@@ -1689,8 +1740,7 @@ class _Logaddexp(torch.autograd.Function):
 
     @staticmethod
     def forward(a, b):
-        out = torch.logaddexp(a, b)
-        return out
+        return _run(_logaddexp_forward, a, b)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -1764,6 +1814,11 @@ class Logaddexp(_Logaddexp):
         return out_t
 
 
+def _logaddexp_grad_a(a, b, grad):
+    grad_a = grad * torch.sigmoid(a - b)
+    return grad_a
+
+
 class _LogaddexpBackwardA(torch.autograd.Function):
     """The gradient of logaddexp: forward is the VJP, backward the derived second order."""
 
@@ -1771,8 +1826,7 @@ class _LogaddexpBackwardA(torch.autograd.Function):
 
     @staticmethod
     def forward(a, b, grad):
-        grad_a = grad * torch.sigmoid(a - b)
-        return grad_a
+        return _run(_logaddexp_grad_a, a, b, grad)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -1813,6 +1867,11 @@ class LogaddexpBackwardA(_LogaddexpBackwardA):
         return grad_a_t
 
 
+def _logaddexp_grad_b(a, b, grad):
+    grad_b = grad * torch.sigmoid(-a + b)
+    return grad_b
+
+
 class _LogaddexpBackwardB(torch.autograd.Function):
     """The gradient of logaddexp: forward is the VJP, backward the derived second order."""
 
@@ -1820,8 +1879,7 @@ class _LogaddexpBackwardB(torch.autograd.Function):
 
     @staticmethod
     def forward(a, b, grad):
-        grad_b = grad * torch.sigmoid(-a + b)
-        return grad_b
+        return _run(_logaddexp_grad_b, a, b, grad)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -1867,16 +1925,17 @@ def logaddexp(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`Logaddexp`.
     """
-    return _call(_logaddexp, a, b)
-
-
-def _logaddexp(a, b):
     # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
     function = _Logaddexp if torch.compiler.is_compiling() else Logaddexp
     return function.apply(a, b)
 
 
 # --- scaled_erfc -----------------------------------------------------------
+
+
+def _scaled_erfc_forward(x):
+    out = torch.special.erfcx(x)
+    return out
 
 
 class _ScaledErfc(torch.autograd.Function):
@@ -1886,8 +1945,7 @@ class _ScaledErfc(torch.autograd.Function):
 
     @staticmethod
     def forward(x):
-        out = torch.special.erfcx(x)
-        return out
+        return _run(_scaled_erfc_forward, x)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -1992,6 +2050,66 @@ class ScaledErfc(_ScaledErfc):
         return out_t
 
 
+def _scaled_erfc_grad_x(x, grad):
+    t0 = 1 / math.sqrt(math.pi)
+    t1 = x ** (-2)
+    grad_x = torch.where(
+        x < 9,
+        grad * (-2 * t0 + 2 * x * torch.special.erfcx(x)),
+        grad
+        * (
+            -t0
+            * t1
+            * (
+                -t1 / 2
+                + 1
+                + 3 / (4 * x**4)
+                - 15 / (8 * x**6)
+                + 105 / (16 * x**8)
+                - 945 / (32 * x**10)
+                + 10395 / (64 * x**12)
+                - 135135 / (128 * x**14)
+                + 2027025 / (256 * x**16)
+                - 34459425 / (512 * x**18)
+                + 654729075 / (1024 * x**20)
+                - 13749310575 / (2048 * x**22)
+                + 316234143225 / (4096 * x**24)
+                - 7905853580625 / (8192 * x**26)
+                + 213458046676875 / (16384 * x**28)
+                - 6190283353629375 / (32768 * x**30)
+                + 1.9189878396251062e17 / (65536 * x**32)
+                - 6.33265987076285e18 / (131072 * x**34)
+                + 2.2164309547669976e20 / (262144 * x**36)
+                - 8.200794532637892e21 / (524288 * x**38)
+            )
+            + t0
+            * (
+                x ** (-3)
+                - 3 / x**5
+                + 45 / (4 * x**7)
+                - 105 / (2 * x**9)
+                + 4725 / (16 * x**11)
+                - 31185 / (16 * x**13)
+                + 945945 / (64 * x**15)
+                - 2027025 / (16 * x**17)
+                + 310134825 / (256 * x**19)
+                - 3273645375 / (256 * x**21)
+                + 151242416325 / (1024 * x**23)
+                - 948702429675 / (512 * x**25)
+                + 102776096548125 / (4096 * x**27)
+                - 1494206326738125 / (4096 * x**29)
+                + 9.285425030444062e16 / (16384 * x**31)
+                - 1.9189878396251062e17 / (2048 * x**33)
+                + 1.0765521780296847e20 / (65536 * x**35)
+                - 1.994787859290298e21 / (65536 * x**37)
+                + 1.5581509612011996e23 / (262144 * x**39)
+            )
+            / x
+        ),
+    )
+    return grad_x
+
+
 class _ScaledErfcBackward(torch.autograd.Function):
     """The gradient of scaled_erfc: forward is the VJP, backward the derived second order."""
 
@@ -1999,63 +2117,7 @@ class _ScaledErfcBackward(torch.autograd.Function):
 
     @staticmethod
     def forward(x, grad):
-        t0 = 1 / math.sqrt(math.pi)
-        t1 = x ** (-2)
-        grad_x = torch.where(
-            x < 9,
-            grad * (-2 * t0 + 2 * x * torch.special.erfcx(x)),
-            grad
-            * (
-                -t0
-                * t1
-                * (
-                    -t1 / 2
-                    + 1
-                    + 3 / (4 * x**4)
-                    - 15 / (8 * x**6)
-                    + 105 / (16 * x**8)
-                    - 945 / (32 * x**10)
-                    + 10395 / (64 * x**12)
-                    - 135135 / (128 * x**14)
-                    + 2027025 / (256 * x**16)
-                    - 34459425 / (512 * x**18)
-                    + 654729075 / (1024 * x**20)
-                    - 13749310575 / (2048 * x**22)
-                    + 316234143225 / (4096 * x**24)
-                    - 7905853580625 / (8192 * x**26)
-                    + 213458046676875 / (16384 * x**28)
-                    - 6190283353629375 / (32768 * x**30)
-                    + 1.9189878396251062e17 / (65536 * x**32)
-                    - 6.33265987076285e18 / (131072 * x**34)
-                    + 2.2164309547669976e20 / (262144 * x**36)
-                    - 8.200794532637892e21 / (524288 * x**38)
-                )
-                + t0
-                * (
-                    x ** (-3)
-                    - 3 / x**5
-                    + 45 / (4 * x**7)
-                    - 105 / (2 * x**9)
-                    + 4725 / (16 * x**11)
-                    - 31185 / (16 * x**13)
-                    + 945945 / (64 * x**15)
-                    - 2027025 / (16 * x**17)
-                    + 310134825 / (256 * x**19)
-                    - 3273645375 / (256 * x**21)
-                    + 151242416325 / (1024 * x**23)
-                    - 948702429675 / (512 * x**25)
-                    + 102776096548125 / (4096 * x**27)
-                    - 1494206326738125 / (4096 * x**29)
-                    + 9.285425030444062e16 / (16384 * x**31)
-                    - 1.9189878396251062e17 / (2048 * x**33)
-                    + 1.0765521780296847e20 / (65536 * x**35)
-                    - 1.994787859290298e21 / (65536 * x**37)
-                    + 1.5581509612011996e23 / (262144 * x**39)
-                )
-                / x
-            ),
-        )
-        return grad_x
+        return _run(_scaled_erfc_grad_x, x, grad)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -2342,10 +2404,6 @@ def scaled_erfc(x: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`ScaledErfc`.
     """
-    return _call(_scaled_erfc, x)
-
-
-def _scaled_erfc(x):
     # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
     function = _ScaledErfc if torch.compiler.is_compiling() else ScaledErfc
     return function.apply(x)

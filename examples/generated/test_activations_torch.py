@@ -450,8 +450,24 @@ def test_softplus_compiles_without_graph_breaks():
 
 
 def test_softplus_fused_path_matches_eager(monkeypatch):
-    monkeypatch.setattr(generated, "_fused_enabled", True)
     gen = torch.Generator().manual_seed(3)
+
+    def run(fused, inputs):
+        monkeypatch.setattr(generated, "_fused_enabled", fused)
+        outputs = _outputs(generated.softplus(*inputs, **SOFTPLUS_SCALARS))
+        wrt = [x for x in inputs if x.requires_grad]
+        if not wrt or not any(o.requires_grad for o in outputs):
+            return outputs
+        total = sum(o.sum() for o in outputs if o.requires_grad)
+        grads = torch.autograd.grad(total, wrt, create_graph=True, allow_unused=True)
+        result = [*outputs, *(g for g in grads if g is not None)]
+        # double backward still works: the autograd structure around the kernels is eager
+        second = [g.sum() for g in grads if g is not None and g.requires_grad]
+        if second:
+            hess = torch.autograd.grad(sum(second), wrt, allow_unused=True)
+            result += [h for h in hess if h is not None]
+        return result
+
     for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
         inputs = [
             (
@@ -459,14 +475,11 @@ def test_softplus_fused_path_matches_eager(monkeypatch):
             ).requires_grad_(n in ["x"])
             for n, (lo, hi) in {"x": (-2.0, 2.0)}.items()
         ]
-        fused = _outputs(generated.softplus(*inputs, **SOFTPLUS_SCALARS))
-        monkeypatch.setattr(generated, "_fused_enabled", False)
-        eager = _outputs(generated.softplus(*inputs, **SOFTPLUS_SCALARS))
-        monkeypatch.setattr(generated, "_fused_enabled", True)
-        for a, b in zip(fused, eager):
+        for a, b in zip(run(True, inputs), run(False, inputs)):
             torch.testing.assert_close(a, b)
     # it really ran compiled (no fallback to the eager code)
-    assert generated._compiled[generated._softplus] is not generated._softplus
+    math_fn = generated._softplus_forward
+    assert generated._compiled[math_fn] is not math_fn
 
 
 # --- scaled_softplus -------------------------------------------------------
@@ -789,8 +802,26 @@ def test_scaled_softplus_compiles_without_graph_breaks():
 
 
 def test_scaled_softplus_fused_path_matches_eager(monkeypatch):
-    monkeypatch.setattr(generated, "_fused_enabled", True)
     gen = torch.Generator().manual_seed(3)
+
+    def run(fused, inputs):
+        monkeypatch.setattr(generated, "_fused_enabled", fused)
+        outputs = _outputs(
+            generated.scaled_softplus(*inputs, **SCALED_SOFTPLUS_SCALARS)
+        )
+        wrt = [x for x in inputs if x.requires_grad]
+        if not wrt or not any(o.requires_grad for o in outputs):
+            return outputs
+        total = sum(o.sum() for o in outputs if o.requires_grad)
+        grads = torch.autograd.grad(total, wrt, create_graph=True, allow_unused=True)
+        result = [*outputs, *(g for g in grads if g is not None)]
+        # double backward still works: the autograd structure around the kernels is eager
+        second = [g.sum() for g in grads if g is not None and g.requires_grad]
+        if second:
+            hess = torch.autograd.grad(sum(second), wrt, allow_unused=True)
+            result += [h for h in hess if h is not None]
+        return result
+
     for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
         inputs = [
             (
@@ -798,17 +829,11 @@ def test_scaled_softplus_fused_path_matches_eager(monkeypatch):
             ).requires_grad_(n in ["x"])
             for n, (lo, hi) in {"x": (-2.0, 2.0)}.items()
         ]
-        fused = _outputs(generated.scaled_softplus(*inputs, **SCALED_SOFTPLUS_SCALARS))
-        monkeypatch.setattr(generated, "_fused_enabled", False)
-        eager = _outputs(generated.scaled_softplus(*inputs, **SCALED_SOFTPLUS_SCALARS))
-        monkeypatch.setattr(generated, "_fused_enabled", True)
-        for a, b in zip(fused, eager):
+        for a, b in zip(run(True, inputs), run(False, inputs)):
             torch.testing.assert_close(a, b)
     # it really ran compiled (no fallback to the eager code)
-    assert (
-        generated._compiled[generated._scaled_softplus]
-        is not generated._scaled_softplus
-    )
+    math_fn = generated._scaled_softplus_forward
+    assert generated._compiled[math_fn] is not math_fn
 
 
 # --- mul -------------------------------------------------------------------
@@ -1432,8 +1457,24 @@ def test_mul_compiles_without_graph_breaks():
 
 
 def test_mul_fused_path_matches_eager(monkeypatch):
-    monkeypatch.setattr(generated, "_fused_enabled", True)
     gen = torch.Generator().manual_seed(3)
+
+    def run(fused, inputs):
+        monkeypatch.setattr(generated, "_fused_enabled", fused)
+        outputs = _outputs(generated.mul(*inputs, **MUL_SCALARS))
+        wrt = [x for x in inputs if x.requires_grad]
+        if not wrt or not any(o.requires_grad for o in outputs):
+            return outputs
+        total = sum(o.sum() for o in outputs if o.requires_grad)
+        grads = torch.autograd.grad(total, wrt, create_graph=True, allow_unused=True)
+        result = [*outputs, *(g for g in grads if g is not None)]
+        # double backward still works: the autograd structure around the kernels is eager
+        second = [g.sum() for g in grads if g is not None and g.requires_grad]
+        if second:
+            hess = torch.autograd.grad(sum(second), wrt, allow_unused=True)
+            result += [h for h in hess if h is not None]
+        return result
+
     for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
         inputs = [
             (
@@ -1441,14 +1482,11 @@ def test_mul_fused_path_matches_eager(monkeypatch):
             ).requires_grad_(n in ["x", "y"])
             for n, (lo, hi) in {"x": (-2.0, 2.0), "y": (-2.0, 2.0)}.items()
         ]
-        fused = _outputs(generated.mul(*inputs, **MUL_SCALARS))
-        monkeypatch.setattr(generated, "_fused_enabled", False)
-        eager = _outputs(generated.mul(*inputs, **MUL_SCALARS))
-        monkeypatch.setattr(generated, "_fused_enabled", True)
-        for a, b in zip(fused, eager):
+        for a, b in zip(run(True, inputs), run(False, inputs)):
             torch.testing.assert_close(a, b)
     # it really ran compiled (no fallback to the eager code)
-    assert generated._compiled[generated._mul] is not generated._mul
+    math_fn = generated._mul_forward
+    assert generated._compiled[math_fn] is not math_fn
 
 
 # --- sinh_cosh -------------------------------------------------------------
@@ -1899,8 +1937,24 @@ def test_sinh_cosh_compiles_without_graph_breaks():
 
 
 def test_sinh_cosh_fused_path_matches_eager(monkeypatch):
-    monkeypatch.setattr(generated, "_fused_enabled", True)
     gen = torch.Generator().manual_seed(3)
+
+    def run(fused, inputs):
+        monkeypatch.setattr(generated, "_fused_enabled", fused)
+        outputs = _outputs(generated.sinh_cosh(*inputs, **SINH_COSH_SCALARS))
+        wrt = [x for x in inputs if x.requires_grad]
+        if not wrt or not any(o.requires_grad for o in outputs):
+            return outputs
+        total = sum(o.sum() for o in outputs if o.requires_grad)
+        grads = torch.autograd.grad(total, wrt, create_graph=True, allow_unused=True)
+        result = [*outputs, *(g for g in grads if g is not None)]
+        # double backward still works: the autograd structure around the kernels is eager
+        second = [g.sum() for g in grads if g is not None and g.requires_grad]
+        if second:
+            hess = torch.autograd.grad(sum(second), wrt, allow_unused=True)
+            result += [h for h in hess if h is not None]
+        return result
+
     for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
         inputs = [
             (
@@ -1908,14 +1962,11 @@ def test_sinh_cosh_fused_path_matches_eager(monkeypatch):
             ).requires_grad_(n in ["x"])
             for n, (lo, hi) in {"x": (-2.0, 2.0)}.items()
         ]
-        fused = _outputs(generated.sinh_cosh(*inputs, **SINH_COSH_SCALARS))
-        monkeypatch.setattr(generated, "_fused_enabled", False)
-        eager = _outputs(generated.sinh_cosh(*inputs, **SINH_COSH_SCALARS))
-        monkeypatch.setattr(generated, "_fused_enabled", True)
-        for a, b in zip(fused, eager):
+        for a, b in zip(run(True, inputs), run(False, inputs)):
             torch.testing.assert_close(a, b)
     # it really ran compiled (no fallback to the eager code)
-    assert generated._compiled[generated._sinh_cosh] is not generated._sinh_cosh
+    math_fn = generated._sinh_cosh_forward
+    assert generated._compiled[math_fn] is not math_fn
 
 
 # --- log_ratio -------------------------------------------------------------
@@ -2346,8 +2397,24 @@ def test_log_ratio_compiles_without_graph_breaks():
 
 
 def test_log_ratio_fused_path_matches_eager(monkeypatch):
-    monkeypatch.setattr(generated, "_fused_enabled", True)
     gen = torch.Generator().manual_seed(3)
+
+    def run(fused, inputs):
+        monkeypatch.setattr(generated, "_fused_enabled", fused)
+        outputs = _outputs(generated.log_ratio(*inputs, **LOG_RATIO_SCALARS))
+        wrt = [x for x in inputs if x.requires_grad]
+        if not wrt or not any(o.requires_grad for o in outputs):
+            return outputs
+        total = sum(o.sum() for o in outputs if o.requires_grad)
+        grads = torch.autograd.grad(total, wrt, create_graph=True, allow_unused=True)
+        result = [*outputs, *(g for g in grads if g is not None)]
+        # double backward still works: the autograd structure around the kernels is eager
+        second = [g.sum() for g in grads if g is not None and g.requires_grad]
+        if second:
+            hess = torch.autograd.grad(sum(second), wrt, allow_unused=True)
+            result += [h for h in hess if h is not None]
+        return result
+
     for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
         inputs = [
             (
@@ -2355,14 +2422,11 @@ def test_log_ratio_fused_path_matches_eager(monkeypatch):
             ).requires_grad_(n in ["x", "y"])
             for n, (lo, hi) in {"x": (0.2, 3.0), "y": (0.2, 3.0)}.items()
         ]
-        fused = _outputs(generated.log_ratio(*inputs, **LOG_RATIO_SCALARS))
-        monkeypatch.setattr(generated, "_fused_enabled", False)
-        eager = _outputs(generated.log_ratio(*inputs, **LOG_RATIO_SCALARS))
-        monkeypatch.setattr(generated, "_fused_enabled", True)
-        for a, b in zip(fused, eager):
+        for a, b in zip(run(True, inputs), run(False, inputs)):
             torch.testing.assert_close(a, b)
     # it really ran compiled (no fallback to the eager code)
-    assert generated._compiled[generated._log_ratio] is not generated._log_ratio
+    math_fn = generated._log_ratio_forward
+    assert generated._compiled[math_fn] is not math_fn
 
 
 # --- weighted_bce ----------------------------------------------------------
@@ -2730,8 +2794,24 @@ def test_weighted_bce_compiles_without_graph_breaks():
 
 
 def test_weighted_bce_fused_path_matches_eager(monkeypatch):
-    monkeypatch.setattr(generated, "_fused_enabled", True)
     gen = torch.Generator().manual_seed(3)
+
+    def run(fused, inputs):
+        monkeypatch.setattr(generated, "_fused_enabled", fused)
+        outputs = _outputs(generated.weighted_bce(*inputs, **WEIGHTED_BCE_SCALARS))
+        wrt = [x for x in inputs if x.requires_grad]
+        if not wrt or not any(o.requires_grad for o in outputs):
+            return outputs
+        total = sum(o.sum() for o in outputs if o.requires_grad)
+        grads = torch.autograd.grad(total, wrt, create_graph=True, allow_unused=True)
+        result = [*outputs, *(g for g in grads if g is not None)]
+        # double backward still works: the autograd structure around the kernels is eager
+        second = [g.sum() for g in grads if g is not None and g.requires_grad]
+        if second:
+            hess = torch.autograd.grad(sum(second), wrt, allow_unused=True)
+            result += [h for h in hess if h is not None]
+        return result
+
     for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
         inputs = [
             (
@@ -2739,14 +2819,11 @@ def test_weighted_bce_fused_path_matches_eager(monkeypatch):
             ).requires_grad_(n in ["z"])
             for n, (lo, hi) in {"z": (-2.0, 2.0), "target": (0.1, 0.9)}.items()
         ]
-        fused = _outputs(generated.weighted_bce(*inputs, **WEIGHTED_BCE_SCALARS))
-        monkeypatch.setattr(generated, "_fused_enabled", False)
-        eager = _outputs(generated.weighted_bce(*inputs, **WEIGHTED_BCE_SCALARS))
-        monkeypatch.setattr(generated, "_fused_enabled", True)
-        for a, b in zip(fused, eager):
+        for a, b in zip(run(True, inputs), run(False, inputs)):
             torch.testing.assert_close(a, b)
     # it really ran compiled (no fallback to the eager code)
-    assert generated._compiled[generated._weighted_bce] is not generated._weighted_bce
+    math_fn = generated._weighted_bce_forward
+    assert generated._compiled[math_fn] is not math_fn
 
 
 # --- binarize --------------------------------------------------------------
@@ -2971,8 +3048,24 @@ def test_binarize_compiles_without_graph_breaks():
 
 
 def test_binarize_fused_path_matches_eager(monkeypatch):
-    monkeypatch.setattr(generated, "_fused_enabled", True)
     gen = torch.Generator().manual_seed(3)
+
+    def run(fused, inputs):
+        monkeypatch.setattr(generated, "_fused_enabled", fused)
+        outputs = _outputs(generated.binarize(*inputs, **BINARIZE_SCALARS))
+        wrt = [x for x in inputs if x.requires_grad]
+        if not wrt or not any(o.requires_grad for o in outputs):
+            return outputs
+        total = sum(o.sum() for o in outputs if o.requires_grad)
+        grads = torch.autograd.grad(total, wrt, create_graph=True, allow_unused=True)
+        result = [*outputs, *(g for g in grads if g is not None)]
+        # double backward still works: the autograd structure around the kernels is eager
+        second = [g.sum() for g in grads if g is not None and g.requires_grad]
+        if second:
+            hess = torch.autograd.grad(sum(second), wrt, allow_unused=True)
+            result += [h for h in hess if h is not None]
+        return result
+
     for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
         inputs = [
             (
@@ -2980,14 +3073,11 @@ def test_binarize_fused_path_matches_eager(monkeypatch):
             ).requires_grad_(n in ["x"])
             for n, (lo, hi) in {"x": (-2.0, 2.0)}.items()
         ]
-        fused = _outputs(generated.binarize(*inputs, **BINARIZE_SCALARS))
-        monkeypatch.setattr(generated, "_fused_enabled", False)
-        eager = _outputs(generated.binarize(*inputs, **BINARIZE_SCALARS))
-        monkeypatch.setattr(generated, "_fused_enabled", True)
-        for a, b in zip(fused, eager):
+        for a, b in zip(run(True, inputs), run(False, inputs)):
             torch.testing.assert_close(a, b)
     # it really ran compiled (no fallback to the eager code)
-    assert generated._compiled[generated._binarize] is not generated._binarize
+    math_fn = generated._binarize_forward
+    assert generated._compiled[math_fn] is not math_fn
 
 
 # --- tanh_shrink_order1 ----------------------------------------------------
@@ -3239,8 +3329,21 @@ def test_tanh_shrink_order1_compiles_without_graph_breaks():
 
 
 def test_tanh_shrink_order1_fused_path_matches_eager(monkeypatch):
-    monkeypatch.setattr(generated, "_fused_enabled", True)
     gen = torch.Generator().manual_seed(3)
+
+    def run(fused, inputs):
+        monkeypatch.setattr(generated, "_fused_enabled", fused)
+        outputs = _outputs(
+            generated.tanh_shrink_order1(*inputs, **TANH_SHRINK_ORDER1_SCALARS)
+        )
+        wrt = [x for x in inputs if x.requires_grad]
+        if not wrt or not any(o.requires_grad for o in outputs):
+            return outputs
+        total = sum(o.sum() for o in outputs if o.requires_grad)
+        grads = torch.autograd.grad(total, wrt, create_graph=False, allow_unused=True)
+        result = [*outputs, *(g for g in grads if g is not None)]
+        return result
+
     for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
         inputs = [
             (
@@ -3248,18 +3351,8 @@ def test_tanh_shrink_order1_fused_path_matches_eager(monkeypatch):
             ).requires_grad_(n in ["x"])
             for n, (lo, hi) in {"x": (-2.0, 2.0)}.items()
         ]
-        fused = _outputs(
-            generated.tanh_shrink_order1(*inputs, **TANH_SHRINK_ORDER1_SCALARS)
-        )
-        monkeypatch.setattr(generated, "_fused_enabled", False)
-        eager = _outputs(
-            generated.tanh_shrink_order1(*inputs, **TANH_SHRINK_ORDER1_SCALARS)
-        )
-        monkeypatch.setattr(generated, "_fused_enabled", True)
-        for a, b in zip(fused, eager):
+        for a, b in zip(run(True, inputs), run(False, inputs)):
             torch.testing.assert_close(a, b)
     # it really ran compiled (no fallback to the eager code)
-    assert (
-        generated._compiled[generated._tanh_shrink_order1]
-        is not generated._tanh_shrink_order1
-    )
+    math_fn = generated._tanh_shrink_order1_forward
+    assert generated._compiled[math_fn] is not math_fn

@@ -450,8 +450,24 @@ def test_softplus_compiles_without_graph_breaks():
 
 
 def test_softplus_fused_path_matches_eager(monkeypatch):
-    monkeypatch.setattr(generated, "_fused_enabled", True)
     gen = torch.Generator().manual_seed(3)
+
+    def run(fused, inputs):
+        monkeypatch.setattr(generated, "_fused_enabled", fused)
+        outputs = _outputs(generated.softplus(*inputs, **SOFTPLUS_SCALARS))
+        wrt = [x for x in inputs if x.requires_grad]
+        if not wrt or not any(o.requires_grad for o in outputs):
+            return outputs
+        total = sum(o.sum() for o in outputs if o.requires_grad)
+        grads = torch.autograd.grad(total, wrt, create_graph=True, allow_unused=True)
+        result = [*outputs, *(g for g in grads if g is not None)]
+        # double backward still works: the autograd structure around the kernels is eager
+        second = [g.sum() for g in grads if g is not None and g.requires_grad]
+        if second:
+            hess = torch.autograd.grad(sum(second), wrt, allow_unused=True)
+            result += [h for h in hess if h is not None]
+        return result
+
     for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
         inputs = [
             (
@@ -459,14 +475,11 @@ def test_softplus_fused_path_matches_eager(monkeypatch):
             ).requires_grad_(n in ["x"])
             for n, (lo, hi) in {"x": (-2.0, 2.0)}.items()
         ]
-        fused = _outputs(generated.softplus(*inputs, **SOFTPLUS_SCALARS))
-        monkeypatch.setattr(generated, "_fused_enabled", False)
-        eager = _outputs(generated.softplus(*inputs, **SOFTPLUS_SCALARS))
-        monkeypatch.setattr(generated, "_fused_enabled", True)
-        for a, b in zip(fused, eager):
+        for a, b in zip(run(True, inputs), run(False, inputs)):
             torch.testing.assert_close(a, b)
     # it really ran compiled (no fallback to the eager code)
-    assert generated._compiled[generated._softplus] is not generated._softplus
+    math_fn = generated._softplus_forward
+    assert generated._compiled[math_fn] is not math_fn
 
 
 # --- log_sigmoid -----------------------------------------------------------
@@ -788,8 +801,24 @@ def test_log_sigmoid_compiles_without_graph_breaks():
 
 
 def test_log_sigmoid_fused_path_matches_eager(monkeypatch):
-    monkeypatch.setattr(generated, "_fused_enabled", True)
     gen = torch.Generator().manual_seed(3)
+
+    def run(fused, inputs):
+        monkeypatch.setattr(generated, "_fused_enabled", fused)
+        outputs = _outputs(generated.log_sigmoid(*inputs, **LOG_SIGMOID_SCALARS))
+        wrt = [x for x in inputs if x.requires_grad]
+        if not wrt or not any(o.requires_grad for o in outputs):
+            return outputs
+        total = sum(o.sum() for o in outputs if o.requires_grad)
+        grads = torch.autograd.grad(total, wrt, create_graph=True, allow_unused=True)
+        result = [*outputs, *(g for g in grads if g is not None)]
+        # double backward still works: the autograd structure around the kernels is eager
+        second = [g.sum() for g in grads if g is not None and g.requires_grad]
+        if second:
+            hess = torch.autograd.grad(sum(second), wrt, allow_unused=True)
+            result += [h for h in hess if h is not None]
+        return result
+
     for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
         inputs = [
             (
@@ -797,14 +826,11 @@ def test_log_sigmoid_fused_path_matches_eager(monkeypatch):
             ).requires_grad_(n in ["x"])
             for n, (lo, hi) in {"x": (-2.0, 2.0)}.items()
         ]
-        fused = _outputs(generated.log_sigmoid(*inputs, **LOG_SIGMOID_SCALARS))
-        monkeypatch.setattr(generated, "_fused_enabled", False)
-        eager = _outputs(generated.log_sigmoid(*inputs, **LOG_SIGMOID_SCALARS))
-        monkeypatch.setattr(generated, "_fused_enabled", True)
-        for a, b in zip(fused, eager):
+        for a, b in zip(run(True, inputs), run(False, inputs)):
             torch.testing.assert_close(a, b)
     # it really ran compiled (no fallback to the eager code)
-    assert generated._compiled[generated._log_sigmoid] is not generated._log_sigmoid
+    math_fn = generated._log_sigmoid_forward
+    assert generated._compiled[math_fn] is not math_fn
 
 
 # --- bce_sigmoid -----------------------------------------------------------
@@ -1171,8 +1197,24 @@ def test_bce_sigmoid_compiles_without_graph_breaks():
 
 
 def test_bce_sigmoid_fused_path_matches_eager(monkeypatch):
-    monkeypatch.setattr(generated, "_fused_enabled", True)
     gen = torch.Generator().manual_seed(3)
+
+    def run(fused, inputs):
+        monkeypatch.setattr(generated, "_fused_enabled", fused)
+        outputs = _outputs(generated.bce_sigmoid(*inputs, **BCE_SIGMOID_SCALARS))
+        wrt = [x for x in inputs if x.requires_grad]
+        if not wrt or not any(o.requires_grad for o in outputs):
+            return outputs
+        total = sum(o.sum() for o in outputs if o.requires_grad)
+        grads = torch.autograd.grad(total, wrt, create_graph=True, allow_unused=True)
+        result = [*outputs, *(g for g in grads if g is not None)]
+        # double backward still works: the autograd structure around the kernels is eager
+        second = [g.sum() for g in grads if g is not None and g.requires_grad]
+        if second:
+            hess = torch.autograd.grad(sum(second), wrt, allow_unused=True)
+            result += [h for h in hess if h is not None]
+        return result
+
     for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
         inputs = [
             (
@@ -1180,14 +1222,11 @@ def test_bce_sigmoid_fused_path_matches_eager(monkeypatch):
             ).requires_grad_(n in ["z"])
             for n, (lo, hi) in {"z": (-2.0, 2.0), "target": (0.1, 0.9)}.items()
         ]
-        fused = _outputs(generated.bce_sigmoid(*inputs, **BCE_SIGMOID_SCALARS))
-        monkeypatch.setattr(generated, "_fused_enabled", False)
-        eager = _outputs(generated.bce_sigmoid(*inputs, **BCE_SIGMOID_SCALARS))
-        monkeypatch.setattr(generated, "_fused_enabled", True)
-        for a, b in zip(fused, eager):
+        for a, b in zip(run(True, inputs), run(False, inputs)):
             torch.testing.assert_close(a, b)
     # it really ran compiled (no fallback to the eager code)
-    assert generated._compiled[generated._bce_sigmoid] is not generated._bce_sigmoid
+    math_fn = generated._bce_sigmoid_forward
+    assert generated._compiled[math_fn] is not math_fn
 
 
 # --- logit -----------------------------------------------------------------
@@ -1359,8 +1398,24 @@ def test_logit_compiles_without_graph_breaks():
 
 
 def test_logit_fused_path_matches_eager(monkeypatch):
-    monkeypatch.setattr(generated, "_fused_enabled", True)
     gen = torch.Generator().manual_seed(3)
+
+    def run(fused, inputs):
+        monkeypatch.setattr(generated, "_fused_enabled", fused)
+        outputs = _outputs(generated.logit(*inputs, **LOGIT_SCALARS))
+        wrt = [x for x in inputs if x.requires_grad]
+        if not wrt or not any(o.requires_grad for o in outputs):
+            return outputs
+        total = sum(o.sum() for o in outputs if o.requires_grad)
+        grads = torch.autograd.grad(total, wrt, create_graph=True, allow_unused=True)
+        result = [*outputs, *(g for g in grads if g is not None)]
+        # double backward still works: the autograd structure around the kernels is eager
+        second = [g.sum() for g in grads if g is not None and g.requires_grad]
+        if second:
+            hess = torch.autograd.grad(sum(second), wrt, allow_unused=True)
+            result += [h for h in hess if h is not None]
+        return result
+
     for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
         inputs = [
             (
@@ -1368,14 +1423,11 @@ def test_logit_fused_path_matches_eager(monkeypatch):
             ).requires_grad_(n in ["p"])
             for n, (lo, hi) in {"p": (0.1, 0.9)}.items()
         ]
-        fused = _outputs(generated.logit(*inputs, **LOGIT_SCALARS))
-        monkeypatch.setattr(generated, "_fused_enabled", False)
-        eager = _outputs(generated.logit(*inputs, **LOGIT_SCALARS))
-        monkeypatch.setattr(generated, "_fused_enabled", True)
-        for a, b in zip(fused, eager):
+        for a, b in zip(run(True, inputs), run(False, inputs)):
             torch.testing.assert_close(a, b)
     # it really ran compiled (no fallback to the eager code)
-    assert generated._compiled[generated._logit] is not generated._logit
+    math_fn = generated._logit_forward
+    assert generated._compiled[math_fn] is not math_fn
 
 
 # --- log1mexp --------------------------------------------------------------
@@ -1621,8 +1673,24 @@ def test_log1mexp_compiles_without_graph_breaks():
 
 
 def test_log1mexp_fused_path_matches_eager(monkeypatch):
-    monkeypatch.setattr(generated, "_fused_enabled", True)
     gen = torch.Generator().manual_seed(3)
+
+    def run(fused, inputs):
+        monkeypatch.setattr(generated, "_fused_enabled", fused)
+        outputs = _outputs(generated.log1mexp(*inputs, **LOG1MEXP_SCALARS))
+        wrt = [x for x in inputs if x.requires_grad]
+        if not wrt or not any(o.requires_grad for o in outputs):
+            return outputs
+        total = sum(o.sum() for o in outputs if o.requires_grad)
+        grads = torch.autograd.grad(total, wrt, create_graph=True, allow_unused=True)
+        result = [*outputs, *(g for g in grads if g is not None)]
+        # double backward still works: the autograd structure around the kernels is eager
+        second = [g.sum() for g in grads if g is not None and g.requires_grad]
+        if second:
+            hess = torch.autograd.grad(sum(second), wrt, allow_unused=True)
+            result += [h for h in hess if h is not None]
+        return result
+
     for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
         inputs = [
             (
@@ -1630,14 +1698,11 @@ def test_log1mexp_fused_path_matches_eager(monkeypatch):
             ).requires_grad_(n in ["x"])
             for n, (lo, hi) in {"x": (-3.0, -0.2)}.items()
         ]
-        fused = _outputs(generated.log1mexp(*inputs, **LOG1MEXP_SCALARS))
-        monkeypatch.setattr(generated, "_fused_enabled", False)
-        eager = _outputs(generated.log1mexp(*inputs, **LOG1MEXP_SCALARS))
-        monkeypatch.setattr(generated, "_fused_enabled", True)
-        for a, b in zip(fused, eager):
+        for a, b in zip(run(True, inputs), run(False, inputs)):
             torch.testing.assert_close(a, b)
     # it really ran compiled (no fallback to the eager code)
-    assert generated._compiled[generated._log1mexp] is not generated._log1mexp
+    math_fn = generated._log1mexp_forward
+    assert generated._compiled[math_fn] is not math_fn
 
 
 # --- mish ------------------------------------------------------------------
@@ -1953,8 +2018,24 @@ def test_mish_compiles_without_graph_breaks():
 
 
 def test_mish_fused_path_matches_eager(monkeypatch):
-    monkeypatch.setattr(generated, "_fused_enabled", True)
     gen = torch.Generator().manual_seed(3)
+
+    def run(fused, inputs):
+        monkeypatch.setattr(generated, "_fused_enabled", fused)
+        outputs = _outputs(generated.mish(*inputs, **MISH_SCALARS))
+        wrt = [x for x in inputs if x.requires_grad]
+        if not wrt or not any(o.requires_grad for o in outputs):
+            return outputs
+        total = sum(o.sum() for o in outputs if o.requires_grad)
+        grads = torch.autograd.grad(total, wrt, create_graph=True, allow_unused=True)
+        result = [*outputs, *(g for g in grads if g is not None)]
+        # double backward still works: the autograd structure around the kernels is eager
+        second = [g.sum() for g in grads if g is not None and g.requires_grad]
+        if second:
+            hess = torch.autograd.grad(sum(second), wrt, allow_unused=True)
+            result += [h for h in hess if h is not None]
+        return result
+
     for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
         inputs = [
             (
@@ -1962,14 +2043,11 @@ def test_mish_fused_path_matches_eager(monkeypatch):
             ).requires_grad_(n in ["x"])
             for n, (lo, hi) in {"x": (-2.0, 2.0)}.items()
         ]
-        fused = _outputs(generated.mish(*inputs, **MISH_SCALARS))
-        monkeypatch.setattr(generated, "_fused_enabled", False)
-        eager = _outputs(generated.mish(*inputs, **MISH_SCALARS))
-        monkeypatch.setattr(generated, "_fused_enabled", True)
-        for a, b in zip(fused, eager):
+        for a, b in zip(run(True, inputs), run(False, inputs)):
             torch.testing.assert_close(a, b)
     # it really ran compiled (no fallback to the eager code)
-    assert generated._compiled[generated._mish] is not generated._mish
+    math_fn = generated._mish_forward
+    assert generated._compiled[math_fn] is not math_fn
 
 
 # --- gelu ------------------------------------------------------------------
@@ -2285,8 +2363,24 @@ def test_gelu_compiles_without_graph_breaks():
 
 
 def test_gelu_fused_path_matches_eager(monkeypatch):
-    monkeypatch.setattr(generated, "_fused_enabled", True)
     gen = torch.Generator().manual_seed(3)
+
+    def run(fused, inputs):
+        monkeypatch.setattr(generated, "_fused_enabled", fused)
+        outputs = _outputs(generated.gelu(*inputs, **GELU_SCALARS))
+        wrt = [x for x in inputs if x.requires_grad]
+        if not wrt or not any(o.requires_grad for o in outputs):
+            return outputs
+        total = sum(o.sum() for o in outputs if o.requires_grad)
+        grads = torch.autograd.grad(total, wrt, create_graph=True, allow_unused=True)
+        result = [*outputs, *(g for g in grads if g is not None)]
+        # double backward still works: the autograd structure around the kernels is eager
+        second = [g.sum() for g in grads if g is not None and g.requires_grad]
+        if second:
+            hess = torch.autograd.grad(sum(second), wrt, allow_unused=True)
+            result += [h for h in hess if h is not None]
+        return result
+
     for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
         inputs = [
             (
@@ -2294,14 +2388,11 @@ def test_gelu_fused_path_matches_eager(monkeypatch):
             ).requires_grad_(n in ["x"])
             for n, (lo, hi) in {"x": (-2.0, 2.0)}.items()
         ]
-        fused = _outputs(generated.gelu(*inputs, **GELU_SCALARS))
-        monkeypatch.setattr(generated, "_fused_enabled", False)
-        eager = _outputs(generated.gelu(*inputs, **GELU_SCALARS))
-        monkeypatch.setattr(generated, "_fused_enabled", True)
-        for a, b in zip(fused, eager):
+        for a, b in zip(run(True, inputs), run(False, inputs)):
             torch.testing.assert_close(a, b)
     # it really ran compiled (no fallback to the eager code)
-    assert generated._compiled[generated._gelu] is not generated._gelu
+    math_fn = generated._gelu_forward
+    assert generated._compiled[math_fn] is not math_fn
 
 
 # --- swish -----------------------------------------------------------------
@@ -2617,8 +2708,24 @@ def test_swish_compiles_without_graph_breaks():
 
 
 def test_swish_fused_path_matches_eager(monkeypatch):
-    monkeypatch.setattr(generated, "_fused_enabled", True)
     gen = torch.Generator().manual_seed(3)
+
+    def run(fused, inputs):
+        monkeypatch.setattr(generated, "_fused_enabled", fused)
+        outputs = _outputs(generated.swish(*inputs, **SWISH_SCALARS))
+        wrt = [x for x in inputs if x.requires_grad]
+        if not wrt or not any(o.requires_grad for o in outputs):
+            return outputs
+        total = sum(o.sum() for o in outputs if o.requires_grad)
+        grads = torch.autograd.grad(total, wrt, create_graph=True, allow_unused=True)
+        result = [*outputs, *(g for g in grads if g is not None)]
+        # double backward still works: the autograd structure around the kernels is eager
+        second = [g.sum() for g in grads if g is not None and g.requires_grad]
+        if second:
+            hess = torch.autograd.grad(sum(second), wrt, allow_unused=True)
+            result += [h for h in hess if h is not None]
+        return result
+
     for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
         inputs = [
             (
@@ -2626,14 +2733,11 @@ def test_swish_fused_path_matches_eager(monkeypatch):
             ).requires_grad_(n in ["x"])
             for n, (lo, hi) in {"x": (-2.0, 2.0)}.items()
         ]
-        fused = _outputs(generated.swish(*inputs, **SWISH_SCALARS))
-        monkeypatch.setattr(generated, "_fused_enabled", False)
-        eager = _outputs(generated.swish(*inputs, **SWISH_SCALARS))
-        monkeypatch.setattr(generated, "_fused_enabled", True)
-        for a, b in zip(fused, eager):
+        for a, b in zip(run(True, inputs), run(False, inputs)):
             torch.testing.assert_close(a, b)
     # it really ran compiled (no fallback to the eager code)
-    assert generated._compiled[generated._swish] is not generated._swish
+    math_fn = generated._swish_forward
+    assert generated._compiled[math_fn] is not math_fn
 
 
 # --- focal_loss ------------------------------------------------------------
@@ -3000,8 +3104,24 @@ def test_focal_loss_compiles_without_graph_breaks():
 
 
 def test_focal_loss_fused_path_matches_eager(monkeypatch):
-    monkeypatch.setattr(generated, "_fused_enabled", True)
     gen = torch.Generator().manual_seed(3)
+
+    def run(fused, inputs):
+        monkeypatch.setattr(generated, "_fused_enabled", fused)
+        outputs = _outputs(generated.focal_loss(*inputs, **FOCAL_LOSS_SCALARS))
+        wrt = [x for x in inputs if x.requires_grad]
+        if not wrt or not any(o.requires_grad for o in outputs):
+            return outputs
+        total = sum(o.sum() for o in outputs if o.requires_grad)
+        grads = torch.autograd.grad(total, wrt, create_graph=True, allow_unused=True)
+        result = [*outputs, *(g for g in grads if g is not None)]
+        # double backward still works: the autograd structure around the kernels is eager
+        second = [g.sum() for g in grads if g is not None and g.requires_grad]
+        if second:
+            hess = torch.autograd.grad(sum(second), wrt, allow_unused=True)
+            result += [h for h in hess if h is not None]
+        return result
+
     for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
         inputs = [
             (
@@ -3009,14 +3129,11 @@ def test_focal_loss_fused_path_matches_eager(monkeypatch):
             ).requires_grad_(n in ["z"])
             for n, (lo, hi) in {"z": (-2.0, 2.0), "target": (0.1, 0.9)}.items()
         ]
-        fused = _outputs(generated.focal_loss(*inputs, **FOCAL_LOSS_SCALARS))
-        monkeypatch.setattr(generated, "_fused_enabled", False)
-        eager = _outputs(generated.focal_loss(*inputs, **FOCAL_LOSS_SCALARS))
-        monkeypatch.setattr(generated, "_fused_enabled", True)
-        for a, b in zip(fused, eager):
+        for a, b in zip(run(True, inputs), run(False, inputs)):
             torch.testing.assert_close(a, b)
     # it really ran compiled (no fallback to the eager code)
-    assert generated._compiled[generated._focal_loss] is not generated._focal_loss
+    math_fn = generated._focal_loss_forward
+    assert generated._compiled[math_fn] is not math_fn
 
 
 # --- student_t_logpdf ------------------------------------------------------
@@ -3346,8 +3463,26 @@ def test_student_t_logpdf_compiles_without_graph_breaks():
 
 
 def test_student_t_logpdf_fused_path_matches_eager(monkeypatch):
-    monkeypatch.setattr(generated, "_fused_enabled", True)
     gen = torch.Generator().manual_seed(3)
+
+    def run(fused, inputs):
+        monkeypatch.setattr(generated, "_fused_enabled", fused)
+        outputs = _outputs(
+            generated.student_t_logpdf(*inputs, **STUDENT_T_LOGPDF_SCALARS)
+        )
+        wrt = [x for x in inputs if x.requires_grad]
+        if not wrt or not any(o.requires_grad for o in outputs):
+            return outputs
+        total = sum(o.sum() for o in outputs if o.requires_grad)
+        grads = torch.autograd.grad(total, wrt, create_graph=True, allow_unused=True)
+        result = [*outputs, *(g for g in grads if g is not None)]
+        # double backward still works: the autograd structure around the kernels is eager
+        second = [g.sum() for g in grads if g is not None and g.requires_grad]
+        if second:
+            hess = torch.autograd.grad(sum(second), wrt, allow_unused=True)
+            result += [h for h in hess if h is not None]
+        return result
+
     for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
         inputs = [
             (
@@ -3355,21 +3490,11 @@ def test_student_t_logpdf_fused_path_matches_eager(monkeypatch):
             ).requires_grad_(n in ["x"])
             for n, (lo, hi) in {"x": (-2.0, 2.0)}.items()
         ]
-        fused = _outputs(
-            generated.student_t_logpdf(*inputs, **STUDENT_T_LOGPDF_SCALARS)
-        )
-        monkeypatch.setattr(generated, "_fused_enabled", False)
-        eager = _outputs(
-            generated.student_t_logpdf(*inputs, **STUDENT_T_LOGPDF_SCALARS)
-        )
-        monkeypatch.setattr(generated, "_fused_enabled", True)
-        for a, b in zip(fused, eager):
+        for a, b in zip(run(True, inputs), run(False, inputs)):
             torch.testing.assert_close(a, b)
     # it really ran compiled (no fallback to the eager code)
-    assert (
-        generated._compiled[generated._student_t_logpdf]
-        is not generated._student_t_logpdf
-    )
+    math_fn = generated._student_t_logpdf_forward
+    assert generated._compiled[math_fn] is not math_fn
 
 
 # --- entropy_term ----------------------------------------------------------
@@ -3616,8 +3741,24 @@ def test_entropy_term_compiles_without_graph_breaks():
 
 
 def test_entropy_term_fused_path_matches_eager(monkeypatch):
-    monkeypatch.setattr(generated, "_fused_enabled", True)
     gen = torch.Generator().manual_seed(3)
+
+    def run(fused, inputs):
+        monkeypatch.setattr(generated, "_fused_enabled", fused)
+        outputs = _outputs(generated.entropy_term(*inputs, **ENTROPY_TERM_SCALARS))
+        wrt = [x for x in inputs if x.requires_grad]
+        if not wrt or not any(o.requires_grad for o in outputs):
+            return outputs
+        total = sum(o.sum() for o in outputs if o.requires_grad)
+        grads = torch.autograd.grad(total, wrt, create_graph=True, allow_unused=True)
+        result = [*outputs, *(g for g in grads if g is not None)]
+        # double backward still works: the autograd structure around the kernels is eager
+        second = [g.sum() for g in grads if g is not None and g.requires_grad]
+        if second:
+            hess = torch.autograd.grad(sum(second), wrt, allow_unused=True)
+            result += [h for h in hess if h is not None]
+        return result
+
     for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
         inputs = [
             (
@@ -3625,14 +3766,11 @@ def test_entropy_term_fused_path_matches_eager(monkeypatch):
             ).requires_grad_(n in ["x"])
             for n, (lo, hi) in {"x": (0.2, 3.0)}.items()
         ]
-        fused = _outputs(generated.entropy_term(*inputs, **ENTROPY_TERM_SCALARS))
-        monkeypatch.setattr(generated, "_fused_enabled", False)
-        eager = _outputs(generated.entropy_term(*inputs, **ENTROPY_TERM_SCALARS))
-        monkeypatch.setattr(generated, "_fused_enabled", True)
-        for a, b in zip(fused, eager):
+        for a, b in zip(run(True, inputs), run(False, inputs)):
             torch.testing.assert_close(a, b)
     # it really ran compiled (no fallback to the eager code)
-    assert generated._compiled[generated._entropy_term] is not generated._entropy_term
+    math_fn = generated._entropy_term_forward
+    assert generated._compiled[math_fn] is not math_fn
 
 
 # --- sqrt_diff -------------------------------------------------------------
@@ -3878,8 +4016,24 @@ def test_sqrt_diff_compiles_without_graph_breaks():
 
 
 def test_sqrt_diff_fused_path_matches_eager(monkeypatch):
-    monkeypatch.setattr(generated, "_fused_enabled", True)
     gen = torch.Generator().manual_seed(3)
+
+    def run(fused, inputs):
+        monkeypatch.setattr(generated, "_fused_enabled", fused)
+        outputs = _outputs(generated.sqrt_diff(*inputs, **SQRT_DIFF_SCALARS))
+        wrt = [x for x in inputs if x.requires_grad]
+        if not wrt or not any(o.requires_grad for o in outputs):
+            return outputs
+        total = sum(o.sum() for o in outputs if o.requires_grad)
+        grads = torch.autograd.grad(total, wrt, create_graph=True, allow_unused=True)
+        result = [*outputs, *(g for g in grads if g is not None)]
+        # double backward still works: the autograd structure around the kernels is eager
+        second = [g.sum() for g in grads if g is not None and g.requires_grad]
+        if second:
+            hess = torch.autograd.grad(sum(second), wrt, allow_unused=True)
+            result += [h for h in hess if h is not None]
+        return result
+
     for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
         inputs = [
             (
@@ -3887,14 +4041,11 @@ def test_sqrt_diff_fused_path_matches_eager(monkeypatch):
             ).requires_grad_(n in ["x"])
             for n, (lo, hi) in {"x": (0.2, 3.0)}.items()
         ]
-        fused = _outputs(generated.sqrt_diff(*inputs, **SQRT_DIFF_SCALARS))
-        monkeypatch.setattr(generated, "_fused_enabled", False)
-        eager = _outputs(generated.sqrt_diff(*inputs, **SQRT_DIFF_SCALARS))
-        monkeypatch.setattr(generated, "_fused_enabled", True)
-        for a, b in zip(fused, eager):
+        for a, b in zip(run(True, inputs), run(False, inputs)):
             torch.testing.assert_close(a, b)
     # it really ran compiled (no fallback to the eager code)
-    assert generated._compiled[generated._sqrt_diff] is not generated._sqrt_diff
+    math_fn = generated._sqrt_diff_forward
+    assert generated._compiled[math_fn] is not math_fn
 
 
 # --- logaddexp -------------------------------------------------------------
@@ -4552,8 +4703,24 @@ def test_logaddexp_compiles_without_graph_breaks():
 
 
 def test_logaddexp_fused_path_matches_eager(monkeypatch):
-    monkeypatch.setattr(generated, "_fused_enabled", True)
     gen = torch.Generator().manual_seed(3)
+
+    def run(fused, inputs):
+        monkeypatch.setattr(generated, "_fused_enabled", fused)
+        outputs = _outputs(generated.logaddexp(*inputs, **LOGADDEXP_SCALARS))
+        wrt = [x for x in inputs if x.requires_grad]
+        if not wrt or not any(o.requires_grad for o in outputs):
+            return outputs
+        total = sum(o.sum() for o in outputs if o.requires_grad)
+        grads = torch.autograd.grad(total, wrt, create_graph=True, allow_unused=True)
+        result = [*outputs, *(g for g in grads if g is not None)]
+        # double backward still works: the autograd structure around the kernels is eager
+        second = [g.sum() for g in grads if g is not None and g.requires_grad]
+        if second:
+            hess = torch.autograd.grad(sum(second), wrt, allow_unused=True)
+            result += [h for h in hess if h is not None]
+        return result
+
     for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
         inputs = [
             (
@@ -4561,14 +4728,11 @@ def test_logaddexp_fused_path_matches_eager(monkeypatch):
             ).requires_grad_(n in ["a", "b"])
             for n, (lo, hi) in {"a": (-2.0, 2.0), "b": (-2.0, 2.0)}.items()
         ]
-        fused = _outputs(generated.logaddexp(*inputs, **LOGADDEXP_SCALARS))
-        monkeypatch.setattr(generated, "_fused_enabled", False)
-        eager = _outputs(generated.logaddexp(*inputs, **LOGADDEXP_SCALARS))
-        monkeypatch.setattr(generated, "_fused_enabled", True)
-        for a, b in zip(fused, eager):
+        for a, b in zip(run(True, inputs), run(False, inputs)):
             torch.testing.assert_close(a, b)
     # it really ran compiled (no fallback to the eager code)
-    assert generated._compiled[generated._logaddexp] is not generated._logaddexp
+    math_fn = generated._logaddexp_forward
+    assert generated._compiled[math_fn] is not math_fn
 
 
 # --- scaled_erfc -----------------------------------------------------------
@@ -4890,8 +5054,24 @@ def test_scaled_erfc_compiles_without_graph_breaks():
 
 
 def test_scaled_erfc_fused_path_matches_eager(monkeypatch):
-    monkeypatch.setattr(generated, "_fused_enabled", True)
     gen = torch.Generator().manual_seed(3)
+
+    def run(fused, inputs):
+        monkeypatch.setattr(generated, "_fused_enabled", fused)
+        outputs = _outputs(generated.scaled_erfc(*inputs, **SCALED_ERFC_SCALARS))
+        wrt = [x for x in inputs if x.requires_grad]
+        if not wrt or not any(o.requires_grad for o in outputs):
+            return outputs
+        total = sum(o.sum() for o in outputs if o.requires_grad)
+        grads = torch.autograd.grad(total, wrt, create_graph=True, allow_unused=True)
+        result = [*outputs, *(g for g in grads if g is not None)]
+        # double backward still works: the autograd structure around the kernels is eager
+        second = [g.sum() for g in grads if g is not None and g.requires_grad]
+        if second:
+            hess = torch.autograd.grad(sum(second), wrt, allow_unused=True)
+            result += [h for h in hess if h is not None]
+        return result
+
     for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
         inputs = [
             (
@@ -4899,11 +5079,8 @@ def test_scaled_erfc_fused_path_matches_eager(monkeypatch):
             ).requires_grad_(n in ["x"])
             for n, (lo, hi) in {"x": (-2.0, 2.0)}.items()
         ]
-        fused = _outputs(generated.scaled_erfc(*inputs, **SCALED_ERFC_SCALARS))
-        monkeypatch.setattr(generated, "_fused_enabled", False)
-        eager = _outputs(generated.scaled_erfc(*inputs, **SCALED_ERFC_SCALARS))
-        monkeypatch.setattr(generated, "_fused_enabled", True)
-        for a, b in zip(fused, eager):
+        for a, b in zip(run(True, inputs), run(False, inputs)):
             torch.testing.assert_close(a, b)
     # it really ran compiled (no fallback to the eager code)
-    assert generated._compiled[generated._scaled_erfc] is not generated._scaled_erfc
+    math_fn = generated._scaled_erfc_forward
+    assert generated._compiled[math_fn] is not math_fn

@@ -419,8 +419,24 @@ def test_my_relu_compiles_without_graph_breaks():
 
 
 def test_my_relu_fused_path_matches_eager(monkeypatch):
-    monkeypatch.setattr(generated, "_fused_enabled", True)
     gen = torch.Generator().manual_seed(3)
+
+    def run(fused, inputs):
+        monkeypatch.setattr(generated, "_fused_enabled", fused)
+        outputs = _outputs(generated.my_relu(*inputs, **MY_RELU_SCALARS))
+        wrt = [x for x in inputs if x.requires_grad]
+        if not wrt or not any(o.requires_grad for o in outputs):
+            return outputs
+        total = sum(o.sum() for o in outputs if o.requires_grad)
+        grads = torch.autograd.grad(total, wrt, create_graph=True, allow_unused=True)
+        result = [*outputs, *(g for g in grads if g is not None)]
+        # double backward still works: the autograd structure around the kernels is eager
+        second = [g.sum() for g in grads if g is not None and g.requires_grad]
+        if second:
+            hess = torch.autograd.grad(sum(second), wrt, allow_unused=True)
+            result += [h for h in hess if h is not None]
+        return result
+
     for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
         inputs = [
             (
@@ -428,14 +444,11 @@ def test_my_relu_fused_path_matches_eager(monkeypatch):
             ).requires_grad_(n in ["x"])
             for n, (lo, hi) in {"x": (-2.0, 2.0)}.items()
         ]
-        fused = _outputs(generated.my_relu(*inputs, **MY_RELU_SCALARS))
-        monkeypatch.setattr(generated, "_fused_enabled", False)
-        eager = _outputs(generated.my_relu(*inputs, **MY_RELU_SCALARS))
-        monkeypatch.setattr(generated, "_fused_enabled", True)
-        for a, b in zip(fused, eager):
+        for a, b in zip(run(True, inputs), run(False, inputs)):
             torch.testing.assert_close(a, b)
     # it really ran compiled (no fallback to the eager code)
-    assert generated._compiled[generated._my_relu] is not generated._my_relu
+    math_fn = generated._my_relu_forward
+    assert generated._compiled[math_fn] is not math_fn
 
 
 # --- exp -------------------------------------------------------------------
@@ -751,8 +764,24 @@ def test_exp_compiles_without_graph_breaks():
 
 
 def test_exp_fused_path_matches_eager(monkeypatch):
-    monkeypatch.setattr(generated, "_fused_enabled", True)
     gen = torch.Generator().manual_seed(3)
+
+    def run(fused, inputs):
+        monkeypatch.setattr(generated, "_fused_enabled", fused)
+        outputs = _outputs(generated.exp(*inputs, **EXP_SCALARS))
+        wrt = [x for x in inputs if x.requires_grad]
+        if not wrt or not any(o.requires_grad for o in outputs):
+            return outputs
+        total = sum(o.sum() for o in outputs if o.requires_grad)
+        grads = torch.autograd.grad(total, wrt, create_graph=True, allow_unused=True)
+        result = [*outputs, *(g for g in grads if g is not None)]
+        # double backward still works: the autograd structure around the kernels is eager
+        second = [g.sum() for g in grads if g is not None and g.requires_grad]
+        if second:
+            hess = torch.autograd.grad(sum(second), wrt, allow_unused=True)
+            result += [h for h in hess if h is not None]
+        return result
+
     for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
         inputs = [
             (
@@ -760,14 +789,11 @@ def test_exp_fused_path_matches_eager(monkeypatch):
             ).requires_grad_(n in ["x"])
             for n, (lo, hi) in {"x": (-2.0, 2.0)}.items()
         ]
-        fused = _outputs(generated.exp(*inputs, **EXP_SCALARS))
-        monkeypatch.setattr(generated, "_fused_enabled", False)
-        eager = _outputs(generated.exp(*inputs, **EXP_SCALARS))
-        monkeypatch.setattr(generated, "_fused_enabled", True)
-        for a, b in zip(fused, eager):
+        for a, b in zip(run(True, inputs), run(False, inputs)):
             torch.testing.assert_close(a, b)
     # it really ran compiled (no fallback to the eager code)
-    assert generated._compiled[generated._exp] is not generated._exp
+    math_fn = generated._exp_forward
+    assert generated._compiled[math_fn] is not math_fn
 
 
 # --- square ----------------------------------------------------------------
@@ -1067,8 +1093,24 @@ def test_square_compiles_without_graph_breaks():
 
 
 def test_square_fused_path_matches_eager(monkeypatch):
-    monkeypatch.setattr(generated, "_fused_enabled", True)
     gen = torch.Generator().manual_seed(3)
+
+    def run(fused, inputs):
+        monkeypatch.setattr(generated, "_fused_enabled", fused)
+        outputs = _outputs(generated.square(*inputs, **SQUARE_SCALARS))
+        wrt = [x for x in inputs if x.requires_grad]
+        if not wrt or not any(o.requires_grad for o in outputs):
+            return outputs
+        total = sum(o.sum() for o in outputs if o.requires_grad)
+        grads = torch.autograd.grad(total, wrt, create_graph=True, allow_unused=True)
+        result = [*outputs, *(g for g in grads if g is not None)]
+        # double backward still works: the autograd structure around the kernels is eager
+        second = [g.sum() for g in grads if g is not None and g.requires_grad]
+        if second:
+            hess = torch.autograd.grad(sum(second), wrt, allow_unused=True)
+            result += [h for h in hess if h is not None]
+        return result
+
     for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
         inputs = [
             (
@@ -1076,14 +1118,11 @@ def test_square_fused_path_matches_eager(monkeypatch):
             ).requires_grad_(n in ["x"])
             for n, (lo, hi) in {"x": (-2.0, 2.0)}.items()
         ]
-        fused = _outputs(generated.square(*inputs, **SQUARE_SCALARS))
-        monkeypatch.setattr(generated, "_fused_enabled", False)
-        eager = _outputs(generated.square(*inputs, **SQUARE_SCALARS))
-        monkeypatch.setattr(generated, "_fused_enabled", True)
-        for a, b in zip(fused, eager):
+        for a, b in zip(run(True, inputs), run(False, inputs)):
             torch.testing.assert_close(a, b)
     # it really ran compiled (no fallback to the eager code)
-    assert generated._compiled[generated._square] is not generated._square
+    math_fn = generated._square_forward
+    assert generated._compiled[math_fn] is not math_fn
 
 
 # --- cube ------------------------------------------------------------------
@@ -1399,8 +1438,24 @@ def test_cube_compiles_without_graph_breaks():
 
 
 def test_cube_fused_path_matches_eager(monkeypatch):
-    monkeypatch.setattr(generated, "_fused_enabled", True)
     gen = torch.Generator().manual_seed(3)
+
+    def run(fused, inputs):
+        monkeypatch.setattr(generated, "_fused_enabled", fused)
+        outputs = _outputs(generated.cube(*inputs, **CUBE_SCALARS))
+        wrt = [x for x in inputs if x.requires_grad]
+        if not wrt or not any(o.requires_grad for o in outputs):
+            return outputs
+        total = sum(o.sum() for o in outputs if o.requires_grad)
+        grads = torch.autograd.grad(total, wrt, create_graph=True, allow_unused=True)
+        result = [*outputs, *(g for g in grads if g is not None)]
+        # double backward still works: the autograd structure around the kernels is eager
+        second = [g.sum() for g in grads if g is not None and g.requires_grad]
+        if second:
+            hess = torch.autograd.grad(sum(second), wrt, allow_unused=True)
+            result += [h for h in hess if h is not None]
+        return result
+
     for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
         inputs = [
             (
@@ -1408,14 +1463,11 @@ def test_cube_fused_path_matches_eager(monkeypatch):
             ).requires_grad_(n in ["x"])
             for n, (lo, hi) in {"x": (-2.0, 2.0)}.items()
         ]
-        fused = _outputs(generated.cube(*inputs, **CUBE_SCALARS))
-        monkeypatch.setattr(generated, "_fused_enabled", False)
-        eager = _outputs(generated.cube(*inputs, **CUBE_SCALARS))
-        monkeypatch.setattr(generated, "_fused_enabled", True)
-        for a, b in zip(fused, eager):
+        for a, b in zip(run(True, inputs), run(False, inputs)):
             torch.testing.assert_close(a, b)
     # it really ran compiled (no fallback to the eager code)
-    assert generated._compiled[generated._cube] is not generated._cube
+    math_fn = generated._cube_forward
+    assert generated._compiled[math_fn] is not math_fn
 
 
 # --- sinh ------------------------------------------------------------------
@@ -1731,8 +1783,24 @@ def test_sinh_compiles_without_graph_breaks():
 
 
 def test_sinh_fused_path_matches_eager(monkeypatch):
-    monkeypatch.setattr(generated, "_fused_enabled", True)
     gen = torch.Generator().manual_seed(3)
+
+    def run(fused, inputs):
+        monkeypatch.setattr(generated, "_fused_enabled", fused)
+        outputs = _outputs(generated.sinh(*inputs, **SINH_SCALARS))
+        wrt = [x for x in inputs if x.requires_grad]
+        if not wrt or not any(o.requires_grad for o in outputs):
+            return outputs
+        total = sum(o.sum() for o in outputs if o.requires_grad)
+        grads = torch.autograd.grad(total, wrt, create_graph=True, allow_unused=True)
+        result = [*outputs, *(g for g in grads if g is not None)]
+        # double backward still works: the autograd structure around the kernels is eager
+        second = [g.sum() for g in grads if g is not None and g.requires_grad]
+        if second:
+            hess = torch.autograd.grad(sum(second), wrt, allow_unused=True)
+            result += [h for h in hess if h is not None]
+        return result
+
     for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
         inputs = [
             (
@@ -1740,14 +1808,11 @@ def test_sinh_fused_path_matches_eager(monkeypatch):
             ).requires_grad_(n in ["x"])
             for n, (lo, hi) in {"x": (-2.0, 2.0)}.items()
         ]
-        fused = _outputs(generated.sinh(*inputs, **SINH_SCALARS))
-        monkeypatch.setattr(generated, "_fused_enabled", False)
-        eager = _outputs(generated.sinh(*inputs, **SINH_SCALARS))
-        monkeypatch.setattr(generated, "_fused_enabled", True)
-        for a, b in zip(fused, eager):
+        for a, b in zip(run(True, inputs), run(False, inputs)):
             torch.testing.assert_close(a, b)
     # it really ran compiled (no fallback to the eager code)
-    assert generated._compiled[generated._sinh] is not generated._sinh
+    math_fn = generated._sinh_forward
+    assert generated._compiled[math_fn] is not math_fn
 
 
 # --- log1pexp --------------------------------------------------------------
@@ -2069,8 +2134,24 @@ def test_log1pexp_compiles_without_graph_breaks():
 
 
 def test_log1pexp_fused_path_matches_eager(monkeypatch):
-    monkeypatch.setattr(generated, "_fused_enabled", True)
     gen = torch.Generator().manual_seed(3)
+
+    def run(fused, inputs):
+        monkeypatch.setattr(generated, "_fused_enabled", fused)
+        outputs = _outputs(generated.log1pexp(*inputs, **LOG1PEXP_SCALARS))
+        wrt = [x for x in inputs if x.requires_grad]
+        if not wrt or not any(o.requires_grad for o in outputs):
+            return outputs
+        total = sum(o.sum() for o in outputs if o.requires_grad)
+        grads = torch.autograd.grad(total, wrt, create_graph=True, allow_unused=True)
+        result = [*outputs, *(g for g in grads if g is not None)]
+        # double backward still works: the autograd structure around the kernels is eager
+        second = [g.sum() for g in grads if g is not None and g.requires_grad]
+        if second:
+            hess = torch.autograd.grad(sum(second), wrt, allow_unused=True)
+            result += [h for h in hess if h is not None]
+        return result
+
     for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
         inputs = [
             (
@@ -2078,14 +2159,11 @@ def test_log1pexp_fused_path_matches_eager(monkeypatch):
             ).requires_grad_(n in ["x"])
             for n, (lo, hi) in {"x": (-2.0, 2.0)}.items()
         ]
-        fused = _outputs(generated.log1pexp(*inputs, **LOG1PEXP_SCALARS))
-        monkeypatch.setattr(generated, "_fused_enabled", False)
-        eager = _outputs(generated.log1pexp(*inputs, **LOG1PEXP_SCALARS))
-        monkeypatch.setattr(generated, "_fused_enabled", True)
-        for a, b in zip(fused, eager):
+        for a, b in zip(run(True, inputs), run(False, inputs)):
             torch.testing.assert_close(a, b)
     # it really ran compiled (no fallback to the eager code)
-    assert generated._compiled[generated._log1pexp] is not generated._log1pexp
+    math_fn = generated._log1pexp_forward
+    assert generated._compiled[math_fn] is not math_fn
 
 
 # --- mul -------------------------------------------------------------------
@@ -2709,8 +2787,24 @@ def test_mul_compiles_without_graph_breaks():
 
 
 def test_mul_fused_path_matches_eager(monkeypatch):
-    monkeypatch.setattr(generated, "_fused_enabled", True)
     gen = torch.Generator().manual_seed(3)
+
+    def run(fused, inputs):
+        monkeypatch.setattr(generated, "_fused_enabled", fused)
+        outputs = _outputs(generated.mul(*inputs, **MUL_SCALARS))
+        wrt = [x for x in inputs if x.requires_grad]
+        if not wrt or not any(o.requires_grad for o in outputs):
+            return outputs
+        total = sum(o.sum() for o in outputs if o.requires_grad)
+        grads = torch.autograd.grad(total, wrt, create_graph=True, allow_unused=True)
+        result = [*outputs, *(g for g in grads if g is not None)]
+        # double backward still works: the autograd structure around the kernels is eager
+        second = [g.sum() for g in grads if g is not None and g.requires_grad]
+        if second:
+            hess = torch.autograd.grad(sum(second), wrt, allow_unused=True)
+            result += [h for h in hess if h is not None]
+        return result
+
     for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
         inputs = [
             (
@@ -2718,14 +2812,11 @@ def test_mul_fused_path_matches_eager(monkeypatch):
             ).requires_grad_(n in ["x", "y"])
             for n, (lo, hi) in {"x": (-2.0, 2.0), "y": (-2.0, 2.0)}.items()
         ]
-        fused = _outputs(generated.mul(*inputs, **MUL_SCALARS))
-        monkeypatch.setattr(generated, "_fused_enabled", False)
-        eager = _outputs(generated.mul(*inputs, **MUL_SCALARS))
-        monkeypatch.setattr(generated, "_fused_enabled", True)
-        for a, b in zip(fused, eager):
+        for a, b in zip(run(True, inputs), run(False, inputs)):
             torch.testing.assert_close(a, b)
     # it really ran compiled (no fallback to the eager code)
-    assert generated._compiled[generated._mul] is not generated._mul
+    math_fn = generated._mul_forward
+    assert generated._compiled[math_fn] is not math_fn
 
 
 # --- quantize --------------------------------------------------------------
@@ -2982,8 +3073,24 @@ def test_quantize_compiles_without_graph_breaks():
 
 
 def test_quantize_fused_path_matches_eager(monkeypatch):
-    monkeypatch.setattr(generated, "_fused_enabled", True)
     gen = torch.Generator().manual_seed(3)
+
+    def run(fused, inputs):
+        monkeypatch.setattr(generated, "_fused_enabled", fused)
+        outputs = _outputs(generated.quantize(*inputs, **QUANTIZE_SCALARS))
+        wrt = [x for x in inputs if x.requires_grad]
+        if not wrt or not any(o.requires_grad for o in outputs):
+            return outputs
+        total = sum(o.sum() for o in outputs if o.requires_grad)
+        grads = torch.autograd.grad(total, wrt, create_graph=True, allow_unused=True)
+        result = [*outputs, *(g for g in grads if g is not None)]
+        # double backward still works: the autograd structure around the kernels is eager
+        second = [g.sum() for g in grads if g is not None and g.requires_grad]
+        if second:
+            hess = torch.autograd.grad(sum(second), wrt, allow_unused=True)
+            result += [h for h in hess if h is not None]
+        return result
+
     for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
         inputs = [
             (
@@ -2991,11 +3098,8 @@ def test_quantize_fused_path_matches_eager(monkeypatch):
             ).requires_grad_(n in ["x"])
             for n, (lo, hi) in {"x": (-2.0, 2.0)}.items()
         ]
-        fused = _outputs(generated.quantize(*inputs, **QUANTIZE_SCALARS))
-        monkeypatch.setattr(generated, "_fused_enabled", False)
-        eager = _outputs(generated.quantize(*inputs, **QUANTIZE_SCALARS))
-        monkeypatch.setattr(generated, "_fused_enabled", True)
-        for a, b in zip(fused, eager):
+        for a, b in zip(run(True, inputs), run(False, inputs)):
             torch.testing.assert_close(a, b)
     # it really ran compiled (no fallback to the eager code)
-    assert generated._compiled[generated._quantize] is not generated._quantize
+    math_fn = generated._quantize_forward
+    assert generated._compiled[math_fn] is not math_fn

@@ -32,41 +32,50 @@ __all__ = [
     "use_fused",
 ]
 
-# The fused path: every function of this module through torch.compile (one kernel for the
-# forward, one for the backward). Off by default; `use_fused()` turns it on.
+# The fused path: the math of every forward and first backward through torch.compile, one
+# fused kernel each. The autograd structure around it stays eager, so double backward,
+# forward mode and vmap are unchanged. Off by default; `use_fused()` turns it on.
 _fused_enabled = False
 _compiled: dict[Callable, Callable] = {}
 
 
 def use_fused(enabled: bool = True) -> None:
-    """Route this module's functions through ``torch.compile`` (dynamic shapes).
+    """Compile this module's forward and backward math with ``torch.compile``.
 
-    Falls back to the eager code, with a warning, where compilation is not available.
+    Dynamic shapes (no recompiles for new sizes); where compilation fails the eager code
+    runs instead, with a warning.
     """
     global _fused_enabled
     _fused_enabled = enabled
 
 
-def _call(eager: Callable, *args):
-    """``eager(*args)``, through its compiled version when the fused path is on."""
+def _run(math_fn: Callable, *args):
+    """``math_fn(*args)``, through its compiled version when the fused path is on."""
     if not _fused_enabled or torch.compiler.is_compiling():
-        return eager(*args)
-    compiled = _compiled.get(eager)
+        return math_fn(*args)
+    compiled = _compiled.get(math_fn)
     if compiled is None:
-        compiled = _compiled[eager] = torch.compile(eager, dynamic=True, fullgraph=True)
-    if compiled is eager:
-        return eager(*args)
+        compiled = _compiled[math_fn] = torch.compile(
+            math_fn, dynamic=True, fullgraph=True
+        )
+    if compiled is math_fn:
+        return math_fn(*args)
     try:
         return compiled(*args)
     except Exception as error:  # noqa: BLE001 - any compiler failure: keep the eager code
         warnings.warn(
             f"torch.compile unavailable ({error}); using eager code", stacklevel=3
         )
-        _compiled[eager] = eager
-        return eager(*args)
+        _compiled[math_fn] = math_fn
+        return math_fn(*args)
 
 
 # --- my_relu ---------------------------------------------------------------
+
+
+def _my_relu_forward(x):
+    out = torch.relu(x)
+    return out
 
 
 class _MyRelu(torch.autograd.Function):
@@ -76,8 +85,7 @@ class _MyRelu(torch.autograd.Function):
 
     @staticmethod
     def forward(x):
-        out = torch.relu(x)
-        return out
+        return _run(_my_relu_forward, x)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -128,6 +136,11 @@ class MyRelu(_MyRelu):
         return out_t
 
 
+def _my_relu_grad_x(x, grad):
+    grad_x = grad * torch.where(x > 0, 1.0, torch.full_like(x, 0))
+    return grad_x
+
+
 class _MyReluBackward(torch.autograd.Function):
     """The gradient of my_relu: forward is the VJP, backward the derived second order."""
 
@@ -135,8 +148,7 @@ class _MyReluBackward(torch.autograd.Function):
 
     @staticmethod
     def forward(x, grad):
-        grad_x = grad * torch.where(x > 0, 1.0, torch.full_like(x, 0))
-        return grad_x
+        return _run(_my_relu_grad_x, x, grad)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -168,16 +180,17 @@ def my_relu(x: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`MyRelu`.
     """
-    return _call(_my_relu, x)
-
-
-def _my_relu(x):
     # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
     function = _MyRelu if torch.compiler.is_compiling() else MyRelu
     return function.apply(x)
 
 
 # --- exp -------------------------------------------------------------------
+
+
+def _exp_forward(x):
+    out = torch.exp(x)
+    return out
 
 
 class _Exp(torch.autograd.Function):
@@ -187,8 +200,7 @@ class _Exp(torch.autograd.Function):
 
     @staticmethod
     def forward(x):
-        out = torch.exp(x)
-        return out
+        return _run(_exp_forward, x)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -237,6 +249,11 @@ class Exp(_Exp):
         return out_t
 
 
+def _exp_grad_x(out, grad):
+    grad_x = grad * out
+    return grad_x
+
+
 class _ExpBackward(torch.autograd.Function):
     """The gradient of exp: forward is the VJP, backward the derived second order."""
 
@@ -244,8 +261,7 @@ class _ExpBackward(torch.autograd.Function):
 
     @staticmethod
     def forward(out, grad):
-        grad_x = grad * out
-        return grad_x
+        return _run(_exp_grad_x, out, grad)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -280,16 +296,17 @@ def exp(x: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`Exp`.
     """
-    return _call(_exp, x)
-
-
-def _exp(x):
     # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
     function = _Exp if torch.compiler.is_compiling() else Exp
     return function.apply(x)
 
 
 # --- square ----------------------------------------------------------------
+
+
+def _square_forward(x):
+    out = x**2
+    return out
 
 
 class _Square(torch.autograd.Function):
@@ -299,8 +316,7 @@ class _Square(torch.autograd.Function):
 
     @staticmethod
     def forward(x):
-        out = x**2
-        return out
+        return _run(_square_forward, x)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -351,6 +367,11 @@ class Square(_Square):
         return out_t
 
 
+def _square_grad_x(x, grad):
+    grad_x = 2 * grad * x
+    return grad_x
+
+
 class _SquareBackward(torch.autograd.Function):
     """The gradient of square: forward is the VJP, backward the derived second order."""
 
@@ -358,8 +379,7 @@ class _SquareBackward(torch.autograd.Function):
 
     @staticmethod
     def forward(x, grad):
-        grad_x = 2 * grad * x
-        return grad_x
+        return _run(_square_grad_x, x, grad)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -394,16 +414,17 @@ def square(x: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`Square`.
     """
-    return _call(_square, x)
-
-
-def _square(x):
     # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
     function = _Square if torch.compiler.is_compiling() else Square
     return function.apply(x)
 
 
 # --- cube ------------------------------------------------------------------
+
+
+def _cube_forward(x):
+    out = x**3
+    return out
 
 
 class _Cube(torch.autograd.Function):
@@ -413,8 +434,7 @@ class _Cube(torch.autograd.Function):
 
     @staticmethod
     def forward(x):
-        out = x**3
-        return out
+        return _run(_cube_forward, x)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -463,6 +483,11 @@ class Cube(_Cube):
         return out_t
 
 
+def _cube_grad_x(x, grad):
+    grad_x = 3 * grad * x**2
+    return grad_x
+
+
 class _CubeBackward(torch.autograd.Function):
     """The gradient of cube: forward is the VJP, backward the derived second order."""
 
@@ -470,8 +495,7 @@ class _CubeBackward(torch.autograd.Function):
 
     @staticmethod
     def forward(x, grad):
-        grad_x = 3 * grad * x**2
-        return grad_x
+        return _run(_cube_grad_x, x, grad)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -506,16 +530,17 @@ def cube(x: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`Cube`.
     """
-    return _call(_cube, x)
-
-
-def _cube(x):
     # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
     function = _Cube if torch.compiler.is_compiling() else Cube
     return function.apply(x)
 
 
 # --- sinh ------------------------------------------------------------------
+
+
+def _sinh_forward(x):
+    out = torch.sinh(x)
+    return out
 
 
 class _Sinh(torch.autograd.Function):
@@ -525,8 +550,7 @@ class _Sinh(torch.autograd.Function):
 
     @staticmethod
     def forward(x):
-        out = torch.sinh(x)
-        return out
+        return _run(_sinh_forward, x)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -575,6 +599,11 @@ class Sinh(_Sinh):
         return out_t
 
 
+def _sinh_grad_x(x, grad):
+    grad_x = grad * torch.cosh(x)
+    return grad_x
+
+
 class _SinhBackward(torch.autograd.Function):
     """The gradient of sinh: forward is the VJP, backward the derived second order."""
 
@@ -582,8 +611,7 @@ class _SinhBackward(torch.autograd.Function):
 
     @staticmethod
     def forward(x, grad):
-        grad_x = grad * torch.cosh(x)
-        return grad_x
+        return _run(_sinh_grad_x, x, grad)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -618,16 +646,17 @@ def sinh(x: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`Sinh`.
     """
-    return _call(_sinh, x)
-
-
-def _sinh(x):
     # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
     function = _Sinh if torch.compiler.is_compiling() else Sinh
     return function.apply(x)
 
 
 # --- log1pexp --------------------------------------------------------------
+
+
+def _log1pexp_forward(x):
+    out = torch.nn.functional.softplus(x, threshold=40.0)
+    return out
 
 
 class _Log1pexp(torch.autograd.Function):
@@ -637,8 +666,7 @@ class _Log1pexp(torch.autograd.Function):
 
     @staticmethod
     def forward(x):
-        out = torch.nn.functional.softplus(x, threshold=40.0)
-        return out
+        return _run(_log1pexp_forward, x)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -689,6 +717,11 @@ class Log1pexp(_Log1pexp):
         return out_t
 
 
+def _log1pexp_grad_x(x, grad):
+    grad_x = grad * torch.sigmoid(x)
+    return grad_x
+
+
 class _Log1pexpBackward(torch.autograd.Function):
     """The gradient of log1pexp: forward is the VJP, backward the derived second order."""
 
@@ -696,8 +729,7 @@ class _Log1pexpBackward(torch.autograd.Function):
 
     @staticmethod
     def forward(x, grad):
-        grad_x = grad * torch.sigmoid(x)
-        return grad_x
+        return _run(_log1pexp_grad_x, x, grad)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -733,16 +765,17 @@ def log1pexp(x: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`Log1pexp`.
     """
-    return _call(_log1pexp, x)
-
-
-def _log1pexp(x):
     # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
     function = _Log1pexp if torch.compiler.is_compiling() else Log1pexp
     return function.apply(x)
 
 
 # --- mul -------------------------------------------------------------------
+
+
+def _mul_forward(x, y):
+    out = x * y
+    return out
 
 
 class _Mul(torch.autograd.Function):
@@ -752,8 +785,7 @@ class _Mul(torch.autograd.Function):
 
     @staticmethod
     def forward(x, y):
-        out = x * y
-        return out
+        return _run(_mul_forward, x, y)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -818,6 +850,11 @@ class Mul(_Mul):
         return out_t
 
 
+def _mul_grad_x(y, grad):
+    grad_x = grad * y
+    return grad_x
+
+
 class _MulBackwardX(torch.autograd.Function):
     """The gradient of mul: forward is the VJP, backward the derived second order."""
 
@@ -825,8 +862,7 @@ class _MulBackwardX(torch.autograd.Function):
 
     @staticmethod
     def forward(y, grad):
-        grad_x = grad * y
-        return grad_x
+        return _run(_mul_grad_x, y, grad)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -858,6 +894,11 @@ class MulBackwardX(_MulBackwardX):
         return grad_x_t
 
 
+def _mul_grad_y(x, grad):
+    grad_y = grad * x
+    return grad_y
+
+
 class _MulBackwardY(torch.autograd.Function):
     """The gradient of mul: forward is the VJP, backward the derived second order."""
 
@@ -865,8 +906,7 @@ class _MulBackwardY(torch.autograd.Function):
 
     @staticmethod
     def forward(x, grad):
-        grad_y = grad * x
-        return grad_y
+        return _run(_mul_grad_y, x, grad)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -903,16 +943,17 @@ def mul(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`Mul`.
     """
-    return _call(_mul, x, y)
-
-
-def _mul(x, y):
     # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
     function = _Mul if torch.compiler.is_compiling() else Mul
     return function.apply(x, y)
 
 
 # --- quantize --------------------------------------------------------------
+
+
+def _quantize_forward(x, step):
+    out = step * torch.sign(x)
+    return out
 
 
 class _Quantize(torch.autograd.Function):
@@ -922,8 +963,7 @@ class _Quantize(torch.autograd.Function):
 
     @staticmethod
     def forward(x, step):
-        out = step * torch.sign(x)
-        return out
+        return _run(_quantize_forward, x, step)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -969,6 +1009,11 @@ class Quantize(_Quantize):
         return out_t
 
 
+def _quantize_grad_x(grad):
+    grad_x = grad.clone()
+    return grad_x
+
+
 class _QuantizeBackward(torch.autograd.Function):
     """The gradient of quantize: forward is the VJP, backward the derived second order."""
 
@@ -976,8 +1021,7 @@ class _QuantizeBackward(torch.autograd.Function):
 
     @staticmethod
     def forward(grad):
-        grad_x = grad.clone()
-        return grad_x
+        return _run(_quantize_grad_x, grad)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -1005,10 +1049,6 @@ def quantize(x: torch.Tensor, step: float = 0.25) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`Quantize`.
     """
-    return _call(_quantize, x, step)
-
-
-def _quantize(x, step):
     # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
     function = _Quantize if torch.compiler.is_compiling() else Quantize
     return function.apply(x, step)
