@@ -156,3 +156,9 @@ def test_printed_torch_matches_sympy(expr, values):
 def test_scalar_reciprocal_square_root_uses_math():
     expr = sympy.pi ** sympy.Rational(-1, 2)
     assert TorchPrinter().doprint(expr) == "1 / math.sqrt(math.pi)"
+
+
+def test_constant_factors_are_folded_into_one_literal():
+    x = sympy.Symbol("x", real=True)
+    expr = sympy.sqrt(2) * x / sympy.sqrt(sympy.pi)
+    assert TorchPrinter().doprint(expr) == "0.7978845608028654*x"

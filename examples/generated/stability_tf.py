@@ -433,7 +433,7 @@ def gelu(x: tf.Tensor) -> tf.Tensor:
     @tf.custom_gradient
     def forward(x):
         t0 = x / 2
-        out = t0 * tf.math.erfc(-math.sqrt(2) * t0)
+        out = t0 * tf.math.erfc(-1.4142135623730951 * t0)
 
         def backward(grad):
             grad_x = _gelu_grad_x(x, grad)
@@ -449,22 +449,17 @@ def _gelu_grad_x(x, grad):
 
     @tf.custom_gradient
     def forward(x, grad):
-        t0 = math.sqrt(2) * x / 2
+        t0 = 0.7071067811865476 * x
         grad_x = grad * (
             t0 * tf.math.exp(-(x**2) / 2) / math.sqrt(math.pi) + tf.math.erfc(-t0) / 2
         )
 
         def backward(grad_grad_x):
             t0 = x**2
-            x_bar = (
-                math.sqrt(2)
-                * grad
-                * grad_grad_x
-                * (2 - t0)
-                * tf.math.exp(-t0 / 2)
-                / (2 * math.sqrt(math.pi))
+            x_bar = 0.3989422804014327 * (
+                grad * grad_grad_x * (2 - t0) * tf.math.exp(-t0 / 2)
             )
-            t0 = math.sqrt(2) * x / 2
+            t0 = 0.7071067811865476 * x
             grad_bar = grad_grad_x * (
                 t0 * tf.math.exp(-(x**2) / 2) / math.sqrt(math.pi)
                 + tf.math.erfc(-t0) / 2

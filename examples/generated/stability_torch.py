@@ -833,7 +833,7 @@ def mish(x: torch.Tensor) -> torch.Tensor:
 
 def _gelu_forward(x):
     t0 = x / 2
-    out = t0 * torch.erfc(-math.sqrt(2) * t0)
+    out = t0 * torch.erfc(-1.4142135623730951 * t0)
     return out
 
 
@@ -889,7 +889,7 @@ class Gelu(_Gelu):
     @staticmethod
     def jvp(ctx, x_t):
         (x,) = ctx.saved_tensors
-        t0 = math.sqrt(2) * x / 2
+        t0 = 0.7071067811865476 * x
         out_t = x_t * (
             t0 * torch.exp(-(x**2) / 2) / math.sqrt(math.pi) + torch.erfc(-t0) / 2
         )
@@ -897,7 +897,7 @@ class Gelu(_Gelu):
 
 
 def _gelu_grad_x(x, grad):
-    t0 = math.sqrt(2) * x / 2
+    t0 = 0.7071067811865476 * x
     grad_x = grad * (
         t0 * torch.exp(-(x**2) / 2) / math.sqrt(math.pi) + torch.erfc(-t0) / 2
     )
@@ -925,17 +925,12 @@ class _GeluBackward(torch.autograd.Function):
         x_bar = None
         if ctx.needs_input_grad[0]:
             t0 = x**2
-            x_bar = (
-                math.sqrt(2)
-                * grad
-                * grad_grad_x
-                * (2 - t0)
-                * torch.exp(-t0 / 2)
-                / (2 * math.sqrt(math.pi))
+            x_bar = 0.3989422804014327 * (
+                grad * grad_grad_x * (2 - t0) * torch.exp(-t0 / 2)
             )
         grad_bar = None
         if ctx.needs_input_grad[1]:
-            t0 = math.sqrt(2) * x / 2
+            t0 = 0.7071067811865476 * x
             grad_bar = grad_grad_x * (
                 t0 * torch.exp(-(x**2) / 2) / math.sqrt(math.pi) + torch.erfc(-t0) / 2
             )

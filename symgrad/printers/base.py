@@ -165,7 +165,19 @@ class FrameworkPrinter(StrPrinter):
         return f"{b}**{ee}"
 
     def _print_Mul(self, expr):
-        # StrPrinter prints x/2 as "x/2"; keep it but with spaces for ruff format.
+        # Fold constant factors (sqrt(2)/sqrt(pi), 1/2*pi, ...) into one literal: each
+        # factor left in the code would be one more pass over a whole tensor.
+        constants = [f for f in expr.args if not f.free_symbols]
+        if (
+            len(constants) >= 2
+            and any(not f.is_Rational for f in constants)
+            and len(expr.args) > len(constants)
+            and sympy.Mul(*constants).is_extended_real
+        ):
+            value = sympy.Mul(*constants)
+            rest = sympy.Mul(*(f for f in expr.args if f.free_symbols))
+            folded = sympy.Float(value.evalf(20), 17)
+            return super()._print_Mul(sympy.Mul(folded, rest, evaluate=False))
         return super()._print_Mul(expr)
 
     # ------------------------------------------------------------------ functions
