@@ -18,9 +18,9 @@ by name, such as ``sigmoid``, stay the framework's op).
 Exact values come from :func:`symgrad.reference.exact` on the NAIVE formula and SymPy's
 derivatives of it (a user's gradient override is its own reference, as in
 :func:`symgrad.reference.reference`). ``exact`` rounds to float64; for float32 that value
-is rounded again to float32, a double rounding that can be off by one float32 ulp in rare
-halfway cases (at most 1 bit of error, only where the result is within 2**-29 relative of
-a float32 halfway point).
+is rounded again to float32: a double rounding, off by one float32 ulp (1 bit of error)
+only where the exact result lies within one float64 rounding (2**-53 relative) of a
+float32 halfway point, which is rare enough to ignore in means over many points.
 
 Rising precision cannot resolve every naive formula: ``log(1 - sigmoid(1e300))`` cancels
 2**-1.4e300 against 1 and is ``-inf`` at any precision. Where the naive reference is
@@ -304,7 +304,7 @@ def _evaluate_at(expr: sympy.Expr, env: Mapping[sympy.Symbol, float], prec: int)
         values = {s: mpmath.mpf(v) for s, v in env.items()}
         try:
             return to_float(evaluate(expr, values))
-        except (Undefined, ZeroDivisionError):
+        except (Undefined, ArithmeticError, ValueError):
             return None
 
 
@@ -316,13 +316,20 @@ def reference_value(
     A naive reference that is undefined, infinite or zero may be an artefact of finite
     precision (``1 - 1/(1 + exp(-x))`` is 0 at any precision for huge x); then the exact
     value of the stable formula decides, after retrying the naive one at higher precision.
-    Returns None where the value is undefined and :data:`DISPUTED` where the two disagree.
+    Returns None where the value is undefined and :data:`DISPUTED` where the two disagree
+    or mpmath fails (it raises OverflowError for ``erfc`` of a huge argument).
     """
-    value = exact(reference, env)
+    try:
+        value = exact(reference, env)
+    except (ArithmeticError, ValueError):  # mpmath fails on some huge arguments
+        return DISPUTED
     suspicious = value is None or value == 0 or math.isinf(value)
     if not suspicious or stable is None:
         return value
-    check = exact(stable, env)
+    try:
+        check = exact(stable, env)
+    except (ArithmeticError, ValueError):
+        return DISPUTED
     if _agree(value, check):
         return value
     if all(abs(v) <= RETRY_MAX_INPUT for v in env.values()):
@@ -414,9 +421,9 @@ Outputs = Callable[[Mapping[str, Any]], Sequence[Any]]
 
 def symgrad_outputs(module: ModuleType, fn: Function) -> Outputs:
     """Call the generated wrapper of ``fn``: tensors positionally, scalars by keyword."""
-    wrapper = getattr(module, fn.name)
 
     def call(values: Mapping[str, Any]) -> Sequence[Any]:
+        wrapper = getattr(module, fn.name)
         args = [values[i.name] for i in fn.inputs if i.is_tensor]
         kwargs = {i.name: values[i.name] for i in fn.inputs if not i.is_tensor}
         result = wrapper(*args, **kwargs)
@@ -437,7 +444,7 @@ def naive_outputs(derived: Derived) -> Outputs:
     """Evaluate the naive formulas with torch ops, for plain autograd to differentiate.
 
     The source is printed by symgrad from the parsed SymPy formula (never spec text), and
-    evaluated with only ``torch``, ``math`` and the inputs in scope.
+    evaluated with only ``torch``, ``math``, ``abs``/``max``/``min`` and the inputs in scope.
     """
     import torch
 
@@ -445,12 +452,13 @@ def naive_outputs(derived: Derived) -> Outputs:
         compile(src, f"<naive {derived.function.name}>", "eval") for src in naive_source(derived)
     ]
 
+    scope = {"__builtins__": {"abs": abs, "max": max, "min": min}, "torch": torch, "math": math}
+
     def call(values: Mapping[str, Any]) -> Sequence[Any]:
-        namespace = {"torch": torch, "math": math, **values}
         ref = next(v for v in values.values() if isinstance(v, torch.Tensor))
         outs = []
         for code in codes:
-            out = eval(code, {"__builtins__": {}}, namespace)  # our own printed source
+            out = eval(code, scope, dict(values))  # our own printed source
             out = torch.as_tensor(out, dtype=ref.dtype)
             if out.shape != ref.shape:
                 out = out.expand(ref.shape)
@@ -478,11 +486,13 @@ def torch_values(
     qs: Sequence[Quantity],
     points: Sequence[Mapping[str, float]],
     dtype: str,
-) -> dict[str, list[float]]:
-    """Every quantity of ``qs`` computed with torch at ``points`` (one batched call).
+) -> dict[str, list[float] | str]:
+    """Every quantity of ``qs`` computed with torch at ``points`` (one batched call each).
 
     Gradients of output ``o`` take upstream gradient 1 for ``o`` and none for the other
     outputs; second derivatives differentiate that gradient again (``order: 2`` only).
+    A quantity whose computation raises gets the error message instead of values (and so
+    does everything after a failing forward).
     """
     import torch
 
@@ -495,22 +505,28 @@ def torch_values(
         else:
             values[inp.name] = column[0]
     second_order = fn.order >= 2
-    result: dict[str, list[float]] = {}
+    result: dict[str, list[float] | str] = {}
+    firsts: dict[tuple[int, str], Any] = {}
     with torch.enable_grad():
-        outs = call(values)
-        firsts: dict[tuple[int, str], Any] = {}
+        try:
+            outs = call(values)
+        except Exception as exc:  # noqa: BLE001 - reported in the rows
+            return {q.label: f"{type(exc).__name__}: {exc}" for q in qs}
         for q in qs:
-            if q.kind == "forward":
-                t = outs[q.output]
-            else:
-                assert q.input is not None
-                key = (q.output, q.input)
-                if key not in firsts:
-                    firsts[key] = _grad(outs[q.output], values[q.input], second_order)
-                t = firsts[key]
-                if q.kind == "second":
-                    t = _grad(t, values[q.input], False)
-            result[q.label] = t.detach().to(torch.float64).reshape(-1).tolist()
+            try:
+                if q.kind == "forward":
+                    t = outs[q.output]
+                else:
+                    assert q.input is not None
+                    key = (q.output, q.input)
+                    if key not in firsts:
+                        firsts[key] = _grad(outs[q.output], values[q.input], second_order)
+                    t = firsts[key]
+                    if q.kind == "second":
+                        t = _grad(t, values[q.input], False)
+                result[q.label] = t.detach().to(torch.float64).reshape(-1).tolist()
+            except Exception as exc:  # noqa: BLE001 - reported in the row
+                result[q.label] = f"{type(exc).__name__}: {exc}"
     return result
 
 
@@ -602,11 +618,11 @@ def _rows_for(
     qs: Sequence[Quantity],
     points: Sequence[Mapping[str, float]],
     refs: Sequence[Sequence[Exact]],
-    mine: dict[str, list[float]] | str,
-    naive: dict[str, list[float]] | str,
+    mine: Mapping[str, list[float] | str],
+    naive: Mapping[str, list[float] | str],
     dtype: str,
 ) -> list[Row]:
-    """One row per quantity; ``mine``/``naive`` are the torch values, or an error message."""
+    """One row per quantity from the torch values (or error messages) of both sides."""
     names = tuple(i.name for i in fn.inputs if i.is_tensor)
     rows = []
     for j, q in enumerate(qs):
@@ -616,17 +632,16 @@ def _rows_for(
             "undefined": sum(1 for v in column if v is None),
             "disputed": sum(1 for v in column if v == DISPUTED),
         }
-        if isinstance(mine, str):
-            rows.append(_failed(fn, q.label, dtype, f"symgrad: {mine}", **counts))
+        m_all = mine[q.label]
+        if isinstance(m_all, str):
+            rows.append(_failed(fn, q.label, dtype, f"symgrad: {m_all}", **counts))
             continue
         exacts = [round_to(float(column[k]), dtype) for k in keep]  # type: ignore[arg-type]
-        m_values = [mine[q.label][k] for k in keep]
+        m_values = [m_all[k] for k in keep]
         m_stats = _stats(m_values, exacts, dtype)
-        n_values: list[float] | None = None
-        n_stats: tuple[float | None, float | None, int | None] = (None, None, None)
-        if q.naive_available and not isinstance(naive, str):
-            n_values = [naive[q.label][k] for k in keep]
-            n_stats = _stats(n_values, exacts, dtype)
+        n_all = naive[q.label] if q.naive_available else None
+        n_values = None if n_all is None or isinstance(n_all, str) else [n_all[k] for k in keep]
+        n_stats = (None, None, None) if n_values is None else _stats(n_values, exacts, dtype)
         samples = tuple(
             Sample(
                 inputs=tuple(points[k][name] for name in names),
@@ -636,7 +651,7 @@ def _rows_for(
             )
             for idx, (k, e) in enumerate(zip(keep, exacts))
         )
-        error = f"naive: {naive}" if isinstance(naive, str) and q.naive_available else None
+        error = f"naive: {n_all}" if isinstance(n_all, str) else None
         rows.append(
             Row(
                 fn.name,
@@ -679,7 +694,7 @@ def measure_function(
     dtype: str = "float64",
     points: int = 256,
     seed: int = 0,
-    budget: float | None = 60.0,
+    budget: float | None = 30.0,
     pool: ProcessPoolExecutor | None = None,
 ) -> list[Row]:
     """Rows for one derived function, with symgrad's code taken from ``module``."""
@@ -689,25 +704,25 @@ def measure_function(
     candidates = sample_points(fn, points, rng, dtype)
     envs = [{derived.symbols[name]: v for name, v in p.items()} for p in candidates]
     exprs = [(q.reference, q.stable) for q in qs]
-    refs_or_none = _exact_values(exprs, envs, budget, pool)
-    reached = [k for k, r in enumerate(refs_or_none) if r is not None]
-    pts = [candidates[k] for k in reached]
-    refs = [refs_or_none[k] for k in reached]
+    try:
+        refs_or_none = _exact_values(exprs, envs, budget, pool)
+    except Exception as exc:  # noqa: BLE001 - e.g. a node mpmath cannot evaluate
+        return [_failed(fn, q.label, dtype, f"exact: {type(exc).__name__}: {exc}") for q in qs]
+    reached = [(p, r) for p, r in zip(candidates, refs_or_none) if r is not None]
+    pts = [p for p, _ in reached]
+    refs = [r for _, r in reached]
     if not pts:
         return [
             _failed(fn, q.label, dtype, "no point evaluated within the time budget") for q in qs
         ]
-    mine: dict[str, list[float]] | str
-    naive: dict[str, list[float]] | str
+    mine = torch_values(symgrad_outputs(module, fn), fn, qs, pts, dtype)
     try:
-        mine = torch_values(symgrad_outputs(module, fn), fn, qs, pts, dtype)
-    except Exception as exc:  # noqa: BLE001 - the report names the failure instead of stopping
-        mine = f"{type(exc).__name__}: {exc}"
-    try:
-        naive = torch_values(naive_outputs(derived), fn, qs, pts, dtype)
-    except Exception as exc:  # noqa: BLE001
-        naive = f"{type(exc).__name__}: {exc}"
-    return _rows_for(fn, qs, pts, refs, mine, naive, dtype)  # type: ignore[arg-type]
+        naive_call = naive_outputs(derived)
+    except Exception as exc:  # noqa: BLE001 - e.g. a formula the printer cannot print
+        naive: dict[str, list[float] | str] = {q.label: f"{type(exc).__name__}: {exc}" for q in qs}
+    else:
+        naive = torch_values(naive_call, fn, qs, pts, dtype)
+    return _rows_for(fn, qs, pts, refs, mine, naive, dtype)
 
 
 def measure_spec(
@@ -715,9 +730,10 @@ def measure_spec(
     dtype: str = "float64",
     points: int = 256,
     seed: int = 0,
-    budget: float | None = 60.0,
+    budget: float | None = 30.0,
     workers: int = 1,
     functions: Sequence[str] | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> list[Row]:
     """Accuracy rows for every function of ``spec`` (or only those named in ``functions``).
 
@@ -726,6 +742,7 @@ def measure_spec(
     yet evaluated are dropped (``Row.points`` says how many were used). ``workers`` > 1
     evaluates exact values in that many processes. A function that fails to derive,
     generate or run gets a row with ``error`` set instead of stopping the report.
+    ``progress`` is called with a line after each function (for a CLI's stderr).
     """
     _check_dtype(dtype)
     chosen = [f for f in spec.functions if functions is None or f.name in functions]
@@ -739,8 +756,9 @@ def measure_spec(
                 rows.append(_failed(fn, "derive", dtype, f"{type(exc).__name__}: {exc}"))
         modules: dict[str, ModuleType] = {}
         try:
-            module = generated_module(spec, derived) if derived else None
-            modules = {d.function.name: module for d in derived if module is not None}
+            if derived:
+                whole = generated_module(spec, derived)
+                modules = {d.function.name: whole for d in derived}
         except Exception:  # noqa: BLE001 - retried per function below, which reports it
             for d in derived:  # find which function breaks generation; keep the others
                 try:
@@ -750,8 +768,14 @@ def measure_spec(
                     rows.append(_failed(d.function, "generate", dtype, error))
         for d in derived:
             if d.function.name in modules:
-                module = modules[d.function.name]
-                rows += measure_function(d, module, dtype, points, seed, budget, pool)
+                start = time.monotonic()
+                new = measure_function(
+                    d, modules[d.function.name], dtype, points, seed, budget, pool
+                )
+                rows += new
+                if progress is not None:
+                    used = max((r.points + r.undefined + r.disputed for r in new), default=0)
+                    progress(f"{d.function.name}: {used} points in {time.monotonic() - start:.1f}s")
     order = {f.name: k for k, f in enumerate(chosen)}
     return sorted(rows, key=lambda r: order[r.function])  # stable: keeps quantity order
 

@@ -206,3 +206,35 @@ def test_plot_writes_csv_per_row(tiny_rows, tmp_path):
         table = list(csv.DictReader(handle))
     assert set(table[0]) == {"x", "exact", "symgrad", "symgrad_bits", "naive", "naive_bits"}
     assert any(r["x"] == "10000.0" and r["naive_bits"] == "64.0" for r in table)
+
+
+def test_a_failing_side_becomes_an_error_row(tiny_spec):
+    pytest.importorskip("torch")
+    from symgrad.derive import derive_function
+
+    derived = derive_function(tiny_spec.functions[0])
+    rows = acc.measure_function(derived, object(), points=2, budget=None)  # no wrapper in it
+    assert [r.quantity for r in rows] == ["forward out", "d out/d x", "d2 out/d x2"]
+    assert all(r.error.startswith("symgrad: AttributeError") and not r.ok for r in rows)
+    assert all(r.note == r.error for r in rows)
+
+
+def test_worker_processes_give_the_same_rows(tiny_spec, tiny_rows):
+    rows = acc.measure_spec(
+        tiny_spec, "float64", points=8, seed=1, budget=None, workers=2, functions=["softplus"]
+    )
+    assert rows == [r for r in tiny_rows if r.function == "softplus"]
+
+
+def test_multi_output_labels(tmp_path):
+    pytest.importorskip("torch")
+    path = tmp_path / "two.yaml"
+    path.write_text(
+        "module: two\norder: 1\nfunctions:\n  sc:\n    inputs: {x: {}}\n"
+        "    outputs: {s: sin(x), c: cos(x)}\n"
+    )
+    lines = []
+    rows = acc.measure_spec(load_spec(path), points=4, budget=None, progress=lines.append)
+    assert [r.quantity for r in rows] == ["forward s", "forward c", "d s/d x", "d c/d x"]
+    assert all(r.ok and r.symgrad_nonfinite == 0 for r in rows)
+    assert lines and lines[0].startswith("sc: ")
