@@ -221,7 +221,7 @@ def measure(steps: dict, args_: list[tf.Tensor], repeats: int, dtype: tf.DType) 
             got = step(*args_)
             res.first_s[key] = time.perf_counter() - t0
             step(*args_)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - reported: the table shows n/a
             res.notes[key] = short_reason(exc)
             steps[key] = None
             continue

@@ -297,7 +297,7 @@ def _series_regime(node: sympy.Basic) -> sympy.Basic | None:
         return None
     try:
         poly = sympy.series(node, x, 0, 16).removeO()
-    except Exception:
+    except Exception:  # noqa: BLE001 - SymPy cannot expand it: keep the formula
         return None
     terms = sorted(sympy.Add.make_args(sympy.expand(poly)), key=lambda t: sympy.degree(t, x))
     terms = [t for t in terms if t != 0]
