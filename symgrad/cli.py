@@ -167,5 +167,56 @@ def show(spec_path: Path, function_name: str | None, latex: bool) -> None:
         _fail(error)
 
 
+@main.command()
+@click.argument("spec_path", metavar="SPEC", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--dtype", type=click.Choice(["float64", "float32"]), default="float64", show_default=True
+)
+@click.option("--function", "function_names", multiple=True, help="Only these functions.")
+@click.option("--points", default=256, show_default=True, help="Sampled points per function.")
+@click.option(
+    "--budget",
+    default=30.0,
+    show_default=True,
+    help="Seconds of exact (mpmath) evaluation per function.",
+)
+@click.option("--workers", default=1, show_default=True, help="Processes for exact values.")
+@click.option(
+    "--plot",
+    "plot_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Write per-point error data (CSV) per function into DIR.",
+)
+def accuracy(
+    spec_path: Path,
+    dtype: str,
+    function_names: tuple[str, ...],
+    points: int,
+    budget: float,
+    workers: int,
+    plot_dir: Path | None,
+) -> None:
+    """Bits of error of the generated torch code vs plain autograd of the naive formula."""
+    from symgrad import accuracy as acc
+
+    spec = _load(spec_path)
+    try:
+        rows = acc.measure_spec(
+            spec,
+            dtype=dtype,
+            points=points,
+            budget=budget,
+            workers=workers,
+            functions=function_names or None,
+            progress=lambda message: click.echo(message, err=True),
+        )
+    except SpecError as error:
+        _fail(error)
+    click.echo(acc.format_table(rows))
+    if plot_dir is not None:
+        for path in acc.plot(rows, plot_dir):
+            click.echo(f"wrote {path}", err=True)
+
+
 if __name__ == "__main__":
     main()

@@ -131,3 +131,12 @@ def test_committed_examples_are_fresh():
     specs = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "specs").glob("*.yaml"))
     result = run("gen", *specs, "-o", "examples/generated", "--check", cwd=ROOT)
     assert result.exit_code == 0, result.output
+
+
+def test_accuracy_command_prints_symgrad_and_naive_side_by_side(tmp_path):
+    (tmp_path / "a.yaml").write_text(GOOD.format(module="a"))
+    result = run("accuracy", "a.yaml", "--points", "16", "--budget", "5", cwd=tmp_path)
+    assert result.exit_code == 0, result.output
+    assert "softplus" in result.output and "naive" in result.output
+    # the naive formula overflows somewhere in the sampled range, symgrad's never does
+    assert "Non-finite where exact is finite: symgrad 0," in result.output
