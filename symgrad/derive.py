@@ -13,6 +13,7 @@ import sympy
 from symgrad.choose import Accuracy, symbol_points
 from symgrad.errors import DerivationError, SpecError
 from symgrad.expr import parse_formula
+from symgrad.printers.base import heaviside_as_piecewise
 from symgrad.spec import Function, Spec
 from symgrad.stabilize import split_regimes, stabilize
 
@@ -95,6 +96,21 @@ def _drop_dirac(expr: sympy.Expr) -> sympy.Expr:
     return expr
 
 
+def _simplify(expr: sympy.Expr) -> sympy.Expr:
+    """SymPy's simplify, branch values only for Piecewise.
+
+    Simplifying a Piecewise as a whole substitutes Eq(x, 0) conditions into their branch
+    (exp(x) -> 1 where x == 0), which is right for the value but makes the derivative of
+    that branch 0 instead of the one-sided mean at a tie.
+    """
+    if not expr.has(sympy.Piecewise):
+        return sympy.simplify(expr)
+    return expr.replace(
+        lambda e: isinstance(e, sympy.Piecewise),
+        lambda e: sympy.Piecewise(*((sympy.simplify(v), c) for v, c in e.args)),
+    )
+
+
 def finish(expr: sympy.Expr, points=None, record: list | None = None) -> sympy.Expr:
     """Clean up, stabilise and simplify one formula; pick the most accurate candidate.
 
@@ -104,13 +120,20 @@ def finish(expr: sympy.Expr, points=None, record: list | None = None) -> sympy.E
     chosen form's :class:`~symgrad.choose.Accuracy`. Without, the cheapest stable form.
     """
     expr = _drop_dirac(expr)
+    if expr.has(sympy.Heaviside):
+        # As branches, so that piecewise_fold moves factors into them: exp(x) * H(-x) must
+        # be where(x < 0, exp(x), 0), never inf * 0 = NaN where the branch is not taken.
+        expr = expr.replace(
+            lambda e: isinstance(e, sympy.Heaviside),
+            lambda e: heaviside_as_piecewise(*e.args),
+        )
     if expr.has(sympy.Piecewise):
         expr = sympy.piecewise_fold(expr)
     stable = [stabilize(expr)]
     if 1 < _cost(stable[0]) <= SIMPLIFY_MAX_OPS:
         try:
             with _time_limit(SIMPLIFY_SECONDS):
-                simpler = sympy.simplify(stable[0])
+                simpler = _simplify(stable[0])
             stable.append(stabilize(simpler))
         except TimeoutError:
             pass

@@ -46,6 +46,8 @@ def emit(
         lines.append(f"{temp.name} = {printer.doprint(value)}")
         if printer.is_scalar(value):
             printer.scalars = printer.scalars | {temp}
+        if isinstance(value, sympy.logic.boolalg.Boolean):
+            printer.booleans.add(temp)
     for (name, _), value in zip(assignments, reduced):
         code = printer.doprint(value)
         if isinstance(value, sympy.Symbol) and copy_inputs and not printer.is_scalar(value):
@@ -423,6 +425,15 @@ class _TorchPlanner:
         if saved:
             setup.append(f"ctx.save_for_backward({', '.join(saved)})")
             setup.append(f"ctx.save_for_forward({', '.join(saved)})")
+        # Gradients w.r.t. broadcast inputs are summed to their shape; an input that is not
+        # saved still needs its shape (upstream gradients already have the output's shape).
+        grad_names = {g.name for g in d.grads}
+        reduce_to = {}
+        for name in args:
+            if self.reduce and name in second and name not in grad_names and name not in scalars:
+                reduce_to[name] = f"{name}.shape" if name in saved else f"ctx.{name}_shape"
+                if name not in saved:
+                    setup.append(f"ctx.{name}_shape = {name}.shape")
         setup_method = Method(["ctx", "inputs", "output"], mark_unused(setup) or ["pass"])
 
         unpack = self._unpack_saved(saved) + self._unpack_scalars(second.values())
@@ -437,8 +448,8 @@ class _TorchPlanner:
             back.append(f"{out} = None")
             back.append(f"if ctx.needs_input_grad[{k}]:")
             inner = self.body([(out, gg * second[name])])
-            red = self.reduce_line(out, name)
-            inner += [red] if red else []
+            if name in reduce_to:
+                inner.append(f"{out} = {out}.sum_to_size({reduce_to[name]})")
             back += ["    " + line for line in inner]
             results.append(out)
         back.append(f"return {', '.join(results)}")

@@ -55,18 +55,16 @@ def log1p_exp(node):
 
 
 def exp_minus_one(node):
-    """exp(a) - 1 -> expm1(a); 1 - exp(a) -> -expm1(a)."""
+    """c*exp(a) - c -> c*expm1(a) (SymPy distributes c over exp(a) - 1 on its own)."""
     if not isinstance(node, Add):
         return None
-    for constant, sign in ((sympy.S.NegativeOne, 1), (sympy.S.One, -1)):
-        rest = _split_add(node, constant)
-        if rest is None:
-            continue
-        for term in Add.make_args(rest):
-            if sign == 1 and isinstance(term, exp):
-                return expm1(term.args[0]) + (rest - term)
-            if sign == -1 and isinstance(-term, exp):
-                return -expm1((-term).args[0]) + (rest - term)
+    for term in node.args:
+        coeff, rest = term.as_coeff_Mul()
+        if isinstance(rest, exp) and -coeff in node.args:
+            others = list(node.args)
+            others.remove(term)
+            others.remove(-coeff)
+            return coeff * expm1(rest.args[0]) + Add(*others)
     return None
 
 

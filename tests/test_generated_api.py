@@ -129,3 +129,22 @@ def test_generated_modules_import_neither_sympy_nor_symgrad():
     from pathlib import Path
 
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parent.parent)
+
+
+SELU = """\
+module: s
+functions:
+  selu:
+    inputs: {x: {}}
+    output: 1.0507009873554805*(Max(0, x) + Min(0, 1.6732632423543772*(exp(x) - 1)))
+"""
+
+
+def test_kinks_follow_the_stable_condition_and_mask_unused_branches(generate_module):
+    """The Min's condition is c*expm1(x) < 0, not c - c*exp(x) > 0 (which rounds to a tie
+    for tiny x and halves the gradient), and exp(x) of the unused branch never gives NaN."""
+    m = generate_module(SELU)
+    x = torch.tensor([-1e-20, 1000.0, -1000.0], dtype=torch.float64, requires_grad=True)
+    (g,) = torch.autograd.grad(m.selu(x).sum(), x)
+    scale, alpha = 1.0507009873554805, 1.6732632423543772
+    torch.testing.assert_close(g, torch.tensor([scale * alpha, scale, 0.0], dtype=torch.float64))

@@ -47,12 +47,12 @@ def my_relu(x: tf.Tensor) -> tf.Tensor:
 
     Gradients (VJP)::
 
-        grad_x = grad*Heaviside(x, 0)
+        grad_x = Piecewise((grad, x > 0), (0, True))
 
     Second order (d grad_<input> / d <w>)::
 
         d grad_x / d x = 0
-        d grad_x / d grad = Heaviside(x, 0)
+        d grad_x / d grad = Piecewise((1, x > 0), (0, True))
     """
 
     @tf.custom_gradient
@@ -73,11 +73,7 @@ def _my_relu_grad_x(x, grad):
 
     @tf.custom_gradient
     def forward(x, grad):
-        grad_x = grad * tf.where(
-            x > 0,
-            tf.constant(1.0, x.dtype),
-            tf.fill(tf.shape(x), tf.constant(0, x.dtype)),
-        )
+        grad_x = tf.where(x > 0, grad, tf.constant(0.0, grad.dtype))
 
         def backward(grad_grad_x):
             grad_bar = grad_grad_x * tf.where(

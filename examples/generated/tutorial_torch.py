@@ -121,12 +121,12 @@ class MyRelu(_MyRelu):
 
     Gradients (VJP)::
 
-        grad_x = grad*Heaviside(x, 0)
+        grad_x = Piecewise((grad, x > 0), (0, True))
 
     Second order (d grad_<input> / d <w>)::
 
         d grad_x / d x = 0
-        d grad_x / d grad = Heaviside(x, 0)
+        d grad_x / d grad = Piecewise((1, x > 0), (0, True))
     """
 
     @staticmethod
@@ -137,7 +137,7 @@ class MyRelu(_MyRelu):
 
 
 def _my_relu_grad_x(x, grad):
-    grad_x = grad * torch.where(x > 0, 1.0, torch.full_like(x, 0))
+    grad_x = torch.where(x > 0, grad, 0.0)
     return grad_x
 
 
@@ -880,7 +880,6 @@ class _MulBackwardX(torch.autograd.Function):
         grad_bar = None
         if ctx.needs_input_grad[1]:
             grad_bar = grad_grad_x * y
-            grad_bar = grad_bar.sum_to_size(grad.shape)
         return y_bar, grad_bar
 
 
@@ -924,7 +923,6 @@ class _MulBackwardY(torch.autograd.Function):
         grad_bar = None
         if ctx.needs_input_grad[1]:
             grad_bar = grad_grad_y * x
-            grad_bar = grad_bar.sum_to_size(grad.shape)
         return x_bar, grad_bar
 
 

@@ -78,6 +78,7 @@ class FrameworkPrinter(StrPrinter):
         self.scalars = frozenset(scalars)
         self.names = dict(names or {})
         self.uses_math = False
+        self.booleans: set[sympy.Symbol] = set()  # temporaries holding conditions
 
     # ------------------------------------------------------------------ helpers
     def is_scalar(self, expr: sympy.Basic) -> bool:
@@ -168,9 +169,10 @@ class FrameworkPrinter(StrPrinter):
         # Fold constant factors (sqrt(2)/sqrt(pi), 1/2*pi, ...) into one literal: each
         # factor left in the code would be one more pass over a whole tensor.
         constants = [f for f in expr.args if not f.free_symbols]
+        unwieldy = any(f.is_Rational and max(abs(f.p), f.q) > 10**6 for f in constants)
         if (
-            len(constants) >= 2
-            and any(not f.is_Rational for f in constants)
+            (len(constants) >= 2 or unwieldy)
+            and (unwieldy or any(not f.is_Rational for f in constants))
             and len(expr.args) > len(constants)
             and sympy.Mul(*constants).is_extended_real
         ):
@@ -242,20 +244,26 @@ class FrameworkPrinter(StrPrinter):
             for value, cond in reversed(pieces):
                 text = f"({self._print(value)} if {self._print(cond)} else {text})"
             return text
-        self._branch_ref = sorted(expr.free_symbols - self.scalars, key=lambda s: s.name)[0]
+        self._branch_ref = self._tensor_ref(expr)
         if otherwise is sympy.nan:
             self.uses_math = True
             text = "math.nan"
         else:
             text = self._print_branch(otherwise)
         if all(self.is_scalar(v) for v, _ in pieces) and self.is_scalar(otherwise):
-            ref = sorted(expr.free_symbols - self.scalars, key=lambda s: s.name)[0]
+            ref = self._tensor_ref(expr)
             text = self.full_like(
                 ref, otherwise if otherwise is not sympy.nan else sympy.Float("nan")
             )
         for value, cond in reversed(pieces):
             text = self.where(self._print(cond), self._print_branch(value), text)
         return text
+
+    def _tensor_ref(self, expr: sympy.Basic) -> sympy.Symbol:
+        """A floating-point tensor of ``expr`` whose dtype and shape numbers can borrow."""
+        candidates = sorted(expr.free_symbols - self.scalars, key=lambda s: s.name)
+        floats = [c for c in candidates if c not in self.booleans]
+        return (floats or candidates)[0]
 
     def _print_branch(self, value: sympy.Expr) -> str:
         # A bare integer branch would make TF infer an int dtype: print numbers as floats.
