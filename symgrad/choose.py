@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import random
-import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -19,6 +18,7 @@ import numpy as np
 import sympy
 
 from symgrad import functions as F
+from symgrad.floats import bits_of_error, from_ordinal, ordinal
 from symgrad.reference import exact
 from symgrad.spec import Input
 
@@ -41,31 +41,6 @@ class Accuracy:
         return text
 
 
-def _ordered(value: float) -> int:
-    """Map a float64 to an integer so that float order is integer order."""
-    bits = struct.unpack("<q", struct.pack("<d", value))[0]
-    return bits if bits >= 0 else -(bits & 0x7FFFFFFFFFFFFFFF)
-
-
-def _from_ordered(n: int) -> float:
-    bits = n if n >= 0 else (-n) | (1 << 63)
-    return struct.unpack("<d", struct.pack("<Q", bits))[0]
-
-
-def ulps(a: float, b: float) -> int:
-    """Number of float64 steps between a and b (both finite)."""
-    return abs(_ordered(a) - _ordered(b))
-
-
-def bits_of_error(computed: float, exact_value: float) -> float:
-    """Herbie's bits of error; 64 for a non-finite result where the exact one is finite."""
-    if not math.isfinite(computed):
-        return 64.0 if math.isfinite(exact_value) else (0.0 if computed == exact_value else 64.0)
-    if not math.isfinite(exact_value):
-        return 64.0
-    return math.log2(1 + ulps(computed, exact_value))
-
-
 def sample(inputs: Sequence[Input], n: int, seed: str) -> list[dict[str, float]]:
     """Points drawn uniformly over the float64 bit patterns inside each tensor input's domain.
 
@@ -73,7 +48,7 @@ def sample(inputs: Sequence[Input], n: int, seed: str) -> list[dict[str, float]]
     """
     rng = random.Random(seed)
     points = []
-    largest = _ordered(np.finfo(np.float64).max)
+    largest = ordinal(np.finfo(np.float64).max)
     for _ in range(n):
         point = {}
         for inp in inputs:
@@ -81,9 +56,9 @@ def sample(inputs: Sequence[Input], n: int, seed: str) -> list[dict[str, float]]
                 point[inp.name] = inp.default if inp.has_default else 1.0
                 continue
             lo, hi = inp.domain
-            lo_n = -largest if math.isinf(lo) else _ordered(lo)
-            hi_n = largest if math.isinf(hi) else _ordered(hi)
-            point[inp.name] = _from_ordered(rng.randint(lo_n, hi_n))
+            lo_n = -largest if math.isinf(lo) else ordinal(lo)
+            hi_n = largest if math.isinf(hi) else ordinal(hi)
+            point[inp.name] = from_ordinal(rng.randint(lo_n, hi_n))
         points.append(point)
     return points
 
@@ -181,8 +156,11 @@ def choose(
     if not scored:
         return candidates[0], Accuracy(math.nan, math.nan, 0, 0)
     best = min(scored, key=lambda c: (c[1].non_finite, c[1].mean_bits))
-    close = [c for c in scored if c[1].non_finite == best[1].non_finite
-             and c[1].mean_bits <= best[1].mean_bits + 0.5]
+    close = [
+        c
+        for c in scored
+        if c[1].non_finite == best[1].non_finite and c[1].mean_bits <= best[1].mean_bits + 0.5
+    ]
     return min(close, key=lambda c: cost(c[0]))
 
 

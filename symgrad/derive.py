@@ -200,7 +200,9 @@ def derive_function(fn: Function, measure: bool = True) -> Derived:
         env[out.name] = expr
         naive.append((out.name, expr))
     grads = tuple(sympy.Symbol(name, real=True) for name in grad_symbol_names(fn))
-    points = symbol_points(fn.inputs, symbols, grads, seed=f"symgrad:{fn.name}") if measure else None
+    points = (
+        symbol_points(fn.inputs, symbols, grads, seed=f"symgrad:{fn.name}") if measure else None
+    )
     accuracy: dict[str, Accuracy] = {}
 
     def chosen(label: str, expr: sympy.Expr) -> sympy.Expr:

@@ -268,7 +268,7 @@ class one_plus_erf(StableFunction):
     def fdiff(self, argindex=1):
         if argindex != 1:
             raise ArgumentIndexError(self, argindex)
-        return 2 * exp(-self.args[0] ** 2) / sqrt(sympy.pi)
+        return 2 * exp(-(self.args[0] ** 2)) / sqrt(sympy.pi)
 
     @staticmethod
     def mp(x):
@@ -348,5 +348,17 @@ class xlog1py(StableFunction):
 #: Every stable primitive, by the name a spec uses.
 STABLE_FUNCTIONS: dict[str, type[StableFunction]] = {
     cls.__name__: cls
-    for cls in (sigmoid, softplus, log1p, expm1, log1mexp, logaddexp, xlogy, xlog1py, hypot, relu, erfcx)
+    for cls in (
+        sigmoid,
+        softplus,
+        log1p,
+        expm1,
+        log1mexp,
+        logaddexp,
+        xlogy,
+        xlog1py,
+        hypot,
+        relu,
+        erfcx,
+    )
 }
