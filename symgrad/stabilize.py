@@ -127,11 +127,40 @@ def one_minus_sigmoid(node):
 
 
 def log_sum_exp(node):
-    """log(exp(a) + exp(b)) -> logaddexp(a, b)."""
+    """log(exp(a) + exp(b) + ...) -> logaddexp(logaddexp(a, b), ...)."""
+    if isinstance(node, log) and isinstance(node.args[0], Add):
+        terms = node.args[0].args
+        if len(terms) >= 2 and all(isinstance(t, exp) for t in terms):
+            result = terms[0].args[0]
+            for t in terms[1:]:
+                result = logaddexp(result, t.args[0])
+            return result
+    return None
+
+
+def exp_ratio(node):
+    """exp(a) / (exp(a) + exp(b)) -> sigmoid(a - b) (a two-way softmax)."""
+    if not isinstance(node, Mul):
+        return None
+    for e in (f for f in node.args if isinstance(f, exp)):
+        for p in (f for f in node.args if isinstance(f, Pow) and f.exp == -1):
+            terms = p.base.args if isinstance(p.base, Add) else ()
+            if len(terms) == 2 and e in terms and all(isinstance(t, exp) for t in terms):
+                other = terms[1] if terms[0] == e else terms[0]
+                others = list(node.args)
+                others.remove(e)
+                others.remove(p)
+                return Mul(*others) * sigmoid(e.args[0] - other.args[0])
+    return None
+
+
+def log_asinh(node):
+    """log(x + sqrt(x**2 + 1)) -> asinh(x): the sum cancels for x << 0, x**2 overflows."""
     if isinstance(node, log) and isinstance(node.args[0], Add) and len(node.args[0].args) == 2:
-        a, b = node.args[0].args
-        if isinstance(a, exp) and isinstance(b, exp):
-            return logaddexp(a.args[0], b.args[0])
+        for x, root in (node.args[0].args, node.args[0].args[::-1]):
+            if isinstance(root, Pow) and root.exp == sympy.S.Half:
+                if sympy.expand(root.base - x**2 - 1) == 0:
+                    return sympy.asinh(x)
     return None
 
 
@@ -232,10 +261,12 @@ RULES: tuple[Rule, ...] = (
     log_one_plus,
     log1p_exp,
     log_sum_exp,
+    log_asinh,
     log_cosh,
     exp_minus_one,
     reciprocal_one_plus_exp,
     exp_times_sigmoid,
+    exp_ratio,
     exp_over_expm1_power,
     log_sigmoid,
     one_minus_sigmoid,

@@ -38,6 +38,10 @@ CASES = {
     "sqrt_difference": ("sqrt(x + 1) - sqrt(x)", {"x": 1e16}, sympy.Pow, False, None),
     # d2/dx2 log(1 - exp(x)) at x = -1000 is exp(1000)/expm1(1000)**2 = inf/inf naively.
     "exp_over_expm1_power": ("exp(x)/expm1(x)**2", {"x": 1000.0}, F.expm1, False, None),
+    # exp(1000) overflows: inf / inf.
+    "exp_ratio": ("exp(x)/(exp(x) + exp(y))", {"x": 1000.0, "y": 999.0}, F.sigmoid, False, None),
+    # x + sqrt(x**2 + 1) cancels to 0 at x = -1e10: log(0) = -inf.
+    "log_asinh": ("log(x + sqrt(x**2 + 1))", {"x": -1e10}, sympy.asinh, False, None),
     # exp(900) overflows, erfc(30) underflows: inf * 0.
     "exp_square_erfc": ("exp(x**2)*erfc(x)", {"x": 30.0}, F.erfcx, False, None),
 }
@@ -110,3 +114,9 @@ def test_bits_of_error():
     assert bits_of_error(1.0, 1.0) == 0
     assert bits_of_error(math.nextafter(1.0, 2.0), 1.0) == 1
     assert bits_of_error(math.nan, 1e308) == 64
+
+
+def test_log_sum_exp_of_three_terms():
+    z = sympy.Symbol("z", real=True)
+    stable = stabilize(sympy.log(sympy.exp(x) + sympy.exp(y) + sympy.exp(z)))
+    assert stable.has(F.logaddexp) and not stable.has(sympy.exp), stable
