@@ -60,6 +60,11 @@ def emit(
 _UNPACK_SOURCES = ("inputs", "output", "ctx.saved_tensors")
 
 
+def unpack_line(names: Sequence[str], source: str) -> str:
+    """``a, b = source`` (``a, = source`` for one name)."""
+    return f"{', '.join(names)}{',' if len(names) == 1 else ''} = {source}"
+
+
 def mark_unused(lines: list[str]) -> list[str]:
     """Prefix names unpacked from inputs/output/saved tensors but never used with ``_``;
     drop the unpacking when none is used."""
@@ -77,7 +82,7 @@ def mark_unused(lines: list[str]) -> list[str]:
         if len(used) == 1 and "," not in target:
             result.append(f"{used[0]} = {source}")
         else:
-            result.append(f"{', '.join(used)}{',' if len(used) == 1 else ''} = {source}")
+            result.append(unpack_line(used, source))
     return result
 
 
@@ -271,24 +276,18 @@ class _TorchPlanner:
         jvp_needs = self.tensors_in(e for row in jac.values() for e in row.values())
         saved = self.ordered(backward_needs | jvp_needs)
 
-        setup = []
-        in_names = ", ".join(inputs)
-        setup.append(f"{in_names}{',' if len(inputs) == 1 else ''} = inputs")
+        setup = [unpack_line(inputs, "inputs")]
         non_diff = [o for o in out_names if o not in d.differentiable_outputs()]
         if any(n in saved for n in out_names) or non_diff:
-            outs = ", ".join(out_names)
+            # a single output is the tensor itself, not a 1-tuple
             setup.append(
-                f"{outs}{',' if len(out_names) == 1 else ''} = output"
+                unpack_line(out_names, "output")
                 if len(out_names) > 1
-                else f"{outs} = output"
+                else f"{out_names[0]} = output"
             )
-        for inp in fn.inputs:
-            if not inp.is_tensor and inp.name in self.scalar_names(
-                list(vjps.values())
-                + [e for r in jac.values() for e in r.values()]
-                + [e for r in d.second.values() for e in r.values()]
-            ):
-                setup.append(f"ctx.{inp.name} = {inp.name}")
+        used = [*vjps.values(), *(e for r in jac.values() for e in r.values())]
+        used += [e for r in d.second.values() for e in r.values()]
+        setup += [f"ctx.{name} = {name}" for name in self.scalar_names(used)]
         if non_diff:
             setup.append(f"ctx.mark_non_differentiable({', '.join(non_diff)})")
         if saved:
@@ -360,9 +359,7 @@ class _TorchPlanner:
         return next(i.name for i in self.fn.inputs if i.is_tensor)
 
     def _unpack_saved(self, saved: list[str]) -> list[str]:
-        if not saved:
-            return []
-        return [f"{', '.join(saved)}{',' if len(saved) == 1 else ''} = ctx.saved_tensors"]
+        return [unpack_line(saved, "ctx.saved_tensors")] if saved else []
 
     def _unpack_scalars(self, exprs) -> list[str]:
         return [f"{n} = ctx.{n}" for n in self.scalar_names(exprs)]
@@ -419,7 +416,7 @@ class _TorchPlanner:
         forward = Method(args, [*self.body([(var, vjp)], copy_inputs=True), f"return {var}"])
 
         saved = self.ordered(self.tensors_in(second.values()))
-        setup = [f"{', '.join(args)}{',' if len(args) == 1 else ''} = inputs"]
+        setup = [unpack_line(args, "inputs")]
         for s in scalars:
             setup.append(f"ctx.{s} = {s}")
         if saved:
