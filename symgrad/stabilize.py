@@ -339,6 +339,37 @@ def _series_regime(node: sympy.Basic) -> sympy.Basic | None:
     return sympy.Piecewise((Add(*terms[:_SERIES_TERMS]), sympy.Abs(x) < threshold), (node, True))
 
 
+#: exp(-800) ~ 1e-348 underflows to 0 in every dtype.
+_UNDERFLOW_EXPONENT = 800
+
+
+def _gaussian_tail(node: sympy.Basic) -> sympy.Basic | None:
+    """p(x) * exp(-c x**2 + ...) -> 0 where the exponential underflows.
+
+    Beyond that point the exact value is below any float, but p(x) can overflow first
+    (x**2 at |x| > 1e154) and make inf * 0 = NaN.
+    """
+    if not isinstance(node, Mul) or len(node.free_symbols) == 0:
+        return None
+    exps = [f for f in node.args if isinstance(f, exp)]
+    if len(exps) != 1:
+        return None
+    arg = exps[0].args[0]
+    symbols = arg.free_symbols
+    if len(symbols) != 1 or not arg.is_polynomial(*symbols):
+        return None
+    (x,) = symbols
+    poly = sympy.Poly(arg, x)
+    lead = poly.LC()
+    if poly.degree() < 2 or not (lead.is_Number and lead < 0):
+        return None
+    others = Mul(*(f for f in node.args if f is not exps[0]))
+    if not others.has(x):
+        return None  # nothing that could overflow before the exponential underflows
+    cut = float(f"{(_UNDERFLOW_EXPONENT / -float(lead)) ** (1.0 / poly.degree()):.3g}")
+    return sympy.Piecewise((node, sympy.Abs(x) < cut), (0, True))
+
+
 def split_regimes(expr: sympy.Expr) -> sympy.Expr:
     """Give cancelling sums a Taylor branch near 0 (see :func:`_series_regime`).
 
@@ -348,4 +379,4 @@ def split_regimes(expr: sympy.Expr) -> sympy.Expr:
         return expr
     args = tuple(split_regimes(a) for a in expr.args)
     node = expr.func(*args) if args != expr.args else expr
-    return _series_regime(node) or node
+    return _series_regime(node) or _gaussian_tail(node) or node

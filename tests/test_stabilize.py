@@ -120,3 +120,15 @@ def test_log_sum_exp_of_three_terms():
     z = sympy.Symbol("z", real=True)
     stable = stabilize(sympy.log(sympy.exp(x) + sympy.exp(y) + sympy.exp(z)))
     assert stable.has(F.logaddexp) and not stable.has(sympy.exp), stable
+
+
+def test_gaussian_tail_is_zero_where_the_exponential_underflows():
+    """(2 - x**2) exp(-x**2/2) at x = 1e200: x**2 is inf, exp is 0, the exact value 0."""
+    from symgrad.stabilize import split_regimes
+
+    expr = (2 - x**2) * sympy.exp(-(x**2) / 2)
+    stable = split_regimes(expr)
+    assert stable.has(sympy.Piecewise)
+    assert math.isnan(run_torch(expr, {"x": 1e200}))
+    assert run_torch(stable, {"x": 1e200}) == 0.0
+    assert run_torch(stable, {"x": 1.5}) == pytest.approx(float(expr.subs(x, 1.5)), rel=1e-15)

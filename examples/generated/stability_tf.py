@@ -417,17 +417,17 @@ def gelu(x: tf.Tensor) -> tf.Tensor:
 
         out: 0.2 bits mean, 8 max over 63 points
         grad_x: 0.0 bits mean, 3 max over 57 points
-        d grad_x / d x: 13.7 bits mean, 64 max over 63 points, 13 non-finite
+        d grad_x / d x: 0.5 bits mean, 2 max over 63 points
         d grad_x / d grad: 0.0 bits mean, 3 max over 57 points
 
     Gradients (VJP)::
 
-        grad_x = grad*(sqrt(2)*x*exp(-x**2/2)/(2*sqrt(pi)) + one_plus_erf(sqrt(2)*x/2)/2)
+        grad_x = Piecewise((grad*(sqrt(2)*x*exp(-x**2/2)/(2*sqrt(pi)) + one_plus_erf(sqrt(2)*x/2)/2), Abs(x) < 40.0), (grad*one_plus_erf(sqrt(2)*x/2)/2, True))
 
     Second order (d grad_<input> / d <w>)::
 
-        d grad_x / d x = sqrt(2)*grad*(2 - x**2)*exp(-x**2/2)/(2*sqrt(pi))
-        d grad_x / d grad = sqrt(2)*x*exp(-x**2/2)/(2*sqrt(pi)) + one_plus_erf(sqrt(2)*x/2)/2
+        d grad_x / d x = Piecewise((sqrt(2)*grad*(2 - x**2)*exp(-x**2/2)/(2*sqrt(pi)), Abs(x) < 40.0), (sqrt(2)*grad*exp(-x**2/2)/(2*sqrt(pi)), True))
+        d grad_x / d grad = Piecewise((sqrt(2)*x*exp(-x**2/2)/(2*sqrt(pi)) + one_plus_erf(sqrt(2)*x/2)/2, Abs(x) < 40.0), (one_plus_erf(sqrt(2)*x/2)/2, True))
     """
 
     @tf.custom_gradient
@@ -450,19 +450,23 @@ def _gelu_grad_x(x, grad):
     @tf.custom_gradient
     def forward(x, grad):
         t0 = 0.7071067811865476 * x
-        grad_x = grad * (
-            t0 * tf.math.exp(-(x**2) / 2) / math.sqrt(math.pi) + tf.math.erfc(-t0) / 2
+        t1 = tf.math.erfc(-t0) / 2
+        grad_x = tf.where(
+            tf.math.abs(x) < 40.0,
+            grad * (t0 * tf.math.exp(-(x**2) / 2) / math.sqrt(math.pi) + t1),
+            grad * t1,
         )
 
         def backward(grad_grad_x):
             t0 = x**2
-            x_bar = 0.3989422804014327 * (
-                grad * grad_grad_x * (2 - t0) * tf.math.exp(-t0 / 2)
-            )
+            t1 = 0.3989422804014327 * (grad * tf.math.exp(-t0 / 2))
+            x_bar = grad_grad_x * tf.where(tf.math.abs(x) < 40.0, t1 * (2 - t0), t1)
             t0 = 0.7071067811865476 * x
-            grad_bar = grad_grad_x * (
-                t0 * tf.math.exp(-(x**2) / 2) / math.sqrt(math.pi)
-                + tf.math.erfc(-t0) / 2
+            t1 = tf.math.erfc(-t0) / 2
+            grad_bar = grad_grad_x * tf.where(
+                tf.math.abs(x) < 40.0,
+                t0 * tf.math.exp(-(x**2) / 2) / math.sqrt(math.pi) + t1,
+                t1,
             )
             return x_bar, grad_bar
 
