@@ -13,7 +13,7 @@ import sympy
 from symgrad.choose import Accuracy, symbol_points
 from symgrad.errors import DerivationError, SpecError
 from symgrad.expr import parse_formula
-from symgrad.printers.base import heaviside_as_piecewise
+from symgrad.functions import heaviside_as_piecewise
 from symgrad.spec import Function, Spec
 from symgrad.stabilize import split_regimes, stabilize
 

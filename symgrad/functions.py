@@ -14,6 +14,15 @@ from sympy import Heaviside, exp, log, sqrt
 from sympy.core.function import ArgumentIndexError
 
 
+def heaviside_as_piecewise(x: sympy.Expr, h0: sympy.Expr = sympy.S.Half) -> sympy.Piecewise:
+    """Heaviside(x, h0) as branches (0 below, h0 at, 1 above zero)."""
+    if h0 == 1:
+        return sympy.Piecewise((1, x >= 0), (0, True))
+    if h0 == 0:
+        return sympy.Piecewise((1, x > 0), (0, True))
+    return sympy.Piecewise((1, x > 0), (h0, sympy.Eq(x, 0)), (0, True))
+
+
 class StableFunction(sympy.Function):
     """Base class: a real elementwise function with an mpmath evaluation."""
 

@@ -27,7 +27,6 @@ def _module(
         functions=plans,
         uses_math=any(p.uses_math for p in plans),
         needs_reduce=any(p.needs_reduce for p in plans),
-        once_differentiable=any(k.once_differentiable for p in plans for k in p.kernels),
     )
     return GeneratedFile(name, ruff_format(text, name))
 

@@ -119,7 +119,6 @@ class Kernel:
     setup: Method | None = None
     backward: Method | None = None
     jvp: Method | None = None
-    once_differentiable: bool = False
     math_name: str = ""  # torch: the module-level function holding the forward's math
 
 
@@ -352,7 +351,6 @@ class _TorchPlanner:
             setup=setup_method,
             backward=backward,
             jvp=jvp,
-            once_differentiable=not order2,
         )
 
     def _any_tensor_input(self) -> str:

@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING
 import mpmath
 import sympy
 
-from symgrad.functions import StableFunction
-from symgrad.printers.base import heaviside_as_piecewise
+from symgrad.functions import StableFunction, heaviside_as_piecewise
 from symgrad.spec import Input
 
 if TYPE_CHECKING:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from functools import cache
 from pathlib import Path
 
@@ -58,7 +57,3 @@ def ruff_format(source: str, name: str) -> str:
             )
         source = proc.stdout
     return source
-
-
-def python_executable() -> str:
-    return sys.executable

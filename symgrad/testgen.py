@@ -62,7 +62,6 @@ class FunctionTests:
     shapes: str  # source of {name: shape} for the broadcasting gradcheck
     order: int
     overridden: bool
-    n_outputs: int
     outputs: list[str]
     benign: dict[str, str]
     extreme: dict[str, str]
@@ -99,7 +98,6 @@ def function_tests(derived: Derived) -> FunctionTests:
         + "}",
         order=fn.order,
         overridden=bool(derived.overridden),
-        n_outputs=len(derived.outputs),
         outputs=[name for name, _ in derived.outputs],
         naive=_naive_torch(derived),
         params=", ".join(i.name for i in fn.inputs),

@@ -9,6 +9,7 @@ from sympy.printing.precedence import PRECEDENCE, precedence
 from sympy.printing.str import StrPrinter
 
 from symgrad.errors import DerivationError
+from symgrad.functions import heaviside_as_piecewise
 
 
 class UnsupportedError(DerivationError):
@@ -289,12 +290,3 @@ class FrameworkPrinter(StrPrinter):
 
     def _print_Heaviside(self, expr):
         return self._print(heaviside_as_piecewise(*expr.args))
-
-
-def heaviside_as_piecewise(x: sympy.Expr, h0: sympy.Expr = sympy.S.Half) -> sympy.Piecewise:
-    """Heaviside(x, h0) as branches (0 below, h0 at, 1 above zero)."""
-    if h0 == 1:
-        return sympy.Piecewise((1, x >= 0), (0, True))
-    if h0 == 0:
-        return sympy.Piecewise((1, x > 0), (0, True))
-    return sympy.Piecewise((1, x > 0), (h0, sympy.Eq(x, 0)), (0, True))
