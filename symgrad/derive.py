@@ -111,7 +111,9 @@ def _simplify(expr: sympy.Expr) -> sympy.Expr:
     )
 
 
-def finish(expr: sympy.Expr, points=None, record: list | None = None) -> sympy.Expr:
+def finish(
+    expr: sympy.Expr, points=None, record: list | None = None, params: frozenset = frozenset()
+) -> sympy.Expr:
     """Clean up, stabilise and simplify one formula; pick the most accurate candidate.
 
     Candidates: the formula as written, stabilised, stabilised after a (size-bounded)
@@ -142,7 +144,7 @@ def finish(expr: sympy.Expr, points=None, record: list | None = None) -> sympy.E
     for c in stable:
         try:
             with _time_limit(SIMPLIFY_SECONDS):
-                split = split_regimes(c)
+                split = split_regimes(c, params)
         except TimeoutError:
             split = c
         candidates += [split, c] if split != c else [c]
@@ -204,10 +206,11 @@ def derive_function(fn: Function, measure: bool = True) -> Derived:
         symbol_points(fn.inputs, symbols, grads, seed=f"symgrad:{fn.name}") if measure else None
     )
     accuracy: dict[str, Accuracy] = {}
+    params = frozenset(symbols[i.name] for i in fn.inputs if not i.is_tensor)
 
     def chosen(label: str, expr: sympy.Expr) -> sympy.Expr:
         record: list[Accuracy] = []
-        result = finish(expr, points, record)
+        result = finish(expr, points, record, params)
         if record:
             accuracy[label] = record[0]
         return result

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from symgrad.derive import Derived, derive_spec
-from symgrad.errors import SpecError
+from symgrad.errors import DerivationError, SpecError
 from symgrad.plan import FunctionPlan, plan_tensorflow, plan_torch
 from symgrad.render import render, ruff_format
 from symgrad.spec import Spec
@@ -37,7 +37,7 @@ def _located(planner, derived: Derived) -> FunctionPlan:
         return planner(derived)
     except SpecError as error:
         if error.location is None:
-            raise type(error)(derived.function.location, error.message, error.hint) from error
+            raise DerivationError(derived.function.location, error.message, error.hint) from error
         raise
 
 

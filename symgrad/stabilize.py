@@ -370,13 +370,46 @@ def _gaussian_tail(node: sympy.Basic) -> sympy.Basic | None:
     return sympy.Piecewise((node, sympy.Abs(x) < cut), (0, True))
 
 
-def split_regimes(expr: sympy.Expr) -> sympy.Expr:
-    """Give cancelling sums a Taylor branch near 0 (see :func:`_series_regime`).
+def _rational_tail(node: sympy.Basic, params: frozenset) -> sympy.Basic | None:
+    """P(x)/Q(x) with deg Q >= 2 -> (P/x^k)/(Q/x^k) for |x| >= 1.
+
+    (nu - x**2)/(nu + x**2)**2 is inf/inf once x**2 overflows (|x| > 1e154, 1e19 in float32);
+    divided through by x**k every power is at most 1. ``params`` are the scalar inputs, which
+    are coefficients here, never the variable.
+    """
+    if not isinstance(node, (Mul, Pow)):
+        return None
+    for x in sorted(node.free_symbols - params, key=lambda s: s.name):
+        if not node.is_rational_function(x):
+            continue
+        numerator, denominator = sympy.fraction(sympy.together(node))
+        if not denominator.is_polynomial(x) or not numerator.is_polynomial(x):
+            continue
+        k = sympy.degree(denominator, x)
+        if k < 2 or not sympy.expand(denominator).is_Add:
+            continue
+        top = sympy.expand(numerator / x**k)
+        if top.has(x) and not top.is_Add:
+            # a lone x**-m would be printed as 1/(x**m * ...) and overflow again
+            continue
+        scaled = top / sympy.expand(denominator / x**k)
+        return sympy.Piecewise((node, sympy.Abs(x) < 1), (scaled, True))
+    return None
+
+
+def split_regimes(expr: sympy.Expr, params: frozenset = frozenset()) -> sympy.Expr:
+    """Branches by input regime: a Taylor polynomial where a sum cancels near 0, zero where a
+    Gaussian factor underflows, rational functions rescaled where their powers overflow.
 
     One bottom-up pass: a branch made here is not visited again (its fallback is the sum).
     """
     if expr.is_Atom or not expr.args or isinstance(expr, sympy.Piecewise):
         return expr
-    args = tuple(split_regimes(a) for a in expr.args)
+    # Rational functions as a whole (top-down): rescaling only the denominator of a
+    # quotient would leave the numerator's powers to overflow.
+    whole = _rational_tail(expr, params)
+    if whole is not None:
+        return whole
+    args = tuple(split_regimes(a, params) for a in expr.args)
     node = expr.func(*args) if args != expr.args else expr
-    return _series_regime(node) or _gaussian_tail(node) or node
+    return _series_regime(node) or _gaussian_tail(node) or _rational_tail(node, params) or node

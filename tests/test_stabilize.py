@@ -132,3 +132,19 @@ def test_gaussian_tail_is_zero_where_the_exponential_underflows():
     assert math.isnan(run_torch(expr, {"x": 1e200}))
     assert run_torch(stable, {"x": 1e200}) == 0.0
     assert run_torch(stable, {"x": 1.5}) == pytest.approx(float(expr.subs(x, 1.5)), rel=1e-15)
+
+
+def test_rational_tail_keeps_second_derivatives_finite_where_powers_overflow():
+    """(nu - x**2)/(nu + x**2)**2 at x = 1e200 is inf/inf as written; rescaled it is ~ -1e-400."""
+    from symgrad.stabilize import split_regimes
+
+    nu = sympy.Symbol("nu", real=True)
+    expr = (nu - x**2) / (nu + x**2) ** 2
+    stable = split_regimes(expr, frozenset({nu}))
+    assert stable.has(sympy.Piecewise)
+    namespace_value = {"x": 1e200, "nu": 3.0}
+    assert math.isnan(run_torch(expr, namespace_value))
+    assert run_torch(stable, namespace_value) == 0.0  # exact value underflows
+    assert run_torch(stable, {"x": 0.5, "nu": 3.0}) == pytest.approx(
+        float(expr.subs({x: 0.5, nu: 3})), rel=1e-15
+    )
