@@ -126,6 +126,18 @@ def one_minus_sigmoid(node):
     return None
 
 
+def one_minus_two_sigmoid(node):
+    """1 - 2 sigmoid(u) -> -tanh(u/2): no cancellation for small u."""
+    rest = _split_add(node, sympy.S.One)
+    if rest is None:
+        return None
+    for term in Add.make_args(rest):
+        coeff, factor = term.as_coeff_Mul()
+        if coeff == -2 and isinstance(factor, sigmoid):
+            return -sympy.tanh(factor.args[0] / 2) + (rest - term)
+    return None
+
+
 def log_sum_exp(node):
     """log(exp(a) + exp(b) + ...) -> logaddexp(logaddexp(a, b), ...)."""
     if isinstance(node, log) and isinstance(node.args[0], Add):
@@ -270,6 +282,7 @@ RULES: tuple[Rule, ...] = (
     exp_over_expm1_power,
     log_sigmoid,
     one_minus_sigmoid,
+    one_minus_two_sigmoid,
     one_minus_erf,
     log_minus_expm1,
     sqrt_difference,

@@ -38,6 +38,8 @@ CASES = {
     "sqrt_difference": ("sqrt(x + 1) - sqrt(x)", {"x": 1e16}, sympy.Pow, False, None),
     # d2/dx2 log(1 - exp(x)) at x = -1000 is exp(1000)/expm1(1000)**2 = inf/inf naively.
     "exp_over_expm1_power": ("exp(x)/expm1(x)**2", {"x": 1000.0}, F.expm1, False, None),
+    # 1 - 2*sigmoid(1e-20) rounds to 0; exact -5e-21.
+    "one_minus_two_sigmoid": ("1 - 2/(1 + exp(-x))", {"x": 1e-20}, sympy.tanh, False, None),
     # exp(1000) overflows: inf / inf.
     "exp_ratio": ("exp(x)/(exp(x) + exp(y))", {"x": 1000.0, "y": 999.0}, F.sigmoid, False, None),
     # x + sqrt(x**2 + 1) cancels to 0 at x = -1e10: log(0) = -inf.
