@@ -70,7 +70,14 @@ from symgrad.floats import (
     round_to,
     ulp_distance,
 )
-from symgrad.reference import Undefined, evaluate, exact, extreme_points, to_float
+from symgrad.reference import (
+    Undefined,
+    evaluate,
+    exact,
+    extreme_points,
+    scalar_value,
+    to_float,
+)
 from symgrad.spec import Function, Input, Spec
 
 #: Supported dtypes: name -> (struct float format, struct int format, bits).
@@ -142,13 +149,6 @@ def _benign(inp: Input) -> float:
     return 1.0
 
 
-def _scalar_value(inp: Input) -> float:
-    """The value a scalar input takes: its default, else a point inside its domain."""
-    if inp.has_default and inp.default is not None:
-        return inp.default
-    return _benign(inp)
-
-
 def sample_points(
     fn: Function, n: int, rng: random.Random, dtype: str = "float64"
 ) -> list[dict[str, float]]:
@@ -159,7 +159,7 @@ def sample_points(
     input independently. Scalars take their defaults.
     """
     tensors = [i for i in fn.inputs if i.is_tensor]
-    scalars = {i.name: _scalar_value(i) for i in fn.inputs if not i.is_tensor}
+    scalars = {i.name: scalar_value(i) for i in fn.inputs if not i.is_tensor}
     tame = {i.name: round_to(_benign(i), dtype) for i in tensors}
     points: list[dict[str, float]] = []
     for inp in tensors:

@@ -19,7 +19,7 @@ import sympy
 
 from symgrad import functions as F
 from symgrad.floats import bits_of_error, from_ordinal, ordinal
-from symgrad.reference import exact
+from symgrad.reference import exact, scalar_value
 from symgrad.spec import Input
 
 POINTS = 48
@@ -44,7 +44,7 @@ class Accuracy:
 def sample(inputs: Sequence[Input], n: int, seed: str) -> list[dict[str, float]]:
     """Points drawn uniformly over the float64 bit patterns inside each tensor input's domain.
 
-    Scalars take their default (or 1.0).
+    Scalars take :func:`symgrad.reference.scalar_value`.
     """
     rng = random.Random(seed)
     points = []
@@ -53,7 +53,7 @@ def sample(inputs: Sequence[Input], n: int, seed: str) -> list[dict[str, float]]
         point = {}
         for inp in inputs:
             if not inp.is_tensor:
-                point[inp.name] = inp.default if inp.has_default else 1.0
+                point[inp.name] = scalar_value(inp)
                 continue
             lo, hi = inp.domain
             lo_n = -largest if math.isinf(lo) else ordinal(lo)

@@ -6,7 +6,6 @@ lines of code already printed) that the templates lay out. No maths happens afte
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -15,7 +14,6 @@ import sympy
 
 from symgrad.derive import Derived, differentiate
 from symgrad.printers import PRINTERS, FrameworkPrinter
-from symgrad.spec import Input
 
 
 @dataclass
@@ -181,6 +179,11 @@ def _summary(derived: Derived) -> str:
         return fn.doc.strip().splitlines()[0]
     formulas = ", ".join(f"{sympy.sstr(e)}" for _, e in derived.naive_outputs)
     return f"{fn.name}: {formulas}."
+
+
+def _returns(n_outputs: int, tensor: str) -> str:
+    """The wrapper's return annotation: one tensor, or a tuple of them."""
+    return tensor if n_outputs == 1 else f"tuple[{', '.join([tensor] * n_outputs)}]"
 
 
 def _broadcasts(derived: Derived) -> bool:
@@ -485,9 +488,7 @@ def plan_torch(derived: Derived) -> FunctionPlan:
         summary=_summary(derived),
         doc_lines=formula_doc(derived),
         params=_params(derived, "torch"),
-        returns="torch.Tensor"
-        if len(outputs) == 1
-        else f"tuple[{', '.join(['torch.Tensor'] * len(outputs))}]",
+        returns=_returns(len(outputs), "torch.Tensor"),
         call_args=[i.name for i in fn.inputs],
         kernels=kernels,
         uses_math=planner.uses_math,
@@ -588,9 +589,7 @@ def plan_tensorflow(derived: Derived) -> FunctionPlan:
         summary=_summary(derived),
         doc_lines=formula_doc(derived),
         params=_params(derived, "tensorflow"),
-        returns="tf.Tensor"
-        if len(outputs) == 1
-        else f"tuple[{', '.join(['tf.Tensor'] * len(outputs))}]",
+        returns=_returns(len(outputs), "tf.Tensor"),
         call_args=tensors,
         kernels=kernels,
         uses_math=uses_math,
@@ -611,16 +610,3 @@ def _tf_grad_args(d: Derived, i: str) -> list[str]:
     order = [x.name for x in fn.inputs if x.is_tensor] + [g.name for g in d.grads]
     scalars = [x.name for x in fn.inputs if not x.is_tensor]
     return [n for n in order if n in used] + [n for n in scalars if n in used]
-
-
-def domain_interior(inp: Input) -> tuple[float, float]:
-    """A benign sampling interval inside an input's domain (for gradcheck-style tests)."""
-    lo, hi = inp.domain
-    if math.isinf(lo) and math.isinf(hi):
-        return (-2.0, 2.0)
-    if math.isinf(hi):
-        return (lo + 0.2, lo + 3.0)
-    if math.isinf(lo):
-        return (hi - 3.0, hi - 0.2)
-    width = hi - lo
-    return (lo + 0.1 * width, hi - 0.1 * width)

@@ -173,6 +173,34 @@ EXTREMES = (
 )
 
 
+def scalar_value(inp: Input) -> float:
+    """The value a scalar input takes in tests and measurements: its default, else a point
+    inside its domain."""
+    if inp.has_default and inp.default is not None:
+        return inp.default
+    lo, hi = inp.domain
+    if math.isfinite(lo) and math.isfinite(hi):
+        return (lo + hi) / 2
+    if math.isfinite(lo):
+        return lo + 1.0
+    if math.isfinite(hi):
+        return hi - 1.0
+    return 1.0
+
+
+def domain_interior(inp: Input) -> tuple[float, float]:
+    """A benign sampling interval inside an input's domain (for gradcheck-style tests)."""
+    lo, hi = inp.domain
+    if math.isinf(lo) and math.isinf(hi):
+        return (-2.0, 2.0)
+    if math.isinf(hi):
+        return (lo + 0.2, lo + 3.0)
+    if math.isinf(lo):
+        return (hi - 3.0, hi - 0.2)
+    width = hi - lo
+    return (lo + 0.1 * width, hi - 0.1 * width)
+
+
 def extreme_points(inp: Input) -> list[float]:
     """Extreme and tricky values inside an input's domain (edges included)."""
     lo, hi = inp.domain
@@ -189,8 +217,6 @@ def extreme_points(inp: Input) -> list[float]:
 
 def sample_points(inp: Input, rng: random.Random, n: int) -> list[float]:
     """Random benign values inside the domain (rounded, to keep the test files readable)."""
-    from symgrad.plan import domain_interior
-
     lo, hi = domain_interior(inp)
     return [round(rng.uniform(lo, hi), 6) for _ in range(n)]
 
@@ -276,46 +302,30 @@ def reference(derived: Derived, n_benign: int = 6) -> Reference:
 
     rng = random.Random(f"symgrad:{fn.name}")
     tensors = [i for i in fn.inputs if i.is_tensor]
-    scalars = {
-        i.name: (i.default if i.has_default else _scalar_value(i))
-        for i in fn.inputs
-        if not i.is_tensor
-    }
-    with mpmath.workprec(PREC_BITS):
-        benign = []
-        samples = {i.name: sample_points(i, rng, n_benign) for i in tensors}
-        for k in range(n_benign):
-            point = {name: vals[k] for name, vals in samples.items()} | scalars
-            benign.append(_eval_case(derived, exprs, point))
-        extreme = []
-        # Each input in turn at its extreme points, the others at a benign value.
-        for inp in tensors:
-            if not inp.gets_gradient and len(tensors) > 1:
-                continue
-            for v in extreme_points(inp):
-                point = {i.name: samples[i.name][0] for i in tensors} | scalars
-                point[inp.name] = v
-                extreme.append(_eval_case(derived, exprs, point))
-        # float32 tests feed float32 inputs: 1 - 1e-8 becomes 1.0, and the exact value
-        # must be the one at the rounded input.
-        extreme32 = []
-        for case in extreme:
-            point = {k: (v if k in scalars else _round32(v)) for k, v in case.inputs.items()}
-            same = point == case.inputs
-            extreme32.append(case if same else _eval_case(derived, exprs, point))
+    scalars = {i.name: scalar_value(i) for i in fn.inputs if not i.is_tensor}
+    benign = []
+    samples = {i.name: sample_points(i, rng, n_benign) for i in tensors}
+    for k in range(n_benign):
+        point = {name: vals[k] for name, vals in samples.items()} | scalars
+        benign.append(_eval_case(derived, exprs, point))
+    extreme = []
+    # Each input in turn at its extreme points, the others at a benign value.
+    for inp in tensors:
+        if not inp.gets_gradient and len(tensors) > 1:
+            continue
+        for v in extreme_points(inp):
+            point = {i.name: samples[i.name][0] for i in tensors} | scalars
+            point[inp.name] = v
+            extreme.append(_eval_case(derived, exprs, point))
+    # float32 tests feed float32 inputs: 1 - 1e-8 becomes 1.0, and the exact value
+    # must be the one at the rounded input.
+    extreme32 = []
+    for case in extreme:
+        point = {k: (v if k in scalars else _round32(v)) for k, v in case.inputs.items()}
+        same = point == case.inputs
+        extreme32.append(case if same else _eval_case(derived, exprs, point))
     return Reference(tuple(benign), tuple(extreme), tuple(extreme32))
 
 
 def _round32(value: float) -> float:
     return struct.unpack("f", struct.pack("f", value))[0]
-
-
-def _scalar_value(inp: Input) -> float:
-    lo, hi = inp.domain
-    if math.isfinite(lo) and math.isfinite(hi):
-        return (lo + hi) / 2
-    if math.isfinite(lo):
-        return lo + 1.0
-    if math.isfinite(hi):
-        return hi - 1.0
-    return 1.0

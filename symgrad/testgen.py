@@ -7,9 +7,8 @@ from dataclasses import dataclass
 
 from symgrad.derive import Derived
 from symgrad.errors import DerivationError
-from symgrad.plan import domain_interior
 from symgrad.printers import TorchPrinter
-from symgrad.reference import Case, reference
+from symgrad.reference import Case, domain_interior, reference, scalar_value
 from symgrad.render import render
 from symgrad.spec import Spec
 
@@ -74,11 +73,7 @@ def function_tests(derived: Derived) -> FunctionTests:
     fn = derived.function
     ref = reference(derived)
     tensors = [i.name for i in fn.inputs if i.is_tensor]
-    scalars = {
-        i.name: (i.default if i.has_default else ref.benign[0].inputs[i.name])
-        for i in fn.inputs
-        if not i.is_tensor
-    }
+    scalars = {i.name: scalar_value(i) for i in fn.inputs if not i.is_tensor}
     shapes = [(3, 1), (4,), (3, 4), (1, 4), (3, 1), (4,)]
     return FunctionTests(
         name=fn.name,
