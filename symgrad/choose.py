@@ -16,9 +16,11 @@ from dataclasses import dataclass
 import mpmath
 import numpy as np
 import sympy
+from sympy.printing.numpy import NumPyPrinter
 
 from symgrad import functions as F
 from symgrad.floats import bits_of_error, from_ordinal, ordinal
+from symgrad.printers.base import hypot_power_parts
 from symgrad.reference import exact, scalar_value
 from symgrad.spec import Input
 
@@ -105,10 +107,33 @@ def _stable_numpy() -> dict[str, object]:
     }
 
 
+class _NumPyPrinter(NumPyPrinter):
+    """lambdify's NumPy printer with the framework printers' overflow-safe hypot powers."""
+
+    def _hypot_ratios(self, expr):
+        parts = hypot_power_parts(expr)
+        if parts is None:
+            return None
+        rest, h, k, pairs = parts
+        hyp = self._print(h)
+        texts = [f"({self._print(rest)})", f"(1 / {hyp})**{k}"]
+        texts += [f"({self._print(b)} / {hyp})**{m}" for b, m in pairs]
+        return " * ".join(texts)
+
+    def _print_Mul(self, expr):
+        return self._hypot_ratios(expr) or super()._print_Mul(expr)
+
+    def _print_Pow(self, expr, rational=False):
+        return self._hypot_ratios(expr) or super()._print_Pow(expr, rational)
+
+
 def _evaluator(expr: sympy.Expr, symbols: Sequence[sympy.Symbol]):
     # lambdify prints our own (whitelisted, parsed) SymPy tree; nothing from the spec text.
     modules = [_stable_numpy(), "numpy"]
-    return sympy.lambdify(symbols, expr, modules=modules)
+    printer = _NumPyPrinter(
+        {"fully_qualified_modules": False, "inline": True, "allow_unknown_functions": True}
+    )
+    return sympy.lambdify(symbols, expr, modules=modules, printer=printer)
 
 
 def measure(

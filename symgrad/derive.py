@@ -13,7 +13,7 @@ import sympy
 from symgrad.choose import Accuracy, symbol_points
 from symgrad.errors import DerivationError, SpecError
 from symgrad.expr import parse_formula
-from symgrad.functions import heaviside_as_piecewise
+from symgrad.functions import StableFunction, heaviside_as_piecewise
 from symgrad.spec import Function, Spec
 from symgrad.stabilize import split_regimes, stabilize
 
@@ -112,7 +112,11 @@ def _simplify(expr: sympy.Expr) -> sympy.Expr:
 
 
 def finish(
-    expr: sympy.Expr, points=None, record: list | None = None, params: frozenset = frozenset()
+    expr: sympy.Expr,
+    points=None,
+    record: list | None = None,
+    params: frozenset = frozenset(),
+    unsplit: list | None = None,
 ) -> sympy.Expr:
     """Clean up, stabilise and simplify one formula; pick the most accurate candidate.
 
@@ -120,6 +124,8 @@ def finish(
     simplify, and each with a Taylor branch where a sum cancels near 0. With ``points``,
     the choice is by measured float64 error (ties to the cheaper); ``record`` gets the
     chosen form's :class:`~symgrad.choose.Accuracy`. Without, the cheapest stable form.
+    ``unsplit`` gets the chosen form before its regime branches (what to differentiate:
+    the branches are float tricks, and their conditions have no derivative).
     """
     expr = _drop_dirac(expr)
     if expr.has(sympy.Heaviside):
@@ -137,10 +143,22 @@ def finish(
             with _time_limit(SIMPLIFY_SECONDS):
                 simpler = _simplify(stable[0])
             stable.append(stabilize(simpler))
+            # SymPy cannot simplify through symgrad's functions (hypot(x, y)**2 is not
+            # x**2 + y**2 to it): simplify their naive forms, then stabilise again.
+            if stable[0].has(StableFunction):
+                naive = stable[0].replace(
+                    lambda e: isinstance(e, StableFunction), lambda e: type(e).naive(*e.args)
+                )
+                if _cost(naive) <= SIMPLIFY_MAX_OPS:
+                    with _time_limit(SIMPLIFY_SECONDS):
+                        through = stabilize(_simplify(naive))
+                    if through not in stable:
+                        stable.append(through)
         except TimeoutError:
             pass
     stable.sort(key=_cost)
     candidates = []
+    sources = {expr: expr}
     for c in stable:
         try:
             with _time_limit(SIMPLIFY_SECONDS):
@@ -148,6 +166,8 @@ def finish(
         except TimeoutError:
             split = c
         candidates += [split, c] if split != c else [c]
+        sources.setdefault(split, c)
+        sources.setdefault(c, c)
     if points is None:
         best = candidates[0]
     else:
@@ -157,6 +177,8 @@ def finish(
         best, accuracy = choose([expr, *candidates], points, _cost)
         if record is not None:
             record.append(accuracy)
+    if unsplit is not None:
+        unsplit.append(sources[best])
     if best.has(sympy.Piecewise):
         best = sympy.piecewise_fold(best)
     return best
@@ -208,11 +230,15 @@ def derive_function(fn: Function, measure: bool = True) -> Derived:
     accuracy: dict[str, Accuracy] = {}
     params = frozenset(symbols[i.name] for i in fn.inputs if not i.is_tensor)
 
+    unsplit: dict[str, sympy.Expr] = {}
+
     def chosen(label: str, expr: sympy.Expr) -> sympy.Expr:
         record: list[Accuracy] = []
-        result = finish(expr, points, record, params)
+        before: list[sympy.Expr] = []
+        result = finish(expr, points, record, params, before)
         if record:
             accuracy[label] = record[0]
+        unsplit[label] = before[0]
         return result
 
     outputs = tuple((name, chosen(name, expr)) for name, expr in naive)
@@ -226,14 +252,18 @@ def derive_function(fn: Function, measure: bool = True) -> Derived:
 
     try:
         jacobian: dict[str, dict[str, sympy.Expr]] = {}
-        for (name, expr), grad in zip(outputs, grads):
-            jacobian[name] = {}
+        plain: dict[str, dict[str, sympy.Expr]] = {}  # the jacobian before regime branches
+        for (name, _), grad in zip(outputs, grads):
+            expr = unsplit[name]
+            jacobian[name], plain[name] = {}, {}
             for i in diff_names:
+                before: list[sympy.Expr] = []
                 if i in overrides:
                     # Forward mode follows the user's VJP: its coefficient of this output's grad.
-                    jacobian[name][i] = finish(sympy.diff(overrides[i], grad))
+                    jacobian[name][i] = finish(sympy.diff(overrides[i], grad), unsplit=before)
                 else:
-                    jacobian[name][i] = finish(sympy.diff(expr, symbols[i]))
+                    jacobian[name][i] = finish(sympy.diff(expr, symbols[i]), unsplit=before)
+                plain[name][i] = before[0]
         vjps: dict[str, sympy.Expr] = {}
         for i in diff_names:
             if i in overrides:
@@ -241,14 +271,16 @@ def derive_function(fn: Function, measure: bool = True) -> Derived:
             else:
                 vjps[i] = chosen(
                     f"grad_{i}",
-                    sympy.Add(*(g * jacobian[name][i] for (name, _), g in zip(outputs, grads))),
+                    sympy.Add(*(g * plain[name][i] for (name, _), g in zip(outputs, grads))),
                 )
         second: dict[str, dict[str, sympy.Expr]] = {}
         if fn.order >= 2:
             wrt = [symbols[i] for i in diff_names] + list(grads)
             for i in diff_names:
+                # differentiate the VJP before its regime branches (see finish's ``unsplit``)
+                vjp = unsplit.get(f"grad_{i}", vjps[i])
                 second[i] = {
-                    w.name: chosen(f"d grad_{i} / d {w.name}", sympy.diff(vjps[i], w)) for w in wrt
+                    w.name: chosen(f"d grad_{i} / d {w.name}", sympy.diff(vjp, w)) for w in wrt
                 }
     except SpecError:
         raise

@@ -94,12 +94,15 @@ def exp_times_sigmoid(node):
 
 
 def exp_over_expm1_power(node):
-    """exp(a) / expm1(a)**k -> 1 / (expm1(a)**(k-1) * -expm1(-a)): no inf/inf for large a."""
+    """exp(a) / expm1(a)**k -> 1 / (expm1(a)**(k-1) * -expm1(-a)): no inf/inf for large a.
+
+    k = 1 is the derivative of log(expm1(a)): exp(a)/expm1(a) -> -1/expm1(-a).
+    """
     if not isinstance(node, Mul):
         return None
     for e in (f for f in node.args if isinstance(f, exp)):
         for p in (f for f in node.args if isinstance(f, Pow) and isinstance(f.base, expm1)):
-            if p.base.args[0] == e.args[0] and p.exp.is_Integer and p.exp <= -2:
+            if p.base.args[0] == e.args[0] and p.exp.is_Integer and p.exp <= -1:
                 others = list(node.args)
                 others.remove(e)
                 others.remove(p)
@@ -173,6 +176,8 @@ def log_asinh(node):
             if isinstance(root, Pow) and root.exp == sympy.S.Half:
                 if sympy.expand(root.base - x**2 - 1) == 0:
                     return sympy.asinh(x)
+            if isinstance(root, hypot) and set(root.args) in ({x, 1}, {-x, 1}):
+                return sympy.asinh(x)
     return None
 
 
@@ -217,11 +222,11 @@ def sqrt_difference(node):
 
 
 def sqrt_sum_squares(node):
-    """sqrt(x**2 + y**2) -> hypot(x, y)."""
-    if isinstance(node, Pow) and node.exp == sympy.S.Half and isinstance(node.base, Add):
-        terms = node.base.args
+    """(x**2 + y**2)**(k/2) -> hypot(x, y)**k."""
+    if isinstance(node, Pow) and node.exp.is_Rational and node.exp.q == 2:
+        terms = node.base.args if isinstance(node.base, Add) else ()
         if len(terms) == 2 and all(isinstance(t, Pow) and t.exp == 2 for t in terms):
-            return hypot(terms[0].base, terms[1].base)
+            return hypot(terms[0].base, terms[1].base) ** node.exp.p
     return None
 
 
@@ -267,6 +272,182 @@ def log_cosh(node):
     return None
 
 
+def log_expm1(node):
+    """log(expm1(a)) -> a + log1mexp(-a): expm1 overflows for a > 709.8, the log does not."""
+    if isinstance(node, log) and isinstance(node.args[0], expm1):
+        a = node.args[0].args[0]
+        return a + log1mexp(-a)
+    return None
+
+
+def sigmoid_difference(node):
+    """c*sigmoid(a) - c*sigmoid(-a) -> c*tanh(a/2): the difference cancels near a = 0."""
+    if not isinstance(node, Add):
+        return None
+    for term in node.args:
+        coeff, factor = term.as_coeff_Mul()
+        if not isinstance(factor, sigmoid):
+            continue
+        a = factor.args[0]
+        partner = -coeff * sigmoid(-a)
+        if partner in node.args:
+            others = list(node.args)
+            others.remove(term)
+            others.remove(partner)
+            return coeff * sympy.tanh(a / 2) + Add(*others)
+    return None
+
+
+def one_minus_cos(node):
+    """c - c*cos(a) -> 2c sin(a/2)**2: no cancellation near a = 0."""
+    if not isinstance(node, Add):
+        return None
+    for term in node.args:
+        coeff, factor = term.as_coeff_Mul()
+        if isinstance(factor, sympy.cos) and -coeff in node.args:
+            others = list(node.args)
+            others.remove(term)
+            others.remove(-coeff)
+            return -2 * coeff * sympy.sin(factor.args[0] / 2) ** 2 + Add(*others)
+    return None
+
+
+def cosh_minus_one(node):
+    """c*cosh(a) - c -> 2c sinh(a/2)**2: no cancellation near a = 0."""
+    if not isinstance(node, Add):
+        return None
+    for term in node.args:
+        coeff, factor = term.as_coeff_Mul()
+        if isinstance(factor, sympy.cosh) and -coeff in node.args:
+            others = list(node.args)
+            others.remove(term)
+            others.remove(-coeff)
+            return 2 * coeff * sympy.sinh(factor.args[0] / 2) ** 2 + Add(*others)
+    return None
+
+
+def sinh_over_cosh(node):
+    """sinh(a)**m / cosh(a)**k -> tanh(a)**m / cosh(a)**(k-m) (k >= m): no inf/inf."""
+    if not isinstance(node, Mul):
+        return None
+    powers = {}
+    for f in node.args:
+        base, power = f.as_base_exp()
+        if isinstance(base, (sympy.sinh, sympy.cosh)) and power.is_Integer:
+            powers[base] = power
+    for base, m in powers.items():
+        if not isinstance(base, sympy.sinh) or m < 1:
+            continue
+        cosh = sympy.cosh(base.args[0])
+        k = -powers.get(cosh, 0)
+        if k >= m:
+            others = [f for f in node.args if f.as_base_exp()[0] not in (base, cosh)]
+            return Mul(*others) * sympy.tanh(base.args[0]) ** m * cosh ** (m - k)
+    return None
+
+
+def gamma_difference(node):
+    """loggamma(a + n) - loggamma(a) -> sum of log(a + j); the same for polygamma.
+
+    For large a both terms are huge and nearly equal: loggamma(x + 1) - loggamma(x) at
+    x = 1e15 keeps no correct digit of log(x).
+    """
+    if not isinstance(node, Add):
+        return None
+    for term in node.args:
+        coeff, factor = term.as_coeff_Mul()
+        if not isinstance(factor, (sympy.loggamma, sympy.polygamma)):
+            continue
+        for other in node.args:
+            c2, f2 = other.as_coeff_Mul()
+            if c2 != -coeff or f2.func is not factor.func or f2 == factor:
+                continue
+            if isinstance(factor, sympy.polygamma):
+                if f2.args[0] != factor.args[0] or not factor.args[0].is_Integer:
+                    continue
+                m, big, small = factor.args[0], factor.args[1], f2.args[1]
+            else:
+                m, big, small = None, factor.args[0], f2.args[0]
+            n = sympy.expand(big - small)
+            if not (n.is_Integer and 1 <= n <= 4):
+                continue
+            if m is None:
+                value = Add(*(log(small + j) for j in range(n)))
+            else:
+                # psi^(m)(a + 1) - psi^(m)(a) = (-1)^m m! / a^(m + 1)
+                value = Add(
+                    *((-1) ** m * sympy.factorial(m) / (small + j) ** (m + 1) for j in range(n))
+                )
+            others = list(node.args)
+            others.remove(term)
+            others.remove(other)
+            return coeff * value + Add(*others)
+    return None
+
+
+def sqrt_square_plus_constant(node):
+    """(x**2 + c)**(k/2) -> hypot(x, sqrt(c))**k for a positive number c: x**2 overflows."""
+    if not (isinstance(node, Pow) and isinstance(node.base, Add) and node.exp.is_Rational):
+        return None
+    if node.exp.q != 2 or len(node.base.args) != 2:
+        return None
+    for square, c in (node.base.args, node.base.args[::-1]):
+        if c.is_number and c.is_positive and isinstance(square, Pow) and square.exp == 2:
+            return hypot(square.base, sympy.sqrt(c)) ** node.exp.p
+    return None
+
+
+def sqrt_minus_one(node):
+    """sqrt(a) - 1 -> (a - 1)/(sqrt(a) + 1) when a - 1 is simpler: cancels near a = 1.
+
+    hypot(x, 1) - 1 (what sqrt(x**2 + 1) - 1 becomes) is split by regime instead, see
+    :func:`_hypot_minus_one`.
+    """
+    if not isinstance(node, Add) or sympy.S.NegativeOne not in node.args or len(node.args) != 2:
+        return None
+    (root,) = (t for t in node.args if t != -1)
+    if isinstance(root, Pow) and root.exp == sympy.S.Half:
+        difference = sympy.expand(root.base - 1)
+        if sympy.count_ops(difference) < sympy.count_ops(root.base):
+            return difference / (root + 1)
+    return None
+
+
+def one_plus_tanh(node):
+    """c + c*tanh(u) -> 2c sigmoid(2u), c - c*tanh(u) -> 2c sigmoid(-2u): no cancellation
+    where tanh(u) is near -1 or 1 (gelu's tail)."""
+    if not isinstance(node, Add):
+        return None
+    for term in node.args:
+        coeff, factor = term.as_coeff_Mul()
+        if not isinstance(factor, sympy.tanh):
+            continue
+        for c, sign in ((coeff, 1), (-coeff, -1)):
+            if c in node.args:
+                others = list(node.args)
+                others.remove(term)
+                others.remove(c)
+                return 2 * c * sigmoid(2 * sign * factor.args[0]) + Add(*others)
+    return None
+
+
+def one_minus_tanh_squared(node):
+    """c - c*tanh(u)**2 -> 4c sigmoid(2u) sigmoid(-2u): the difference is 0 once tanh
+    rounds to 1 (u > 19), the product keeps its value down to the underflow."""
+    if not isinstance(node, Add):
+        return None
+    for term in node.args:
+        coeff, factor = term.as_coeff_Mul()
+        base, power = factor.as_base_exp()
+        if isinstance(base, sympy.tanh) and power == 2 and -coeff in node.args:
+            u = base.args[0]
+            others = list(node.args)
+            others.remove(term)
+            others.remove(-coeff)
+            return -4 * coeff * sigmoid(2 * u) * sigmoid(-2 * u) + Add(*others)
+    return None
+
+
 #: The rules, in the order they are tried on each node.
 RULES: tuple[Rule, ...] = (
     log_reciprocal,
@@ -289,6 +470,16 @@ RULES: tuple[Rule, ...] = (
     sqrt_sum_squares,
     exp_square_erfc,
     x_log_x,
+    log_expm1,
+    sigmoid_difference,
+    one_minus_cos,
+    cosh_minus_one,
+    sinh_over_cosh,
+    gamma_difference,
+    sqrt_square_plus_constant,
+    sqrt_minus_one,
+    one_plus_tanh,
+    one_minus_tanh_squared,
 )
 
 _MAX_PASSES = 32
@@ -402,12 +593,95 @@ def _rational_tail(node: sympy.Basic, params: frozenset) -> sympy.Basic | None:
         if k < 2 or not sympy.expand(denominator).is_Add:
             continue
         top = sympy.expand(numerator / x**k)
-        if top.has(x) and not top.is_Add:
-            # a lone x**-m would be printed as 1/(x**m * ...) and overflow again
+        if top.has(x) and not top.is_Add and sympy.degree(top.as_numer_denom()[1], x) > 1:
+            # a lone x**-m (m > 1) would be printed as 1/(x**m * ...) and overflow again
             continue
         scaled = top / sympy.expand(denominator / x**k)
         return sympy.Piecewise((node, sympy.Abs(x) < 1), (scaled, True))
     return None
+
+
+#: log1p(u) for u above this is evaluated as log(u) + log1p(1/u), log(u) from its factors.
+_LOG1P_TAIL_FROM = 2**20
+
+
+def _log1p_tail(node: sympy.Basic, params: frozenset) -> sympy.Basic | None:
+    """log1p(c * x**k) -> log(c) + k log|x| + log1p(1/u) where u = c * x**k is large.
+
+    log1p(x**2/nu) is inf once x**2 overflows (|x| > 1e154, 1.8e19 in float32) although
+    the exact value is about 2 log|x|. ``c`` may hold scalar inputs (``params``) and numbers.
+    """
+    if not isinstance(node, log1p):
+        return None
+    u = node.args[0]
+    logs = []
+    has_power = False
+    for factor in Mul.make_args(u):
+        base, power = factor.as_base_exp()
+        if base.free_symbols - params:
+            if not (base.is_Symbol and power.is_Integer and power >= 2):
+                return None
+            has_power = True
+            logs.append(power * log(sympy.Abs(base)))
+        elif factor.is_number and not factor.is_positive:
+            return None
+        else:
+            logs.append(sympy.expand_log(log(factor), force=True))
+    if not has_power:
+        return None
+    tail = Add(*logs) + log1p(1 / u)
+    return sympy.Piecewise((node, u < _LOG1P_TAIL_FROM), (tail, True))
+
+
+def _sigmoid_tail(node: sympy.Basic) -> sympy.Basic | None:
+    """q(x) * sigmoid(p(x)) -> 0 where p(x) < -800 for a polynomial p.
+
+    There sigmoid is below exp(-800), under every float, but q(x) (x**2 in gelu's
+    derivative) can overflow first and make 0 * inf = NaN.
+    """
+    if not isinstance(node, Mul):
+        return None
+    sigmoids = [f for f in node.args if isinstance(f, sigmoid)]
+    arg_symbols = {s for f in sigmoids for s in f.args[0].free_symbols}
+    if len(arg_symbols) != 1:
+        return None
+    (x,) = arg_symbols
+    others = Mul(*(f for f in node.args if not isinstance(f, sigmoid)))
+    if not others.has(x):
+        return None
+    conditions = []
+    for s in sigmoids:
+        arg = sympy.expand(s.args[0])
+        if not arg.is_polynomial(x) or sympy.degree(arg, x) < 1:
+            continue
+        poly = sympy.Poly(arg, x)
+        d, coeffs = poly.degree(), [float(c) for c in poly.all_coeffs()]
+        lead = coeffs[0]
+        # beyond this |x| the leading term dominates and |p(x)| > 800
+        bound = max(
+            [(1600 / abs(lead)) ** (1 / d)]
+            + [2 * abs(c / lead) ** (1 / i) for i, c in enumerate(coeffs[1:], 1) if c]
+        )
+        cut = sympy.Float(float(f"{bound:.3g}"), 3)
+        if lead < 0:  # p -> -inf as x -> +inf
+            conditions.append(x > cut)
+        if (lead > 0) == (d % 2 == 1):  # p -> -inf as x -> -inf
+            conditions.append(x < -cut)
+    if not conditions:
+        return None
+    return sympy.Piecewise((0, sympy.Or(*conditions)), (node, True))
+
+
+def _hypot_minus_one(node: sympy.Basic) -> sympy.Basic | None:
+    """hypot(x, 1) - 1 -> x**2/(hypot(x, 1) + 1) for |x| < 1, where the difference cancels;
+    beyond, x**2 would overflow (|x| > 1e154) and the difference is exact enough."""
+    if not (isinstance(node, Add) and len(node.args) == 2 and sympy.S.NegativeOne in node.args):
+        return None
+    (root,) = (t for t in node.args if t != -1)
+    if not (isinstance(root, hypot) and sympy.S.One in root.args):
+        return None
+    x = root.args[0] if root.args[1] == 1 else root.args[1]
+    return sympy.Piecewise((x**2 / (root + 1), sympy.Abs(x) < 1), (node, True))
 
 
 def split_regimes(expr: sympy.Expr, params: frozenset = frozenset()) -> sympy.Expr:
@@ -425,4 +699,12 @@ def split_regimes(expr: sympy.Expr, params: frozenset = frozenset()) -> sympy.Ex
         return whole
     args = tuple(split_regimes(a, params) for a in expr.args)
     node = expr.func(*args) if args != expr.args else expr
-    return _series_regime(node) or _gaussian_tail(node) or _rational_tail(node, params) or node
+    return (
+        _series_regime(node)
+        or _gaussian_tail(node)
+        or _sigmoid_tail(node)
+        or _rational_tail(node, params)
+        or _log1p_tail(node, params)
+        or _hypot_minus_one(node)
+        or node
+    )

@@ -46,6 +46,31 @@ CASES = {
     "log_asinh": ("log(x + sqrt(x**2 + 1))", {"x": -1e10}, sympy.asinh, False, None),
     # exp(900) overflows, erfc(30) underflows: inf * 0.
     "exp_square_erfc": ("exp(x**2)*erfc(x)", {"x": 30.0}, F.erfcx, False, None),
+    # expm1(1000) overflows: log(inf); exact 1000.
+    "log_expm1": ("log(exp(x) - 1)", {"x": 1000.0}, F.log1mexp, False, None),
+    # sigmoid(-x) - sigmoid(x) rounds to 0 at x = 1e-20; exact -5e-21.
+    "sigmoid_difference": (
+        "1/(1 + exp(x)) - 1/(1 + exp(-x))",
+        {"x": 1e-20},
+        sympy.tanh,
+        False,
+        None,
+    ),
+    # cos(1e-10) rounds to 1: 1 - cos = 0; exact 5e-21.
+    "one_minus_cos": ("1 - cos(x)", {"x": 1e-10}, sympy.sin, False, None),
+    "cosh_minus_one": ("cosh(x) - 1", {"x": 1e-10}, sympy.sinh, False, None),
+    # sinh(800) and cosh(800) overflow: inf/inf; exact ~ 1e-695 -> 0.
+    "sinh_over_cosh": ("sinh(x)/cosh(x)**3", {"x": 800.0}, sympy.tanh, False, None),
+    # both loggammas are ~3.4e16 at x = 1e15: their difference keeps no digit of log(x).
+    "gamma_difference": ("loggamma(x + 1) - loggamma(x)", {"x": 1e15}, sympy.log, False, None),
+    # x**2 overflows at 1e200; exact 1e200.
+    "sqrt_square_plus_constant": ("sqrt(x**2 + 1)", {"x": 1e200}, F.hypot, False, None),
+    # tanh(-20) rounds to -1: 1 + tanh = 0; exact 2*sigmoid(-40) = 8.5e-18.
+    "one_plus_tanh": ("1 + tanh(x)", {"x": -20.0}, F.sigmoid, False, None),
+    # tanh(20)**2 rounds to 1: 1 - tanh**2 = 0; exact 1/cosh(20)**2 = 1.7e-17.
+    "one_minus_tanh_squared": ("1 - tanh(x)**2", {"x": 20.0}, F.sigmoid, False, None),
+    # sqrt(1 + 1e-20) rounds to 1; exact 5e-21.
+    "sqrt_minus_one": ("sqrt(1 + x) - 1", {"x": 1e-20}, sympy.Pow, False, None),
 }
 
 
@@ -150,3 +175,60 @@ def test_rational_tail_keeps_second_derivatives_finite_where_powers_overflow():
     assert run_torch(stable, {"x": 0.5, "nu": 3.0}) == pytest.approx(
         float(expr.subs({x: 0.5, nu: 3})), rel=1e-15
     )
+
+
+def test_log1p_tail_keeps_log1p_of_overflowing_squares_finite():
+    """log1p(x**2/nu) at x = 1e200: x**2 is inf; the exact value is 2 log(1e200) - log(nu)."""
+    from symgrad.stabilize import split_regimes
+
+    nu = sympy.Symbol("nu", real=True)
+    expr = stabilize(sympy.log(1 + x**2 / nu))
+    stable = split_regimes(expr, frozenset({nu}))
+    assert stable.has(sympy.Piecewise)
+    at = {"x": 1e200, "nu": 3.0}
+    exact = float(sympy.log(1 + sympy.Float(1e200, 50) ** 2 / 3))
+    assert run_torch(expr, at) == math.inf
+    assert run_torch(stable, at) == pytest.approx(exact, rel=1e-15)
+    for value in (0.5, 1e-5, 3e3):
+        want = float(sympy.log(1 + sympy.Float(value, 50) ** 2 / 3))
+        assert run_torch(stable, {"x": value, "nu": 3.0}) == pytest.approx(want, rel=1e-15)
+
+
+def test_polygamma_difference_is_a_power():
+    stable = stabilize(sympy.polygamma(1, x + 1) - sympy.polygamma(1, x))
+    assert stable == -1 / x**2
+
+
+def test_hypot_minus_one_regimes():
+    """sqrt(x**2 + 1) - 1: cancels near 0 (x = 1e-10) and x**2 overflows (x = 1e200)."""
+    from symgrad.stabilize import split_regimes
+
+    naive = sympy.sqrt(x**2 + 1) - 1
+    stable = split_regimes(stabilize(naive))
+    assert stable.has(sympy.Piecewise)
+    assert run_torch(naive, {"x": 1e-10}) == 0.0
+    assert run_torch(stable, {"x": 1e-10}) == pytest.approx(5e-21, rel=1e-15)
+    assert run_torch(naive, {"x": 1e200}) == math.inf
+    assert run_torch(stable, {"x": 1e200}) == pytest.approx(1e200, rel=1e-15)
+
+
+def test_powers_of_hypot_print_as_ratios():
+    """y**2 / hypot(x, y)**3 at 1e110: hypot**3 overflows; printed as (y/h)**2 / h it is finite."""
+    naive = parse_formula("y**2/(x**2 + y**2)**(3/2)", {"x": x, "y": y}, Location("t", 1, "f"))
+    stable = stabilize(naive)
+    assert stable == y**2 / F.hypot(x, y) ** 3
+    at = {"x": 1e110, "y": 1e110}
+    assert run_torch(naive, at) == 0.0
+    assert run_torch(stable, at) == pytest.approx(2**-1.5 * 1e-110, rel=1e-15)
+
+
+def test_sigmoid_tail_is_zero_where_the_sigmoid_underflows():
+    """x**3 * sigmoid(-x**3) at x = 1e200: x**3 is inf, sigmoid 0; the exact value is 0."""
+    from symgrad.stabilize import split_regimes
+
+    expr = x**3 * F.sigmoid(-(x**3))
+    stable = split_regimes(expr)
+    assert stable.has(sympy.Piecewise)
+    assert math.isnan(run_torch(expr, {"x": 1e200}))
+    assert run_torch(stable, {"x": 1e200}) == 0.0
+    assert run_torch(stable, {"x": 2.0}) == pytest.approx(8 * float(F.sigmoid.mp(-8)), rel=1e-15)

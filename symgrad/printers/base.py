@@ -23,6 +23,32 @@ class UnsupportedError(DerivationError):
         )
 
 
+def hypot_power_parts(expr: sympy.Expr):
+    """y**2 / hypot(x, y)**3 -> (1, hypot(x, y), 1, [(y, 2)]), to print (1/h)**1 * (y/h)**2.
+
+    h**3 overflows long before the value does (|y| > 5e102), and SymPy merges
+    (y/h)**2 / h back into y**2 / h**3, so the pairing is done by the printers (the
+    framework printers and the NumPy one the accuracy choice uses). ``None`` for other
+    expressions. Returns (rest, h, k, pairs): expr = rest * h**-k * prod((b/h)**m).
+    """
+    from symgrad.functions import hypot
+
+    for factor in sympy.Mul.make_args(expr):
+        h, power = factor.as_base_exp()
+        if not (isinstance(h, hypot) and power.is_Integer and power <= -2):
+            continue
+        rest, pairs, k = list(sympy.Mul.make_args(expr)), [], -int(power)
+        rest.remove(factor)
+        for f in list(rest):
+            b, m = f.as_base_exp()
+            if b in h.args and m.is_Integer and 1 <= m < k:
+                rest.remove(f)
+                pairs.append((b, int(m)))
+                k -= int(m)
+        return sympy.Mul(*rest), h, k, pairs
+    return None
+
+
 class FrameworkPrinter(StrPrinter):
     """Prints one expression as framework code.
 
@@ -148,6 +174,9 @@ class FrameworkPrinter(StrPrinter):
     # ------------------------------------------------------------------ arithmetic
     def _print_Pow(self, expr, rational=False):
         base, e = expr.as_base_exp()
+        ratios = None if self.is_scalar(expr) else self._hypot_ratios(expr)
+        if ratios is not None:
+            return ratios
         if self.is_scalar(expr):
             if e == sympy.S.Half:
                 self.uses_math = True
@@ -167,6 +196,9 @@ class FrameworkPrinter(StrPrinter):
         return f"{b}**{ee}"
 
     def _print_Mul(self, expr):
+        ratios = None if self.is_scalar(expr) else self._hypot_ratios(expr)
+        if ratios is not None:
+            return ratios
         # Fold constant factors (sqrt(2)/sqrt(pi), 1/2*pi, ...) into one literal: each
         # factor left in the code would be one more pass over a whole tensor.
         constants = [f for f in expr.args if not f.free_symbols]
@@ -182,6 +214,19 @@ class FrameworkPrinter(StrPrinter):
             folded = sympy.Float(value.evalf(20), 17)
             return super()._print_Mul(sympy.Mul(folded, rest, evaluate=False))
         return super()._print_Mul(expr)
+
+    def _hypot_ratios(self, expr: sympy.Expr) -> str | None:
+        parts = hypot_power_parts(expr)
+        if parts is None:
+            return None
+        rest, h, k, pairs = parts
+        hyp = self._print(h)
+        texts = [] if rest == 1 else ["-1"] if rest == -1 else [self._print(rest)]
+        texts.append(f"(1 / {hyp})" + (f"**{k}" if k > 1 else ""))
+        for b, m in pairs:
+            ratio = f"({self._print(b)} / {hyp})"
+            texts.append(ratio if m == 1 else f"{ratio}**{m}")
+        return " * ".join(texts)
 
     # ------------------------------------------------------------------ functions
     def _print_Function(self, expr):

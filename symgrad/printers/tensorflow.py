@@ -88,10 +88,12 @@ class TensorFlowPrinter(FrameworkPrinter):
     def _print_hypot(self, expr):
         if self.is_scalar(expr):
             return super()._print_Function(expr)
-        x, y = (self._print(a) for a in expr.args)
-        # max * sqrt(1 + (min/max)**2) would avoid overflow but is NaN at (0, 0); TF's
-        # own tf.norm does the plain sum of squares as well.
-        return f"tf.math.sqrt(tf.math.square({x}) + tf.math.square({y}))"
+        x, y = (sympy.Abs(a) for a in expr.args)
+        # TF has no hypot: big * sqrt(1 + (small/big)**2) does not overflow where the sum of
+        # squares would; where() keeps (0, 0) at 0 instead of 0/0.
+        big, small = self._print(sympy.Max(x, y)), self._print(sympy.Min(x, y))
+        scaled = f"{big} * tf.math.sqrt(1 + tf.math.square({small} / {big}))"
+        return self.where(f"{big} > 0", scaled, big)
 
     def _print_polygamma(self, expr):
         n, x = expr.args

@@ -59,6 +59,17 @@ class TorchPrinter(FrameworkPrinter):
         # in float64; above 40 the two agree to the last bit in every dtype.
         return f"torch.nn.functional.softplus({self._print(expr.args[0])}, threshold=40.0)"
 
+    def _print_hypot(self, expr):
+        if self.is_scalar(expr):
+            return super()._print_Function(expr)
+        # torch.hypot takes tensors only: a number becomes a 0-d tensor of the other's dtype.
+        tensor = next(a for a in expr.args if not self.is_scalar(a))
+        args = [
+            f"{self._print(tensor)}.new_tensor({self._print(a)})" if self.is_scalar(a) else self._print(a)
+            for a in expr.args
+        ]
+        return f"torch.hypot({args[0]}, {args[1]})"
+
     def _print_polygamma(self, expr):
         n, x = expr.args
         if n == 0:
