@@ -69,6 +69,9 @@ def _np(fn):
     return np.vectorize(fn, otypes=[np.float64])
 
 
+_X = sympy.Symbol("x", real=True)
+
+
 def _stable_numpy() -> dict[str, object]:
     """NumPy evaluations of symgrad's primitives, as the frameworks compute them."""
 
@@ -84,7 +87,13 @@ def _stable_numpy() -> dict[str, object]:
     def xlog1py(x, y):
         return np.where(x == 0, 0.0, x * np.log1p(y))
 
+    def exprel_d(n, x):
+        regimes = F.exprel_d(int(n), _X, evaluate=False).regimes()
+        return sympy.lambdify(_X, regimes, modules=[_stable_numpy(), "numpy"])(x)
+
     return {
+        "exprel": lambda x: exprel_d(0, x),
+        "exprel_d": exprel_d,
         "xlog1py": xlog1py,
         "erfcx": _np(lambda v: float(mpmath.exp(v * v) * mpmath.erfc(v))),
         "sigmoid": lambda x: np.exp(-np.logaddexp(0.0, -x)),

@@ -354,6 +354,104 @@ class xlog1py(StableFunction):
         return x * log(1 + y)
 
 
+class exprel(StableFunction):
+    """(exp(x) - 1) / x, defined as 1 at 0: no 0/0 at 0, no cancellation near it and no
+    overflow for x in [709.8, 716] where exp(x) is inf but the quotient is finite."""
+
+    nargs = 1
+
+    @classmethod
+    def eval(cls, x):
+        if x.is_zero:
+            return sympy.S.One
+        return None
+
+    def fdiff(self, argindex=1):
+        if argindex != 1:
+            raise ArgumentIndexError(self, argindex)
+        return exprel_d(1, self.args[0])
+
+    @staticmethod
+    def mp(x):
+        return exprel_d.mp(0, x)
+
+    @classmethod
+    def naive(cls, x):
+        return (exp(x) - 1) / x
+
+    def regimes(self) -> sympy.Expr:
+        return exprel_d(0, self.args[0], evaluate=False).regimes()
+
+
+class exprel_d(StableFunction):
+    """The n-th derivative of :class:`exprel`: the integral of t**n exp(x t) over [0, 1].
+
+    Evaluated by regime (:meth:`regimes`): a Taylor polynomial for |x| < 1, where the
+    closed form cancels; exp(x/2) * (exp(x/2) * P(1/x)) above x = 80, where exp(x)
+    overflows first; the closed form (by the recurrence I_m = (exp(x) - m I_{m-1}) / x)
+    in between.
+    """
+
+    nargs = 2
+    #: |x| below which the Taylor polynomial is used, its terms, and where exp(x) is split
+    TAYLOR_BELOW = 1
+    TAYLOR_TERMS = 20
+    SPLIT_ABOVE = 80
+
+    @classmethod
+    def eval(cls, n, x):
+        if n.is_Integer and n < 0:
+            raise ValueError("exprel_d(n, x) needs n >= 0")
+        if x.is_zero and n.is_Integer:
+            return sympy.Rational(1, int(n) + 1)
+        return None
+
+    def fdiff(self, argindex=2):
+        if argindex != 2:
+            raise ArgumentIndexError(self, argindex)
+        n, x = self.args
+        return exprel_d(n + 1, x)
+
+    @staticmethod
+    def mp(n, x):
+        n = int(n)
+        if abs(x) < 1:
+            return mpmath.nsum(lambda k: x**k / (mpmath.factorial(k) * (k + n + 1)), [0, mpmath.inf])
+        with mpmath.extraprec(64):
+            value = mpmath.expm1(x) / x
+            for m in range(1, n + 1):
+                value = (mpmath.exp(x) - m * value) / x
+        return +value
+
+    @classmethod
+    def naive(cls, n, x):
+        return sympy.diff((exp(x) - 1) / x, x, int(n))
+
+    def regimes(self) -> sympy.Expr:
+        """This function in elementary functions, as the printers emit it."""
+        n, x = int(self.args[0]), self.args[1]
+        taylor = sympy.S.Zero
+        for k in reversed(range(self.TAYLOR_TERMS)):  # Horner form
+            taylor = sympy.Rational(1, sympy.factorial(k) * (k + n + 1)) + x * taylor
+        middle = expm1(x) / x
+        for m in range(1, n + 1):
+            middle = (exp(x) - m * middle) / x
+        # exp(x) * sum_j (-1)^j n!/(n-j)! x^-(j+1); the exp(x)-free term is below 1e-300 here
+        poly = sympy.Add(
+            *(
+                (-1) ** j * sympy.factorial(n) / sympy.factorial(n - j) / x ** (j + 1)
+                for j in range(n + 1)
+            )
+        )
+        half = exp(x / 2)
+        big = sympy.Mul(half, sympy.Mul(half, poly, evaluate=False), evaluate=False)
+        return sympy.Piecewise(
+            (taylor, sympy.Abs(x) < self.TAYLOR_BELOW),
+            (big, x > self.SPLIT_ABOVE),
+            (middle, True),
+        )
+
+
 #: Every stable primitive, by the name a spec uses.
 STABLE_FUNCTIONS: dict[str, type[StableFunction]] = {
     cls.__name__: cls
@@ -369,5 +467,6 @@ STABLE_FUNCTIONS: dict[str, type[StableFunction]] = {
         hypot,
         relu,
         erfcx,
+        exprel,
     )
 }

@@ -16,6 +16,7 @@ from sympy import Add, Mul, Pow, exp, log
 from symgrad.functions import (
     erfcx,
     expm1,
+    exprel,
     hypot,
     log1mexp,
     log1p,
@@ -448,6 +449,23 @@ def one_minus_tanh_squared(node):
     return None
 
 
+def expm1_over_x(node):
+    """expm1(a) / a -> exprel(a) (also c*expm1(a)/a' when a = c*a'): 0/0 at 0, and inf/a
+    for a in [709.8, 716] where exp overflows but the quotient does not."""
+    if not isinstance(node, Mul):
+        return None
+    for e in (f for f in node.args if isinstance(f, expm1)):
+        a = e.args[0]
+        for p in (f for f in node.args if isinstance(f, Pow) and f.exp == -1):
+            ratio = sympy.cancel(a / p.base)
+            if ratio.is_number and ratio != 0:
+                others = list(node.args)
+                others.remove(e)
+                others.remove(p)
+                return Mul(*others) * ratio * exprel(a)
+    return None
+
+
 #: The rules, in the order they are tried on each node.
 RULES: tuple[Rule, ...] = (
     log_reciprocal,
@@ -480,6 +498,7 @@ RULES: tuple[Rule, ...] = (
     sqrt_minus_one,
     one_plus_tanh,
     one_minus_tanh_squared,
+    expm1_over_x,
 )
 
 _MAX_PASSES = 32

@@ -69,6 +69,8 @@ CASES = {
     "one_plus_tanh": ("1 + tanh(x)", {"x": -20.0}, F.sigmoid, False, None),
     # tanh(20)**2 rounds to 1: 1 - tanh**2 = 0; exact 1/cosh(20)**2 = 1.7e-17.
     "one_minus_tanh_squared": ("1 - tanh(x)**2", {"x": 20.0}, F.sigmoid, False, None),
+    # exp(712) overflows: inf/712; exact 1.6e307.
+    "expm1_over_x": ("(exp(x) - 1)/x", {"x": 712.0}, F.exprel, False, None),
     # sqrt(1 + 1e-20) rounds to 1; exact 5e-21.
     "sqrt_minus_one": ("sqrt(1 + x) - 1", {"x": 1e-20}, sympy.Pow, False, None),
 }
@@ -232,3 +234,14 @@ def test_sigmoid_tail_is_zero_where_the_sigmoid_underflows():
     assert math.isnan(run_torch(expr, {"x": 1e200}))
     assert run_torch(stable, {"x": 1e200}) == 0.0
     assert run_torch(stable, {"x": 2.0}) == pytest.approx(8 * float(F.sigmoid.mp(-8)), rel=1e-15)
+
+
+@pytest.mark.parametrize("n", [0, 1, 2])
+@pytest.mark.parametrize("value", [0.0, 1e-20, -0.75, 0.999, 1.5, -40.0, 85.0, 712.0, -1e300])
+def test_exprel_derivatives_by_regime(n, value):
+    """exprel_d(n, x), as printed (its regimes), against mpmath in float64."""
+    import mpmath
+
+    stable = F.exprel_d(n, x, evaluate=False).regimes()
+    exact = float(F.exprel_d.mp(n, mpmath.mpf(value)))
+    assert run_torch(stable, {"x": value}) == pytest.approx(exact, rel=4e-15, abs=1e-300)
