@@ -91,11 +91,21 @@ def _stable_numpy() -> dict[str, object]:
         regimes = F.exprel_d(int(n), _X, evaluate=False).regimes()
         return sympy.lambdify(_X, regimes, modules=[_stable_numpy(), "numpy"])(x)
 
+    def logcosh(x):
+        regimes = F.logcosh(_X).regimes()
+        return sympy.lambdify(_X, regimes, modules=[_stable_numpy(), "numpy"])(x)
+
+    def erfcx_inv(x):
+        regimes = F.erfcx_inv(_X).regimes()
+        return sympy.lambdify(_X, regimes, modules=[_stable_numpy(), "numpy"])(x)
+
     return {
+        "erfcx_inv": erfcx_inv,
         "exprel": lambda x: exprel_d(0, x),
         "exprel_d": exprel_d,
+        "logcosh": logcosh,
         "xlog1py": xlog1py,
-        "erfcx": _np(lambda v: float(mpmath.exp(v * v) * mpmath.erfc(v))),
+        "erfcx": _np(lambda v: float(F.erfcx.mp(mpmath.mpf(v)))),
         "sigmoid": lambda x: np.exp(-np.logaddexp(0.0, -x)),
         "softplus": softplus,
         "log1p": np.log1p,

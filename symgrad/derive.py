@@ -111,6 +111,29 @@ def _simplify(expr: sympy.Expr) -> sympy.Expr:
     )
 
 
+def _abs_free(expr: sympy.Expr) -> sympy.Expr | None:
+    """``expr`` without Abs(x) of an input symbol: even in x -> f(|x|) with f simplified for
+    x > 0, else one simplified branch per sign of x.
+
+    x/(|x| + 1) differentiates to |x|/(x**2 |x| + 2 x**2 + |x|), whose powers overflow for
+    |x| > 1e102; for x > 0 it simplifies to 1/(x + 1)**2, so the result is 1/(|x| + 1)**2.
+    """
+    symbols = sorted(
+        {a.args[0] for a in expr.atoms(sympy.Abs) if a.args[0].is_Symbol}, key=lambda s: s.name
+    )
+    if len(symbols) != 1 or _cost(expr) > SIMPLIFY_MAX_OPS:
+        return None
+    (x,) = symbols
+    t = sympy.Dummy("t", positive=True)
+    plus = stabilize(_simplify(expr.subs(x, t)))
+    minus = stabilize(_simplify(expr.subs(x, -t)))
+    if plus.has(sympy.Abs) or minus.has(sympy.Abs):
+        return None
+    if sympy.simplify(plus - minus) == 0:
+        return plus.subs(t, sympy.Abs(x))
+    return sympy.Piecewise((plus.subs(t, x), x >= 0), (minus.subs(t, -x), True))
+
+
 def finish(
     expr: sympy.Expr,
     points=None,
@@ -143,6 +166,9 @@ def finish(
             with _time_limit(SIMPLIFY_SECONDS):
                 simpler = _simplify(stable[0])
             stable.append(stabilize(simpler))
+            unsigned = _abs_free(stable[0])
+            if unsigned is not None and unsigned not in stable:
+                stable.append(unsigned)
             # SymPy cannot simplify through symgrad's functions (hypot(x, y)**2 is not
             # x**2 + y**2 to it): simplify their naive forms, then stabilise again.
             if stable[0].has(StableFunction):

@@ -307,18 +307,64 @@ class erfcx(StableFunction):
         if argindex != 1:
             raise ArgumentIndexError(self, argindex)
         x = self.args[0]
+        t = sympy.Dummy("t", real=True)
         return sympy.Piecewise(
             (2 * x * erfcx(x) - 2 / sqrt(sympy.pi), x < self.SERIES_FROM),
-            (sympy.diff(erfcx_series(x), x), True),
+            (sympy.diff(erfcx_series(t), t).subs(t, x), True),
         )
 
     @staticmethod
     def mp(x):
+        if x > 1e6:
+            # mpmath's erfc loses its digits where x**2 needs more bits than the working
+            # precision; the asymptotic series' 8th term is below 1e-90 of the first here.
+            terms = (
+                (-1) ** k * mpmath.fac2(2 * k - 1) / (2 * x * x) ** k for k in range(8)
+            )
+            return mpmath.fsum(terms) / (x * mpmath.sqrt(mpmath.pi))
         return mpmath.exp(x * x) * mpmath.erfc(x)
 
     @classmethod
     def naive(cls, x):
         return exp(x**2) * sympy.erfc(x)
+
+
+class erfcx_inv(StableFunction):
+    """1 / erfcx(x) = exp(-x**2) / erfc(x): the derivative of log(erfc(x)) is
+    -2/sqrt(pi) * erfcx_inv(x). erfcx overflows for x < -26.6 (-9.4 in float32), where
+    its reciprocal is exp(-x**2)/erfc(x) with erfc(x) in [1, 2]."""
+
+    nargs = 1
+
+    @classmethod
+    def eval(cls, x):
+        if x.is_zero:
+            return sympy.S.One
+        return None
+
+    def fdiff(self, argindex=1):
+        if argindex != 1:
+            raise ArgumentIndexError(self, argindex)
+        x = self.args[0]
+        r = erfcx_inv(x)
+        t = sympy.Dummy("t", real=True)
+        # r * (2r/sqrt(pi) - 2x) cancels for large x (r ~ x sqrt(pi)): the series' derivative
+        series = sympy.diff(1 / erfcx_series(t), t).subs(t, x)
+        return sympy.Piecewise(
+            (r * (2 * r / sqrt(sympy.pi) - 2 * x), x < erfcx.SERIES_FROM), (series, True)
+        )
+
+    @staticmethod
+    def mp(x):
+        return 1 / erfcx.mp(x)
+
+    @classmethod
+    def naive(cls, x):
+        return exp(-(x**2)) / sympy.erfc(x)
+
+    def regimes(self) -> sympy.Expr:
+        x = self.args[0]
+        return sympy.Piecewise((exp(-(x**2)) / sympy.erfc(x), x < 0), (1 / erfcx(x), True))
 
 
 def erfcx_series(x: sympy.Expr, terms: int = 20) -> sympy.Expr:
@@ -452,6 +498,42 @@ class exprel_d(StableFunction):
         )
 
 
+class logcosh(StableFunction):
+    """log(cosh(x)): cosh overflows for |x| > 710 long before the result does, and the
+    result cancels to 0 near x = 0 when computed as |x| + log1p(exp(-2|x|)) - log(2)."""
+
+    nargs = 1
+
+    @classmethod
+    def eval(cls, x):
+        if x.is_zero:
+            return sympy.S.Zero
+        return None
+
+    def fdiff(self, argindex=1):
+        if argindex != 1:
+            raise ArgumentIndexError(self, argindex)
+        return sympy.tanh(self.args[0])
+
+    @staticmethod
+    def mp(x):
+        return mpmath.log(mpmath.cosh(x))
+
+    @classmethod
+    def naive(cls, x):
+        return log(sympy.cosh(x))
+
+    def regimes(self) -> sympy.Expr:
+        """log1p(cosh(x) - 1) = log1p(2 sinh(x/2)**2) for |x| < 1, |x| + softplus(-2|x|)
+        - log(2) beyond."""
+        x = self.args[0]
+        a = sympy.Abs(x)
+        return sympy.Piecewise(
+            (log1p(2 * sympy.sinh(x / 2) ** 2), a < 1),
+            (a + softplus(-2 * a) - log(2), True),
+        )
+
+
 #: Every stable primitive, by the name a spec uses.
 STABLE_FUNCTIONS: dict[str, type[StableFunction]] = {
     cls.__name__: cls
@@ -468,5 +550,6 @@ STABLE_FUNCTIONS: dict[str, type[StableFunction]] = {
         relu,
         erfcx,
         exprel,
+        logcosh,
     )
 }

@@ -15,12 +15,14 @@ from sympy import Add, Mul, Pow, exp, log
 
 from symgrad.functions import (
     erfcx,
+    erfcx_inv,
     expm1,
     exprel,
     hypot,
     log1mexp,
     log1p,
     logaddexp,
+    logcosh,
     one_plus_erf,
     sigmoid,
     softplus,
@@ -183,15 +185,20 @@ def log_asinh(node):
 
 
 def one_minus_erf(node):
-    """1 - erf(a) -> erfc(a); 1 + erf(a) -> erfc(-a) (no cancellation on either side)."""
-    rest = _split_add(node, sympy.S.One)
-    if rest is None:
+    """c - c*erf(a) -> c*erfc(a); c + c*erf(a) -> c*erfc(-a) (no cancellation on either
+    side; c = 1/2 in the normal CDF (1 + erf(x/sqrt(2)))/2)."""
+    if not isinstance(node, Add):
         return None
-    for term in Add.make_args(rest):
-        if isinstance(-term, sympy.erf):
-            return sympy.erfc((-term).args[0]) + (rest - term)
-        if isinstance(term, sympy.erf):
-            return one_plus_erf(term.args[0]) + (rest - term)
+    for term in node.args:
+        coeff, factor = term.as_coeff_Mul()
+        if not isinstance(factor, sympy.erf):
+            continue
+        for c, replacement in ((-coeff, sympy.erfc), (coeff, one_plus_erf)):
+            if c in node.args:
+                others = list(node.args)
+                others.remove(term)
+                others.remove(c)
+                return c * replacement(factor.args[0]) + Add(*others)
     return None
 
 
@@ -239,16 +246,21 @@ def log_reciprocal(node):
 
 
 def exp_square_erfc(node):
-    """exp(a**2) * erfc(a) -> erfcx(a): exp overflows and erfc underflows for large a."""
+    """exp(a**2) * erfc(a) -> erfcx(a), and exp(-a**2) / erfc(a) -> erfcx_inv(a) (the
+    derivative of log(erfc(a))): exp overflows or underflows and erfc underflows for large a."""
     if not isinstance(node, Mul):
         return None
     for e in (f for f in node.args if isinstance(f, exp)):
-        for c in (f for f in node.args if isinstance(f, sympy.erfc)):
-            if sympy.expand(e.args[0] - c.args[0] ** 2) == 0:
+        for c in node.args:
+            base, power = c.as_base_exp()
+            if not (isinstance(base, (sympy.erfc, one_plus_erf)) and power in (1, -1)):
+                continue
+            a = base.args[0] if isinstance(base, sympy.erfc) else -base.args[0]
+            if sympy.expand(power * e.args[0] - a**2) == 0:
                 others = list(node.args)
                 others.remove(e)
                 others.remove(c)
-                return Mul(*others) * erfcx(c.args[0])
+                return Mul(*others) * (erfcx(a) if power == 1 else erfcx_inv(a))
     return None
 
 
@@ -266,10 +278,9 @@ def x_log_x(node):
 
 
 def log_cosh(node):
-    """log(cosh(a)) -> |a| + softplus(-2|a|) - log(2): cosh overflows long before the result."""
+    """log(cosh(a)) -> logcosh(a): cosh overflows long before the result."""
     if isinstance(node, log) and isinstance(node.args[0], sympy.cosh):
-        a = sympy.Abs(node.args[0].args[0])
-        return a + softplus(-2 * a) - log(2)
+        return logcosh(node.args[0].args[0])
     return None
 
 
@@ -589,6 +600,8 @@ def _gaussian_tail(node: sympy.Basic) -> sympy.Basic | None:
     others = Mul(*(f for f in node.args if f is not exps[0]))
     if not others.has(x):
         return None  # nothing that could overflow before the exponential underflows
+    if others.has(exp, sympy.erfc, one_plus_erf, erfcx, sympy.cosh, sympy.sinh, sympy.gamma):
+        return None  # a factor that may grow as fast as the exponential decays
     cut = float(f"{(_UNDERFLOW_EXPONENT / -float(lead)) ** (1.0 / poly.degree()):.3g}")
     return sympy.Piecewise((node, sympy.Abs(x) < cut), (0, True))
 
@@ -691,6 +704,32 @@ def _sigmoid_tail(node: sympy.Basic) -> sympy.Basic | None:
     return sympy.Piecewise((0, sympy.Or(*conditions)), (node, True))
 
 
+def _log_erfc_tail(node: sympy.Basic) -> sympy.Basic | None:
+    """log(c * erfc(a)) -> log(c) + log(erfcx(a)) - a**2 for a >= 1: erfc underflows to 0
+    for a > 26.5 (9.2 in float32) where the log is still about -a**2; log(c) +
+    log1p(-erf(a)) for |a| < 1/2, where erfc(a) rounds away the small part; log(2c) +
+    log1p(-erfc(-a)/2) for a < -1, where erfc(a) rounds to 2 (the normal log-CDF at x > 38)."""
+    if not isinstance(node, log):
+        return None
+    coeff, f = node.args[0].as_coeff_Mul()
+    if not coeff.is_positive:
+        return None
+    if isinstance(f, one_plus_erf):
+        a = -f.args[0]
+    elif isinstance(f, sympy.erfc):
+        a = f.args[0]
+    else:
+        return None
+    tail = log(coeff) + log(erfcx(a)) - a**2
+    # near a = 0 erfc(a) is 1 - 2a/sqrt(pi): log1p(-erf(a)) keeps the small part exact
+    small = log(coeff) + log1p(-sympy.erf(a))
+    # for a << 0, erfc(a) = 2 - erfc(-a) rounds to 2: log1p keeps erfc(-a)
+    negative = log(2 * coeff) + log1p(-sympy.erfc(-a) / 2)
+    return sympy.Piecewise(
+        (small, sympy.Abs(a) < 0.5), (negative, a < -1), (node, a < 1), (tail, True)
+    )
+
+
 def _hypot_minus_one(node: sympy.Basic) -> sympy.Basic | None:
     """hypot(x, 1) - 1 -> x**2/(hypot(x, 1) + 1) for |x| < 1, where the difference cancels;
     beyond, x**2 would overflow (|x| > 1e154) and the difference is exact enough."""
@@ -725,5 +764,6 @@ def split_regimes(expr: sympy.Expr, params: frozenset = frozenset()) -> sympy.Ex
         or _rational_tail(node, params)
         or _log1p_tail(node, params)
         or _hypot_minus_one(node)
+        or _log_erfc_tail(node)
         or node
     )

@@ -23,7 +23,7 @@ CASES = {
     "log_one_plus": ("log(1 + x)", {"x": 1e-20}, F.log1p, False, None),
     "log1p_exp": ("log(1 + exp(x))", {"x": 1000.0}, F.softplus, False, None),
     "log_sum_exp": ("log(exp(x) + exp(y))", {"x": 1000.0, "y": 1000.0}, F.logaddexp, False, None),
-    "log_cosh": ("log(cosh(x))", {"x": 1000.0}, F.softplus, False, None),
+    "log_cosh": ("log(cosh(x))", {"x": 1000.0}, F.logcosh, False, None),
     "exp_minus_one": ("exp(x) - 1", {"x": 1e-20}, F.expm1, False, None),
     # sigmoid's forward is fine naively; its derivative exp(-x)/(1 + exp(-x))**2 is inf/inf.
     "reciprocal_one_plus_exp": ("1/(1 + exp(-x))", {"x": -1000.0}, F.sigmoid, True, None),
@@ -245,3 +245,41 @@ def test_exprel_derivatives_by_regime(n, value):
     stable = F.exprel_d(n, x, evaluate=False).regimes()
     exact = float(F.exprel_d.mp(n, mpmath.mpf(value)))
     assert run_torch(stable, {"x": value}) == pytest.approx(exact, rel=4e-15, abs=1e-300)
+
+
+def test_log_erfc_regimes():
+    """log(erfc(x)): erfc(30) underflows (log = -inf), erfc(1e-10) rounds away 2e-10/sqrt(pi),
+    and for the normal log-CDF at x = 40, erfc(-x/sqrt(2))/2 rounds to 1 (log = 0)."""
+    import mpmath
+
+    from symgrad.stabilize import split_regimes
+
+    cases = (
+        ("log(1 - erf(x))", 30.0, lambda v: mpmath.log(mpmath.erfc(v))),
+        ("log(1 - erf(x))", 1e-10, lambda v: mpmath.log(mpmath.erfc(v))),
+        ("log((1 + erf(x/sqrt(2)))/2)", 40.0, lambda v: mpmath.log(mpmath.ncdf(v))),
+    )
+    for text, value, reference in cases:
+        naive = parse_formula(text, {"x": x}, Location("t", 1, "f"))
+        stable = split_regimes(stabilize(naive))
+        with mpmath.workdps(60):
+            exact = float(reference(mpmath.mpf(value)))
+        bad = run_torch(naive, {"x": value})
+        assert not (math.isfinite(bad) and bad == pytest.approx(exact, rel=1e-12)), (text, value)
+        assert run_torch(stable, {"x": value}) == pytest.approx(exact, rel=1e-14), (text, value)
+
+
+@pytest.mark.parametrize("value", [-1e300, -40.0, -3.0, 0.0, 2.0, 8.9, 9.1, 1e4, 1e200])
+def test_erfcx_inv_and_its_derivative(value):
+    """1/erfcx and its derivative, as printed, against mpmath: erfcx(-40) overflows."""
+    import mpmath
+
+    f = F.erfcx_inv(x)
+    value_exact = float(F.erfcx_inv.mp(mpmath.mpf(value)))
+    assert run_torch(f.regimes(), {"x": value}) == pytest.approx(value_exact, rel=1e-14)
+    with mpmath.workdps(60):
+        if value < 1e100:
+            slope = float(mpmath.diff(lambda v: F.erfcx_inv.mp(v), mpmath.mpf(value)))
+        else:  # 1/erfcx(x) = x sqrt(pi) (1 + 1/(2 x**2) + ...): the slope is sqrt(pi)
+            slope = float(mpmath.sqrt(mpmath.pi))
+    assert run_torch(sympy.diff(f, x), {"x": value}) == pytest.approx(slope, rel=1e-13, abs=1e-300)

@@ -339,5 +339,11 @@ class FrameworkPrinter(StrPrinter):
     def _print_exprel_d(self, expr):
         return self._print(expr.regimes())
 
+    def _print_logcosh(self, expr):
+        return self._print(expr.regimes())
+
+    def _print_erfcx_inv(self, expr):
+        return self._print(expr.regimes())
+
     def _print_Heaviside(self, expr):
         return self._print(heaviside_as_piecewise(*expr.args))
