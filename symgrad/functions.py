@@ -318,9 +318,7 @@ class erfcx(StableFunction):
         if x > 1e6:
             # mpmath's erfc loses its digits where x**2 needs more bits than the working
             # precision; the asymptotic series' 8th term is below 1e-90 of the first here.
-            terms = (
-                (-1) ** k * mpmath.fac2(2 * k - 1) / (2 * x * x) ** k for k in range(8)
-            )
+            terms = ((-1) ** k * mpmath.fac2(2 * k - 1) / (2 * x * x) ** k for k in range(8))
             return mpmath.fsum(terms) / (x * mpmath.sqrt(mpmath.pi))
         return mpmath.exp(x * x) * mpmath.erfc(x)
 
@@ -462,7 +460,9 @@ class exprel_d(StableFunction):
     def mp(n, x):
         n = int(n)
         if abs(x) < 1:
-            return mpmath.nsum(lambda k: x**k / (mpmath.factorial(k) * (k + n + 1)), [0, mpmath.inf])
+            return mpmath.nsum(
+                lambda k: x**k / (mpmath.factorial(k) * (k + n + 1)), [0, mpmath.inf]
+            )
         with mpmath.extraprec(64):
             value = mpmath.expm1(x) / x
             for m in range(1, n + 1):

@@ -65,7 +65,9 @@ class TorchPrinter(FrameworkPrinter):
         # torch.hypot takes tensors only: a number becomes a 0-d tensor of the other's dtype.
         tensor = next(a for a in expr.args if not self.is_scalar(a))
         args = [
-            f"{self._print(tensor)}.new_tensor({self._print(a)})" if self.is_scalar(a) else self._print(a)
+            f"{self._print(tensor)}.new_tensor({self._print(a)})"
+            if self.is_scalar(a)
+            else self._print(a)
             for a in expr.args
         ]
         return f"torch.hypot({args[0]}, {args[1]})"
