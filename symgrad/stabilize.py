@@ -477,6 +477,26 @@ def expm1_over_x(node):
     return None
 
 
+def exp_difference(node):
+    """c*exp(a) - c*exp(-a) -> 2c sinh(a), c*exp(a) + c*exp(-a) -> 2c cosh(a): no
+    cancellation near a = 0, and one overflow-safe function instead of two exps."""
+    if not isinstance(node, Add):
+        return None
+    for term in node.args:
+        coeff, factor = term.as_coeff_Mul()
+        if not isinstance(factor, exp):
+            continue
+        a = factor.args[0]
+        for sign, hyperbolic in ((-1, sympy.sinh), (1, sympy.cosh)):
+            partner = sign * coeff * exp(-a)
+            if partner in node.args and (sign == 1 or not a.could_extract_minus_sign()):
+                others = list(node.args)
+                others.remove(term)
+                others.remove(partner)
+                return 2 * coeff * hyperbolic(a) + Add(*others)
+    return None
+
+
 #: The rules, in the order they are tried on each node.
 RULES: tuple[Rule, ...] = (
     log_reciprocal,
@@ -510,6 +530,7 @@ RULES: tuple[Rule, ...] = (
     one_plus_tanh,
     one_minus_tanh_squared,
     expm1_over_x,
+    exp_difference,
 )
 
 _MAX_PASSES = 32

@@ -71,6 +71,8 @@ CASES = {
     "one_minus_tanh_squared": ("1 - tanh(x)**2", {"x": 20.0}, F.sigmoid, False, None),
     # exp(712) overflows: inf/712; exact 1.6e307.
     "expm1_over_x": ("(exp(x) - 1)/x", {"x": 712.0}, F.exprel, False, None),
+    # exp(1e-20) - exp(-1e-20) rounds to 0; exact 1e-20.
+    "exp_difference": ("(exp(x) - exp(-x))/2", {"x": 1e-20}, sympy.sinh, False, None),
     # sqrt(1 + 1e-20) rounds to 1; exact 5e-21.
     "sqrt_minus_one": ("sqrt(1 + x) - 1", {"x": 1e-20}, sympy.Pow, False, None),
 }
@@ -290,3 +292,16 @@ def test_erfcx_inv_and_its_derivative(value):
         else:  # 1/erfcx(x) = x sqrt(pi) (1 + 1/(2 x**2) + ...): the slope is sqrt(pi)
             slope = float(mpmath.sqrt(mpmath.pi))
     assert run_torch(sympy.diff(f, x), {"x": value}) == pytest.approx(slope, rel=1e-13, abs=1e-300)
+
+
+def test_sinh_and_cosh_print_finite_up_to_their_overflow():
+    """torch.sinh/cosh of a vector overflow from 709.78 on; the exact values stay finite to 710.47."""
+    import mpmath
+
+    values = torch.tensor([710.2, -710.2, 3.0, 1e-5] * 8, dtype=torch.float64)
+    printer = TorchPrinter()
+    for f in (sympy.sinh, sympy.cosh):
+        got = eval(printer.doprint(f(x)), {"torch": torch, "x": values})
+        want = [float(getattr(mpmath, f.__name__)(v)) for v in values.tolist()]
+        assert torch.isinf(getattr(torch, f.__name__)(values)[0])
+        assert got.tolist() == pytest.approx(want, rel=1e-15)

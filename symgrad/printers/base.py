@@ -333,6 +333,28 @@ class FrameworkPrinter(StrPrinter):
             )
         )
 
+    def _print_sinh(self, expr):
+        return self._hyperbolic(expr)
+
+    def _print_cosh(self, expr):
+        return self._hyperbolic(expr)
+
+    def _hyperbolic(self, expr):
+        """sinh/cosh, finite up to |a| = 710.47 (89.4 in float32): the vectorised kernels of
+        the frameworks overflow from 709.78 (88.72) on, where exp(|a|) does. Beyond |a| = 88
+        they are sign * exp(|a|/2) * (exp(|a|/2) / 2), which only overflows with the value."""
+        if self.is_scalar(expr):
+            return self._print_Function(expr)
+        name = type(expr).__name__
+        a = expr.args[0]
+        half = self._print(sympy.exp(sympy.Abs(a) / 2))
+        big = f"{half} * ({half} / 2)"
+        if name == "sinh":
+            big = f"{self._print(sympy.sign(a))} * {big}"
+        return self.where(
+            f"{self._print(sympy.Abs(a))} < 88", self.call(self.functions[name], a), big
+        )
+
     def _print_exprel(self, expr):
         return self._print(expr.regimes())
 
