@@ -99,7 +99,12 @@ def _stable_numpy() -> dict[str, object]:
         regimes = F.erfcx_inv(_X).regimes()
         return sympy.lambdify(_X, regimes, modules=[_stable_numpy(), "numpy"])(x)
 
+    def dsigmoid(x):
+        t = np.exp(-np.abs(x))
+        return t / (1 + t) ** 2
+
     return {
+        "dsigmoid": dsigmoid,
         "erfcx_inv": erfcx_inv,
         "exprel": lambda x: exprel_d(0, x),
         "exprel_d": exprel_d,

@@ -14,6 +14,7 @@ import sympy
 from sympy import Add, Mul, Pow, exp, log
 
 from symgrad.functions import (
+    dsigmoid,
     erfcx,
     erfcx_inv,
     expm1,
@@ -81,18 +82,21 @@ def reciprocal_one_plus_exp(node):
 
 
 def exp_times_sigmoid(node):
-    """exp(a) * sigmoid(-a) -> sigmoid(a) (what exp(a) / (1 + exp(a)) becomes)."""
+    """exp(a) * sigmoid(-a)**k -> sigmoid(a) * sigmoid(-a)**(k-1) (what exp(a) / (1 + exp(a))
+    becomes, k = 1; its derivative has k = 2)."""
     if not isinstance(node, Mul):
         return None
     exps = [f for f in node.args if isinstance(f, exp)]
-    sigs = [f for f in node.args if isinstance(f, sigmoid)]
     for e in exps:
-        for s in sigs:
-            if sympy.expand(s.args[0] + e.args[0]) == 0:
+        for f in node.args:
+            base, k = f.as_base_exp()
+            if not (isinstance(base, sigmoid) and k.is_Integer and k >= 1):
+                continue
+            if sympy.expand(base.args[0] + e.args[0]) == 0:
                 others = list(node.args)
                 others.remove(e)
-                others.remove(s)
-                return Mul(*others) * sigmoid(e.args[0])
+                others.remove(f)
+                return Mul(*others) * sigmoid(e.args[0]) * base ** (k - 1)
     return None
 
 
@@ -497,6 +501,21 @@ def exp_difference(node):
     return None
 
 
+def sigmoid_product(node):
+    """sigmoid(a) * sigmoid(-a) -> dsigmoid(a): one exp, exact down to the subnormals."""
+    if not isinstance(node, Mul):
+        return None
+    sigmoids = [f for f in node.args if isinstance(f, sigmoid)]
+    for s in sigmoids:
+        partner = sigmoid(-s.args[0])
+        if partner in sigmoids:
+            others = list(node.args)
+            others.remove(s)
+            others.remove(partner)
+            return Mul(*others) * dsigmoid(s.args[0])
+    return None
+
+
 #: The rules, in the order they are tried on each node.
 RULES: tuple[Rule, ...] = (
     log_reciprocal,
@@ -531,6 +550,7 @@ RULES: tuple[Rule, ...] = (
     one_minus_tanh_squared,
     expm1_over_x,
     exp_difference,
+    sigmoid_product,
 )
 
 _MAX_PASSES = 32
@@ -694,17 +714,20 @@ def _sigmoid_tail(node: sympy.Basic) -> sympy.Basic | None:
     """
     if not isinstance(node, Mul):
         return None
-    sigmoids = [f for f in node.args if isinstance(f, sigmoid)]
-    arg_symbols = {s for f in sigmoids for s in f.args[0].free_symbols}
+    decaying = [f for f in node.args if isinstance(f, (sigmoid, dsigmoid))]
+    arg_symbols = {s for f in decaying for s in f.args[0].free_symbols}
     if len(arg_symbols) != 1:
         return None
     (x,) = arg_symbols
-    others = Mul(*(f for f in node.args if not isinstance(f, sigmoid)))
-    if not others.has(x):
-        return None
+    others = Mul(*(f for f in node.args if not isinstance(f, (sigmoid, dsigmoid))))
+    if not any(p.base == x and p.exp.is_number and p.exp >= 2 for p in others.atoms(Pow)):
+        return None  # no power of x that could overflow
+    # dsigmoid(p) = sigmoid(p) * sigmoid(-p) decays both ways
+    arguments = [f.args[0] for f in decaying]
+    arguments += [-f.args[0] for f in decaying if isinstance(f, dsigmoid)]
     conditions = []
-    for s in sigmoids:
-        arg = sympy.expand(s.args[0])
+    for argument in arguments:
+        arg = sympy.expand(argument)
         if not arg.is_polynomial(x) or sympy.degree(arg, x) < 1:
             continue
         poly = sympy.Poly(arg, x)

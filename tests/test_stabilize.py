@@ -68,7 +68,9 @@ CASES = {
     # tanh(-20) rounds to -1: 1 + tanh = 0; exact 2*sigmoid(-40) = 8.5e-18.
     "one_plus_tanh": ("1 + tanh(x)", {"x": -20.0}, F.sigmoid, False, None),
     # tanh(20)**2 rounds to 1: 1 - tanh**2 = 0; exact 1/cosh(20)**2 = 1.7e-17.
-    "one_minus_tanh_squared": ("1 - tanh(x)**2", {"x": 20.0}, F.sigmoid, False, None),
+    "one_minus_tanh_squared": ("1 - tanh(x)**2", {"x": 20.0}, F.dsigmoid, False, None),
+    # exp(710) overflows: inf/inf; exact sigmoid(710) * sigmoid(-710) = 4.5e-309.
+    "sigmoid_product": ("exp(-x)/(1 + exp(-x))**2", {"x": -710.0}, F.dsigmoid, False, None),
     # exp(712) overflows: inf/712; exact 1.6e307.
     "expm1_over_x": ("(exp(x) - 1)/x", {"x": 712.0}, F.exprel, False, None),
     # exp(1e-20) - exp(-1e-20) rounds to 0; exact 1e-20.

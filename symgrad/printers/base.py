@@ -361,6 +361,9 @@ class FrameworkPrinter(StrPrinter):
     def _print_exprel_d(self, expr):
         return self._print(expr.regimes())
 
+    def _print_dsigmoid(self, expr):
+        return self._print(expr.regimes())
+
     def _print_logcosh(self, expr):
         return self._print(expr.regimes())
 
