@@ -13,7 +13,7 @@ import sympy
 from symgrad.choose import Accuracy, symbol_points
 from symgrad.errors import DerivationError, SpecError
 from symgrad.expr import parse_formula
-from symgrad.functions import StableFunction, heaviside_as_piecewise
+from symgrad.functions import heaviside_as_piecewise, hypot
 from symgrad.spec import Function, Spec
 from symgrad.stabilize import split_regimes, stabilize
 
@@ -169,11 +169,12 @@ def finish(
             unsigned = _abs_free(stable[0])
             if unsigned is not None and unsigned not in stable:
                 stable.append(unsigned)
-            # SymPy cannot simplify through symgrad's functions (hypot(x, y)**2 is not
-            # x**2 + y**2 to it): simplify their naive forms, then stabilise again.
-            if stable[0].has(StableFunction):
+            # SymPy cannot simplify through hypot (hypot(x, y)**2 is not x**2 + y**2 to
+            # it): simplify with its naive form, then stabilise again. Only algebraic
+            # forms: through sigmoid or softplus, simplify brings back exp(z)**gamma.
+            if stable[0].has(hypot):
                 naive = stable[0].replace(
-                    lambda e: isinstance(e, StableFunction), lambda e: type(e).naive(*e.args)
+                    lambda e: isinstance(e, hypot), lambda e: hypot.naive(*e.args)
                 )
                 if _cost(naive) <= SIMPLIFY_MAX_OPS:
                     with _time_limit(SIMPLIFY_SECONDS):

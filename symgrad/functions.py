@@ -67,7 +67,10 @@ class sigmoid(StableFunction):
     def fdiff(self, argindex=1):
         if argindex != 1:
             raise ArgumentIndexError(self, argindex)
-        return dsigmoid(self.args[0])
+        x = self.args[0]
+        # as the product, so that SymPy cancels it against other powers of sigmoid(-x)
+        # (d sigmoid(-z)**gamma); the stabilizer makes the rest dsigmoid
+        return sigmoid(x) * sigmoid(-x)
 
     @staticmethod
     def mp(x):
