@@ -207,17 +207,20 @@ class _TorchPlanner:
         # Save-vs-recompute: an output whose formula reappears in a gradient is reused
         # (d exp(x)/dx = grad * out) when that frees the gradient from an input, so that
         # the output is saved instead of the input, not beside it.
+        # Only when an input is freed from every gradient: hypot's grad_x = grad*x/out
+        # would still save x and y, and its double backward would chain two partial
+        # derivatives whose sum cancels (1/h - x**2/h**3) where the derived y**2/h**3 does not.
         self.reuse = {}
+        vjps = list(derived.vjps.values())
         for name, expr in derived.outputs:
             if expr.is_Atom or expr.has(sympy.Piecewise):
                 continue
             sym = self.out_syms[name]
-            for vjp in derived.vjps.values():
-                before = vjp.free_symbols - self.scalars
-                after = vjp.xreplace({expr: sym}).free_symbols - self.scalars
-                if sym in after and not (before - after) <= {sym}:
-                    self.reuse[expr] = sym
-                    break
+            before = set().union(*(v.free_symbols for v in vjps)) - self.scalars
+            after = set().union(*(v.xreplace({expr: sym}).free_symbols for v in vjps))
+            after -= self.scalars
+            if sym in after and not (before - after) <= {sym}:
+                self.reuse[expr] = sym
 
     def printer(self) -> FrameworkPrinter:
         return PRINTERS["torch"](scalars=self.scalars)
