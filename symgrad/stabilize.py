@@ -774,6 +774,20 @@ def _log_erfc_tail(node: sympy.Basic) -> sympy.Basic | None:
     )
 
 
+def _log_ratio(node: sympy.Basic) -> sympy.Basic | None:
+    """log(x/y) -> log(x) - log(y) where x/y over- or underflows (outside [2**-100, 2**100],
+    inside every dtype's normal range): there |log(x/y)| > 69 and the difference of the logs
+    cannot cancel much. Inside, log(x/y) is exact where the difference of logs would cancel."""
+    if not isinstance(node, log) or not isinstance(node.args[0], Mul):
+        return None
+    q = node.args[0]
+    numerator, denominator = q.as_numer_denom()
+    if not (numerator.free_symbols and denominator.free_symbols):
+        return None
+    inside = sympy.And(q > sympy.Float(2.0**-100), q < sympy.Float(2.0**100))
+    return sympy.Piecewise((node, inside), (log(numerator) - log(denominator), True))
+
+
 def _hypot_minus_one(node: sympy.Basic) -> sympy.Basic | None:
     """hypot(x, 1) - 1 -> x**2/(hypot(x, 1) + 1) for |x| < 1, where the difference cancels;
     beyond, x**2 would overflow (|x| > 1e154) and the difference is exact enough."""
@@ -809,5 +823,6 @@ def split_regimes(expr: sympy.Expr, params: frozenset = frozenset()) -> sympy.Ex
         or _log1p_tail(node, params)
         or _hypot_minus_one(node)
         or _log_erfc_tail(node)
+        or _log_ratio(node)
         or node
     )

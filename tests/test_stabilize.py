@@ -307,3 +307,16 @@ def test_sinh_and_cosh_print_finite_up_to_their_overflow():
         want = [float(getattr(mpmath, f.__name__)(v)) for v in values.tolist()]
         assert torch.isinf(getattr(torch, f.__name__)(values)[0])
         assert got.tolist() == pytest.approx(want, rel=1e-15)
+
+
+def test_log_ratio_where_the_quotient_overflows():
+    """log(x/y) at x = 1e300, y = 1e-300: x/y is inf; log(x) - log(y) = 1381.55."""
+    from symgrad.stabilize import split_regimes
+
+    naive = sympy.log(x / y)
+    stable = split_regimes(naive)
+    at = {"x": 1e300, "y": 1e-300}
+    assert run_torch(naive, at) == math.inf
+    assert run_torch(stable, at) == pytest.approx(600 * math.log(10), rel=1e-15)
+    near = {"x": 1.0 + 2**-40, "y": 1.0}  # inside: no cancellation of log(x) - log(y)
+    assert run_torch(stable, near) == pytest.approx(math.log1p(2**-40), rel=1e-15)
