@@ -157,7 +157,22 @@ def _evaluator(expr: sympy.Expr, symbols: Sequence[sympy.Symbol]):
     printer = _NumPyPrinter(
         {"fully_qualified_modules": False, "inline": True, "allow_unknown_functions": True}
     )
-    return sympy.lambdify(symbols, expr, modules=modules, printer=printer)
+    # cse=True: the same common subexpressions, so the same order of operations, as the
+    # generated code (plan.emit), where an intermediate product may overflow first
+    return sympy.lambdify(symbols, expr, modules=modules, printer=printer, cse=True)
+
+
+_F32_MAX = float(np.finfo(np.float32).max)
+#: float32 results must be finite where the exact value is below this (a margin for the
+#: exact value at the float32-rounded point)
+_F32_FINITE = 1e38
+
+
+def _call(fn, args: Sequence[float], dtype) -> float:
+    try:
+        return float(fn(*(dtype(a) for a in args)))
+    except (ValueError, ZeroDivisionError, OverflowError):
+        return math.nan
 
 
 def measure(
@@ -166,7 +181,8 @@ def measure(
     points: Sequence[Mapping[sympy.Symbol, float]],
     references: Sequence[float | None] | None = None,
 ) -> Accuracy:
-    """Float64 error of ``expr`` against the exact value of ``reference_expr``."""
+    """Float64 error of ``expr`` against the exact value of ``reference_expr``; non-finite
+    results counted in float64 and float32 (where the exact value fits in float32)."""
     symbols = sorted(reference_expr.free_symbols | expr.free_symbols, key=lambda s: s.name)
     fn = _evaluator(expr, symbols)
     if references is None:
@@ -176,12 +192,13 @@ def measure(
         for point, ref in zip(points, references):
             if ref is None or not math.isfinite(ref):
                 continue
-            try:
-                value = float(fn(*(np.float64(point[s]) for s in symbols)))
-            except (ValueError, ZeroDivisionError, OverflowError):
-                value = math.nan
+            args = [point[s] for s in symbols]
+            value = _call(fn, args, np.float64)
             non_finite += not math.isfinite(value)
             errors.append(bits_of_error(value, ref))
+            # float32: only non-finite results count (the error is measured in float64)
+            if abs(ref) < _F32_FINITE and all(abs(a) <= _F32_MAX for a in args):
+                non_finite += not math.isfinite(_call(fn, args, np.float32))
     if not errors:
         return Accuracy(0.0, 0.0, 0, 0)
     return Accuracy(sum(errors) / len(errors), max(errors), non_finite, len(errors))
@@ -227,7 +244,10 @@ def symbol_points(
     base = points[0] if points else {}
     for inp in inputs:
         if inp.is_tensor:
-            for v in extreme_points(inp):
+            lo, hi = inp.domain
+            # the test extremes, and the edge of float32's range
+            edges = [v for v in (-3e38, -1e38, 1e38, 3e38) if lo <= v <= hi]
+            for v in extreme_points(inp) + edges:
                 points.append({**base, symbols[inp.name]: v})
     for p in points:
         p.update({g: 1.0 for g in extra})

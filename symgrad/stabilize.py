@@ -710,18 +710,24 @@ def _sigmoid_tail(node: sympy.Basic) -> sympy.Basic | None:
     """q(x) * sigmoid(p(x)) -> 0 where p(x) < -800 for a polynomial p.
 
     There sigmoid is below exp(-800), under every float, but q(x) (x**2 in gelu's
-    derivative) can overflow first and make 0 * inf = NaN.
+    derivative, gamma**2 * softplus(-z) in the focal loss's) can overflow first and make
+    0 * inf = NaN.
     """
     if not isinstance(node, Mul):
         return None
-    decaying = [f for f in node.args if isinstance(f, (sigmoid, dsigmoid))]
+    def decays(f: sympy.Basic) -> bool:  # sigmoid, dsigmoid, or a positive power of them
+        base, power = f.as_base_exp()
+        return isinstance(base, (sigmoid, dsigmoid)) and power.is_number and power > 0
+
+    decaying = [f.as_base_exp()[0] for f in node.args if decays(f)]
     arg_symbols = {s for f in decaying for s in f.args[0].free_symbols}
     if len(arg_symbols) != 1:
         return None
     (x,) = arg_symbols
-    others = Mul(*(f for f in node.args if not isinstance(f, (sigmoid, dsigmoid))))
-    if not any(p.base == x and p.exp.is_number and p.exp >= 2 for p in others.atoms(Pow)):
-        return None  # no power of x that could overflow
+    others = Mul(*(f for f in node.args if not decays(f)))
+    bounded = (sigmoid, dsigmoid, sympy.tanh, sympy.erf, sympy.sin, sympy.cos)
+    if not others.replace(lambda e: isinstance(e, bounded), lambda e: sympy.S.One).has(x):
+        return None  # nothing that grows: the product underflows with the sigmoid
     # dsigmoid(p) = sigmoid(p) * sigmoid(-p) decays both ways
     arguments = [f.args[0] for f in decaying]
     arguments += [-f.args[0] for f in decaying if isinstance(f, dsigmoid)]
