@@ -66,7 +66,8 @@ def sample(inputs: Sequence[Input], n: int, seed: str) -> list[dict[str, float]]
 
 
 def _np(fn):
-    return np.vectorize(fn, otypes=[np.float64])
+    # plain Python floats in: mpmath takes no NumPy float32
+    return np.vectorize(lambda *args: fn(*(float(a) for a in args)), otypes=[np.float64])
 
 
 _X = sympy.Symbol("x", real=True)

@@ -385,8 +385,12 @@ class erfcx_inv(StableFunction):
         t = sympy.Dummy("t", real=True)
         # r * (2r/sqrt(pi) - 2x) cancels for large x (r ~ x sqrt(pi)): the series' derivative
         series = sympy.diff(1 / erfcx_series(t), t).subs(t, x)
+        # below x = -1e10, r = exp(-x**2)/erfc(x) is 0 in every dtype, and 2x may overflow
+        # (float32 beyond -1.7e38): 0 * inf
         return sympy.Piecewise(
-            (r * (2 * r / sqrt(sympy.pi) - 2 * x), x < erfcx.SERIES_FROM), (series, True)
+            (0, x < -1e10),
+            (r * (2 * r / sqrt(sympy.pi) - 2 * x), x < erfcx.SERIES_FROM),
+            (series, True),
         )
 
     @staticmethod
