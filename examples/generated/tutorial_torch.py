@@ -114,10 +114,10 @@ class MyRelu(_MyRelu):
 
     Measured float64 error of the chosen forms vs mpmath::
 
-        out: 0.0 bits mean, 0 max over 63 points
-        grad_x: 0.0 bits mean, 0 max over 63 points
-        d grad_x / d x: 0.0 bits mean, 0 max over 63 points
-        d grad_x / d grad: 0.0 bits mean, 0 max over 63 points
+        out: 0.0 bits mean, 0 max over 67 points
+        grad_x: 0.0 bits mean, 0 max over 67 points
+        d grad_x / d x: 0.0 bits mean, 0 max over 67 points
+        d grad_x / d grad: 0.0 bits mean, 0 max over 67 points
 
     Gradients (VJP)::
 
@@ -227,10 +227,10 @@ class Exp(_Exp):
 
     Measured float64 error of the chosen forms vs mpmath::
 
-        out: 0.0 bits mean, 0 max over 49 points
-        grad_x: 0.0 bits mean, 0 max over 49 points
-        d grad_x / d x: 0.0 bits mean, 0 max over 49 points
-        d grad_x / d grad: 0.0 bits mean, 0 max over 49 points
+        out: 0.0 bits mean, 0 max over 51 points
+        grad_x: 0.0 bits mean, 0 max over 51 points
+        d grad_x / d x: 0.0 bits mean, 0 max over 51 points
+        d grad_x / d grad: 0.0 bits mean, 0 max over 51 points
 
     Gradients (VJP)::
 
@@ -345,10 +345,10 @@ class Square(_Square):
 
     Measured float64 error of the chosen forms vs mpmath::
 
-        out: 0.0 bits mean, 0 max over 51 points
-        grad_x: 0.0 bits mean, 0 max over 63 points
-        d grad_x / d x: 0.0 bits mean, 0 max over 63 points
-        d grad_x / d grad: 0.0 bits mean, 0 max over 63 points
+        out: 0.0 bits mean, 0 max over 55 points
+        grad_x: 0.0 bits mean, 0 max over 67 points
+        d grad_x / d x: 0.0 bits mean, 0 max over 67 points
+        d grad_x / d grad: 0.0 bits mean, 0 max over 67 points
 
     Gradients (VJP)::
 
@@ -461,10 +461,10 @@ class Cube(_Cube):
 
     Measured float64 error of the chosen forms vs mpmath::
 
-        out: 0.0 bits mean, 0 max over 49 points
-        grad_x: 0.2 bits mean, 1 max over 51 points
-        d grad_x / d x: 0.0 bits mean, 0 max over 63 points
-        d grad_x / d grad: 0.2 bits mean, 1 max over 51 points
+        out: 0.0 bits mean, 0 max over 53 points
+        grad_x: 0.2 bits mean, 1 max over 55 points
+        d grad_x / d x: 0.0 bits mean, 0 max over 67 points
+        d grad_x / d grad: 0.2 bits mean, 1 max over 55 points
 
     Gradients (VJP)::
 
@@ -731,10 +731,10 @@ class Log1pexp(_Log1pexp):
 
     Measured float64 error of the chosen forms vs mpmath::
 
-        out: 0.8 bits mean, 50 max over 63 points
-        grad_x: 0.1 bits mean, 3 max over 63 points
-        d grad_x / d x: 0.1 bits mean, 2 max over 63 points
-        d grad_x / d grad: 0.1 bits mean, 3 max over 63 points
+        out: 0.8 bits mean, 50 max over 67 points
+        grad_x: 0.1 bits mean, 3 max over 67 points
+        d grad_x / d x: 0.1 bits mean, 2 max over 67 points
+        d grad_x / d grad: 0.1 bits mean, 3 max over 67 points
 
     Gradients (VJP)::
 
@@ -860,15 +860,15 @@ class Mul(_Mul):
 
     Measured float64 error of the chosen forms vs mpmath::
 
-        out: 0.0 bits mean, 0 max over 75 points
-        grad_x: 0.0 bits mean, 0 max over 78 points
-        grad_y: 0.0 bits mean, 0 max over 78 points
-        d grad_x / d x: 0.0 bits mean, 0 max over 78 points
-        d grad_x / d y: 0.0 bits mean, 0 max over 78 points
-        d grad_x / d grad: 0.0 bits mean, 0 max over 78 points
-        d grad_y / d x: 0.0 bits mean, 0 max over 78 points
-        d grad_y / d y: 0.0 bits mean, 0 max over 78 points
-        d grad_y / d grad: 0.0 bits mean, 0 max over 78 points
+        out: 0.0 bits mean, 0 max over 79 points
+        grad_x: 0.0 bits mean, 0 max over 86 points
+        grad_y: 0.0 bits mean, 0 max over 86 points
+        d grad_x / d x: 0.0 bits mean, 0 max over 86 points
+        d grad_x / d y: 0.0 bits mean, 0 max over 86 points
+        d grad_x / d grad: 0.0 bits mean, 0 max over 86 points
+        d grad_y / d x: 0.0 bits mean, 0 max over 86 points
+        d grad_y / d y: 0.0 bits mean, 0 max over 86 points
+        d grad_y / d grad: 0.0 bits mean, 0 max over 86 points
 
     Gradients (VJP)::
 
@@ -1029,9 +1029,9 @@ class Quantize(_Quantize):
 
     Measured float64 error of the chosen forms vs mpmath::
 
-        out: 0.0 bits mean, 0 max over 63 points
-        d grad_x / d x: 0.0 bits mean, 0 max over 63 points
-        d grad_x / d grad: 0.0 bits mean, 0 max over 63 points
+        out: 0.0 bits mean, 0 max over 67 points
+        d grad_x / d x: 0.0 bits mean, 0 max over 67 points
+        d grad_x / d grad: 0.0 bits mean, 0 max over 67 points
 
     Gradients (VJP)::
 
