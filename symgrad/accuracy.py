@@ -836,11 +836,12 @@ def _slug(text: str) -> str:
 
 
 def plot(rows: Sequence[Row], directory: str | Path) -> list[Path]:
-    """Write the per-point data of each row as CSV, one file per function and quantity.
+    """Write the per-point data of each row as CSV, one file per function and quantity,
+    and, where matplotlib is installed (``pip install symgrad[plot]``), one PNG per function
+    and dtype: bits of error against the first input, symgrad vs naive autograd.
 
-    Columns: the tensor inputs' values, the exact value, symgrad's and naive autograd's
-    results and their bits of error: what a Herbie-style plot (bits of error against an
-    input) needs. No image is drawn: matplotlib is not a dependency of symgrad.
+    CSV columns: the tensor inputs' values, the exact value, symgrad's and naive autograd's
+    results and their bits of error.
     """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -865,5 +866,54 @@ def plot(rows: Sequence[Row], directory: str | Path) -> list[Path]:
                         naive_bits,
                     ]
                 )
+        written.append(path)
+    return written + _png(rows, directory)
+
+
+def _png(rows: Sequence[Row], directory: Path) -> list[Path]:
+    """One figure per function and dtype, a panel per quantity (nothing without matplotlib)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    groups: dict[tuple[str, str], list[Row]] = {}
+    for row in rows:
+        if row.samples:
+            groups.setdefault((row.function, row.dtype), []).append(row)
+    written = []
+    for (function, dtype), group in groups.items():
+        fig, axes = plt.subplots(
+            len(group), 1, figsize=(7, 2.4 * len(group)), squeeze=False, sharex=True
+        )
+        for ax, row in zip(axes[:, 0], group):
+            xs = [s.inputs[0] for s in row.samples]
+            ax.scatter(
+                xs,
+                [bits_of_error(s.symgrad, s.exact, row.dtype) for s in row.samples],
+                s=9,
+                label="symgrad",
+            )
+            naive = [s for s in row.samples if s.naive is not None]
+            ax.scatter(
+                [s.inputs[0] for s in naive],
+                [bits_of_error(s.naive, s.exact, row.dtype) for s in naive],
+                s=9,
+                marker="x",
+                label="naive autograd",
+            )
+            ax.set_xscale("symlog", linthresh=1e-300)
+            ax.set_ylabel("bits of error")
+            ax.set_title(row.quantity, fontsize=9)
+        names = group[0].input_names or ("input 0",)
+        axes[-1, 0].set_xlabel(names[0])
+        axes[0, 0].legend(fontsize=8)
+        fig.suptitle(f"{function} ({dtype})")
+        fig.tight_layout()
+        path = directory / f"{_slug(function)}__{dtype}.png"
+        fig.savefig(path, dpi=90)
+        plt.close(fig)
         written.append(path)
     return written

@@ -715,6 +715,7 @@ def _sigmoid_tail(node: sympy.Basic) -> sympy.Basic | None:
     """
     if not isinstance(node, Mul):
         return None
+
     def decays(f: sympy.Basic) -> bool:  # sigmoid, dsigmoid, or a positive power of them
         base, power = f.as_base_exp()
         return isinstance(base, (sigmoid, dsigmoid)) and power.is_number and power > 0

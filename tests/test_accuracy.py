@@ -198,7 +198,7 @@ def test_table_formats(tiny_rows):
 
 
 def test_plot_writes_csv_per_row(tiny_rows, tmp_path):
-    paths = acc.plot(tiny_rows, tmp_path / "plots")
+    paths = [p for p in acc.plot(tiny_rows, tmp_path / "plots") if p.suffix == ".csv"]
     assert len(paths) == len(tiny_rows)
     path = tmp_path / "plots" / "softplus__d_out_d_x__float64.csv"
     assert path in paths
@@ -206,6 +206,14 @@ def test_plot_writes_csv_per_row(tiny_rows, tmp_path):
         table = list(csv.DictReader(handle))
     assert set(table[0]) == {"x", "exact", "symgrad", "symgrad_bits", "naive", "naive_bits"}
     assert any(r["x"] == "10000.0" and r["naive_bits"] == "64.0" for r in table)
+
+
+def test_plot_draws_a_png_per_function(tiny_rows, tmp_path):
+    pytest.importorskip("matplotlib")
+    paths = [p for p in acc.plot(tiny_rows, tmp_path / "plots") if p.suffix == ".png"]
+    functions = {(r.function, r.dtype) for r in tiny_rows if r.samples}
+    assert len(paths) == len(functions) > 0
+    assert all(p.read_bytes().startswith(b"\x89PNG") for p in paths)
 
 
 def test_a_failing_side_becomes_an_error_row(tiny_spec):
