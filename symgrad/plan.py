@@ -6,6 +6,7 @@ lines of code already printed) that the templates lay out. No maths happens afte
 
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -29,8 +30,14 @@ def emit(
     printer: FrameworkPrinter,
     temp_prefix: str = "t",
     copy_inputs: bool = False,
+    buffers: dict[str, _Value] | None = None,
 ) -> Body:
-    """Print ``name = expr`` for each assignment, sharing common subexpressions."""
+    """Print ``name = expr`` for each assignment, sharing common subexpressions.
+
+    With ``buffers`` (what is known of the tensors the code starts with, see
+    :func:`update_in_place`) temporaries are updated in place: only for code that runs
+    without autograd recording.
+    """
     exprs = [sympy.sympify(e) for _, e in assignments]
     taken = {s.name for e in exprs for s in e.free_symbols}
     temps = (
@@ -52,7 +59,243 @@ def emit(
             # autograd.Function outputs must not be inputs returned as they are.
             code = f"{code}.clone()"
         lines.append(f"{name} = {code}")
+    if buffers is not None:
+        lines = update_in_place(lines, buffers, {name for name, _ in assignments})
     return Body(lines, printer.uses_math)
+
+
+# ----------------------------------------------------------------------------- buffers
+# Eager torch allocates every intermediate anew, and fresh memory (page faults) costs more
+# than the arithmetic on it. Code that runs without autograd recording (Function.forward,
+# the first-order backward) therefore updates the temporaries it owns in place:
+# `t = a * b; u = t + c` becomes `t.mul_(b).add_(c)`-style updates of the dead buffer.
+
+#: torch functions of one tensor (the first argument) with an in-place method.
+_TORCH_INPLACE = {
+    f"torch.{name}": f"{name}_"
+    for name in (
+        "exp log log1p expm1 sin cos tan asin acos atan sinh cosh tanh asinh acosh atanh "
+        "erf erfc lgamma digamma abs sign sigmoid sqrt rsqrt relu atan2 hypot xlogy floor "
+        "remainder clamp"
+    ).split()
+}
+#: torch functions that return a new tensor (never a view of an argument).
+_TORCH_FRESH = {
+    *_TORCH_INPLACE,
+    *(f"torch.{n}" for n in ("where", "full_like", "zeros_like", "ones_like", "polygamma")),
+    *(f"torch.{n}" for n in ("maximum", "minimum", "logaddexp", "square", "neg")),
+    "torch.nn.functional.softplus",
+    "torch.special.erfcx",
+    "torch.special.xlog1py",
+}
+
+
+@dataclass(frozen=True)
+class _Value:
+    """What the buffer pass knows of a tensor value.
+
+    ``shape``/``dtype``: the names whose shapes (dtypes) determine its shape (dtype);
+    ``kind``: "float" when surely floating point, "bool", or "other" (e.g. an integer
+    target); ``owned``: a buffer this body allocated that nothing reads afterwards.
+    """
+
+    shape: frozenset[str]
+    dtype: frozenset[str]
+    kind: str
+    owned: bool = False
+
+
+def _dotted(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        head = _dotted(node.value)
+        return None if head is None else f"{head}.{node.attr}"
+    return None
+
+
+def _method(owner: ast.expr, name: str, *args: ast.expr, **kwargs: ast.expr) -> ast.Call:
+    return ast.Call(
+        func=ast.Attribute(value=owner, attr=name, ctx=ast.Load()),
+        args=list(args),
+        keywords=[ast.keyword(arg=k, value=v) for k, v in kwargs.items()],
+    )
+
+
+class _Buffers:
+    """Rewrites straight-line ``name = expr`` torch code to update owned buffers in place.
+
+    A buffer is updated in place only where that cannot change a result: it is a value
+    this code allocated (never an input, a saved tensor or a result), nothing reads it
+    afterwards, it is floating point, and the update's result has its shape and dtype,
+    which holds when the other operands' shapes and dtypes come from names its own come
+    from (so broadcasting and type promotion cannot widen it, and under vmap it is batched
+    wherever they are). Python numbers never widen a floating tensor.
+    """
+
+    def __init__(self, tensors: dict[str, _Value], keep: set[str]):
+        self.values = {n: _Value(v.shape, v.dtype, v.kind, False) for n, v in tensors.items()}
+        self.keep = set(keep)
+        self.floats = {n for n, v in tensors.items() if v.kind == "float"}
+
+    def rewrite(self, lines: list[str]) -> list[str]:
+        trees = [ast.parse(line).body[0] for line in lines]
+        last_use: dict[str, int] = {}
+        for k, tree in enumerate(trees):
+            for node in ast.walk(tree.value):
+                if isinstance(node, ast.Name):
+                    last_use[node.id] = k
+        result = []
+        for k, tree in enumerate(trees):
+            (target,) = tree.targets
+            reads = [n.id for n in ast.walk(tree.value) if isinstance(n, ast.Name)]
+            self.dead = {
+                n for n in reads if last_use[n] == k and reads.count(n) == 1 and n not in self.keep
+            }
+            value, info = self.visit(tree.value)
+            if info is not None:
+                if isinstance(tree.value, ast.Name):  # an alias: neither name may be updated
+                    self.keep.add(tree.value.id)
+                    info = _Value(info.shape, info.dtype, info.kind, False)
+                self.values[target.id] = info
+            result.append(ast.unparse(ast.Assign(targets=[target], value=value, lineno=0)))
+        return result
+
+    # ------------------------------------------------------------------ expressions
+    def visit(self, node: ast.expr) -> tuple[ast.expr, _Value | None]:
+        """The rewritten expression and what it is (None: not a tensor)."""
+        if isinstance(node, ast.Name):
+            info = self.values.get(node.id)
+            if info is None:
+                return node, None
+            owned = info.owned and node.id in self.dead
+            return node, _Value(info.shape, info.dtype, info.kind, owned)
+        if isinstance(node, ast.BinOp):
+            return self.binop(node)
+        if isinstance(node, ast.UnaryOp):
+            operand, info = self.visit(node.operand)
+            if info is None:
+                return node, None
+            if isinstance(node.op, ast.USub) and self.can_update(info, info):
+                return _method(operand, "neg_"), info
+            kind = "bool" if isinstance(node.op, (ast.Invert, ast.Not)) else info.kind
+            return ast.UnaryOp(node.op, operand), _Value(info.shape, info.dtype, kind, True)
+        if isinstance(node, ast.Compare):
+            parts = [self.visit(e) for e in (node.left, *node.comparators)]
+            infos = [i for _, i in parts if i is not None]
+            if not infos:
+                return node, None
+            new = ast.Compare(parts[0][0], node.ops, [e for e, _ in parts[1:]])
+            return new, _Value(self.union(infos, "shape"), frozenset(), "bool", True)
+        if isinstance(node, ast.Call):
+            return self.call(node)
+        # numbers, attributes (math.pi, x.dtype), scalar conditionals: left as they are
+        return node, None
+
+    def union(self, infos, field_name: str) -> frozenset[str]:
+        return frozenset().union(*(getattr(i, field_name) for i in infos))
+
+    def combine(self, infos, kind: str | None = None) -> _Value:
+        """A fresh value computed elementwise from ``infos``."""
+        dtype = self.union(infos, "dtype")
+        if kind is None:
+            kind = "float" if dtype & self.floats else "other"
+        return _Value(self.union(infos, "shape"), dtype, kind, True)
+
+    def can_update(self, owner: _Value | None, result: _Value) -> bool:
+        return (
+            owner is not None
+            and owner.owned
+            and owner.kind == "float"
+            and result.kind == "float"
+            and result.shape <= owner.shape
+            and result.dtype <= owner.dtype
+        )
+
+    def binop(self, node: ast.BinOp) -> tuple[ast.expr, _Value | None]:
+        (left, li), (right, ri) = self.visit(node.left), self.visit(node.right)
+        infos = [i for i in (li, ri) if i is not None]
+        if not infos:
+            return node, None
+        op = node.op
+        bitwise = isinstance(op, (ast.BitAnd, ast.BitOr, ast.BitXor))
+        result = self.combine(infos, "bool" if bitwise else None)
+        left_ok, right_ok = self.can_update(li, result), self.can_update(ri, result)
+        method = {ast.Add: "add_", ast.Sub: "sub_", ast.Mult: "mul_", ast.Div: "div_"}
+        method[ast.Pow] = "pow_"
+        name = method.get(type(op))
+        if name and left_ok and not bitwise:
+            return _method(left, name, right), result
+        if right_ok and isinstance(op, (ast.Add, ast.Mult)):
+            return _method(right, name, left), result
+        if right_ok and isinstance(op, ast.Sub):  # a - t = (-t) + a, exactly
+            return _method(_method(right, "neg_"), "add_", left), result
+        if right_ok and isinstance(op, ast.Div) and _is_one(left):
+            return _method(right, "reciprocal_"), result
+        return ast.BinOp(left, op, right), result
+
+    def call(self, node: ast.Call) -> tuple[ast.expr, _Value | None]:
+        func = _dotted(node.func)
+        if func is None or not func.startswith("torch."):
+            if isinstance(node.func, ast.Attribute):
+                return self.method_call(node)  # t.to(...), math.exp(...)
+            return node, None  # max(), abs(), ...: Python numbers
+        args = [self.visit(a) for a in node.args]
+        keywords = [(k, self.visit(k.value)) for k in node.keywords]
+        infos = [i for _, i in args if i is not None]
+        infos += [i for _, (_, i) in keywords if i is not None]
+        new = ast.Call(
+            node.func,
+            [a for a, _ in args],
+            [ast.keyword(arg=k.arg, value=v) for k, (v, _) in keywords],
+        )
+        if not infos:
+            return new, None
+        result = self.combine(infos)
+        if func == "torch.where":  # the condition lends its shape, not its dtype
+            branches = [i for _, i in args[1:] if i is not None]
+            dtype = self.union(branches, "dtype")
+            kind = "float" if dtype & self.floats else "other"
+            result = _Value(result.shape, dtype, kind, True)
+        if func not in _TORCH_FRESH:
+            return new, _Value(result.shape, result.dtype, "other", False)
+        first, first_info = args[0] if args else (None, None)
+        if func in _TORCH_INPLACE and self.can_update(first_info, result):
+            rest = [a for a, _ in args[1:]]
+            kw = {k.arg: v for k, (v, _) in keywords}
+            return _method(first, _TORCH_INPLACE[func], *rest, **kw), result
+        return new, result
+
+    def method_call(self, node: ast.Call) -> tuple[ast.expr, _Value | None]:
+        """``t.to(x.dtype)``, ``t.clone()``: the only methods the printers emit on tensors."""
+        receiver, info = self.visit(node.func.value)
+        if info is None:
+            return node, None  # math.exp(...) and the like
+        new = ast.Call(ast.Attribute(receiver, node.func.attr, ast.Load()), node.args, node.keywords)
+        if node.func.attr == "clone":
+            return new, _Value(info.shape, info.dtype, info.kind, True)
+        if node.func.attr == "to":
+            names = frozenset(
+                n.id for a in node.args for n in ast.walk(a) if isinstance(n, ast.Name)
+            ) & set(self.values)
+            kind = "float" if names & self.floats else "other"
+            return new, _Value(info.shape, names or info.dtype, kind, info.owned)
+        return new, _Value(info.shape, info.dtype, "other", False)
+
+
+def _is_one(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and node.value == 1
+
+
+def update_in_place(lines: list[str], tensors: dict[str, _Value], keep: set[str]) -> list[str]:
+    """``lines`` (``name = expr``) with owned temporaries updated in place.
+
+    ``tensors``: what is known of the tensors the code starts with (an input ``x`` is
+    ``_Value({"x"}, {"x"}, kind)``; an upstream gradient has the shape and dtype of its
+    output, i.e. of the inputs in that output's formula); ``keep``: names that must not
+    change (results).
+    """
+    return _Buffers(tensors, keep).rewrite(lines)
 
 
 _UNPACK_SOURCES = ("inputs", "output", "ctx.saved_tensors")
@@ -84,6 +327,31 @@ def mark_unused(lines: list[str]) -> list[str]:
     return result
 
 
+def guarded(lines: list[str], results: dict[str, str]) -> list[str]:
+    """Straight-line ``name = expr`` code computing several ``results`` (name -> flag),
+    each only when its flag is true: a line runs when a result that needs it does."""
+    targets = [line.partition(" = ")[0] for line in lines]
+    flags: dict[str, set[str]] = {r: {f} for r, f in results.items()}
+    for line, target in zip(reversed(lines), reversed(targets)):
+        for name in re.findall(r"\b[A-Za-z_]\w*\b", line.partition(" = ")[2]):
+            flags.setdefault(name, set()).update(flags.get(target, set()))
+    every = set(results.values())
+    out = [f"{' = '.join(results)} = None"]
+    current = None
+    for line, target in zip(lines, targets):
+        need = flags.get(target, every)
+        if need == every:
+            current = None
+            out.append(line)
+            continue
+        if need != current:
+            ordered = [f for f in results.values() if f in need]
+            out.append(f"if {' or '.join(ordered)}:")
+            current = need
+        out.append(f"    {line}")
+    return out
+
+
 def is_zero(expr: sympy.Expr) -> bool:
     return sympy.sympify(expr) == 0
 
@@ -107,6 +375,16 @@ class Method:
 
 
 @dataclass
+class MathFn:
+    """A module-level function of straight-line tensor code (torch)."""
+
+    name: str
+    args: list[str]
+    lines: list[str]
+    doc: str = ""
+
+
+@dataclass
 class Kernel:
     """One generated autograd Function (torch) or custom_gradient function (TF)."""
 
@@ -118,6 +396,7 @@ class Kernel:
     backward: Method | None = None
     jvp: Method | None = None
     math_name: str = ""  # torch: the module-level function holding the forward's math
+    extra_math: list[MathFn] = field(default_factory=list)  # torch: e.g. the joint backward
 
 
 @dataclass
@@ -222,11 +501,27 @@ class _TorchPlanner:
     def printer(self) -> FrameworkPrinter:
         return PRINTERS["torch"](scalars=self.scalars)
 
-    def body(self, assignments, copy_inputs: bool = False) -> list[str]:
+    def body(self, assignments, copy_inputs: bool = False, in_place: bool = False) -> list[str]:
+        """Printed code; ``in_place`` for code that runs without autograd recording."""
         printer = self.printer()
-        result = emit(assignments, printer, copy_inputs=copy_inputs)
+        buffers = self.buffers() if in_place else None
+        result = emit(assignments, printer, copy_inputs=copy_inputs, buffers=buffers)
         self.uses_math = self.uses_math or result.uses_math
         return result.lines
+
+    def buffers(self) -> dict[str, _Value]:
+        """Shapes, dtypes and kinds of the tensors generated code starts from."""
+        result = {}
+        for inp in self.fn.inputs:
+            if inp.is_tensor:
+                kind = "float" if inp.gets_gradient else "other"
+                result[inp.name] = _Value(frozenset({inp.name}), frozenset({inp.name}), kind)
+        # Outputs and upstream gradients count as names of their own, although their shapes
+        # are those of the inputs: under vmap one of them can be batched where the inputs
+        # are not (torch.func.hessian, autograd.grad(is_grads_batched=True)).
+        for name in [*self.out_syms, *(g.name for g in self.d.grads)]:
+            result[name] = _Value(frozenset({name}), frozenset({name}), "float")
+        return result
 
     def subst(self, expr: sympy.Expr) -> sympy.Expr:
         return sympy.sympify(expr).xreplace(self.reuse) if self.reuse else expr
@@ -250,10 +545,54 @@ class _TorchPlanner:
             used |= {s.name for s in sympy.sympify(e).free_symbols}
         return [i.name for i in self.fn.inputs if not i.is_tensor and i.name in used]
 
-    def reduce_line(self, var: str, like: str) -> str | None:
-        if not self.reduce:
+    def reduce_line(self, var: str, shape: str | None) -> str | None:
+        if not self.reduce or shape is None:
             return None
-        return f"{var} = {var}.sum_to_size({like}.shape)"
+        return f"{var} = {var}.sum_to_size({shape})"
+
+    def first_order(
+        self, vjps: dict[str, sympy.Expr], diff: list[tuple[int, str]], shapes: dict[str, str]
+    ) -> tuple[list[str], list[MathFn]]:
+        """The backward's lines without a graph, and the math function they call.
+
+        One differentiable input of an order-2 function: its backward Function's math.
+        Otherwise ``_<name>_backward``: all gradients with shared subexpressions, each
+        computed only when ``need_<input>`` says so.
+        """
+        fn = self.fn
+        if not diff:
+            return [], []
+        if len(diff) == 1 and fn.order >= 2:
+            ((k, i),) = diff
+            call = f"_run(_{fn.name}_grad_{i}, {', '.join(self._grad_inputs(i)[1])})"
+            math = []
+        else:
+            exprs = [vjps[i] for _, i in diff]
+            args = self.ordered(self.tensors_in(exprs))
+            scalars = self.scalar_names(exprs)
+            flags = [f"need_{i}" for _, i in diff] if len(diff) > 1 else []
+            lines = self.body([(f"grad_{i}", vjps[i]) for _, i in diff], in_place=True)
+            if flags:
+                lines = guarded(lines, {f"grad_{i}": f"need_{i}" for _, i in diff})
+            lines.append(f"return {', '.join(f'grad_{i}' for _, i in diff)}")
+            name = f"_{fn.name}_backward"
+            math = [MathFn(name, [*args, *scalars, *flags], lines)]
+            call_args = [*args, *(f"ctx.{s}" for s in scalars)]
+            call_args += [f"ctx.needs_input_grad[{k}]" for k, _ in diff] if flags else []
+            call = f"_run({name}, {', '.join(call_args)})"
+        lines = []
+        if len(diff) == 1:
+            ((k, i),) = diff
+            lines += [f"grad_{i} = None", f"if ctx.needs_input_grad[{k}]:", f"    grad_{i} = {call}"]
+            red = self.reduce_line(f"grad_{i}", shapes.get(i))
+            lines += [f"    {red}"] if red else []
+            return lines, math
+        lines.append(unpack_line([f"grad_{i}" for _, i in diff], call))
+        for _, i in diff:
+            red = self.reduce_line(f"grad_{i}", shapes.get(i))
+            if red:
+                lines += [f"if grad_{i} is not None:", f"    {red}"]
+        return lines, math
 
     # -------------------------------------------------------------- the main Function
     def main(self) -> Kernel:
@@ -261,7 +600,8 @@ class _TorchPlanner:
         inputs = [i.name for i in fn.inputs]
         out_names = [name for name, _ in d.outputs]
         forward = Method(
-            inputs, [*self.body(d.outputs, copy_inputs=True), f"return {', '.join(out_names)}"]
+            inputs,
+            [*self.body(d.outputs, copy_inputs=True, in_place=True), f"return {', '.join(out_names)}"],
         )
 
         order2 = fn.order >= 2
@@ -295,40 +635,56 @@ class _TorchPlanner:
         if saved:
             setup.append(f"ctx.save_for_backward({', '.join(saved)})")
             setup.append(f"ctx.save_for_forward({', '.join(saved)})")
+
+        # Shapes of broadcast inputs that get a gradient but are not saved.
+        shapes = {}
+        for inp in fn.inputs:
+            if self.reduce and inp.gets_gradient:
+                shapes[inp.name] = f"{inp.name}.shape"
+                if inp.name not in saved:
+                    shapes[inp.name] = f"ctx.{inp.name}_shape"
+                    setup.insert(-2 if saved else len(setup), f"{shapes[inp.name]} = {inp.name}.shape")
         setup_method = Method(["ctx", "inputs", "output"], mark_unused(setup) or ["pass"])
 
-        unpack = self._unpack_saved(saved)
-        if not order2:
-            unpack += self._unpack_scalars(list(vjps.values()))
         grad_names = [g.name for g in d.grads]
-        back = list(unpack)
-        if not order2:
+        diff = [
+            (k, inp.name)
+            for k, inp in enumerate(fn.inputs)
+            if inp.gets_gradient and not is_zero(d.vjps[inp.name])
+        ]
+        results = [
+            f"grad_{inp.name}" if (k, inp.name) in diff else "None"
+            for k, inp in enumerate(fn.inputs)
+        ]
+        back = self._unpack_saved(saved)
+        # First order (create_graph=False, the common case): every gradient from one
+        # function, sharing its work, with no graph and no Function per input.
+        fast, extra_math = self.first_order(vjps, diff, shapes)
+        if order2:
+            back += ["if not torch.is_grad_enabled():"]
+            back += ["    " + line for line in fast]
+            back += [f"    return {', '.join(results)}"]
+        else:
             back = [
                 "if torch.is_grad_enabled():",
                 f'    raise RuntimeError("{fn.name} has no double backward (spec order: 1); '
                 f'use order: 2 for second derivatives")',
                 *back,
+                *fast,
             ]
-        results = []
-        for k, inp in enumerate(fn.inputs):
-            if not inp.gets_gradient or is_zero(d.vjps[inp.name]):
-                results.append("None")
-                continue
-            var = f"grad_{inp.name}"
+        for k, i in diff if order2 else ():
+            # Differentiable: the gradient is a Function whose backward is the second order.
+            var = f"grad_{i}"
             back.append(f"{var} = None")
             back.append(f"if ctx.needs_input_grad[{k}]:")
-            if order2:
-                args, cls = self._grad_inputs(inp.name)[1], self.grad_class(inp.name)
-                inner = [
-                    f"function = _{cls} if torch.compiler.is_compiling() else {cls}",
-                    f"{var} = function.apply({', '.join(args)})",
-                ]
-            else:
-                inner = self.body([(var, vjps[inp.name])])
-            red = self.reduce_line(var, inp.name)
+            args, cls = self._grad_inputs(i)[1], self.grad_class(i)
+            inner = [
+                f"function = _{cls} if torch.compiler.is_compiling() else {cls}",
+                f"{var} = function.apply({', '.join(args)})",
+            ]
+            red = self.reduce_line(var, shapes.get(i))
             inner += [red] if red else []
             back += ["    " + line for line in inner]
-            results.append(var)
         back.append(f"return {', '.join(results)}")
         backward = Method(["ctx", *grad_names], mark_unused(back))
 
@@ -354,6 +710,7 @@ class _TorchPlanner:
             setup=setup_method,
             backward=backward,
             jvp=jvp,
+            extra_math=extra_math,
         )
 
     def _any_tensor_input(self) -> str:
@@ -414,7 +771,8 @@ class _TorchPlanner:
         scalars = self.scalar_names([vjp, *second.values()])
         args = tensor_names + scalars
         var = f"grad_{i}"
-        forward = Method(args, [*self.body([(var, vjp)], copy_inputs=True), f"return {var}"])
+        body = self.body([(var, vjp)], copy_inputs=True, in_place=True)
+        forward = Method(args, [*body, f"return {var}"])
 
         saved = self.ordered(self.tensors_in(second.values()))
         setup = [unpack_line(args, "inputs")]

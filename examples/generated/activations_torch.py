@@ -96,6 +96,11 @@ class _Softplus(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         (x,) = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            grad_x = None
+            if ctx.needs_input_grad[0]:
+                grad_x = _run(_softplus_grad_x, x, grad)
+            return grad_x
         grad_x = None
         if ctx.needs_input_grad[0]:
             function = (
@@ -193,7 +198,7 @@ def softplus(x: torch.Tensor) -> torch.Tensor:
 
 
 def _scaled_softplus_forward(x, beta):
-    out = torch.nn.functional.softplus(beta * x, threshold=40.0) / beta
+    out = torch.nn.functional.softplus(beta * x, threshold=40.0).div_(beta)
     return out
 
 
@@ -216,6 +221,11 @@ class _ScaledSoftplus(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         (x,) = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            grad_x = None
+            if ctx.needs_input_grad[0]:
+                grad_x = _run(_scaled_softplus_grad_x, x, grad, ctx.beta)
+            return grad_x, None
         grad_x = None
         if ctx.needs_input_grad[0]:
             function = (
@@ -260,7 +270,7 @@ class ScaledSoftplus(_ScaledSoftplus):
 
 
 def _scaled_softplus_grad_x(x, grad, beta):
-    grad_x = grad * torch.sigmoid(beta * x)
+    grad_x = grad * (beta * x).sigmoid_()
     return grad_x
 
 
@@ -325,6 +335,15 @@ def _mul_forward(x, y):
     return out
 
 
+def _mul_backward(x, y, grad, need_x, need_y):
+    grad_x = grad_y = None
+    if need_x:
+        grad_x = grad * y
+    if need_y:
+        grad_y = grad * x
+    return grad_x, grad_y
+
+
 class _Mul(torch.autograd.Function):
     """Mul without forward mode (what torch.compile traces)."""
 
@@ -343,6 +362,20 @@ class _Mul(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         x, y = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            grad_x, grad_y = _run(
+                _mul_backward,
+                x,
+                y,
+                grad,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[1],
+            )
+            if grad_x is not None:
+                grad_x = grad_x.sum_to_size(x.shape)
+            if grad_y is not None:
+                grad_y = grad_y.sum_to_size(y.shape)
+            return grad_x, grad_y
         grad_x = None
         if ctx.needs_input_grad[0]:
             function = _MulBackwardX if torch.compiler.is_compiling() else MulBackwardX
@@ -520,6 +553,11 @@ class _SinhCosh(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_s, grad_c):
         (x,) = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            grad_x = None
+            if ctx.needs_input_grad[0]:
+                grad_x = _run(_sinh_cosh_grad_x, x, grad_s, grad_c)
+            return grad_x
         grad_x = None
         if ctx.needs_input_grad[0]:
             function = (
@@ -626,8 +664,17 @@ def sinh_cosh(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _log_ratio_forward(x, y):
-    out = torch.log(x / y)
+    out = (x / y).log_()
     return out
+
+
+def _log_ratio_backward(x, y, grad, need_x, need_y):
+    grad_x = grad_y = None
+    if need_x:
+        grad_x = grad / x
+    if need_y:
+        grad_y = -grad / y
+    return grad_x, grad_y
 
 
 class _LogRatio(torch.autograd.Function):
@@ -648,6 +695,20 @@ class _LogRatio(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         x, y = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            grad_x, grad_y = _run(
+                _log_ratio_backward,
+                x,
+                y,
+                grad,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[1],
+            )
+            if grad_x is not None:
+                grad_x = grad_x.sum_to_size(x.shape)
+            if grad_y is not None:
+                grad_y = grad_y.sum_to_size(y.shape)
+            return grad_x, grad_y
         grad_x = None
         if ctx.needs_input_grad[0]:
             function = (
@@ -810,9 +871,9 @@ def log_ratio(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 
 def _weighted_bce_forward(z, target):
-    out = target * torch.nn.functional.softplus(-z, threshold=40.0) + (
-        1 - target
-    ) * torch.nn.functional.softplus(z, threshold=40.0)
+    out = (target * torch.nn.functional.softplus(-z, threshold=40.0)).add_(
+        (1 - target) * torch.nn.functional.softplus(z, threshold=40.0)
+    )
     return out
 
 
@@ -834,6 +895,12 @@ class _WeightedBce(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         z, target = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            grad_z = None
+            if ctx.needs_input_grad[0]:
+                grad_z = _run(_weighted_bce_grad_z, z, target, grad)
+                grad_z = grad_z.sum_to_size(z.shape)
+            return grad_z, None
         grad_z = None
         if ctx.needs_input_grad[0]:
             function = (
@@ -878,7 +945,7 @@ class WeightedBce(_WeightedBce):
 
 
 def _weighted_bce_grad_z(z, target, grad):
-    grad_z = grad * (-target * torch.sigmoid(-z) + (1 - target) * torch.sigmoid(z))
+    grad_z = grad * (-target * (-z).sigmoid_()).add_((1 - target) * torch.sigmoid(z))
     return grad_z
 
 
@@ -960,6 +1027,11 @@ class _Binarize(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         (x,) = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            grad_x = None
+            if ctx.needs_input_grad[0]:
+                grad_x = _run(_binarize_grad_x, x, grad)
+            return grad_x
         grad_x = None
         if ctx.needs_input_grad[0]:
             function = (
@@ -1056,10 +1128,27 @@ def binarize(x: torch.Tensor) -> torch.Tensor:
 def _tanh_shrink_order1_forward(x):
     out = torch.where(
         torch.abs(x) < 0.015899658203125,
-        -62 * x**9 / 2835 + 17 * x**7 / 315 - 2 * x**5 / 15 + x**3 / 3,
-        x - torch.tanh(x),
+        (x**9)
+        .mul_(-62)
+        .div_(2835)
+        .add_((x**7).mul_(17).div_(315))
+        .sub_((x**5).mul_(2).div_(15))
+        .add_((x**3).div_(3)),
+        torch.tanh(x).neg_().add_(x),
     )
     return out
+
+
+def _tanh_shrink_order1_backward(x, grad):
+    t0 = x**2
+    grad_x = torch.where(
+        torch.abs(x) < 0.015899658203125,
+        (grad * t0)
+        .mul_((-210 * t0).sub_((x**6).mul_(62)).add_((x**4).mul_(119)).add_(315))
+        .div_(315),
+        grad * torch.tanh(x).pow_(2),
+    )
+    return grad_x
 
 
 class _TanhShrinkOrder1(torch.autograd.Function):
@@ -1086,12 +1175,7 @@ class _TanhShrinkOrder1(torch.autograd.Function):
         (x,) = ctx.saved_tensors
         grad_x = None
         if ctx.needs_input_grad[0]:
-            t0 = x**2
-            grad_x = torch.where(
-                torch.abs(x) < 0.015899658203125,
-                grad * t0 * (-210 * t0 - 62 * x**6 + 119 * x**4 + 315) / 315,
-                grad * torch.tanh(x) ** 2,
-            )
+            grad_x = _run(_tanh_shrink_order1_backward, x, grad)
         return grad_x
 
 

@@ -109,6 +109,11 @@ class _Softplus(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         (x,) = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            grad_x = None
+            if ctx.needs_input_grad[0]:
+                grad_x = _run(_softplus_grad_x, x, grad)
+            return grad_x
         grad_x = None
         if ctx.needs_input_grad[0]:
             function = (
@@ -206,7 +211,7 @@ def softplus(x: torch.Tensor) -> torch.Tensor:
 
 
 def _log_sigmoid_forward(x):
-    out = -torch.nn.functional.softplus(-x, threshold=40.0)
+    out = torch.nn.functional.softplus(-x, threshold=40.0).neg_()
     return out
 
 
@@ -228,6 +233,11 @@ class _LogSigmoid(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         (x,) = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            grad_x = None
+            if ctx.needs_input_grad[0]:
+                grad_x = _run(_log_sigmoid_grad_x, x, grad)
+            return grad_x
         grad_x = None
         if ctx.needs_input_grad[0]:
             function = (
@@ -271,7 +281,7 @@ class LogSigmoid(_LogSigmoid):
 
 
 def _log_sigmoid_grad_x(x, grad):
-    grad_x = grad * torch.sigmoid(-x)
+    grad_x = grad * (-x).sigmoid_()
     return grad_x
 
 
@@ -327,9 +337,9 @@ def log_sigmoid(x: torch.Tensor) -> torch.Tensor:
 
 
 def _bce_sigmoid_forward(z, target):
-    out = target * torch.nn.functional.softplus(-z, threshold=40.0) + (
-        1 - target
-    ) * torch.nn.functional.softplus(z, threshold=40.0)
+    out = (target * torch.nn.functional.softplus(-z, threshold=40.0)).add_(
+        (1 - target) * torch.nn.functional.softplus(z, threshold=40.0)
+    )
     return out
 
 
@@ -351,6 +361,12 @@ class _BceSigmoid(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         z, target = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            grad_z = None
+            if ctx.needs_input_grad[0]:
+                grad_z = _run(_bce_sigmoid_grad_z, z, target, grad)
+                grad_z = grad_z.sum_to_size(z.shape)
+            return grad_z, None
         grad_z = None
         if ctx.needs_input_grad[0]:
             function = (
@@ -395,7 +411,7 @@ class BceSigmoid(_BceSigmoid):
 
 
 def _bce_sigmoid_grad_z(z, target, grad):
-    grad_z = grad * (-target * torch.sigmoid(-z) + (1 - target) * torch.sigmoid(z))
+    grad_z = grad * (-target * (-z).sigmoid_()).add_((1 - target) * torch.sigmoid(z))
     return grad_z
 
 
@@ -455,7 +471,7 @@ def bce_sigmoid(z: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 
 
 def _logit_forward(p):
-    out = torch.log(p / (1 - p))
+    out = (p / (1 - p)).log_()
     return out
 
 
@@ -477,6 +493,11 @@ class _Logit(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         (p,) = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            grad_p = None
+            if ctx.needs_input_grad[0]:
+                grad_p = _run(_logit_grad_p, p, grad)
+            return grad_p
         grad_p = None
         if ctx.needs_input_grad[0]:
             function = (
@@ -518,7 +539,7 @@ class Logit(_Logit):
 
 
 def _logit_grad_p(p, grad):
-    grad_p = -grad / (p * (p - 1))
+    grad_p = -grad / (p - 1).mul_(p)
     return grad_p
 
 
@@ -575,7 +596,7 @@ def logit(p: torch.Tensor) -> torch.Tensor:
 
 def _log1mexp_forward(x):
     out = torch.where(
-        x > -math.log(2), torch.log(-torch.expm1(x)), torch.log1p(-torch.exp(x))
+        x > -math.log(2), torch.expm1(x).neg_().log_(), torch.exp(x).neg_().log1p_()
     )
     return out
 
@@ -598,6 +619,11 @@ class _Log1mexp(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         (x,) = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            grad_x = None
+            if ctx.needs_input_grad[0]:
+                grad_x = _run(_log1mexp_grad_x, x, grad)
+            return grad_x
         grad_x = None
         if ctx.needs_input_grad[0]:
             function = (
@@ -639,7 +665,7 @@ class Log1mexp(_Log1mexp):
 
 
 def _log1mexp_grad_x(x, grad):
-    grad_x = -grad / torch.expm1(-x)
+    grad_x = -grad / (-x).expm1_()
     return grad_x
 
 
@@ -695,7 +721,7 @@ def log1mexp(x: torch.Tensor) -> torch.Tensor:
 
 
 def _mish_forward(x):
-    out = x * torch.tanh(torch.nn.functional.softplus(x, threshold=40.0))
+    out = torch.nn.functional.softplus(x, threshold=40.0).tanh_().mul_(x)
     return out
 
 
@@ -717,6 +743,11 @@ class _Mish(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         (x,) = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            grad_x = None
+            if ctx.needs_input_grad[0]:
+                grad_x = _run(_mish_grad_x, x, grad)
+            return grad_x
         grad_x = None
         if ctx.needs_input_grad[0]:
             function = _MishBackward if torch.compiler.is_compiling() else MishBackward
@@ -758,7 +789,9 @@ class Mish(_Mish):
 
 def _mish_grad_x(x, grad):
     t0 = torch.nn.functional.softplus(x, threshold=40.0)
-    grad_x = grad * (x * torch.sigmoid(x) / torch.cosh(t0) ** 2 + torch.tanh(t0))
+    grad_x = grad * torch.sigmoid(x).mul_(x).div_(torch.cosh(t0).pow_(2)).add_(
+        torch.tanh(t0)
+    )
     return grad_x
 
 
@@ -832,7 +865,7 @@ def mish(x: torch.Tensor) -> torch.Tensor:
 
 def _gelu_forward(x):
     t0 = x / 2
-    out = t0 * torch.erfc(-1.4142135623730951 * t0)
+    out = (-1.4142135623730951 * t0).erfc_().mul_(t0)
     return out
 
 
@@ -854,6 +887,11 @@ class _Gelu(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         (x,) = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            grad_x = None
+            if ctx.needs_input_grad[0]:
+                grad_x = _run(_gelu_grad_x, x, grad)
+            return grad_x
         grad_x = None
         if ctx.needs_input_grad[0]:
             function = _GeluBackward if torch.compiler.is_compiling() else GeluBackward
@@ -900,10 +938,10 @@ class Gelu(_Gelu):
 
 def _gelu_grad_x(x, grad):
     t0 = 0.7071067811865476 * x
-    t1 = torch.erfc(-t0) / 2
+    t1 = (-t0).erfc_().div_(2)
     grad_x = torch.where(
         torch.abs(x) < 40.0,
-        grad * (t0 * torch.exp(-(x**2) / 2) / math.sqrt(math.pi) + t1),
+        grad * t0.mul_((x**2).neg_().div_(2).exp_()).div_(math.sqrt(math.pi)).add_(t1),
         grad * t1,
     )
     return grad_x
@@ -977,7 +1015,7 @@ def gelu(x: torch.Tensor) -> torch.Tensor:
 
 
 def _swish_forward(x, beta):
-    out = x * torch.sigmoid(beta * x)
+    out = (beta * x).sigmoid_().mul_(x)
     return out
 
 
@@ -1000,6 +1038,11 @@ class _Swish(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         (x,) = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            grad_x = None
+            if ctx.needs_input_grad[0]:
+                grad_x = _run(_swish_grad_x, x, grad, ctx.beta)
+            return grad_x, None
         grad_x = None
         if ctx.needs_input_grad[0]:
             function = (
@@ -1044,7 +1087,7 @@ class Swish(_Swish):
 
 def _swish_grad_x(x, grad, beta):
     t0 = beta * x
-    grad_x = grad * (t0 * torch.sigmoid(-t0) + 1) * torch.sigmoid(t0)
+    grad_x = (grad * (-t0).sigmoid_().mul_(t0).add_(1)).mul_(torch.sigmoid(t0))
     return grad_x
 
 
@@ -1113,10 +1156,14 @@ def swish(x: torch.Tensor, beta: float = 1.0) -> torch.Tensor:
 
 def _focal_loss_forward(z, target, gamma):
     t0 = -z
-    out = target * torch.sigmoid(t0) ** gamma * torch.nn.functional.softplus(
-        t0, threshold=40.0
-    ) + (1 - target) * torch.sigmoid(z) ** gamma * torch.nn.functional.softplus(
-        z, threshold=40.0
+    out = (
+        (target * torch.sigmoid(t0).pow_(gamma))
+        .mul_(torch.nn.functional.softplus(t0, threshold=40.0))
+        .add_(
+            ((1 - target) * torch.sigmoid(z).pow_(gamma)).mul_(
+                torch.nn.functional.softplus(z, threshold=40.0)
+            )
+        )
     )
     return out
 
@@ -1140,6 +1187,12 @@ class _FocalLoss(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         z, target = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            grad_z = None
+            if ctx.needs_input_grad[0]:
+                grad_z = _run(_focal_loss_grad_z, z, target, grad, ctx.gamma)
+                grad_z = grad_z.sum_to_size(z.shape)
+            return grad_z, None, None
         grad_z = None
         if ctx.needs_input_grad[0]:
             function = (
@@ -1208,16 +1261,13 @@ def _focal_loss_grad_z(z, target, grad, gamma):
     t2 = gamma + 1
     t3 = target - 1
     t4 = torch.sigmoid(z)
-    grad_z = grad * (
-        -gamma * t1 * t3 * t4**gamma * torch.nn.functional.softplus(z, threshold=40.0)
-        - gamma
-        * t1**gamma
-        * t4
-        * target
-        * torch.nn.functional.softplus(t0, threshold=40.0)
-        - t1**t2 * target
-        - t3 * t4**t2
-    )
+    grad_z = grad * (-gamma * t1 * t3).mul_(t4**gamma).mul_(
+        torch.nn.functional.softplus(z, threshold=40.0)
+    ).sub_(
+        ((t1**gamma).mul_(gamma).mul_(t4) * target).mul_(
+            torch.nn.functional.softplus(t0, threshold=40.0)
+        )
+    ).sub_(t1**t2 * target).sub_(t3 * t4**t2)
     return grad_z
 
 
@@ -1348,10 +1398,14 @@ def focal_loss(
 def _student_t_logpdf_forward(x, nu):
     t0 = nu / 2
     out = (
-        -(nu + 1) * torch.log1p(x**2 / nu) / 2
-        - math.log(math.pi * nu) / 2
-        - math.lgamma(t0)
-        + math.lgamma(t0 + 0.5)
+        (x**2)
+        .div_(nu)
+        .log1p_()
+        .mul_(-(nu + 1))
+        .div_(2)
+        .sub_(math.log(math.pi * nu) / 2)
+        .sub_(math.lgamma(t0))
+        .add_(math.lgamma(t0 + 0.5))
     )
     return out
 
@@ -1375,6 +1429,11 @@ class _StudentTLogpdf(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         (x,) = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            grad_x = None
+            if ctx.needs_input_grad[0]:
+                grad_x = _run(_student_t_logpdf_grad_x, x, grad, ctx.nu)
+            return grad_x, None
         grad_x = None
         if ctx.needs_input_grad[0]:
             function = (
@@ -1427,8 +1486,8 @@ def _student_t_logpdf_grad_x(x, grad, nu):
     t1 = 1 / x
     grad_x = torch.where(
         torch.abs(x) < 1,
-        -grad * x * (nu + 1) / (nu + t0),
-        grad * (-nu * t1 - t1) / (nu / t0 + 1),
+        (-grad * x).mul_(nu + 1).div_(nu + t0),
+        (grad * (-nu * t1).sub_(t1)).div_((nu / t0).add_(1)),
     )
     return grad_x
 
@@ -1540,6 +1599,11 @@ class _EntropyTerm(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         (x,) = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            grad_x = None
+            if ctx.needs_input_grad[0]:
+                grad_x = _run(_entropy_term_grad_x, x, grad)
+            return grad_x
         grad_x = None
         if ctx.needs_input_grad[0]:
             function = (
@@ -1583,7 +1647,7 @@ class EntropyTerm(_EntropyTerm):
 
 
 def _entropy_term_grad_x(x, grad):
-    grad_x = grad * (torch.log(x) + 1)
+    grad_x = grad * torch.log(x).add_(1)
     return grad_x
 
 
@@ -1638,7 +1702,7 @@ def entropy_term(x: torch.Tensor) -> torch.Tensor:
 
 
 def _sqrt_diff_forward(x):
-    out = 1 / (torch.sqrt(x) + torch.sqrt(x + 1))
+    out = torch.sqrt(x).add_((x + 1).sqrt_()).reciprocal_()
     return out
 
 
@@ -1660,6 +1724,11 @@ class _SqrtDiff(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         (x,) = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            grad_x = None
+            if ctx.needs_input_grad[0]:
+                grad_x = _run(_sqrt_diff_grad_x, x, grad)
+            return grad_x
         grad_x = None
         if ctx.needs_input_grad[0]:
             function = (
@@ -1701,7 +1770,9 @@ class SqrtDiff(_SqrtDiff):
 
 
 def _sqrt_diff_grad_x(x, grad):
-    grad_x = -grad / (2 * x ** (1.5) + 2 * torch.sqrt(x) + 2 * x * torch.sqrt(x + 1))
+    grad_x = -grad / (x**1.5).mul_(2).add_(torch.sqrt(x).mul_(2)).add_(
+        (2 * x).mul_((x + 1).sqrt_())
+    )
     return grad_x
 
 
@@ -1774,6 +1845,16 @@ def _logaddexp_forward(a, b):
     return out
 
 
+def _logaddexp_backward(a, b, grad, need_a, need_b):
+    grad_a = grad_b = None
+    t0 = a - b
+    if need_a:
+        grad_a = grad * torch.sigmoid(t0)
+    if need_b:
+        grad_b = grad * t0.neg_().sigmoid_()
+    return grad_a, grad_b
+
+
 class _Logaddexp(torch.autograd.Function):
     """Logaddexp without forward mode (what torch.compile traces)."""
 
@@ -1792,6 +1873,20 @@ class _Logaddexp(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         a, b = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            grad_a, grad_b = _run(
+                _logaddexp_backward,
+                a,
+                b,
+                grad,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[1],
+            )
+            if grad_a is not None:
+                grad_a = grad_a.sum_to_size(a.shape)
+            if grad_b is not None:
+                grad_b = grad_b.sum_to_size(b.shape)
+            return grad_a, grad_b
         grad_a = None
         if ctx.needs_input_grad[0]:
             function = (
@@ -1856,7 +1951,7 @@ class Logaddexp(_Logaddexp):
 
 
 def _logaddexp_grad_a(a, b, grad):
-    grad_a = grad * torch.sigmoid(a - b)
+    grad_a = grad * (a - b).sigmoid_()
     return grad_a
 
 
@@ -1908,7 +2003,7 @@ class LogaddexpBackwardA(_LogaddexpBackwardA):
 
 
 def _logaddexp_grad_b(a, b, grad):
-    grad_b = grad * torch.sigmoid(-a + b)
+    grad_b = grad * (-a + b).sigmoid_()
     return grad_b
 
 
@@ -1995,6 +2090,11 @@ class _ScaledErfc(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         (x,) = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            grad_x = None
+            if ctx.needs_input_grad[0]:
+                grad_x = _run(_scaled_erfc_grad_x, x, grad)
+            return grad_x
         grad_x = None
         if ctx.needs_input_grad[0]:
             function = (
@@ -2094,56 +2194,54 @@ def _scaled_erfc_grad_x(x, grad):
     t1 = x ** (-2)
     grad_x = torch.where(
         x < 9,
-        grad * (-2 * t0 + 2 * x * torch.special.erfcx(x)),
+        grad * (2 * x).mul_(torch.special.erfcx(x)).add_(-2 * t0),
         grad
-        * (
-            -t0
-            * t1
-            * (
-                -t1 / 2
-                + 1
-                + 3 / (4 * x**4)
-                - 15 / (8 * x**6)
-                + 105 / (16 * x**8)
-                - 945 / (32 * x**10)
-                + 10395 / (64 * x**12)
-                - 135135 / (128 * x**14)
-                + 7918.06640625 / x**16
-                - 67303.564453125 / x**18
-                + 639383.8623046875 / x**20
-                - 6713530.554199219 / x**22
-                + 77205601.37329102 / x**24
-                - 965070017.1661377 / x**26
-                + 13028445231.742859 / x**28
-                - 188912455860.27145 / x**30
-                + 2928143065834.2075 / x**32
-                - 48314360586264.42 / x**34
-                + 845501310259627.4 / x**36
-                - 1.5641774239803108e16 / x**38
-            )
-            + t0
-            * (
-                x ** (-3)
-                - 3 / x**5
-                + 45 / (4 * x**7)
-                - 105 / (2 * x**9)
-                + 4725 / (16 * x**11)
-                - 31185 / (16 * x**13)
-                + 945945 / (64 * x**15)
-                - 126689.0625 / x**17
-                + 1211464.16015625 / x**19
-                - 12787677.24609375 / x**21
-                + 147697672.1923828 / x**23
-                - 1852934432.9589844 / x**25
-                + 25091820446.31958 / x**27
-                - 364796466488.80005 / x**29
-                + 5667373675808.144 / x**31
-                - 93700578106694.64 / x**33
-                + 1642688259932990.5 / x**35
-                - 3.0438047169346588e16 / x**37
-                + 5.943874211125181e17 / x**39
-            )
-            / x
+        * (-t0 * t1)
+        .mul_(
+            (-t1)
+            .div_(2)
+            .add_(1)
+            .add_(3 / (x**4).mul_(4))
+            .sub_(15 / (x**6).mul_(8))
+            .add_(105 / (x**8).mul_(16))
+            .sub_(945 / (x**10).mul_(32))
+            .add_(10395 / (x**12).mul_(64))
+            .sub_(135135 / (x**14).mul_(128))
+            .add_(7918.06640625 / x**16)
+            .sub_(67303.564453125 / x**18)
+            .add_(639383.8623046875 / x**20)
+            .sub_(6713530.554199219 / x**22)
+            .add_(77205601.37329102 / x**24)
+            .sub_(965070017.1661377 / x**26)
+            .add_(13028445231.742859 / x**28)
+            .sub_(188912455860.27145 / x**30)
+            .add_(2928143065834.2075 / x**32)
+            .sub_(48314360586264.42 / x**34)
+            .add_(845501310259627.4 / x**36)
+            .sub_(1.5641774239803108e16 / x**38)
+        )
+        .add_(
+            (x ** (-3))
+            .sub_(3 / x**5)
+            .add_(45 / (x**7).mul_(4))
+            .sub_(105 / (x**9).mul_(2))
+            .add_(4725 / (x**11).mul_(16))
+            .sub_(31185 / (x**13).mul_(16))
+            .add_(945945 / (x**15).mul_(64))
+            .sub_(126689.0625 / x**17)
+            .add_(1211464.16015625 / x**19)
+            .sub_(12787677.24609375 / x**21)
+            .add_(147697672.1923828 / x**23)
+            .sub_(1852934432.9589844 / x**25)
+            .add_(25091820446.31958 / x**27)
+            .sub_(364796466488.80005 / x**29)
+            .add_(5667373675808.144 / x**31)
+            .sub_(93700578106694.64 / x**33)
+            .add_(1642688259932990.5 / x**35)
+            .sub_(3.0438047169346588e16 / x**37)
+            .add_(5.943874211125181e17 / x**39)
+            .mul_(t0)
+            .div_(x)
         ),
     )
     return grad_x

@@ -96,6 +96,11 @@ class _MyRelu(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         (x,) = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            grad_x = None
+            if ctx.needs_input_grad[0]:
+                grad_x = _run(_my_relu_grad_x, x, grad)
+            return grad_x
         grad_x = None
         if ctx.needs_input_grad[0]:
             function = (
@@ -211,6 +216,11 @@ class _Exp(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         (out,) = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            grad_x = None
+            if ctx.needs_input_grad[0]:
+                grad_x = _run(_exp_grad_x, out, grad)
+            return grad_x
         grad_x = None
         if ctx.needs_input_grad[0]:
             function = _ExpBackward if torch.compiler.is_compiling() else ExpBackward
@@ -327,6 +337,11 @@ class _Square(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         (x,) = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            grad_x = None
+            if ctx.needs_input_grad[0]:
+                grad_x = _run(_square_grad_x, x, grad)
+            return grad_x
         grad_x = None
         if ctx.needs_input_grad[0]:
             function = (
@@ -445,6 +460,11 @@ class _Cube(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         (x,) = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            grad_x = None
+            if ctx.needs_input_grad[0]:
+                grad_x = _run(_cube_grad_x, x, grad)
+            return grad_x
         grad_x = None
         if ctx.needs_input_grad[0]:
             function = _CubeBackward if torch.compiler.is_compiling() else CubeBackward
@@ -561,6 +581,11 @@ class _Sinh(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         (x,) = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            grad_x = None
+            if ctx.needs_input_grad[0]:
+                grad_x = _run(_sinh_grad_x, x, grad)
+            return grad_x
         grad_x = None
         if ctx.needs_input_grad[0]:
             function = _SinhBackward if torch.compiler.is_compiling() else SinhBackward
@@ -677,6 +702,11 @@ class _Log1pexp(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         (x,) = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            grad_x = None
+            if ctx.needs_input_grad[0]:
+                grad_x = _run(_log1pexp_grad_x, x, grad)
+            return grad_x
         grad_x = None
         if ctx.needs_input_grad[0]:
             function = (
@@ -778,6 +808,15 @@ def _mul_forward(x, y):
     return out
 
 
+def _mul_backward(x, y, grad, need_x, need_y):
+    grad_x = grad_y = None
+    if need_x:
+        grad_x = grad * y
+    if need_y:
+        grad_y = grad * x
+    return grad_x, grad_y
+
+
 class _Mul(torch.autograd.Function):
     """Mul without forward mode (what torch.compile traces)."""
 
@@ -796,6 +835,20 @@ class _Mul(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         x, y = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            grad_x, grad_y = _run(
+                _mul_backward,
+                x,
+                y,
+                grad,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[1],
+            )
+            if grad_x is not None:
+                grad_x = grad_x.sum_to_size(x.shape)
+            if grad_y is not None:
+                grad_y = grad_y.sum_to_size(y.shape)
+            return grad_x, grad_y
         grad_x = None
         if ctx.needs_input_grad[0]:
             function = _MulBackwardX if torch.compiler.is_compiling() else MulBackwardX
@@ -950,7 +1003,7 @@ def mul(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 
 def _quantize_forward(x, step):
-    out = step * torch.sign(x)
+    out = torch.sign(x).mul_(step)
     return out
 
 
@@ -969,6 +1022,11 @@ class _Quantize(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
+        if not torch.is_grad_enabled():
+            grad_x = None
+            if ctx.needs_input_grad[0]:
+                grad_x = _run(_quantize_grad_x, grad)
+            return grad_x, None
         grad_x = None
         if ctx.needs_input_grad[0]:
             function = (
