@@ -31,12 +31,15 @@ def emit(
     temp_prefix: str = "t",
     copy_inputs: bool = False,
     buffers: dict[str, _Value] | None = None,
+    group_scalars: bool = False,
 ) -> Body:
     """Print ``name = expr`` for each assignment, sharing common subexpressions.
 
     With ``buffers`` (what is known of the tensors the code starts with, see
     :func:`update_in_place`) temporaries are updated in place: only for code that runs
-    without autograd recording.
+    without autograd recording. ``group_scalars``: the Python-number terms and factors of
+    a sum or product with tensors become one number first (one pass over the tensor
+    instead of one per term).
     """
     exprs = [sympy.sympify(e) for _, e in assignments]
     taken = {s.name for e in exprs for s in e.free_symbols}
@@ -45,7 +48,14 @@ def emit(
         for k in range(10**6)
         if f"{temp_prefix}{k}" not in taken
     )
-    replacements, reduced = sympy.cse(exprs, symbols=temps)
+    replacements = []
+    if group_scalars:
+        groups, exprs = _group_scalars(exprs, printer.scalars)
+        names = {d: next(temps) for d, _ in groups}
+        replacements = [(names[d], value.xreplace(names)) for d, value in groups]
+        exprs = [e.xreplace(names) for e in exprs]
+    cse_replacements, reduced = sympy.cse(exprs, symbols=temps)
+    replacements += cse_replacements
     lines = []
     for temp, value in replacements:
         lines.append(f"{temp.name} = {printer.doprint(value)}")
@@ -62,6 +72,32 @@ def emit(
     if buffers is not None:
         lines = update_in_place(lines, buffers, {name for name, _ in assignments})
     return Body(lines, printer.uses_math)
+
+
+def _group_scalars(
+    exprs: list[sympy.Expr], scalars: frozenset[sympy.Symbol]
+) -> tuple[list[tuple[sympy.Dummy, sympy.Expr]], list[sympy.Expr]]:
+    """Scalar terms of sums and factors of products (two or more, not all numbers) as
+    one symbol each: ``x**2*(nu + 1)/2`` -> ``x**2*s`` with ``s = (nu + 1)/2``."""
+    groups: list[tuple[sympy.Dummy, sympy.Expr]] = []
+    known: dict[sympy.Expr, sympy.Dummy] = {}
+
+    def visit(e: sympy.Basic) -> sympy.Basic:
+        if not e.args or e.free_symbols <= scalars:
+            return e
+        args = [visit(a) for a in e.args]
+        if isinstance(e, (sympy.Add, sympy.Mul)):
+            numbers = [a for a in args if a.free_symbols <= scalars]
+            if len(numbers) >= 2 and any(a.free_symbols for a in numbers):
+                value = e.func(*numbers)
+                if value not in known:
+                    known[value] = sympy.Dummy(real=True)
+                    groups.append((known[value], value))
+                return e.func(known[value], *(a for a in args if not a.free_symbols <= scalars))
+        return e.func(*args) if tuple(args) != e.args else e
+
+    exprs = [visit(e) for e in exprs]
+    return groups, exprs
 
 
 # ----------------------------------------------------------------------------- buffers
@@ -505,7 +541,9 @@ class _TorchPlanner:
         """Printed code; ``in_place`` for code that runs without autograd recording."""
         printer = self.printer()
         buffers = self.buffers() if in_place else None
-        result = emit(assignments, printer, copy_inputs=copy_inputs, buffers=buffers)
+        result = emit(
+            assignments, printer, copy_inputs=copy_inputs, buffers=buffers, group_scalars=True
+        )
         self.uses_math = self.uses_math or result.uses_math
         return result.lines
 

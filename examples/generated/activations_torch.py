@@ -296,8 +296,14 @@ class _ScaledSoftplusBackward(torch.autograd.Function):
         beta = ctx.beta
         x_bar = None
         if ctx.needs_input_grad[0]:
-            t0 = beta * x
-            x_bar = beta * grad * grad_grad_x * torch.sigmoid(-t0) * torch.sigmoid(t0)
+            t0 = -beta
+            x_bar = (
+                beta
+                * grad
+                * grad_grad_x
+                * torch.sigmoid(beta * x)
+                * torch.sigmoid(t0 * x)
+            )
         grad_bar = None
         if ctx.needs_input_grad[1]:
             grad_bar = grad_grad_x * torch.sigmoid(beta * x)
@@ -311,9 +317,9 @@ class ScaledSoftplusBackward(_ScaledSoftplusBackward):
     def jvp(ctx, x_t, grad_t, _beta_t):
         x, grad = ctx.saved_tensors
         beta = ctx.beta
-        t0 = beta * x
-        t1 = torch.sigmoid(t0)
-        grad_x_t = beta * grad * t1 * x_t * torch.sigmoid(-t0) + grad_t * t1
+        t0 = -beta
+        t1 = torch.sigmoid(beta * x)
+        grad_x_t = beta * grad * t1 * x_t * torch.sigmoid(t0 * x) + grad_t * t1
         return grad_x_t
 
 

@@ -1080,14 +1080,16 @@ class Swish(_Swish):
     def jvp(ctx, x_t, _beta_t):
         (x,) = ctx.saved_tensors
         beta = ctx.beta
-        t0 = beta * x
-        out_t = x_t * (t0 * torch.sigmoid(-t0) + 1) * torch.sigmoid(t0)
+        t0 = -beta
+        t1 = beta * x
+        out_t = x_t * (t1 * torch.sigmoid(t0 * x) + 1) * torch.sigmoid(t1)
         return out_t
 
 
 def _swish_grad_x(x, grad, beta):
-    t0 = beta * x
-    grad_x = (grad * (-t0).sigmoid_().mul_(t0).add_(1)).mul_(torch.sigmoid(t0))
+    t0 = -beta
+    t1 = beta * x
+    grad_x = (grad * (t0 * x).sigmoid_().mul_(t1).add_(1)).mul_(torch.sigmoid(t1))
     return grad_x
 
 
@@ -1113,14 +1115,19 @@ class _SwishBackward(torch.autograd.Function):
         beta = ctx.beta
         x_bar = None
         if ctx.needs_input_grad[0]:
-            t0 = beta * x
-            t1 = torch.sigmoid(t0)
-            t2 = torch.sigmoid(-t0)
-            x_bar = beta * grad * grad_grad_x * t1 * t2 * (-t0 * t1 + t0 * t2 + 2)
+            t0 = -beta
+            t1 = beta * x
+            t2 = torch.sigmoid(t1)
+            t3 = t0 * x
+            t4 = torch.sigmoid(t3)
+            x_bar = beta * grad * grad_grad_x * t2 * t4 * (t1 * t4 + t2 * t3 + 2)
         grad_bar = None
         if ctx.needs_input_grad[1]:
-            t0 = beta * x
-            grad_bar = grad_grad_x * (t0 * torch.sigmoid(-t0) + 1) * torch.sigmoid(t0)
+            t0 = -beta
+            t1 = beta * x
+            grad_bar = (
+                grad_grad_x * (t1 * torch.sigmoid(t0 * x) + 1) * torch.sigmoid(t1)
+            )
         return x_bar, grad_bar, None
 
 
@@ -1131,12 +1138,14 @@ class SwishBackward(_SwishBackward):
     def jvp(ctx, x_t, grad_t, _beta_t):
         x, grad = ctx.saved_tensors
         beta = ctx.beta
-        t0 = beta * x
-        t1 = torch.sigmoid(t0)
-        t2 = torch.sigmoid(-t0)
-        t3 = t0 * t2
-        grad_x_t = beta * grad * t1 * t2 * x_t * (-t0 * t1 + t3 + 2) + grad_t * t1 * (
-            t3 + 1
+        t0 = -beta
+        t1 = beta * x
+        t2 = torch.sigmoid(t1)
+        t3 = t0 * x
+        t4 = torch.sigmoid(t3)
+        t5 = t1 * t4
+        grad_x_t = beta * grad * t2 * t4 * x_t * (t2 * t3 + t5 + 2) + grad_t * t2 * (
+            t5 + 1
         )
         return grad_x_t
 
@@ -1233,41 +1242,39 @@ class FocalLoss(_FocalLoss):
     def jvp(ctx, z_t, _target_t, _gamma_t):
         z, target = ctx.saved_tensors
         gamma = ctx.gamma
-        t0 = -z
-        t1 = torch.sigmoid(t0)
-        t2 = gamma + 1
-        t3 = target - 1
-        t4 = torch.sigmoid(z)
+        t0 = -gamma
+        t1 = -z
+        t2 = torch.sigmoid(t1)
+        t3 = gamma + 1
+        t4 = target - 1
+        t5 = torch.sigmoid(z)
         out_t = z_t * (
-            -gamma
-            * t1
-            * t3
-            * t4**gamma
-            * torch.nn.functional.softplus(z, threshold=40.0)
-            - gamma
-            * t1**gamma
-            * t4
+            t0 * t2 * t4 * t5**gamma * torch.nn.functional.softplus(z, threshold=40.0)
+            + t0
+            * t2**gamma
+            * t5
             * target
-            * torch.nn.functional.softplus(t0, threshold=40.0)
-            - t1**t2 * target
-            - t3 * t4**t2
+            * torch.nn.functional.softplus(t1, threshold=40.0)
+            - t2**t3 * target
+            - t4 * t5**t3
         )
         return out_t
 
 
 def _focal_loss_grad_z(z, target, grad, gamma):
-    t0 = -z
-    t1 = torch.sigmoid(t0)
-    t2 = gamma + 1
-    t3 = target - 1
-    t4 = torch.sigmoid(z)
-    grad_z = grad * (-gamma * t1 * t3).mul_(t4**gamma).mul_(
+    t0 = -gamma
+    t1 = -z
+    t2 = torch.sigmoid(t1)
+    t3 = gamma + 1
+    t4 = target - 1
+    t5 = torch.sigmoid(z)
+    grad_z = grad * (t0 * t2 * t4).mul_(t5**gamma).mul_(
         torch.nn.functional.softplus(z, threshold=40.0)
-    ).sub_(
-        ((t1**gamma).mul_(gamma).mul_(t4) * target).mul_(
-            torch.nn.functional.softplus(t0, threshold=40.0)
+    ).add_(
+        ((t2**gamma).mul_(t0).mul_(t5) * target).mul_(
+            torch.nn.functional.softplus(t1, threshold=40.0)
         )
-    ).sub_(t1**t2 * target).sub_(t3 * t4**t2)
+    ).sub_(t2**t3 * target).sub_(t4 * t5**t3)
     return grad_z
 
 
@@ -1293,53 +1300,54 @@ class _FocalLossBackward(torch.autograd.Function):
         gamma = ctx.gamma
         z_bar = None
         if ctx.needs_input_grad[0]:
-            t0 = -z
-            t1 = torch.sigmoid(t0)
-            t2 = gamma + 1
-            t3 = torch.sigmoid(z)
-            t4 = t1**t2 * t3 * target
-            t5 = gamma * t4
-            t6 = target - 1
-            t7 = t1 * t3**t2 * t6
-            t8 = gamma * t7
-            t9 = torch.nn.functional.softplus(z, threshold=40.0)
-            t10 = torch.nn.functional.softplus(t0, threshold=40.0)
-            t11 = gamma**2
+            t0 = -gamma
+            t1 = -gamma - 1
+            t2 = -(gamma**2)
+            t3 = -z
+            t4 = torch.sigmoid(t3)
+            t5 = gamma + 1
+            t6 = torch.sigmoid(z)
+            t7 = t4**t5 * t6 * target
+            t8 = target - 1
+            t9 = t4 * t6**t5 * t8
+            t10 = torch.nn.functional.softplus(z, threshold=40.0)
+            t11 = torch.nn.functional.softplus(t3, threshold=40.0)
             z_bar = (
                 grad
                 * grad_grad_z
                 * (
-                    -(t1**2) * t11 * t3**gamma * t6 * t9
-                    + t1**gamma * t10 * t11 * t3**2 * target
-                    - t10 * t5
-                    + t2 * t4
-                    - t2 * t7
-                    + t5
-                    + t8 * t9
-                    - t8
+                    gamma**2 * t11 * t4**gamma * t6**2 * target
+                    + gamma * t10 * t9
+                    + gamma * t7
+                    + t0 * t11 * t7
+                    + t0 * t9
+                    + t1 * t9
+                    + t10 * t2 * t4**2 * t6**gamma * t8
+                    + t5 * t7
                 )
             )
             z_bar = z_bar.sum_to_size(z.shape)
         grad_bar = None
         if ctx.needs_input_grad[2]:
-            t0 = -z
-            t1 = torch.sigmoid(t0)
-            t2 = gamma + 1
-            t3 = target - 1
-            t4 = torch.sigmoid(z)
+            t0 = -gamma
+            t1 = -z
+            t2 = torch.sigmoid(t1)
+            t3 = gamma + 1
+            t4 = target - 1
+            t5 = torch.sigmoid(z)
             grad_bar = grad_grad_z * (
-                -gamma
-                * t1
-                * t3
-                * t4**gamma
-                * torch.nn.functional.softplus(z, threshold=40.0)
-                - gamma
-                * t1**gamma
+                t0
+                * t2
                 * t4
+                * t5**gamma
+                * torch.nn.functional.softplus(z, threshold=40.0)
+                + t0
+                * t2**gamma
+                * t5
                 * target
-                * torch.nn.functional.softplus(t0, threshold=40.0)
-                - t1**t2 * target
-                - t3 * t4**t2
+                * torch.nn.functional.softplus(t1, threshold=40.0)
+                - t2**t3 * target
+                - t4 * t5**t3
             )
         return z_bar, None, grad_bar, None
 
@@ -1351,32 +1359,33 @@ class FocalLossBackward(_FocalLossBackward):
     def jvp(ctx, z_t, _target_t, grad_t, _gamma_t):
         z, target, grad = ctx.saved_tensors
         gamma = ctx.gamma
-        t0 = -z
-        t1 = torch.sigmoid(t0)
-        t2 = gamma + 1
-        t3 = t1**t2 * target
-        t4 = target - 1
-        t5 = torch.sigmoid(z)
-        t6 = t4 * t5**t2
-        t7 = torch.nn.functional.softplus(t0, threshold=40.0)
-        t8 = t1**gamma * t7 * target
-        t9 = torch.nn.functional.softplus(z, threshold=40.0)
-        t10 = t4 * t5**gamma * t9
-        t11 = t3 * t5
-        t12 = gamma * t11
-        t13 = t1 * t6
-        t14 = gamma * t13
-        t15 = gamma**2
+        t0 = -gamma
+        t1 = -gamma - 1
+        t2 = -(gamma**2)
+        t3 = -z
+        t4 = torch.sigmoid(t3)
+        t5 = gamma + 1
+        t6 = t4**t5 * target
+        t7 = target - 1
+        t8 = torch.sigmoid(z)
+        t9 = t7 * t8**t5
+        t10 = torch.nn.functional.softplus(t3, threshold=40.0)
+        t11 = t0 * t10
+        t12 = t4**gamma * target
+        t13 = torch.nn.functional.softplus(z, threshold=40.0)
+        t14 = t13 * t7 * t8**gamma
+        t15 = t6 * t8
+        t16 = t4 * t9
         grad_z_t = grad * z_t * (
-            -(t1**2) * t10 * t15
-            + t11 * t2
-            - t12 * t7
-            + t12
-            - t13 * t2
-            + t14 * t9
-            - t14
-            + t15 * t5**2 * t8
-        ) + grad_t * (-gamma * t1 * t10 - gamma * t5 * t8 - t3 - t6)
+            gamma**2 * t10 * t12 * t8**2
+            + gamma * t13 * t16
+            + gamma * t15
+            + t0 * t16
+            + t1 * t16
+            + t11 * t15
+            + t14 * t2 * t4**2
+            + t15 * t5
+        ) + grad_t * (t0 * t14 * t4 + t11 * t12 * t8 - t6 - t9)
         return grad_z_t
 
 
@@ -1396,17 +1405,9 @@ def focal_loss(
 
 
 def _student_t_logpdf_forward(x, nu):
-    t0 = nu / 2
-    out = (
-        (x**2)
-        .div_(nu)
-        .log1p_()
-        .mul_(-(nu + 1))
-        .div_(2)
-        .sub_(math.log(math.pi * nu) / 2)
-        .sub_(math.lgamma(t0))
-        .add_(math.lgamma(t0 + 0.5))
-    )
+    t0 = -nu / 2 - 0.5
+    t1 = -math.log(math.pi * nu) / 2 - math.lgamma(nu / 2) + math.lgamma(nu / 2 + 0.5)
+    out = (x**2).div_(nu).log1p_().mul_(t0).add_(t1)
     return out
 
 
@@ -1473,21 +1474,25 @@ class StudentTLogpdf(_StudentTLogpdf):
     def jvp(ctx, x_t, _nu_t):
         (x,) = ctx.saved_tensors
         nu = ctx.nu
-        t0 = x**2
-        t1 = 1 / x
+        t0 = -nu - 1
+        t1 = -nu
+        t2 = x**2
+        t3 = 1 / x
         out_t = x_t * torch.where(
-            torch.abs(x) < 1, -x * (nu + 1) / (nu + t0), (-nu * t1 - t1) / (nu / t0 + 1)
+            torch.abs(x) < 1, t0 * x / (nu + t2), (t1 * t3 - t3) / (nu / t2 + 1)
         )
         return out_t
 
 
 def _student_t_logpdf_grad_x(x, grad, nu):
-    t0 = x**2
-    t1 = 1 / x
+    t0 = -nu - 1
+    t1 = -nu
+    t2 = x**2
+    t3 = 1 / x
     grad_x = torch.where(
         torch.abs(x) < 1,
-        (-grad * x).mul_(nu + 1).div_(nu + t0),
-        (grad * (-nu * t1).sub_(t1)).div_((nu / t0).add_(1)),
+        (grad * t0 * x).div_(nu + t2),
+        (grad * (t1 * t3).sub_(t3)).div_((nu / t2).add_(1)),
     )
     return grad_x
 
@@ -1514,24 +1519,27 @@ class _StudentTLogpdfBackward(torch.autograd.Function):
         nu = ctx.nu
         x_bar = None
         if ctx.needs_input_grad[0]:
-            t0 = x**2
-            t1 = 1 / t0
-            t2 = x ** (-4)
-            t3 = nu**2 * t2
+            t0 = 2 * nu
+            t1 = -nu
+            t2 = -(nu**2)
+            t3 = x**2
+            t4 = 1 / t3
+            t5 = x ** (-4)
+            t6 = grad * t4
+            t7 = grad * t5
             x_bar = grad_grad_x * torch.where(
                 torch.abs(x) < 1,
-                grad * (-nu + t0) * (nu + 1) / (nu + t0) ** 2,
-                (grad * nu * t1 - grad * nu * t2 + grad * t1 - grad * t3)
-                / (2 * nu * t1 + t3 + 1),
+                grad * (-nu + t3) * (nu + 1) / (nu + t3) ** 2,
+                (nu * t6 + t1 * t7 + t2 * t7 + t6) / (nu**2 * t5 + t0 * t4 + 1),
             )
         grad_bar = None
         if ctx.needs_input_grad[1]:
-            t0 = x**2
-            t1 = 1 / x
+            t0 = -nu - 1
+            t1 = -nu
+            t2 = x**2
+            t3 = 1 / x
             grad_bar = grad_grad_x * torch.where(
-                torch.abs(x) < 1,
-                -x * (nu + 1) / (nu + t0),
-                (-nu * t1 - t1) / (nu / t0 + 1),
+                torch.abs(x) < 1, t0 * x / (nu + t2), (t1 * t3 - t3) / (nu / t2 + 1)
             )
         return x_bar, grad_bar, None
 
@@ -1543,22 +1551,24 @@ class StudentTLogpdfBackward(_StudentTLogpdfBackward):
     def jvp(ctx, x_t, grad_t, _nu_t):
         x, grad = ctx.saved_tensors
         nu = ctx.nu
-        t0 = nu + 1
-        t1 = x**2
-        t2 = nu + t1
-        t3 = torch.abs(x) < 1
-        t4 = 1 / t1
-        t5 = nu * t4
-        t6 = 1 / x
-        t7 = x ** (-4)
-        t8 = nu**2 * t7
+        t0 = -nu - 1
+        t1 = -nu
+        t2 = 2 * nu
+        t3 = -(nu**2)
+        t4 = x**2
+        t5 = nu + t4
+        t6 = torch.abs(x) < 1
+        t7 = 1 / t4
+        t8 = nu * t7
+        t9 = 1 / x
+        t10 = x ** (-4)
+        t11 = grad * t10
         grad_x_t = grad_t * torch.where(
-            t3, -t0 * x / t2, (-nu * t6 - t6) / (t5 + 1)
+            t6, t0 * x / t5, (t1 * t9 - t9) / (t8 + 1)
         ) + x_t * torch.where(
-            t3,
-            grad * t0 * (-nu + t1) / t2**2,
-            (grad * nu * t4 - grad * nu * t7 + grad * t4 - grad * t8)
-            / (2 * t5 + t8 + 1),
+            t6,
+            grad * (-nu + t4) * (nu + 1) / t5**2,
+            (grad * t7 + grad * t8 + t1 * t11 + t11 * t3) / (nu**2 * t10 + t2 * t7 + 1),
         )
         return grad_x_t
 
