@@ -1135,10 +1135,9 @@ def _tanh_shrink_order1_forward(x):
     out = torch.where(
         torch.abs(x) < 0.015899658203125,
         (x**9)
-        .mul_(-62)
-        .div_(2835)
-        .add_((x**7).mul_(17).div_(315))
-        .sub_((x**5).mul_(2).div_(15))
+        .mul_(-0.021869488536155203)
+        .add_((x**7).mul_(0.05396825396825397))
+        .sub_((x**5).mul_(0.13333333333333333))
         .add_((x**3).div_(3)),
         torch.tanh(x).neg_().add_(x),
     )

@@ -46,6 +46,13 @@ class TorchPrinter(FrameworkPrinter):
         "xlog1py": "torch.special.xlog1py",
     }
 
+    def _print_Mul(self, expr):
+        # p*x/q is two passes over a tensor, -x/q too: one float factor instead.
+        c, rest = expr.as_coeff_Mul()
+        if c.is_Rational and not c.is_Integer and (c.p != 1) and not self.is_scalar(rest):
+            expr = sympy.Mul(sympy.Float(c, 17), rest, evaluate=False)
+        return super()._print_Mul(expr)
+
     def full_like(self, ref: sympy.Symbol, value: sympy.Expr) -> str:
         return f"torch.full_like({self._print(ref)}, {self._print(value)})"
 
