@@ -307,7 +307,9 @@ class _Buffers:
         receiver, info = self.visit(node.func.value)
         if info is None:
             return node, None  # math.exp(...) and the like
-        new = ast.Call(ast.Attribute(receiver, node.func.attr, ast.Load()), node.args, node.keywords)
+        new = ast.Call(
+            ast.Attribute(receiver, node.func.attr, ast.Load()), node.args, node.keywords
+        )
         if node.func.attr == "clone":
             return new, _Value(info.shape, info.dtype, info.kind, True)
         if node.func.attr == "to":
@@ -621,7 +623,11 @@ class _TorchPlanner:
         lines = []
         if len(diff) == 1:
             ((k, i),) = diff
-            lines += [f"grad_{i} = None", f"if ctx.needs_input_grad[{k}]:", f"    grad_{i} = {call}"]
+            lines += [
+                f"grad_{i} = None",
+                f"if ctx.needs_input_grad[{k}]:",
+                f"    grad_{i} = {call}",
+            ]
             red = self.reduce_line(f"grad_{i}", shapes.get(i))
             lines += [f"    {red}"] if red else []
             return lines, math
@@ -639,7 +645,10 @@ class _TorchPlanner:
         out_names = [name for name, _ in d.outputs]
         forward = Method(
             inputs,
-            [*self.body(d.outputs, copy_inputs=True, in_place=True), f"return {', '.join(out_names)}"],
+            [
+                *self.body(d.outputs, copy_inputs=True, in_place=True),
+                f"return {', '.join(out_names)}",
+            ],
         )
 
         order2 = fn.order >= 2
@@ -681,7 +690,9 @@ class _TorchPlanner:
                 shapes[inp.name] = f"{inp.name}.shape"
                 if inp.name not in saved:
                     shapes[inp.name] = f"ctx.{inp.name}_shape"
-                    setup.insert(-2 if saved else len(setup), f"{shapes[inp.name]} = {inp.name}.shape")
+                    setup.insert(
+                        -2 if saved else len(setup), f"{shapes[inp.name]} = {inp.name}.shape"
+                    )
         setup_method = Method(["ctx", "inputs", "output"], mark_unused(setup) or ["pass"])
 
         grad_names = [g.name for g in d.grads]

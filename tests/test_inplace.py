@@ -24,9 +24,7 @@ def test_a_chain_of_fresh_values_is_updated_in_place():
 
 
 def test_inputs_are_never_updated():
-    assert _rewrite(["out = x * y + 1"], {"out"}, x="float", y="float") == [
-        "out = (x * y).add_(1)"
-    ]
+    assert _rewrite(["out = x * y + 1"], {"out"}, x="float", y="float") == ["out = (x * y).add_(1)"]
     assert _rewrite(["out = torch.exp(x)"], {"out"}, x="float") == ["out = torch.exp(x)"]
 
 
@@ -69,9 +67,9 @@ def test_dtypes_integer_and_boolean_values_are_not_updated():
     assert _rewrite(["out = torch.where(x > 0, y, 1.0) * x"], {"out"}, x="float", y="float") == [
         "out = torch.where(x > 0, y, 1.0) * x"
     ]
-    assert _rewrite(
-        ["out = torch.where(x > 0, y, 1.0) * y"], {"out"}, x="float", y="float"
-    ) == ["out = torch.where(x > 0, y, 1.0).mul_(y)"]
+    assert _rewrite(["out = torch.where(x > 0, y, 1.0) * y"], {"out"}, x="float", y="float") == [
+        "out = torch.where(x > 0, y, 1.0).mul_(y)"
+    ]
 
 
 def test_non_commutative_updates_are_exact():
