@@ -70,7 +70,8 @@ def emit(
             code = f"{code}.clone()"
         lines.append(f"{name} = {code}")
     if buffers is not None:
-        lines = update_in_place(lines, buffers, {name for name, _ in assignments})
+        numbers = {s.name for s in printer.scalars}
+        lines = update_in_place(lines, buffers, {name for name, _ in assignments}, numbers)
     return Body(lines, printer.uses_math)
 
 
@@ -169,9 +170,10 @@ class _Buffers:
     wherever they are). Python numbers never widen a floating tensor.
     """
 
-    def __init__(self, tensors: dict[str, _Value], keep: set[str]):
+    def __init__(self, tensors: dict[str, _Value], keep: set[str], numbers: set[str]):
         self.values = {n: _Value(v.shape, v.dtype, v.kind, False) for n, v in tensors.items()}
         self.keep = set(keep)
+        self.numbers = set(numbers) | {"math", "torch"}
         self.floats = {n for n, v in tensors.items() if v.kind == "float"}
 
     def rewrite(self, lines: list[str]) -> list[str]:
@@ -201,9 +203,11 @@ class _Buffers:
     def visit(self, node: ast.expr) -> tuple[ast.expr, _Value | None]:
         """The rewritten expression and what it is (None: not a tensor)."""
         if isinstance(node, ast.Name):
-            info = self.values.get(node.id)
-            if info is None:
+            if node.id in self.numbers:
                 return node, None
+            # a name nobody described is a tensor of its own that nothing may update
+            unknown = _Value(frozenset({node.id}), frozenset({node.id}), "other")
+            info = self.values.get(node.id, unknown)
             owned = info.owned and node.id in self.dead
             return node, _Value(info.shape, info.dtype, info.kind, owned)
         if isinstance(node, ast.BinOp):
@@ -325,15 +329,16 @@ def _is_one(node: ast.expr) -> bool:
     return isinstance(node, ast.Constant) and node.value == 1
 
 
-def update_in_place(lines: list[str], tensors: dict[str, _Value], keep: set[str]) -> list[str]:
+def update_in_place(
+    lines: list[str], tensors: dict[str, _Value], keep: set[str], numbers: set[str] = frozenset()
+) -> list[str]:
     """``lines`` (``name = expr``) with owned temporaries updated in place.
 
     ``tensors``: what is known of the tensors the code starts with (an input ``x`` is
-    ``_Value({"x"}, {"x"}, kind)``; an upstream gradient has the shape and dtype of its
-    output, i.e. of the inputs in that output's formula); ``keep``: names that must not
-    change (results).
+    ``_Value({"x"}, {"x"}, kind)``); ``keep``: names that must not change (results);
+    ``numbers``: names of Python numbers. Any other name is taken for a tensor.
     """
-    return _Buffers(tensors, keep).rewrite(lines)
+    return _Buffers(tensors, keep, numbers).rewrite(lines)
 
 
 _UNPACK_SOURCES = ("inputs", "output", "ctx.saved_tensors")
@@ -559,7 +564,8 @@ class _TorchPlanner:
         # Outputs and upstream gradients count as names of their own, although their shapes
         # are those of the inputs: under vmap one of them can be batched where the inputs
         # are not (torch.func.hessian, autograd.grad(is_grads_batched=True)).
-        for name in [*self.out_syms, *(g.name for g in self.d.grads)]:
+        grads_of_grads = [f"grad_grad_{i}" for i in self.d.diff_inputs]
+        for name in [*self.out_syms, *(g.name for g in self.d.grads), *grads_of_grads]:
             result[name] = _Value(frozenset({name}), frozenset({name}), "float")
         return result
 
@@ -593,50 +599,58 @@ class _TorchPlanner:
     def first_order(
         self, vjps: dict[str, sympy.Expr], diff: list[tuple[int, str]], shapes: dict[str, str]
     ) -> tuple[list[str], list[MathFn]]:
-        """The backward's lines without a graph, and the math function they call.
+        """The main backward's lines without a graph, and the math function they call.
 
         One differentiable input of an order-2 function: its backward Function's math.
-        Otherwise ``_<name>_backward``: all gradients with shared subexpressions, each
-        computed only when ``need_<input>`` says so.
+        Otherwise ``_<name>_backward``: all gradients with shared subexpressions.
         """
         fn = self.fn
-        if not diff:
-            return [], []
+        results = [(k, f"grad_{i}", vjps[i], shapes.get(i)) for k, i in diff]
         if len(diff) == 1 and fn.order >= 2:
             ((k, i),) = diff
             call = f"_run(_{fn.name}_grad_{i}, {', '.join(self._grad_inputs(i)[1])})"
-            math = []
-        else:
-            exprs = [vjps[i] for _, i in diff]
-            args = self.ordered(self.tensors_in(exprs))
-            scalars = self.scalar_names(exprs)
-            flags = [f"need_{i}" for _, i in diff] if len(diff) > 1 else []
-            lines = self.body([(f"grad_{i}", vjps[i]) for _, i in diff], in_place=True)
-            if flags:
-                lines = guarded(lines, {f"grad_{i}": f"need_{i}" for _, i in diff})
-            lines.append(f"return {', '.join(f'grad_{i}' for _, i in diff)}")
-            name = f"_{fn.name}_backward"
-            math = [MathFn(name, [*args, *scalars, *flags], lines)]
-            call_args = [*args, *(f"ctx.{s}" for s in scalars)]
-            call_args += [f"ctx.needs_input_grad[{k}]" for k, _ in diff] if flags else []
-            call = f"_run({name}, {', '.join(call_args)})"
-        lines = []
-        if len(diff) == 1:
-            ((k, i),) = diff
-            lines += [
-                f"grad_{i} = None",
-                f"if ctx.needs_input_grad[{k}]:",
-                f"    grad_{i} = {call}",
-            ]
-            red = self.reduce_line(f"grad_{i}", shapes.get(i))
-            lines += [f"    {red}"] if red else []
-            return lines, math
-        lines.append(unpack_line([f"grad_{i}" for _, i in diff], call))
-        for _, i in diff:
-            red = self.reduce_line(f"grad_{i}", shapes.get(i))
+            return self.call_lines(results, call), []
+        return self.graph_free(f"_{fn.name}_backward", results)
+
+    def graph_free(
+        self, name: str, results: list[tuple[int, str, sympy.Expr, str | None]]
+    ) -> tuple[list[str], list[MathFn]]:
+        """A backward's lines for ``create_graph=False`` and the math function they call.
+
+        ``results``: (index in ``ctx.needs_input_grad``, variable, formula, shape to sum
+        it to). The function computes every result with shared subexpressions and owned
+        temporaries updated in place, each only when its ``need_<variable>`` flag is set.
+        """
+        if not results:
+            return [], []
+        exprs = [e for _, _, e, _ in results]
+        tensors = self.tensors_in(exprs)
+        args = self.ordered(tensors)
+        args += sorted(s.name for s in tensors if s.name not in args)  # grad_grad_<input>
+        scalars = self.scalar_names(exprs)
+        flags = [f"need_{var}" for _, var, _, _ in results] if len(results) > 1 else []
+        lines = self.body([(var, e) for _, var, e, _ in results], in_place=True)
+        if flags:
+            lines = guarded(lines, {var: f"need_{var}" for _, var, _, _ in results})
+        lines.append(f"return {', '.join(var for _, var, _, _ in results)}")
+        call_args = [*args, *(f"ctx.{s}" for s in scalars)]
+        call_args += [f"ctx.needs_input_grad[{k}]" for k, _, _, _ in results] if flags else []
+        call = f"_run({name}, {', '.join(call_args)})"
+        return self.call_lines(results, call), [MathFn(name, [*args, *scalars, *flags], lines)]
+
+    def call_lines(self, results, call: str) -> list[str]:
+        """``var = call`` (one result: only when needed), then the broadcast reductions."""
+        if len(results) == 1:
+            ((k, var, _, shape),) = results
+            lines = [f"{var} = None", f"if ctx.needs_input_grad[{k}]:", f"    {var} = {call}"]
+            red = self.reduce_line(var, shape)
+            return lines + ([f"    {red}"] if red else [])
+        lines = [unpack_line([var for _, var, _, _ in results], call)]
+        for _, var, _, shape in results:
+            red = self.reduce_line(var, shape)
             if red:
-                lines += [f"if grad_{i} is not None:", f"    {red}"]
-        return lines, math
+                lines += [f"if {var} is not None:", f"    {red}"]
+        return lines
 
     # -------------------------------------------------------------- the main Function
     def main(self) -> Kernel:
@@ -842,9 +856,25 @@ class _TorchPlanner:
         setup_method = Method(["ctx", "inputs", "output"], mark_unused(setup) or ["pass"])
 
         unpack = self._unpack_saved(saved) + self._unpack_scalars(second.values())
-        back = list(unpack)
-        results = []
         gg = sympy.Symbol(f"grad_{var}", real=True)
+        # create_graph=False (e.g. the last step of a Hessian-vector product): every term
+        # from one function without a graph; otherwise the differentiable formulas below.
+        terms = [
+            (k, f"{name}_bar", gg * second[name], reduce_to.get(name))
+            for k, name in enumerate(args)
+            if name in second and not is_zero(second[name])
+        ]
+        fast, extra_math = self.graph_free(f"_{self.fn.name}_grad_{i}_backward", terms)
+        back = self._unpack_saved(saved)
+        if fast:
+            back += ["if not torch.is_grad_enabled():"]
+            back += ["    " + line for line in fast]
+            returns = [
+                f"{a}_bar" if a in second and not is_zero(second[a]) else "None" for a in args
+            ]
+            back += [f"    return {', '.join(returns)}"]
+        back += self._unpack_scalars(second.values())
+        results = []
         for k, name in enumerate(args):
             if name not in second or is_zero(second[name]):
                 results.append("None")
@@ -876,6 +906,7 @@ class _TorchPlanner:
             setup=setup_method,
             backward=backward,
             jvp=Method(["ctx", *tangent_args], mark_unused(jvp_lines)),
+            extra_math=extra_math,
         )
 
 

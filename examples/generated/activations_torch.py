@@ -146,6 +146,16 @@ def _softplus_grad_x(x, grad):
     return grad_x
 
 
+def _softplus_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
+    x_bar = grad_bar = None
+    t0 = grad_grad_x * torch.sigmoid(x)
+    if need_x_bar:
+        x_bar = (grad * t0).mul_((-x).sigmoid_())
+    if need_grad_bar:
+        grad_bar = t0
+    return x_bar, grad_bar
+
+
 class _SoftplusBackward(torch.autograd.Function):
     """The gradient of softplus: forward is the VJP, backward the derived second order."""
 
@@ -164,6 +174,16 @@ class _SoftplusBackward(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_grad_x):
         x, grad = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            x_bar, grad_bar = _run(
+                _softplus_grad_x_backward,
+                x,
+                grad,
+                grad_grad_x,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[1],
+            )
+            return x_bar, grad_bar
         x_bar = None
         if ctx.needs_input_grad[0]:
             x_bar = grad * grad_grad_x * torch.sigmoid(-x) * torch.sigmoid(x)
@@ -274,6 +294,20 @@ def _scaled_softplus_grad_x(x, grad, beta):
     return grad_x
 
 
+def _scaled_softplus_grad_x_backward(
+    x, grad, grad_grad_x, beta, need_x_bar, need_grad_bar
+):
+    x_bar = grad_bar = None
+    if need_x_bar:
+        t0 = -beta
+    t1 = grad_grad_x * (beta * x).sigmoid_()
+    if need_x_bar:
+        x_bar = (beta * grad * t1).mul_((t0 * x).sigmoid_())
+    if need_grad_bar:
+        grad_bar = t1
+    return x_bar, grad_bar
+
+
 class _ScaledSoftplusBackward(torch.autograd.Function):
     """The gradient of scaled_softplus: forward is the VJP, backward the derived second order."""
 
@@ -293,6 +327,17 @@ class _ScaledSoftplusBackward(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_grad_x):
         x, grad = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            x_bar, grad_bar = _run(
+                _scaled_softplus_grad_x_backward,
+                x,
+                grad,
+                grad_grad_x,
+                ctx.beta,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[1],
+            )
+            return x_bar, grad_bar, None
         beta = ctx.beta
         x_bar = None
         if ctx.needs_input_grad[0]:
@@ -341,11 +386,11 @@ def _mul_forward(x, y):
     return out
 
 
-def _mul_backward(x, y, grad, need_x, need_y):
+def _mul_backward(x, y, grad, need_grad_x, need_grad_y):
     grad_x = grad_y = None
-    if need_x:
+    if need_grad_x:
         grad_x = grad * y
-    if need_y:
+    if need_grad_y:
         grad_y = grad * x
     return grad_x, grad_y
 
@@ -441,6 +486,15 @@ def _mul_grad_x(y, grad):
     return grad_x
 
 
+def _mul_grad_x_backward(y, grad, grad_grad_x, need_y_bar, need_grad_bar):
+    y_bar = grad_bar = None
+    if need_y_bar:
+        y_bar = grad * grad_grad_x
+    if need_grad_bar:
+        grad_bar = grad_grad_x * y
+    return y_bar, grad_bar
+
+
 class _MulBackwardX(torch.autograd.Function):
     """The gradient of mul: forward is the VJP, backward the derived second order."""
 
@@ -459,6 +513,18 @@ class _MulBackwardX(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_grad_x):
         y, grad = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            y_bar, grad_bar = _run(
+                _mul_grad_x_backward,
+                y,
+                grad,
+                grad_grad_x,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[1],
+            )
+            if y_bar is not None:
+                y_bar = y_bar.sum_to_size(y.shape)
+            return y_bar, grad_bar
         y_bar = None
         if ctx.needs_input_grad[0]:
             y_bar = grad * grad_grad_x
@@ -484,6 +550,15 @@ def _mul_grad_y(x, grad):
     return grad_y
 
 
+def _mul_grad_y_backward(x, grad, grad_grad_y, need_x_bar, need_grad_bar):
+    x_bar = grad_bar = None
+    if need_x_bar:
+        x_bar = grad * grad_grad_y
+    if need_grad_bar:
+        grad_bar = grad_grad_y * x
+    return x_bar, grad_bar
+
+
 class _MulBackwardY(torch.autograd.Function):
     """The gradient of mul: forward is the VJP, backward the derived second order."""
 
@@ -502,6 +577,18 @@ class _MulBackwardY(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_grad_y):
         x, grad = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            x_bar, grad_bar = _run(
+                _mul_grad_y_backward,
+                x,
+                grad,
+                grad_grad_y,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[1],
+            )
+            if x_bar is not None:
+                x_bar = x_bar.sum_to_size(x.shape)
+            return x_bar, grad_bar
         x_bar = None
         if ctx.needs_input_grad[0]:
             x_bar = grad * grad_grad_y
@@ -614,6 +701,23 @@ def _sinh_cosh_grad_x(x, grad_s, grad_c):
     return grad_x
 
 
+def _sinh_cosh_grad_x_backward(
+    x, grad_s, grad_c, grad_grad_x, need_x_bar, need_grad_s_bar, need_grad_c_bar
+):
+    x_bar = grad_s_bar = grad_c_bar = None
+    if need_x_bar or need_grad_s_bar:
+        t0 = torch.cosh(x)
+    if need_x_bar or need_grad_c_bar:
+        t1 = torch.sinh(x)
+    if need_x_bar:
+        x_bar = grad_grad_x * (grad_c * t0 + grad_s * t1)
+    if need_grad_s_bar:
+        grad_s_bar = grad_grad_x * t0
+    if need_grad_c_bar:
+        grad_c_bar = grad_grad_x * t1
+    return x_bar, grad_s_bar, grad_c_bar
+
+
 class _SinhCoshBackward(torch.autograd.Function):
     """The gradient of sinh_cosh: forward is the VJP, backward the derived second order."""
 
@@ -632,6 +736,18 @@ class _SinhCoshBackward(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_grad_x):
         x, grad_s, grad_c = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            x_bar, grad_s_bar, grad_c_bar = _run(
+                _sinh_cosh_grad_x_backward,
+                x,
+                grad_s,
+                grad_c,
+                grad_grad_x,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[1],
+                ctx.needs_input_grad[2],
+            )
+            return x_bar, grad_s_bar, grad_c_bar
         x_bar = None
         if ctx.needs_input_grad[0]:
             x_bar = grad_grad_x * (grad_c * torch.cosh(x) + grad_s * torch.sinh(x))
@@ -674,11 +790,11 @@ def _log_ratio_forward(x, y):
     return out
 
 
-def _log_ratio_backward(x, y, grad, need_x, need_y):
+def _log_ratio_backward(x, y, grad, need_grad_x, need_grad_y):
     grad_x = grad_y = None
-    if need_x:
+    if need_grad_x:
         grad_x = grad / x
-    if need_y:
+    if need_grad_y:
         grad_y = -grad / y
     return grad_x, grad_y
 
@@ -782,6 +898,15 @@ def _log_ratio_grad_x(x, grad):
     return grad_x
 
 
+def _log_ratio_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
+    x_bar = grad_bar = None
+    if need_x_bar:
+        x_bar = -grad * grad_grad_x / x**2
+    if need_grad_bar:
+        grad_bar = grad_grad_x / x
+    return x_bar, grad_bar
+
+
 class _LogRatioBackwardX(torch.autograd.Function):
     """The gradient of log_ratio: forward is the VJP, backward the derived second order."""
 
@@ -800,6 +925,18 @@ class _LogRatioBackwardX(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_grad_x):
         x, grad = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            x_bar, grad_bar = _run(
+                _log_ratio_grad_x_backward,
+                x,
+                grad,
+                grad_grad_x,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[1],
+            )
+            if x_bar is not None:
+                x_bar = x_bar.sum_to_size(x.shape)
+            return x_bar, grad_bar
         x_bar = None
         if ctx.needs_input_grad[0]:
             x_bar = -grad * grad_grad_x / x**2
@@ -825,6 +962,15 @@ def _log_ratio_grad_y(y, grad):
     return grad_y
 
 
+def _log_ratio_grad_y_backward(y, grad, grad_grad_y, need_y_bar, need_grad_bar):
+    y_bar = grad_bar = None
+    if need_y_bar:
+        y_bar = grad * grad_grad_y / y**2
+    if need_grad_bar:
+        grad_bar = -grad_grad_y / y
+    return y_bar, grad_bar
+
+
 class _LogRatioBackwardY(torch.autograd.Function):
     """The gradient of log_ratio: forward is the VJP, backward the derived second order."""
 
@@ -843,6 +989,18 @@ class _LogRatioBackwardY(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_grad_y):
         y, grad = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            y_bar, grad_bar = _run(
+                _log_ratio_grad_y_backward,
+                y,
+                grad,
+                grad_grad_y,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[1],
+            )
+            if y_bar is not None:
+                y_bar = y_bar.sum_to_size(y.shape)
+            return y_bar, grad_bar
         y_bar = None
         if ctx.needs_input_grad[0]:
             y_bar = grad * grad_grad_y / y**2
@@ -955,6 +1113,19 @@ def _weighted_bce_grad_z(z, target, grad):
     return grad_z
 
 
+def _weighted_bce_grad_z_backward(
+    z, target, grad, grad_grad_z, need_z_bar, need_grad_bar
+):
+    z_bar = grad_bar = None
+    t0 = torch.sigmoid(z)
+    t1 = (-z).sigmoid_()
+    if need_z_bar:
+        z_bar = (grad * grad_grad_z * t0).mul_(t1)
+    if need_grad_bar:
+        grad_bar = grad_grad_z * (t0 * (1 - target)).sub_(t1 * target)
+    return z_bar, grad_bar
+
+
 class _WeightedBceBackward(torch.autograd.Function):
     """The gradient of weighted_bce: forward is the VJP, backward the derived second order."""
 
@@ -973,6 +1144,19 @@ class _WeightedBceBackward(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_grad_z):
         z, target, grad = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            z_bar, grad_bar = _run(
+                _weighted_bce_grad_z_backward,
+                z,
+                target,
+                grad,
+                grad_grad_z,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[2],
+            )
+            if z_bar is not None:
+                z_bar = z_bar.sum_to_size(z.shape)
+            return z_bar, None, grad_bar
         z_bar = None
         if ctx.needs_input_grad[0]:
             z_bar = grad * grad_grad_z * torch.sigmoid(-z) * torch.sigmoid(z)
@@ -1082,6 +1266,11 @@ def _binarize_grad_x(x, grad):
     return grad_x
 
 
+def _binarize_grad_x_backward(x, grad_grad_x):
+    grad_bar = grad_grad_x * torch.where(torch.abs(x) <= 1, 1.0, torch.full_like(x, 0))
+    return grad_bar
+
+
 class _BinarizeBackward(torch.autograd.Function):
     """The gradient of binarize: forward is the VJP, backward the derived second order."""
 
@@ -1100,6 +1289,11 @@ class _BinarizeBackward(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_grad_x):
         (x,) = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            grad_bar = None
+            if ctx.needs_input_grad[1]:
+                grad_bar = _run(_binarize_grad_x_backward, x, grad_grad_x)
+            return None, grad_bar
         grad_bar = None
         if ctx.needs_input_grad[1]:
             grad_bar = grad_grad_x * torch.where(

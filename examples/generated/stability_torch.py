@@ -159,6 +159,16 @@ def _softplus_grad_x(x, grad):
     return grad_x
 
 
+def _softplus_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
+    x_bar = grad_bar = None
+    t0 = grad_grad_x * torch.sigmoid(x)
+    if need_x_bar:
+        x_bar = (grad * t0).mul_((-x).sigmoid_())
+    if need_grad_bar:
+        grad_bar = t0
+    return x_bar, grad_bar
+
+
 class _SoftplusBackward(torch.autograd.Function):
     """The gradient of softplus: forward is the VJP, backward the derived second order."""
 
@@ -177,6 +187,16 @@ class _SoftplusBackward(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_grad_x):
         x, grad = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            x_bar, grad_bar = _run(
+                _softplus_grad_x_backward,
+                x,
+                grad,
+                grad_grad_x,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[1],
+            )
+            return x_bar, grad_bar
         x_bar = None
         if ctx.needs_input_grad[0]:
             x_bar = grad * grad_grad_x * torch.sigmoid(-x) * torch.sigmoid(x)
@@ -285,6 +305,16 @@ def _log_sigmoid_grad_x(x, grad):
     return grad_x
 
 
+def _log_sigmoid_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
+    x_bar = grad_bar = None
+    t0 = grad_grad_x * (-x).sigmoid_()
+    if need_x_bar:
+        x_bar = (-grad * t0).mul_(torch.sigmoid(x))
+    if need_grad_bar:
+        grad_bar = t0
+    return x_bar, grad_bar
+
+
 class _LogSigmoidBackward(torch.autograd.Function):
     """The gradient of log_sigmoid: forward is the VJP, backward the derived second order."""
 
@@ -303,6 +333,16 @@ class _LogSigmoidBackward(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_grad_x):
         x, grad = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            x_bar, grad_bar = _run(
+                _log_sigmoid_grad_x_backward,
+                x,
+                grad,
+                grad_grad_x,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[1],
+            )
+            return x_bar, grad_bar
         x_bar = None
         if ctx.needs_input_grad[0]:
             x_bar = -grad * grad_grad_x * torch.sigmoid(-x) * torch.sigmoid(x)
@@ -415,6 +455,19 @@ def _bce_sigmoid_grad_z(z, target, grad):
     return grad_z
 
 
+def _bce_sigmoid_grad_z_backward(
+    z, target, grad, grad_grad_z, need_z_bar, need_grad_bar
+):
+    z_bar = grad_bar = None
+    t0 = torch.sigmoid(z)
+    t1 = (-z).sigmoid_()
+    if need_z_bar:
+        z_bar = (grad * grad_grad_z * t0).mul_(t1)
+    if need_grad_bar:
+        grad_bar = grad_grad_z * (t0 * (1 - target)).sub_(t1 * target)
+    return z_bar, grad_bar
+
+
 class _BceSigmoidBackward(torch.autograd.Function):
     """The gradient of bce_sigmoid: forward is the VJP, backward the derived second order."""
 
@@ -433,6 +486,19 @@ class _BceSigmoidBackward(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_grad_z):
         z, target, grad = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            z_bar, grad_bar = _run(
+                _bce_sigmoid_grad_z_backward,
+                z,
+                target,
+                grad,
+                grad_grad_z,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[2],
+            )
+            if z_bar is not None:
+                z_bar = z_bar.sum_to_size(z.shape)
+            return z_bar, None, grad_bar
         z_bar = None
         if ctx.needs_input_grad[0]:
             z_bar = grad * grad_grad_z * torch.sigmoid(-z) * torch.sigmoid(z)
@@ -543,6 +609,16 @@ def _logit_grad_p(p, grad):
     return grad_p
 
 
+def _logit_grad_p_backward(p, grad, grad_grad_p, need_p_bar, need_grad_bar):
+    p_bar = grad_bar = None
+    t0 = p - 1
+    if need_p_bar:
+        p_bar = (grad * grad_grad_p * (2 * p).sub_(1)).div_((p**2).mul_(t0**2))
+    if need_grad_bar:
+        grad_bar = -grad_grad_p / t0.mul_(p)
+    return p_bar, grad_bar
+
+
 class _LogitBackward(torch.autograd.Function):
     """The gradient of logit: forward is the VJP, backward the derived second order."""
 
@@ -561,6 +637,16 @@ class _LogitBackward(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_grad_p):
         p, grad = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            p_bar, grad_bar = _run(
+                _logit_grad_p_backward,
+                p,
+                grad,
+                grad_grad_p,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[1],
+            )
+            return p_bar, grad_bar
         p_bar = None
         if ctx.needs_input_grad[0]:
             p_bar = grad * grad_grad_p * (2 * p - 1) / (p**2 * (p - 1) ** 2)
@@ -669,6 +755,16 @@ def _log1mexp_grad_x(x, grad):
     return grad_x
 
 
+def _log1mexp_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
+    x_bar = grad_bar = None
+    t0 = grad_grad_x / (-x).expm1_()
+    if need_x_bar:
+        x_bar = (grad * t0).div_(torch.expm1(x))
+    if need_grad_bar:
+        grad_bar = t0.neg_()
+    return x_bar, grad_bar
+
+
 class _Log1mexpBackward(torch.autograd.Function):
     """The gradient of log1mexp: forward is the VJP, backward the derived second order."""
 
@@ -687,6 +783,16 @@ class _Log1mexpBackward(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_grad_x):
         x, grad = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            x_bar, grad_bar = _run(
+                _log1mexp_grad_x_backward,
+                x,
+                grad,
+                grad_grad_x,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[1],
+            )
+            return x_bar, grad_bar
         x_bar = None
         if ctx.needs_input_grad[0]:
             x_bar = grad * grad_grad_x / (torch.expm1(-x) * torch.expm1(x))
@@ -795,6 +901,24 @@ def _mish_grad_x(x, grad):
     return grad_x
 
 
+def _mish_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
+    x_bar = grad_bar = None
+    t0 = torch.sigmoid(x)
+    t1 = torch.nn.functional.softplus(x, threshold=40.0)
+    t2 = torch.cosh(t1).pow_(-2)
+    t3 = t1.tanh_()
+    t4 = t0 * x
+    if need_x_bar:
+        x_bar = (
+            (grad * grad_grad_x * t0)
+            .mul_(t2)
+            .mul_((-2 * t3).mul_(t4).add_((-x).sigmoid_().mul_(x)).add_(2))
+        )
+    if need_grad_bar:
+        grad_bar = grad_grad_x * t2.mul_(t4).add_(t3)
+    return x_bar, grad_bar
+
+
 class _MishBackward(torch.autograd.Function):
     """The gradient of mish: forward is the VJP, backward the derived second order."""
 
@@ -813,6 +937,16 @@ class _MishBackward(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_grad_x):
         x, grad = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            x_bar, grad_bar = _run(
+                _mish_grad_x_backward,
+                x,
+                grad,
+                grad_grad_x,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[1],
+            )
+            return x_bar, grad_bar
         x_bar = None
         if ctx.needs_input_grad[0]:
             t0 = torch.sigmoid(x)
@@ -947,6 +1081,24 @@ def _gelu_grad_x(x, grad):
     return grad_x
 
 
+def _gelu_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
+    x_bar = grad_bar = None
+    t0 = x**2
+    t1 = math.sqrt(2) / 2
+    t2 = (-0.5 * t0).exp_().div_(math.sqrt(math.pi))
+    if need_x_bar:
+        t3 = grad * t1 * t2
+    t4 = torch.abs(x) < 40.0
+    if need_grad_bar:
+        t5 = t1 * x
+        t6 = (-t5).erfc_().div_(2)
+    if need_x_bar:
+        x_bar = grad_grad_x * torch.where(t4, t3 * t0.neg_().add_(2), t3)
+    if need_grad_bar:
+        grad_bar = grad_grad_x * torch.where(t4, t2.mul_(t5).add_(t6), t6)
+    return x_bar, grad_bar
+
+
 class _GeluBackward(torch.autograd.Function):
     """The gradient of gelu: forward is the VJP, backward the derived second order."""
 
@@ -965,6 +1117,16 @@ class _GeluBackward(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_grad_x):
         x, grad = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            x_bar, grad_bar = _run(
+                _gelu_grad_x_backward,
+                x,
+                grad,
+                grad_grad_x,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[1],
+            )
+            return x_bar, grad_bar
         x_bar = None
         if ctx.needs_input_grad[0]:
             t0 = x**2
@@ -1093,6 +1255,22 @@ def _swish_grad_x(x, grad, beta):
     return grad_x
 
 
+def _swish_grad_x_backward(x, grad, grad_grad_x, beta, need_x_bar, need_grad_bar):
+    x_bar = grad_bar = None
+    t0 = -beta
+    t1 = t0 * x
+    t2 = torch.sigmoid(t1)
+    t3 = beta * x
+    t4 = t2 * t3
+    t5 = t3.sigmoid_()
+    t6 = grad_grad_x * t5
+    if need_x_bar:
+        x_bar = (beta * grad * t2 * t6).mul_(t1.mul_(t5).add_(t4).add_(2))
+    if need_grad_bar:
+        grad_bar = t6.mul_(t4.add_(1))
+    return x_bar, grad_bar
+
+
 class _SwishBackward(torch.autograd.Function):
     """The gradient of swish: forward is the VJP, backward the derived second order."""
 
@@ -1112,6 +1290,17 @@ class _SwishBackward(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_grad_x):
         x, grad = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            x_bar, grad_bar = _run(
+                _swish_grad_x_backward,
+                x,
+                grad,
+                grad_grad_x,
+                ctx.beta,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[1],
+            )
+            return x_bar, grad_bar, None
         beta = ctx.beta
         x_bar = None
         if ctx.needs_input_grad[0]:
@@ -1278,6 +1467,51 @@ def _focal_loss_grad_z(z, target, grad, gamma):
     return grad_z
 
 
+def _focal_loss_grad_z_backward(
+    z, target, grad, grad_grad_z, gamma, need_z_bar, need_grad_bar
+):
+    z_bar = grad_bar = None
+    t0 = -gamma
+    if need_z_bar:
+        t1 = -gamma - 1
+        t2 = -(gamma**2)
+    t3 = torch.sigmoid(z)
+    t4 = -z
+    t5 = torch.sigmoid(t4)
+    t6 = gamma + 1
+    t7 = t5**t6 * target
+    if need_z_bar:
+        t8 = t3 * t7
+    t9 = target - 1
+    t10 = t3**t6 * t9
+    if need_z_bar:
+        t11 = t10 * t5
+    t12 = torch.nn.functional.softplus(z, threshold=40.0)
+    t13 = torch.nn.functional.softplus(t4, threshold=40.0)
+    t14 = t0 * t13
+    t15 = (t3**gamma).mul_(t12) * t9
+    t16 = t5**gamma * target
+    if need_z_bar:
+        z_bar = (
+            grad
+            * grad_grad_z
+            * (t13.mul_(gamma**2) * t16)
+            .mul_(t3**2)
+            .add_((gamma * t11).mul_(t12))
+            .add_(gamma * t8)
+            .add_(t0 * t11)
+            .add_(t1 * t11)
+            .add_(t14 * t8)
+            .add_((t15 * t2).mul_(t5**2))
+            .add_(t6 * t8)
+        )
+    if need_grad_bar:
+        grad_bar = grad_grad_z * t15.mul_(t0).mul_(t5).sub_(t10).add_(
+            t16.mul_(t14).mul_(t3)
+        ).sub_(t7)
+    return z_bar, grad_bar
+
+
 class _FocalLossBackward(torch.autograd.Function):
     """The gradient of focal_loss: forward is the VJP, backward the derived second order."""
 
@@ -1297,6 +1531,20 @@ class _FocalLossBackward(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_grad_z):
         z, target, grad = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            z_bar, grad_bar = _run(
+                _focal_loss_grad_z_backward,
+                z,
+                target,
+                grad,
+                grad_grad_z,
+                ctx.gamma,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[2],
+            )
+            if z_bar is not None:
+                z_bar = z_bar.sum_to_size(z.shape)
+            return z_bar, None, grad_bar, None
         gamma = ctx.gamma
         z_bar = None
         if ctx.needs_input_grad[0]:
@@ -1497,6 +1745,44 @@ def _student_t_logpdf_grad_x(x, grad, nu):
     return grad_x
 
 
+def _student_t_logpdf_grad_x_backward(
+    x, grad, grad_grad_x, nu, need_x_bar, need_grad_bar
+):
+    x_bar = grad_bar = None
+    if need_x_bar:
+        t0 = 2 * nu
+    t1 = -nu
+    if need_x_bar:
+        t2 = -(nu**2)
+    if need_grad_bar:
+        t3 = -nu - 1
+    t4 = x**2
+    t5 = nu + t4
+    t6 = torch.abs(x) < 1
+    t7 = 1 / t4
+    if need_x_bar:
+        t8 = x ** (-4)
+        t9 = grad * t7
+        t10 = grad * t8
+    if need_grad_bar:
+        t11 = 1 / x
+    if need_x_bar:
+        x_bar = grad_grad_x * torch.where(
+            t6,
+            (grad * t4.add_(-nu)).mul_(nu + 1).div_(t5**2),
+            (nu * t9)
+            .add_(t1 * t10)
+            .add_(t10 * t2)
+            .add_(t9)
+            .div_(t8.mul_(nu**2).add_(t0 * t7).add_(1)),
+        )
+    if need_grad_bar:
+        grad_bar = grad_grad_x * torch.where(
+            t6, (t3 * x).div_(t5), (t1 * t11).sub_(t11).div_(t7.mul_(nu).add_(1))
+        )
+    return x_bar, grad_bar
+
+
 class _StudentTLogpdfBackward(torch.autograd.Function):
     """The gradient of student_t_logpdf: forward is the VJP, backward the derived second order."""
 
@@ -1516,6 +1802,17 @@ class _StudentTLogpdfBackward(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_grad_x):
         x, grad = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            x_bar, grad_bar = _run(
+                _student_t_logpdf_grad_x_backward,
+                x,
+                grad,
+                grad_grad_x,
+                ctx.nu,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[1],
+            )
+            return x_bar, grad_bar, None
         nu = ctx.nu
         x_bar = None
         if ctx.needs_input_grad[0]:
@@ -1661,6 +1958,15 @@ def _entropy_term_grad_x(x, grad):
     return grad_x
 
 
+def _entropy_term_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
+    x_bar = grad_bar = None
+    if need_x_bar:
+        x_bar = grad * grad_grad_x / x
+    if need_grad_bar:
+        grad_bar = grad_grad_x * torch.log(x).add_(1)
+    return x_bar, grad_bar
+
+
 class _EntropyTermBackward(torch.autograd.Function):
     """The gradient of entropy_term: forward is the VJP, backward the derived second order."""
 
@@ -1679,6 +1985,16 @@ class _EntropyTermBackward(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_grad_x):
         x, grad = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            x_bar, grad_bar = _run(
+                _entropy_term_grad_x_backward,
+                x,
+                grad,
+                grad_grad_x,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[1],
+            )
+            return x_bar, grad_bar
         x_bar = None
         if ctx.needs_input_grad[0]:
             x_bar = grad * grad_grad_x / x
@@ -1786,6 +2102,21 @@ def _sqrt_diff_grad_x(x, grad):
     return grad_x
 
 
+def _sqrt_diff_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
+    x_bar = grad_bar = None
+    t0 = torch.sqrt(x)
+    t1 = (x + 1).sqrt_()
+    t2 = 2 * t1
+    t3 = (2 * t0).add_(t2 * x).add_((x**1.5).mul_(2))
+    if need_x_bar:
+        x_bar = (
+            -grad * grad_grad_x * (-3 * t0).sub_(t2).sub_(x / t1).sub_(1 / t0)
+        ).div_(t3**2)
+    if need_grad_bar:
+        grad_bar = -grad_grad_x / t3
+    return x_bar, grad_bar
+
+
 class _SqrtDiffBackward(torch.autograd.Function):
     """The gradient of sqrt_diff: forward is the VJP, backward the derived second order."""
 
@@ -1804,6 +2135,16 @@ class _SqrtDiffBackward(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_grad_x):
         x, grad = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            x_bar, grad_bar = _run(
+                _sqrt_diff_grad_x_backward,
+                x,
+                grad,
+                grad_grad_x,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[1],
+            )
+            return x_bar, grad_bar
         x_bar = None
         if ctx.needs_input_grad[0]:
             t0 = torch.sqrt(x)
@@ -1855,12 +2196,12 @@ def _logaddexp_forward(a, b):
     return out
 
 
-def _logaddexp_backward(a, b, grad, need_a, need_b):
+def _logaddexp_backward(a, b, grad, need_grad_a, need_grad_b):
     grad_a = grad_b = None
     t0 = a - b
-    if need_a:
+    if need_grad_a:
         grad_a = grad * torch.sigmoid(t0)
-    if need_b:
+    if need_grad_b:
         grad_b = grad * t0.neg_().sigmoid_()
     return grad_a, grad_b
 
@@ -1965,6 +2306,23 @@ def _logaddexp_grad_a(a, b, grad):
     return grad_a
 
 
+def _logaddexp_grad_a_backward(
+    a, b, grad, grad_grad_a, need_a_bar, need_b_bar, need_grad_bar
+):
+    a_bar = b_bar = grad_bar = None
+    t0 = a - b
+    t1 = grad_grad_a * torch.sigmoid(t0)
+    if need_a_bar or need_b_bar:
+        t2 = (grad * t1).mul_(t0.neg_().sigmoid_())
+    if need_a_bar:
+        a_bar = t2
+    if need_b_bar:
+        b_bar = -t2
+    if need_grad_bar:
+        grad_bar = t1
+    return a_bar, b_bar, grad_bar
+
+
 class _LogaddexpBackwardA(torch.autograd.Function):
     """The gradient of logaddexp: forward is the VJP, backward the derived second order."""
 
@@ -1983,6 +2341,22 @@ class _LogaddexpBackwardA(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_grad_a):
         a, b, grad = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            a_bar, b_bar, grad_bar = _run(
+                _logaddexp_grad_a_backward,
+                a,
+                b,
+                grad,
+                grad_grad_a,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[1],
+                ctx.needs_input_grad[2],
+            )
+            if a_bar is not None:
+                a_bar = a_bar.sum_to_size(a.shape)
+            if b_bar is not None:
+                b_bar = b_bar.sum_to_size(b.shape)
+            return a_bar, b_bar, grad_bar
         a_bar = None
         if ctx.needs_input_grad[0]:
             t0 = a - b
@@ -2017,6 +2391,23 @@ def _logaddexp_grad_b(a, b, grad):
     return grad_b
 
 
+def _logaddexp_grad_b_backward(
+    a, b, grad, grad_grad_b, need_a_bar, need_b_bar, need_grad_bar
+):
+    a_bar = b_bar = grad_bar = None
+    t0 = a - b
+    t1 = grad_grad_b * (-t0).sigmoid_()
+    if need_a_bar or need_b_bar:
+        t2 = (grad * t1).mul_(t0.sigmoid_())
+    if need_a_bar:
+        a_bar = -t2
+    if need_b_bar:
+        b_bar = t2
+    if need_grad_bar:
+        grad_bar = t1
+    return a_bar, b_bar, grad_bar
+
+
 class _LogaddexpBackwardB(torch.autograd.Function):
     """The gradient of logaddexp: forward is the VJP, backward the derived second order."""
 
@@ -2035,6 +2426,22 @@ class _LogaddexpBackwardB(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_grad_b):
         a, b, grad = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            a_bar, b_bar, grad_bar = _run(
+                _logaddexp_grad_b_backward,
+                a,
+                b,
+                grad,
+                grad_grad_b,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[1],
+                ctx.needs_input_grad[2],
+            )
+            if a_bar is not None:
+                a_bar = a_bar.sum_to_size(a.shape)
+            if b_bar is not None:
+                b_bar = b_bar.sum_to_size(b.shape)
+            return a_bar, b_bar, grad_bar
         a_bar = None
         if ctx.needs_input_grad[0]:
             t0 = a - b
@@ -2256,6 +2663,116 @@ def _scaled_erfc_grad_x(x, grad):
     return grad_x
 
 
+def _scaled_erfc_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
+    x_bar = grad_bar = None
+    t0 = torch.special.erfcx(x).mul_(2)
+    t1 = 1 / math.sqrt(math.pi)
+    t2 = 2 * t1
+    t3 = (t0 * x).sub_(t2)
+    t4 = x < 9
+    t5 = x ** (-2)
+    t6 = x ** (-3)
+    t7 = (
+        (3 / x**5)
+        .neg_()
+        .add_(t6)
+        .add_(11.25 / x**7)
+        .sub_(52.5 / x**9)
+        .add_(295.3125 / x**11)
+        .sub_(1949.0625 / x**13)
+        .add_(14780.390625 / x**15)
+        .sub_(126689.0625 / x**17)
+        .add_(1211464.16015625 / x**19)
+        .sub_(12787677.24609375 / x**21)
+        .add_(147697672.1923828 / x**23)
+        .sub_(1852934432.9589844 / x**25)
+        .add_(25091820446.31958 / x**27)
+        .sub_(364796466488.80005 / x**29)
+        .add_(5667373675808.144 / x**31)
+        .sub_(93700578106694.64 / x**33)
+        .add_(1642688259932990.5 / x**35)
+        .sub_(3.0438047169346588e16 / x**37)
+        .add_(5.943874211125181e17 / x**39)
+    )
+    t8 = x ** (-38)
+    t9 = x ** (-36)
+    t10 = x ** (-34)
+    t11 = x ** (-32)
+    t12 = x ** (-30)
+    t13 = x ** (-28)
+    t14 = x ** (-26)
+    t15 = x ** (-24)
+    t16 = x ** (-22)
+    t17 = x ** (-20)
+    t18 = x ** (-18)
+    t19 = x ** (-16)
+    t20 = x ** (-14)
+    t21 = x ** (-12)
+    t22 = x ** (-10)
+    t23 = x ** (-8)
+    t24 = x ** (-6)
+    t25 = x ** (-4)
+    t26 = t1 / x
+    t27 = (
+        (-48314360586264.42 * t10)
+        .add_(2928143065834.2075 * t11)
+        .sub_(188912455860.27145 * t12)
+        .add_(13028445231.742859 * t13)
+        .sub_(965070017.1661377 * t14)
+        .add_(77205601.37329102 * t15)
+        .sub_(6713530.554199219 * t16)
+        .add_(639383.8623046875 * t17)
+        .sub_(67303.564453125 * t18)
+        .add_(7918.06640625 * t19)
+        .sub_(1055.7421875 * t20)
+        .add_(162.421875 * t21)
+        .sub_(29.53125 * t22)
+        .add_(6.5625 * t23)
+        .sub_(1.875 * t24)
+        .add_(0.75 * t25)
+        .sub_(0.5 * t5)
+        .sub_(1.5641774239803108e16 * t8)
+        .add_(845501310259627.4 * t9)
+        .add_(1)
+    )
+    if need_x_bar:
+        x_bar = grad_grad_x * torch.where(
+            t4,
+            grad * t0.add_((2 * t3).mul_(x)),
+            grad
+            * (t2 * t27)
+            .mul_(t6)
+            .sub_((t2 * t5).mul_(t7))
+            .add_(
+                t10.mul_(3092119077520923.0)
+                .sub_(t11.mul_(175688583950052.44))
+                .add_(t12.mul_(10579097528175.201))
+                .sub_(t13.mul_(677479152050.6287))
+                .add_(t14.mul_(46323360823.97461))
+                .sub_(t15.mul_(3397046460.4248047))
+                .add_(t16.mul_(268541222.16796875))
+                .sub_(t17.mul_(23017819.04296875))
+                .add_(t18.mul_(2153714.0625))
+                .sub_(t19.mul_(221705.859375))
+                .add_(t20.mul_(25337.8125))
+                .sub_(t21.mul_(3248.4375))
+                .add_(t22.mul_(472.5))
+                .sub_(t23.mul_(78.75))
+                .add_(t24.mul_(15))
+                .sub_(t25.mul_(3))
+                .add_(t8.mul_(1.1262077452658237e18))
+                .sub_(t9.mul_(5.7494089097654664e16))
+                .sub_(2.3181109423388205e19 / x**40)
+                .mul_(t26)
+            ),
+        )
+    if need_grad_bar:
+        grad_bar = grad_grad_x * torch.where(
+            t4, t3, t27.mul_(-t1).mul_(t5).add_(t26.mul_(t7))
+        )
+    return x_bar, grad_bar
+
+
 class _ScaledErfcBackward(torch.autograd.Function):
     """The gradient of scaled_erfc: forward is the VJP, backward the derived second order."""
 
@@ -2274,6 +2791,16 @@ class _ScaledErfcBackward(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_grad_x):
         x, grad = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            x_bar, grad_bar = _run(
+                _scaled_erfc_grad_x_backward,
+                x,
+                grad,
+                grad_grad_x,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[1],
+            )
+            return x_bar, grad_bar
         x_bar = None
         if ctx.needs_input_grad[0]:
             t0 = 2 * torch.special.erfcx(x)

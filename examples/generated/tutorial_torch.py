@@ -146,6 +146,11 @@ def _my_relu_grad_x(x, grad):
     return grad_x
 
 
+def _my_relu_grad_x_backward(x, grad_grad_x):
+    grad_bar = grad_grad_x * torch.where(x > 0, 1.0, torch.full_like(x, 0))
+    return grad_bar
+
+
 class _MyReluBackward(torch.autograd.Function):
     """The gradient of my_relu: forward is the VJP, backward the derived second order."""
 
@@ -164,6 +169,11 @@ class _MyReluBackward(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_grad_x):
         (x,) = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            grad_bar = None
+            if ctx.needs_input_grad[1]:
+                grad_bar = _run(_my_relu_grad_x_backward, x, grad_grad_x)
+            return None, grad_bar
         grad_bar = None
         if ctx.needs_input_grad[1]:
             grad_bar = grad_grad_x * torch.where(x > 0, 1.0, torch.full_like(x, 0))
@@ -264,6 +274,15 @@ def _exp_grad_x(out, grad):
     return grad_x
 
 
+def _exp_grad_x_backward(out, grad, grad_grad_x, need_out_bar, need_grad_bar):
+    out_bar = grad_bar = None
+    if need_out_bar:
+        out_bar = grad * grad_grad_x
+    if need_grad_bar:
+        grad_bar = grad_grad_x * out
+    return out_bar, grad_bar
+
+
 class _ExpBackward(torch.autograd.Function):
     """The gradient of exp: forward is the VJP, backward the derived second order."""
 
@@ -282,6 +301,16 @@ class _ExpBackward(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_grad_x):
         out, grad = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            out_bar, grad_bar = _run(
+                _exp_grad_x_backward,
+                out,
+                grad,
+                grad_grad_x,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[1],
+            )
+            return out_bar, grad_bar
         out_bar = None
         if ctx.needs_input_grad[0]:
             out_bar = grad * grad_grad_x
@@ -387,6 +416,16 @@ def _square_grad_x(x, grad):
     return grad_x
 
 
+def _square_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
+    x_bar = grad_bar = None
+    t0 = 2 * grad_grad_x
+    if need_x_bar:
+        x_bar = grad * t0
+    if need_grad_bar:
+        grad_bar = t0 * x
+    return x_bar, grad_bar
+
+
 class _SquareBackward(torch.autograd.Function):
     """The gradient of square: forward is the VJP, backward the derived second order."""
 
@@ -405,6 +444,16 @@ class _SquareBackward(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_grad_x):
         x, grad = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            x_bar, grad_bar = _run(
+                _square_grad_x_backward,
+                x,
+                grad,
+                grad_grad_x,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[1],
+            )
+            return x_bar, grad_bar
         x_bar = None
         if ctx.needs_input_grad[0]:
             x_bar = 2 * grad * grad_grad_x
@@ -508,6 +557,15 @@ def _cube_grad_x(x, grad):
     return grad_x
 
 
+def _cube_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
+    x_bar = grad_bar = None
+    if need_x_bar:
+        x_bar = 6 * grad * grad_grad_x * x
+    if need_grad_bar:
+        grad_bar = 3 * grad_grad_x * x**2
+    return x_bar, grad_bar
+
+
 class _CubeBackward(torch.autograd.Function):
     """The gradient of cube: forward is the VJP, backward the derived second order."""
 
@@ -526,6 +584,16 @@ class _CubeBackward(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_grad_x):
         x, grad = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            x_bar, grad_bar = _run(
+                _cube_grad_x_backward,
+                x,
+                grad,
+                grad_grad_x,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[1],
+            )
+            return x_bar, grad_bar
         x_bar = None
         if ctx.needs_input_grad[0]:
             x_bar = 6 * grad * grad_grad_x * x
@@ -629,6 +697,15 @@ def _sinh_grad_x(x, grad):
     return grad_x
 
 
+def _sinh_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
+    x_bar = grad_bar = None
+    if need_x_bar:
+        x_bar = grad * grad_grad_x * torch.sinh(x)
+    if need_grad_bar:
+        grad_bar = grad_grad_x * torch.cosh(x)
+    return x_bar, grad_bar
+
+
 class _SinhBackward(torch.autograd.Function):
     """The gradient of sinh: forward is the VJP, backward the derived second order."""
 
@@ -647,6 +724,16 @@ class _SinhBackward(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_grad_x):
         x, grad = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            x_bar, grad_bar = _run(
+                _sinh_grad_x_backward,
+                x,
+                grad,
+                grad_grad_x,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[1],
+            )
+            return x_bar, grad_bar
         x_bar = None
         if ctx.needs_input_grad[0]:
             x_bar = grad * grad_grad_x * torch.sinh(x)
@@ -752,6 +839,16 @@ def _log1pexp_grad_x(x, grad):
     return grad_x
 
 
+def _log1pexp_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
+    x_bar = grad_bar = None
+    t0 = grad_grad_x * torch.sigmoid(x)
+    if need_x_bar:
+        x_bar = (grad * t0).mul_((-x).sigmoid_())
+    if need_grad_bar:
+        grad_bar = t0
+    return x_bar, grad_bar
+
+
 class _Log1pexpBackward(torch.autograd.Function):
     """The gradient of log1pexp: forward is the VJP, backward the derived second order."""
 
@@ -770,6 +867,16 @@ class _Log1pexpBackward(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_grad_x):
         x, grad = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            x_bar, grad_bar = _run(
+                _log1pexp_grad_x_backward,
+                x,
+                grad,
+                grad_grad_x,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[1],
+            )
+            return x_bar, grad_bar
         x_bar = None
         if ctx.needs_input_grad[0]:
             x_bar = grad * grad_grad_x * torch.sigmoid(-x) * torch.sigmoid(x)
@@ -808,11 +915,11 @@ def _mul_forward(x, y):
     return out
 
 
-def _mul_backward(x, y, grad, need_x, need_y):
+def _mul_backward(x, y, grad, need_grad_x, need_grad_y):
     grad_x = grad_y = None
-    if need_x:
+    if need_grad_x:
         grad_x = grad * y
-    if need_y:
+    if need_grad_y:
         grad_y = grad * x
     return grad_x, grad_y
 
@@ -908,6 +1015,15 @@ def _mul_grad_x(y, grad):
     return grad_x
 
 
+def _mul_grad_x_backward(y, grad, grad_grad_x, need_y_bar, need_grad_bar):
+    y_bar = grad_bar = None
+    if need_y_bar:
+        y_bar = grad * grad_grad_x
+    if need_grad_bar:
+        grad_bar = grad_grad_x * y
+    return y_bar, grad_bar
+
+
 class _MulBackwardX(torch.autograd.Function):
     """The gradient of mul: forward is the VJP, backward the derived second order."""
 
@@ -926,6 +1042,18 @@ class _MulBackwardX(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_grad_x):
         y, grad = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            y_bar, grad_bar = _run(
+                _mul_grad_x_backward,
+                y,
+                grad,
+                grad_grad_x,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[1],
+            )
+            if y_bar is not None:
+                y_bar = y_bar.sum_to_size(y.shape)
+            return y_bar, grad_bar
         y_bar = None
         if ctx.needs_input_grad[0]:
             y_bar = grad * grad_grad_x
@@ -951,6 +1079,15 @@ def _mul_grad_y(x, grad):
     return grad_y
 
 
+def _mul_grad_y_backward(x, grad, grad_grad_y, need_x_bar, need_grad_bar):
+    x_bar = grad_bar = None
+    if need_x_bar:
+        x_bar = grad * grad_grad_y
+    if need_grad_bar:
+        grad_bar = grad_grad_y * x
+    return x_bar, grad_bar
+
+
 class _MulBackwardY(torch.autograd.Function):
     """The gradient of mul: forward is the VJP, backward the derived second order."""
 
@@ -969,6 +1106,18 @@ class _MulBackwardY(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_grad_y):
         x, grad = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            x_bar, grad_bar = _run(
+                _mul_grad_y_backward,
+                x,
+                grad,
+                grad_grad_y,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[1],
+            )
+            if x_bar is not None:
+                x_bar = x_bar.sum_to_size(x.shape)
+            return x_bar, grad_bar
         x_bar = None
         if ctx.needs_input_grad[0]:
             x_bar = grad * grad_grad_y
@@ -1070,6 +1219,11 @@ def _quantize_grad_x(grad):
     return grad_x
 
 
+def _quantize_grad_x_backward(grad_grad_x):
+    grad_bar = grad_grad_x
+    return grad_bar
+
+
 class _QuantizeBackward(torch.autograd.Function):
     """The gradient of quantize: forward is the VJP, backward the derived second order."""
 
@@ -1085,6 +1239,11 @@ class _QuantizeBackward(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_grad_x):
+        if not torch.is_grad_enabled():
+            grad_bar = None
+            if ctx.needs_input_grad[0]:
+                grad_bar = _run(_quantize_grad_x_backward, grad_grad_x)
+            return grad_bar
         grad_bar = None
         if ctx.needs_input_grad[0]:
             grad_bar = grad_grad_x
