@@ -607,7 +607,7 @@ class _TorchPlanner:
         fn = self.fn
         results = [(k, f"grad_{i}", vjps[i], shapes.get(i)) for k, i in diff]
         if len(diff) == 1 and fn.order >= 2:
-            ((k, i),) = diff
+            ((_, i),) = diff
             call = f"_run(_{fn.name}_grad_{i}, {', '.join(self._grad_inputs(i)[1])})"
             return self.call_lines(results, call), []
         return self.graph_free(f"_{fn.name}_backward", results)
