@@ -171,6 +171,7 @@ class _Buffers:
     """
 
     def __init__(self, tensors: dict[str, _Value], keep: set[str], numbers: set[str]):
+        self.passes = 0  # tensor operations, each a pass over memory
         self.values = {n: _Value(v.shape, v.dtype, v.kind, False) for n, v in tensors.items()}
         self.keep = set(keep)
         self.numbers = set(numbers) | {"math", "torch"}
@@ -210,6 +211,12 @@ class _Buffers:
             info = self.values.get(node.id, unknown)
             owned = info.owned and node.id in self.dead
             return node, _Value(info.shape, info.dtype, info.kind, owned)
+        new, info = self.operation(node)
+        if info is not None:
+            self.passes += 1
+        return new, info
+
+    def operation(self, node: ast.expr) -> tuple[ast.expr, _Value | None]:
         if isinstance(node, ast.BinOp):
             return self.binop(node)
         if isinstance(node, ast.UnaryOp):
@@ -327,6 +334,13 @@ class _Buffers:
 
 def _is_one(node: ast.expr) -> bool:
     return isinstance(node, ast.Constant) and node.value == 1
+
+
+def count_passes(lines: list[str], tensors: dict[str, _Value], numbers: set[str]) -> int:
+    """Tensor operations in ``lines`` (in-place ones included): passes over memory."""
+    buffers = _Buffers(tensors, set(), numbers)
+    buffers.rewrite(lines)
+    return buffers.passes
 
 
 def update_in_place(
@@ -527,19 +541,25 @@ class _TorchPlanner:
         self._second: dict[str, dict[str, sympy.Expr]] = {}
         self.non_diff = {i.name for i in self.fn.inputs if not i.gets_gradient}
         # Save-vs-recompute: an output whose formula reappears in a gradient is reused
-        # (d exp(x)/dx = grad * out) when that frees the gradient from an input, so that
-        # the output is saved instead of the input, not beside it.
+        # (d exp(x)/dx = grad * out) when that is cheaper by the cost model: fewer tensors
+        # saved for the backward first, then fewer passes over memory in it.
         self.reuse = {}
         for name, expr in derived.outputs:
             if expr.is_Atom or expr.has(sympy.Piecewise):
                 continue
-            sym = self.out_syms[name]
-            for vjp in derived.vjps.values():
-                before = vjp.free_symbols - self.scalars
-                after = vjp.xreplace({expr: sym}).free_symbols - self.scalars
-                if sym in after and not (before - after) <= {sym}:
-                    self.reuse[expr] = sym
-                    break
+            candidate = {**self.reuse, expr: self.out_syms[name]}
+            if self.backward_cost(candidate) < self.backward_cost(self.reuse):
+                self.reuse = candidate
+
+    def backward_cost(self, reuse: dict[sympy.Expr, sympy.Symbol]) -> tuple[int, int]:
+        """(tensors saved, passes over memory) of the first-order backward with ``reuse``."""
+        vjps = [(f"grad_{i}", e.xreplace(reuse)) for i, e in self.d.vjps.items() if not is_zero(e)]
+        saved = self.tensors_in(e for _, e in vjps) - set(self.d.grads)
+        if not vjps:
+            return len(saved), 0
+        printer = self.printer()
+        lines = emit(vjps, printer, group_scalars=True).lines
+        return len(saved), count_passes(lines, self.buffers(), {s.name for s in printer.scalars})
 
     def printer(self) -> FrameworkPrinter:
         return PRINTERS["torch"](scalars=self.scalars)

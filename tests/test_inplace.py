@@ -212,3 +212,35 @@ def test_double_backward_still_takes_the_differentiable_path(ip):
     (ngx,) = torch.autograd.grad(_naive_mix(x, y).sum(), x, create_graph=True)
     (nhx,) = torch.autograd.grad(ngx.sum(), x)
     torch.testing.assert_close(hx, nhx)
+
+
+# ----------------------------------------------------------------------------- save vs recompute
+COST = """\
+module: cost
+functions:
+  ex:
+    inputs: {x: {}}
+    output: exp(x)
+  sp:
+    inputs: {x: {}}
+    output: log(1 + exp(x))
+"""
+
+
+def _saved(fn, x):
+    packed = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: packed.append(t) or t, lambda t: t):
+        out = fn(x)
+    return out, packed
+
+
+def test_cost_model_saves_the_output_where_the_backward_is_cheaper_from_it(generate_module):
+    m = generate_module(COST)
+    x = torch.randn(5, dtype=torch.float64, requires_grad=True)
+    out, packed = _saved(m.ex, x)  # d exp = grad * out: one pass, and x is not needed
+    assert len(packed) == 1 and packed[0] is out
+    out, packed = _saved(m.sp, x)  # sigmoid(x) from softplus(x) would cost more passes
+    assert len(packed) == 1 and packed[0] is x
+    (g,) = torch.autograd.grad(m.ex(x).sum(), x, create_graph=True)
+    (h,) = torch.autograd.grad(g.sum(), x)
+    torch.testing.assert_close((g, h), (torch.exp(x), torch.exp(x)))
