@@ -179,6 +179,7 @@ class _Buffers:
 
     def rewrite(self, lines: list[str]) -> list[str]:
         trees = [ast.parse(line).body[0] for line in lines]
+        trees = _single_reads(trees, self.keep | self.numbers)
         last_use: dict[str, int] = {}
         for k, tree in enumerate(trees):
             for node in ast.walk(tree.value):
@@ -330,6 +331,57 @@ class _Buffers:
             kind = "float" if names & self.floats else "other"
             return new, _Value(info.shape, names or info.dtype, kind, info.owned)
         return new, _Value(info.shape, info.dtype, "other", False)
+
+
+_OPERATIONS = (ast.BinOp, ast.UnaryOp, ast.Compare, ast.Call)
+
+
+def _in_order(node: ast.AST, parent: ast.AST | None = None):
+    """(node, parent) pairs in Python's evaluation order."""
+    for child in ast.iter_child_nodes(node):
+        yield from _in_order(child, node)
+    yield node, parent
+
+
+def _single_reads(trees: list[ast.Assign], keep: set[str]) -> list[ast.Assign]:
+    """Where a temporary's last statement reads it more than once, the operations of the
+    earlier reads become statements of their own before it, so that the last read may
+    update the temporary in place (``where(t <= 1, a, t - 0.5)``: ``t.sub_(0.5)``).
+    Names in ``keep`` (results, Python numbers) are left alone."""
+    defined = {tree.targets[0].id for tree in trees}
+    taken = {n.id for tree in trees for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    fresh = (f"t{k}" for k in range(10**6) if f"t{k}" not in taken)
+    result: list[ast.Assign] = []
+    for k, tree in enumerate(trees):
+        later = {n.id for t in trees[k + 1 :] for n in ast.walk(t) if isinstance(n, ast.Name)}
+        for name in sorted(defined - later - keep):
+            reads = [
+                (node, parent)
+                for node, parent in _in_order(tree.value, tree)
+                if isinstance(node, ast.Name) and node.id == name
+            ]
+            if len(reads) < 2:
+                continue
+            last = reads[-1][0]
+            earlier = list({id(p): p for _, p in reads[:-1]}.values())
+            if not all(
+                isinstance(p, _OPERATIONS) and last not in set(ast.walk(p)) for p in earlier
+            ):
+                continue
+            for operation in earlier:
+                temp = next(fresh)
+                result.append(ast.Assign([ast.Name(temp, ast.Store())], operation, lineno=0))
+                tree = _replace(tree, operation, ast.Name(temp, ast.Load()))
+        result.append(tree)
+    return result
+
+
+def _replace(tree: ast.AST, old: ast.AST, new: ast.AST) -> ast.AST:
+    class Replace(ast.NodeTransformer):
+        def visit(self, node):
+            return new if node is old else self.generic_visit(node)
+
+    return Replace().visit(tree)
 
 
 def _is_one(node: ast.expr) -> bool:

@@ -35,9 +35,17 @@ def test_a_temporary_is_updated_at_its_last_use_only():
         "a = t0 * 2",
         "b = t0.mul_(3)",
     ]
-    # read twice in its last statement: not updated there either
+    # read again in its last statement: the earlier reads' operations come first
     lines = ["t0 = torch.exp(x)", "out = t0 * t0 + t0"]
-    assert _rewrite(lines, {"out"}, x="float")[1] == "out = (t0 * t0).add_(t0)"
+    assert _rewrite(lines, {"out"}, x="float")[1:] == ["t1 = t0 * t0", "out = t1.add_(t0)"]
+    lines = ["t0 = torch.abs(x)", "out = torch.where(t0 <= 1, x, t0 - 0.5)"]
+    assert _rewrite(lines, {"out"}, x="float")[1:] == [
+        "t1 = t0 <= 1",
+        "out = torch.where(t1, x, t0.sub_(0.5))",
+    ]
+    # where() itself reads t0: never updated while where() still needs it
+    lines = ["t0 = torch.exp(x)", "out = torch.where(t0 > 1, t0, t0 * 2)"]
+    assert _rewrite(lines, {"out"}, x="float")[1] == "out = torch.where(t0 > 1, t0, t0 * 2)"
 
 
 def test_results_and_their_aliases_are_kept():

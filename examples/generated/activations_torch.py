@@ -1340,11 +1340,12 @@ def _tanh_shrink_order1_forward(x):
 
 def _tanh_shrink_order1_backward(x, grad):
     t0 = x**2
+    t1 = grad * t0
     grad_x = torch.where(
         torch.abs(x) < 0.015899658203125,
-        (grad * t0)
-        .mul_((-210 * t0).sub_((x**6).mul_(62)).add_((x**4).mul_(119)).add_(315))
-        .div_(315),
+        t1.mul_(
+            t0.mul_(-210).sub_((x**6).mul_(62)).add_((x**4).mul_(119)).add_(315)
+        ).div_(315),
         grad * torch.tanh(x).pow_(2),
     )
     return grad_x

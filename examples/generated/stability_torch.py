@@ -895,9 +895,8 @@ class Mish(_Mish):
 
 def _mish_grad_x(x, grad):
     t0 = torch.nn.functional.softplus(x, threshold=40.0)
-    grad_x = grad * torch.sigmoid(x).mul_(x).div_(torch.cosh(t0).pow_(2)).add_(
-        torch.tanh(t0)
-    )
+    t1 = torch.cosh(t0)
+    grad_x = grad * torch.sigmoid(x).mul_(x).div_(t1.pow_(2)).add_(t0.tanh_())
     return grad_x
 
 
@@ -1073,11 +1072,8 @@ class Gelu(_Gelu):
 def _gelu_grad_x(x, grad):
     t0 = 0.7071067811865476 * x
     t1 = (-t0).erfc_().div_(2)
-    grad_x = torch.where(
-        torch.abs(x) < 40.0,
-        grad * t0.mul_((x**2).mul_(-0.5).exp_()).div_(math.sqrt(math.pi)).add_(t1),
-        grad * t1,
-    )
+    t2 = t0.mul_((x**2).mul_(-0.5).exp_()).div_(math.sqrt(math.pi)).add_(t1)
+    grad_x = torch.where(torch.abs(x) < 40.0, grad * t2, grad * t1)
     return grad_x
 
 
@@ -1093,9 +1089,11 @@ def _gelu_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
         t5 = t1 * x
         t6 = (-t5).erfc_().div_(2)
     if need_x_bar:
-        x_bar = grad_grad_x * torch.where(t4, t3 * t0.neg_().add_(2), t3)
+        t7 = t3 * t0.neg_().add_(2)
+        x_bar = grad_grad_x * torch.where(t4, t7, t3)
     if need_grad_bar:
-        grad_bar = grad_grad_x * torch.where(t4, t2.mul_(t5).add_(t6), t6)
+        t8 = t2.mul_(t5).add_(t6)
+        grad_bar = grad_grad_x * torch.where(t4, t8, t6)
     return x_bar, grad_bar
 
 
@@ -1251,7 +1249,8 @@ class Swish(_Swish):
 def _swish_grad_x(x, grad, beta):
     t0 = -beta
     t1 = beta * x
-    grad_x = (grad * (t0 * x).sigmoid_().mul_(t1).add_(1)).mul_(torch.sigmoid(t1))
+    t2 = (t0 * x).sigmoid_().mul_(t1)
+    grad_x = (grad * t2.add_(1)).mul_(t1.sigmoid_())
     return grad_x
 
 
@@ -1354,8 +1353,9 @@ def swish(x: torch.Tensor, beta: float = 1.0) -> torch.Tensor:
 
 def _focal_loss_forward(z, target, gamma):
     t0 = -z
+    t1 = torch.sigmoid(t0)
     out = (
-        (target * torch.sigmoid(t0).pow_(gamma))
+        (target * t1.pow_(gamma))
         .mul_(torch.nn.functional.softplus(t0, threshold=40.0))
         .add_(
             ((1 - target) * torch.sigmoid(z).pow_(gamma)).mul_(
@@ -1457,13 +1457,16 @@ def _focal_loss_grad_z(z, target, grad, gamma):
     t3 = gamma + 1
     t4 = target - 1
     t5 = torch.sigmoid(z)
-    grad_z = grad * (t0 * t2 * t4).mul_(t5**gamma).mul_(
+    t6 = t0 * t2
+    t7 = t2**gamma
+    t8 = t6 * t4
+    t9 = t5**gamma
+    t10 = t7.mul_(t0).mul_(t5)
+    grad_z = grad * t8.mul_(t9).mul_(
         torch.nn.functional.softplus(z, threshold=40.0)
-    ).add_(
-        ((t2**gamma).mul_(t0).mul_(t5) * target).mul_(
-            torch.nn.functional.softplus(t1, threshold=40.0)
-        )
-    ).sub_(t2**t3 * target).sub_(t4 * t5**t3)
+    ).add_((t10 * target).mul_(torch.nn.functional.softplus(t1, threshold=40.0))).sub_(
+        t2.pow_(t3) * target
+    ).sub_(t4 * t5.pow_(t3))
     return grad_z
 
 
@@ -1492,18 +1495,22 @@ def _focal_loss_grad_z_backward(
     t15 = (t3**gamma).mul_(t12) * t9
     t16 = t5**gamma * target
     if need_z_bar:
+        t17 = gamma * t11
+        t18 = t0 * t11
+        t19 = gamma * t8
+        t20 = t14 * t8
         z_bar = (
             grad
             * grad_grad_z
             * (t13.mul_(gamma**2) * t16)
             .mul_(t3**2)
-            .add_((gamma * t11).mul_(t12))
-            .add_(gamma * t8)
-            .add_(t0 * t11)
-            .add_(t1 * t11)
-            .add_(t14 * t8)
+            .add_(t17.mul_(t12))
+            .add_(t19)
+            .add_(t18)
+            .add_(t11.mul_(t1))
+            .add_(t20)
             .add_((t15 * t2).mul_(t5**2))
-            .add_(t6 * t8)
+            .add_(t8.mul_(t6))
         )
     if need_grad_bar:
         grad_bar = grad_grad_z * t15.mul_(t0).mul_(t5).sub_(t10).add_(
@@ -1737,10 +1744,12 @@ def _student_t_logpdf_grad_x(x, grad, nu):
     t1 = -nu
     t2 = x**2
     t3 = 1 / x
+    t4 = nu + t2
+    t5 = t1 * t3
     grad_x = torch.where(
         torch.abs(x) < 1,
-        (grad * t0 * x).div_(nu + t2),
-        (grad * (t1 * t3).sub_(t3)).div_((nu / t2).add_(1)),
+        (grad * t0 * x).div_(t4),
+        (grad * t5.sub_(t3)).div_((nu / t2).add_(1)),
     )
     return grad_x
 
@@ -1767,18 +1776,20 @@ def _student_t_logpdf_grad_x_backward(
     if need_grad_bar:
         t11 = 1 / x
     if need_x_bar:
+        t12 = t1 * t10
+        t13 = nu * t9
         x_bar = grad_grad_x * torch.where(
             t6,
             (grad * t4.add_(-nu)).mul_(nu + 1).div_(t5**2),
-            (nu * t9)
-            .add_(t1 * t10)
-            .add_(t10 * t2)
+            t13.add_(t12)
+            .add_(t10.mul_(t2))
             .add_(t9)
             .div_(t8.mul_(nu**2).add_(t0 * t7).add_(1)),
         )
     if need_grad_bar:
+        t14 = t1 * t11
         grad_bar = grad_grad_x * torch.where(
-            t6, (t3 * x).div_(t5), (t1 * t11).sub_(t11).div_(t7.mul_(nu).add_(1))
+            t6, (t3 * x).div_(t5), t14.sub_(t11).div_(t7.mul_(nu).add_(1))
         )
     return x_bar, grad_bar
 
@@ -2109,8 +2120,9 @@ def _sqrt_diff_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
     t2 = 2 * t1
     t3 = (2 * t0).add_(t2 * x).add_((x**1.5).mul_(2))
     if need_x_bar:
+        t4 = -3 * t0
         x_bar = (
-            -grad * grad_grad_x * (-3 * t0).sub_(t2).sub_(x / t1).sub_(1 / t0)
+            -grad * grad_grad_x * t4.sub_(t2).sub_(x / t1).sub_(t0.reciprocal_())
         ).div_(t3**2)
     if need_grad_bar:
         grad_bar = -grad_grad_x / t3
@@ -2609,13 +2621,13 @@ class ScaledErfc(_ScaledErfc):
 def _scaled_erfc_grad_x(x, grad):
     t0 = 1 / math.sqrt(math.pi)
     t1 = x ** (-2)
+    t2 = -t0 * t1
     grad_x = torch.where(
         x < 9,
         grad * (2 * x).mul_(torch.special.erfcx(x)).add_(-2 * t0),
         grad
-        * (-t0 * t1)
-        .mul_(
-            (-0.5 * t1)
+        * t2.mul_(
+            t1.mul_(-0.5)
             .add_(1)
             .add_(0.75 / x**4)
             .sub_(1.875 / x**6)
@@ -2635,8 +2647,7 @@ def _scaled_erfc_grad_x(x, grad):
             .sub_(48314360586264.42 / x**34)
             .add_(845501310259627.4 / x**36)
             .sub_(1.5641774239803108e16 / x**38)
-        )
-        .add_(
+        ).add_(
             (x ** (-3))
             .sub_(3 / x**5)
             .add_(11.25 / x**7)
