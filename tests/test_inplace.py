@@ -93,6 +93,24 @@ def test_non_commutative_updates_are_exact():
     ]
 
 
+# ----------------------------------------------------------------------------- printing
+def test_torch_printer_saves_passes():
+    import sympy
+
+    from symgrad.printers.torch import TorchPrinter
+
+    x, u = sympy.symbols("x u", real=True)
+    p = TorchPrinter()
+    # p*x/q and -x/q: one float factor, one pass
+    assert p.doprint(sympy.Rational(8943, 200000) * x**3) == "0.044715*x**3"
+    assert p.doprint(-(x**2) / 2) == "-0.5*x**2"
+    assert p.doprint(x / 2) == "x/2"
+    # |x| < c without a float tensor |x|; compound arguments keep torch.abs
+    assert p.doprint(sympy.Abs(x) < 40) == "(x < 40) & (x > -40)"
+    assert p.doprint(sympy.Abs(x) <= 1) == "(x <= 1) & (x >= -1)"
+    assert p.doprint(sympy.Abs(x + u) < 2) == "torch.abs(u + x) < 2"
+
+
 # ----------------------------------------------------------------------------- generated code
 torch = pytest.importorskip("torch")
 

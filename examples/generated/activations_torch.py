@@ -1257,17 +1257,19 @@ class Binarize(_Binarize):
     @staticmethod
     def jvp(ctx, x_t):
         (x,) = ctx.saved_tensors
-        out_t = x_t * torch.where(torch.abs(x) <= 1, 1.0, torch.full_like(x, 0))
+        out_t = x_t * torch.where((x <= 1) & (x >= -1), 1.0, torch.full_like(x, 0))
         return out_t
 
 
 def _binarize_grad_x(x, grad):
-    grad_x = torch.where(torch.abs(x) <= 1, grad, 0.0)
+    grad_x = torch.where((x <= 1) & (x >= -1), grad, 0.0)
     return grad_x
 
 
 def _binarize_grad_x_backward(x, grad_grad_x):
-    grad_bar = grad_grad_x * torch.where(torch.abs(x) <= 1, 1.0, torch.full_like(x, 0))
+    grad_bar = grad_grad_x * torch.where(
+        (x <= 1) & (x >= -1), 1.0, torch.full_like(x, 0)
+    )
     return grad_bar
 
 
@@ -1297,7 +1299,7 @@ class _BinarizeBackward(torch.autograd.Function):
         grad_bar = None
         if ctx.needs_input_grad[1]:
             grad_bar = grad_grad_x * torch.where(
-                torch.abs(x) <= 1, 1.0, torch.full_like(x, 0)
+                (x <= 1) & (x >= -1), 1.0, torch.full_like(x, 0)
             )
         return None, grad_bar
 
@@ -1308,7 +1310,9 @@ class BinarizeBackward(_BinarizeBackward):
     @staticmethod
     def jvp(ctx, _x_t, grad_t):
         (x,) = ctx.saved_tensors
-        grad_x_t = grad_t * torch.where(torch.abs(x) <= 1, 1.0, torch.full_like(x, 0))
+        grad_x_t = grad_t * torch.where(
+            (x <= 1) & (x >= -1), 1.0, torch.full_like(x, 0)
+        )
         return grad_x_t
 
 
@@ -1327,7 +1331,7 @@ def binarize(x: torch.Tensor) -> torch.Tensor:
 
 def _tanh_shrink_order1_forward(x):
     out = torch.where(
-        torch.abs(x) < 0.015899658203125,
+        (x < 0.015899658203125) & (x > -0.015899658203125),
         (x**9)
         .mul_(-0.021869488536155203)
         .add_((x**7).mul_(0.05396825396825397))
@@ -1342,7 +1346,7 @@ def _tanh_shrink_order1_backward(x, grad):
     t0 = x**2
     t1 = grad * t0
     grad_x = torch.where(
-        torch.abs(x) < 0.015899658203125,
+        (x < 0.015899658203125) & (x > -0.015899658203125),
         t1.mul_(
             t0.mul_(-210).sub_((x**6).mul_(62)).add_((x**4).mul_(119)).add_(315)
         ).div_(315),
@@ -1401,7 +1405,7 @@ class TanhShrinkOrder1(_TanhShrinkOrder1):
         (x,) = ctx.saved_tensors
         t0 = x**2
         out_t = x_t * torch.where(
-            torch.abs(x) < 0.015899658203125,
+            (x < 0.015899658203125) & (x > -0.015899658203125),
             t0 * (-210 * t0 - 62 * x**6 + 119 * x**4 + 315) / 315,
             torch.tanh(x) ** 2,
         )

@@ -1062,7 +1062,7 @@ class Gelu(_Gelu):
         t0 = 0.7071067811865476 * x
         t1 = torch.erfc(-t0) / 2
         out_t = x_t * torch.where(
-            torch.abs(x) < 40.0,
+            (x < 40.0) & (x > -40.0),
             t0 * torch.exp(-0.5 * x**2) / math.sqrt(math.pi) + t1,
             t1,
         )
@@ -1073,7 +1073,7 @@ def _gelu_grad_x(x, grad):
     t0 = 0.7071067811865476 * x
     t1 = (-t0).erfc_().div_(2)
     t2 = t0.mul_((x**2).mul_(-0.5).exp_()).div_(math.sqrt(math.pi)).add_(t1)
-    grad_x = torch.where(torch.abs(x) < 40.0, grad * t2, grad * t1)
+    grad_x = torch.where((x < 40.0) & (x > -40.0), grad * t2, grad * t1)
     return grad_x
 
 
@@ -1084,7 +1084,7 @@ def _gelu_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
     t2 = (-0.5 * t0).exp_().div_(math.sqrt(math.pi))
     if need_x_bar:
         t3 = grad * t1 * t2
-    t4 = torch.abs(x) < 40.0
+    t4 = (x < 40.0) & (x > -40.0)
     if need_grad_bar:
         t5 = t1 * x
         t6 = (-t5).erfc_().div_(2)
@@ -1129,13 +1129,15 @@ class _GeluBackward(torch.autograd.Function):
         if ctx.needs_input_grad[0]:
             t0 = x**2
             t1 = 0.3989422804014327 * (grad * torch.exp(-0.5 * t0))
-            x_bar = grad_grad_x * torch.where(torch.abs(x) < 40.0, t1 * (2 - t0), t1)
+            x_bar = grad_grad_x * torch.where(
+                (x < 40.0) & (x > -40.0), t1 * (2 - t0), t1
+            )
         grad_bar = None
         if ctx.needs_input_grad[1]:
             t0 = 0.7071067811865476 * x
             t1 = torch.erfc(-t0) / 2
             grad_bar = grad_grad_x * torch.where(
-                torch.abs(x) < 40.0,
+                (x < 40.0) & (x > -40.0),
                 t0 * torch.exp(-0.5 * x**2) / math.sqrt(math.pi) + t1,
                 t1,
             )
@@ -1153,7 +1155,7 @@ class GeluBackward(_GeluBackward):
         t2 = torch.erfc(-t1) / 2
         t3 = x**2
         t4 = torch.exp(-0.5 * t3) / math.sqrt(math.pi)
-        t5 = torch.abs(x) < 40.0
+        t5 = (x < 40.0) & (x > -40.0)
         t6 = grad * t0 * t4
         grad_x_t = grad_t * torch.where(t5, t1 * t4 + t2, t2) + x_t * torch.where(
             t5, t6 * (2 - t3), t6
@@ -1734,7 +1736,7 @@ class StudentTLogpdf(_StudentTLogpdf):
         t2 = x**2
         t3 = 1 / x
         out_t = x_t * torch.where(
-            torch.abs(x) < 1, t0 * x / (nu + t2), (t1 * t3 - t3) / (nu / t2 + 1)
+            (x < 1) & (x > -1), t0 * x / (nu + t2), (t1 * t3 - t3) / (nu / t2 + 1)
         )
         return out_t
 
@@ -1747,7 +1749,7 @@ def _student_t_logpdf_grad_x(x, grad, nu):
     t4 = nu + t2
     t5 = t1 * t3
     grad_x = torch.where(
-        torch.abs(x) < 1,
+        (x < 1) & (x > -1),
         (grad * t0 * x).div_(t4),
         (grad * t5.sub_(t3)).div_((nu / t2).add_(1)),
     )
@@ -1767,7 +1769,7 @@ def _student_t_logpdf_grad_x_backward(
         t3 = -nu - 1
     t4 = x**2
     t5 = nu + t4
-    t6 = torch.abs(x) < 1
+    t6 = (x < 1) & (x > -1)
     t7 = 1 / t4
     if need_x_bar:
         t8 = x ** (-4)
@@ -1836,7 +1838,7 @@ class _StudentTLogpdfBackward(torch.autograd.Function):
             t6 = grad * t4
             t7 = grad * t5
             x_bar = grad_grad_x * torch.where(
-                torch.abs(x) < 1,
+                (x < 1) & (x > -1),
                 grad * (-nu + t3) * (nu + 1) / (nu + t3) ** 2,
                 (nu * t6 + t1 * t7 + t2 * t7 + t6) / (nu**2 * t5 + t0 * t4 + 1),
             )
@@ -1847,7 +1849,7 @@ class _StudentTLogpdfBackward(torch.autograd.Function):
             t2 = x**2
             t3 = 1 / x
             grad_bar = grad_grad_x * torch.where(
-                torch.abs(x) < 1, t0 * x / (nu + t2), (t1 * t3 - t3) / (nu / t2 + 1)
+                (x < 1) & (x > -1), t0 * x / (nu + t2), (t1 * t3 - t3) / (nu / t2 + 1)
             )
         return x_bar, grad_bar, None
 
@@ -1865,7 +1867,7 @@ class StudentTLogpdfBackward(_StudentTLogpdfBackward):
         t3 = -(nu**2)
         t4 = x**2
         t5 = nu + t4
-        t6 = torch.abs(x) < 1
+        t6 = (x < 1) & (x > -1)
         t7 = 1 / t4
         t8 = nu * t7
         t9 = 1 / x

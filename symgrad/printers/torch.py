@@ -53,6 +53,21 @@ class TorchPrinter(FrameworkPrinter):
             expr = sympy.Mul(sympy.Float(c, 17), rest, evaluate=False)
         return super()._print_Mul(expr)
 
+    def _print_Relational(self, expr):
+        # |u| < c as (u < c) & (u > -c): booleans only, no fresh float tensor for |u|.
+        lhs, rhs, op = expr.lhs, expr.rhs, expr.rel_op
+        if (
+            op in ("<", "<=")
+            and isinstance(lhs, sympy.Abs)
+            and lhs.args[0].is_Symbol
+            and not self.is_scalar(lhs)
+            and rhs.is_number
+            and rhs.is_positive
+        ):
+            u, flipped = self._print(lhs.args[0]), op.replace("<", ">")
+            return f"({u} {op} {self._print(rhs)}) & ({u} {flipped} {self._print(-rhs)})"
+        return super()._print_Relational(expr)
+
     def full_like(self, ref: sympy.Symbol, value: sympy.Expr) -> str:
         return f"torch.full_like({self._print(ref)}, {self._print(value)})"
 
