@@ -32,9 +32,10 @@ __all__ = [
     "use_fused",
 ]
 
-# The fused path: the math of every forward and first backward through torch.compile, one
-# fused kernel each. The autograd structure around it stays eager, so double backward,
-# forward mode and vmap are unchanged. Off by default; `use_fused()` turns it on.
+# The fused path: the math of every forward and backward through torch.compile, one fused
+# kernel each (a backward without create_graph is one call for all its gradients). The
+# autograd structure around it stays eager, so double backward, forward mode and vmap are
+# unchanged. Off by default; `use_fused()` turns it on.
 _fused_enabled = False
 _compiled: dict[Callable, Callable] = {}
 
