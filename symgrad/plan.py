@@ -6,6 +6,7 @@ lines of code already printed) that the templates lay out. No maths happens afte
 
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -29,8 +30,17 @@ def emit(
     printer: FrameworkPrinter,
     temp_prefix: str = "t",
     copy_inputs: bool = False,
+    buffers: dict[str, _Value] | None = None,
+    group_scalars: bool = False,
 ) -> Body:
-    """Print ``name = expr`` for each assignment, sharing common subexpressions."""
+    """Print ``name = expr`` for each assignment, sharing common subexpressions.
+
+    With ``buffers`` (what is known of the tensors the code starts with, see
+    :func:`update_in_place`) temporaries are updated in place: only for code that runs
+    without autograd recording. ``group_scalars``: the Python-number terms and factors of
+    a sum or product with tensors become one number first (one pass over the tensor
+    instead of one per term).
+    """
     exprs = [sympy.sympify(e) for _, e in assignments]
     taken = {s.name for e in exprs for s in e.free_symbols}
     temps = (
@@ -38,7 +48,14 @@ def emit(
         for k in range(10**6)
         if f"{temp_prefix}{k}" not in taken
     )
-    replacements, reduced = sympy.cse(exprs, symbols=temps)
+    replacements = []
+    if group_scalars:
+        groups, exprs = _group_scalars(exprs, printer.scalars)
+        names = {d: next(temps) for d, _ in groups}
+        replacements = [(names[d], value.xreplace(names)) for d, value in groups]
+        exprs = [e.xreplace(names) for e in exprs]
+    cse_replacements, reduced = sympy.cse(exprs, symbols=temps)
+    replacements += cse_replacements
     lines = []
     for temp, value in replacements:
         lines.append(f"{temp.name} = {printer.doprint(value)}")
@@ -52,7 +69,342 @@ def emit(
             # autograd.Function outputs must not be inputs returned as they are.
             code = f"{code}.clone()"
         lines.append(f"{name} = {code}")
+    if buffers is not None:
+        numbers = {s.name for s in printer.scalars}
+        lines = update_in_place(lines, buffers, {name for name, _ in assignments}, numbers)
     return Body(lines, printer.uses_math)
+
+
+def _group_scalars(
+    exprs: list[sympy.Expr], scalars: frozenset[sympy.Symbol]
+) -> tuple[list[tuple[sympy.Dummy, sympy.Expr]], list[sympy.Expr]]:
+    """Scalar terms of sums and factors of products (two or more, not all numbers) as
+    one symbol each: ``x**2*(nu + 1)/2`` -> ``x**2*s`` with ``s = (nu + 1)/2``."""
+    groups: list[tuple[sympy.Dummy, sympy.Expr]] = []
+    known: dict[sympy.Expr, sympy.Dummy] = {}
+
+    def visit(e: sympy.Basic) -> sympy.Basic:
+        if not e.args or e.free_symbols <= scalars:
+            return e
+        args = [visit(a) for a in e.args]
+        if isinstance(e, (sympy.Add, sympy.Mul)):
+            numbers = [a for a in args if a.free_symbols <= scalars]
+            if len(numbers) >= 2 and any(a.free_symbols for a in numbers):
+                value = e.func(*numbers)
+                if value not in known:
+                    known[value] = sympy.Dummy(real=True)
+                    groups.append((known[value], value))
+                return e.func(known[value], *(a for a in args if not a.free_symbols <= scalars))
+        return e.func(*args) if tuple(args) != e.args else e
+
+    exprs = [visit(e) for e in exprs]
+    return groups, exprs
+
+
+# ----------------------------------------------------------------------------- buffers
+# Eager torch allocates every intermediate anew, and fresh memory (page faults) costs more
+# than the arithmetic on it. Code that runs without autograd recording (Function.forward,
+# the first-order backward) therefore updates the temporaries it owns in place:
+# `t = a * b; u = t + c` becomes `t.mul_(b).add_(c)`-style updates of the dead buffer.
+
+#: torch functions of one tensor (the first argument) with an in-place method.
+_TORCH_INPLACE = {
+    f"torch.{name}": f"{name}_"
+    for name in (
+        "exp log log1p expm1 sin cos tan asin acos atan sinh cosh tanh asinh acosh atanh "
+        "erf erfc lgamma digamma abs sign sigmoid sqrt rsqrt relu atan2 hypot xlogy floor "
+        "remainder clamp"
+    ).split()
+}
+#: torch functions that return a new tensor (never a view of an argument).
+_TORCH_FRESH = {
+    *_TORCH_INPLACE,
+    *(f"torch.{n}" for n in ("where", "full_like", "zeros_like", "ones_like", "polygamma")),
+    *(f"torch.{n}" for n in ("maximum", "minimum", "logaddexp", "square", "neg")),
+    "torch.nn.functional.softplus",
+    "torch.special.erfcx",
+    "torch.special.xlog1py",
+}
+
+
+@dataclass(frozen=True)
+class _Value:
+    """What the buffer pass knows of a tensor value.
+
+    ``shape``/``dtype``: the names whose shapes (dtypes) determine its shape (dtype);
+    ``kind``: "float" when surely floating point, "bool", or "other" (e.g. an integer
+    target); ``owned``: a buffer this body allocated that nothing reads afterwards.
+    """
+
+    shape: frozenset[str]
+    dtype: frozenset[str]
+    kind: str
+    owned: bool = False
+
+
+def _dotted(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        head = _dotted(node.value)
+        return None if head is None else f"{head}.{node.attr}"
+    return None
+
+
+def _method(owner: ast.expr, name: str, *args: ast.expr, **kwargs: ast.expr) -> ast.Call:
+    return ast.Call(
+        func=ast.Attribute(value=owner, attr=name, ctx=ast.Load()),
+        args=list(args),
+        keywords=[ast.keyword(arg=k, value=v) for k, v in kwargs.items()],
+    )
+
+
+class _Buffers:
+    """Rewrites straight-line ``name = expr`` torch code to update owned buffers in place.
+
+    A buffer is updated in place only where that cannot change a result: it is a value
+    this code allocated (never an input, a saved tensor or a result), nothing reads it
+    afterwards, it is floating point, and the update's result has its shape and dtype,
+    which holds when the other operands' shapes and dtypes come from names its own come
+    from (so broadcasting and type promotion cannot widen it, and under vmap it is batched
+    wherever they are). Python numbers never widen a floating tensor.
+    """
+
+    def __init__(self, tensors: dict[str, _Value], keep: set[str], numbers: set[str]):
+        self.passes = 0  # tensor operations, each a pass over memory
+        self.values = {n: _Value(v.shape, v.dtype, v.kind, False) for n, v in tensors.items()}
+        self.keep = set(keep)
+        self.numbers = set(numbers) | {"math", "torch"}
+        self.floats = {n for n, v in tensors.items() if v.kind == "float"}
+
+    def rewrite(self, lines: list[str]) -> list[str]:
+        trees = [ast.parse(line).body[0] for line in lines]
+        trees = _single_reads(trees, self.keep | self.numbers)
+        last_use: dict[str, int] = {}
+        for k, tree in enumerate(trees):
+            for node in ast.walk(tree.value):
+                if isinstance(node, ast.Name):
+                    last_use[node.id] = k
+        result = []
+        for k, tree in enumerate(trees):
+            (target,) = tree.targets
+            reads = [n.id for n in ast.walk(tree.value) if isinstance(n, ast.Name)]
+            self.dead = {
+                n for n in reads if last_use[n] == k and reads.count(n) == 1 and n not in self.keep
+            }
+            value, info = self.visit(tree.value)
+            if info is not None:
+                if isinstance(tree.value, ast.Name):  # an alias: neither name may be updated
+                    self.keep.add(tree.value.id)
+                    info = _Value(info.shape, info.dtype, info.kind, False)
+                self.values[target.id] = info
+            result.append(ast.unparse(ast.Assign(targets=[target], value=value, lineno=0)))
+        return result
+
+    # ------------------------------------------------------------------ expressions
+    def visit(self, node: ast.expr) -> tuple[ast.expr, _Value | None]:
+        """The rewritten expression and what it is (None: not a tensor)."""
+        if isinstance(node, ast.Name):
+            if node.id in self.numbers:
+                return node, None
+            # a name nobody described is a tensor of its own that nothing may update
+            unknown = _Value(frozenset({node.id}), frozenset({node.id}), "other")
+            info = self.values.get(node.id, unknown)
+            owned = info.owned and node.id in self.dead
+            return node, _Value(info.shape, info.dtype, info.kind, owned)
+        new, info = self.operation(node)
+        if info is not None:
+            self.passes += 1
+        return new, info
+
+    def operation(self, node: ast.expr) -> tuple[ast.expr, _Value | None]:
+        if isinstance(node, ast.BinOp):
+            return self.binop(node)
+        if isinstance(node, ast.UnaryOp):
+            operand, info = self.visit(node.operand)
+            if info is None:
+                return node, None
+            if isinstance(node.op, ast.USub) and self.can_update(info, info):
+                return _method(operand, "neg_"), info
+            kind = "bool" if isinstance(node.op, (ast.Invert, ast.Not)) else info.kind
+            return ast.UnaryOp(node.op, operand), _Value(info.shape, info.dtype, kind, True)
+        if isinstance(node, ast.Compare):
+            parts = [self.visit(e) for e in (node.left, *node.comparators)]
+            infos = [i for _, i in parts if i is not None]
+            if not infos:
+                return node, None
+            new = ast.Compare(parts[0][0], node.ops, [e for e, _ in parts[1:]])
+            return new, _Value(self.union(infos, "shape"), frozenset(), "bool", True)
+        if isinstance(node, ast.Call):
+            return self.call(node)
+        # numbers, attributes (math.pi, x.dtype), scalar conditionals: left as they are
+        return node, None
+
+    def union(self, infos, field_name: str) -> frozenset[str]:
+        return frozenset().union(*(getattr(i, field_name) for i in infos))
+
+    def combine(self, infos, kind: str | None = None) -> _Value:
+        """A fresh value computed elementwise from ``infos``."""
+        dtype = self.union(infos, "dtype")
+        if kind is None:
+            kind = "float" if dtype & self.floats else "other"
+        return _Value(self.union(infos, "shape"), dtype, kind, True)
+
+    def can_update(self, owner: _Value | None, result: _Value) -> bool:
+        return (
+            owner is not None
+            and owner.owned
+            and owner.kind == "float"
+            and result.kind == "float"
+            and result.shape <= owner.shape
+            and result.dtype <= owner.dtype
+        )
+
+    def binop(self, node: ast.BinOp) -> tuple[ast.expr, _Value | None]:
+        (left, li), (right, ri) = self.visit(node.left), self.visit(node.right)
+        infos = [i for i in (li, ri) if i is not None]
+        if not infos:
+            return node, None
+        op = node.op
+        bitwise = isinstance(op, (ast.BitAnd, ast.BitOr, ast.BitXor))
+        result = self.combine(infos, "bool" if bitwise else None)
+        left_ok, right_ok = self.can_update(li, result), self.can_update(ri, result)
+        method = {ast.Add: "add_", ast.Sub: "sub_", ast.Mult: "mul_", ast.Div: "div_"}
+        method[ast.Pow] = "pow_"
+        name = method.get(type(op))
+        if name and left_ok and not bitwise:
+            return _method(left, name, right), result
+        if right_ok and isinstance(op, (ast.Add, ast.Mult)):
+            return _method(right, name, left), result
+        if right_ok and isinstance(op, ast.Sub):  # a - t = (-t) + a, exactly
+            return _method(_method(right, "neg_"), "add_", left), result
+        if right_ok and isinstance(op, ast.Div) and _is_one(left):
+            return _method(right, "reciprocal_"), result
+        return ast.BinOp(left, op, right), result
+
+    def call(self, node: ast.Call) -> tuple[ast.expr, _Value | None]:
+        func = _dotted(node.func)
+        if func is None or not func.startswith("torch."):
+            if isinstance(node.func, ast.Attribute):
+                return self.method_call(node)  # t.to(...), math.exp(...)
+            return node, None  # max(), abs(), ...: Python numbers
+        args = [self.visit(a) for a in node.args]
+        keywords = [(k, self.visit(k.value)) for k in node.keywords]
+        infos = [i for _, i in args if i is not None]
+        infos += [i for _, (_, i) in keywords if i is not None]
+        new = ast.Call(
+            node.func,
+            [a for a, _ in args],
+            [ast.keyword(arg=k.arg, value=v) for k, (v, _) in keywords],
+        )
+        if not infos:
+            return new, None
+        result = self.combine(infos)
+        if func == "torch.where":  # the condition lends its shape, not its dtype
+            branches = [i for _, i in args[1:] if i is not None]
+            dtype = self.union(branches, "dtype")
+            kind = "float" if dtype & self.floats else "other"
+            result = _Value(result.shape, dtype, kind, True)
+        if func not in _TORCH_FRESH:
+            return new, _Value(result.shape, result.dtype, "other", False)
+        first, first_info = args[0] if args else (None, None)
+        if func in _TORCH_INPLACE and self.can_update(first_info, result):
+            rest = [a for a, _ in args[1:]]
+            kw = {k.arg: v for k, (v, _) in keywords}
+            return _method(first, _TORCH_INPLACE[func], *rest, **kw), result
+        return new, result
+
+    def method_call(self, node: ast.Call) -> tuple[ast.expr, _Value | None]:
+        """``t.to(x.dtype)``, ``t.clone()``: the only methods the printers emit on tensors."""
+        receiver, info = self.visit(node.func.value)
+        if info is None:
+            return node, None  # math.exp(...) and the like
+        new = ast.Call(
+            ast.Attribute(receiver, node.func.attr, ast.Load()), node.args, node.keywords
+        )
+        if node.func.attr == "clone":
+            return new, _Value(info.shape, info.dtype, info.kind, True)
+        if node.func.attr == "to":
+            names = frozenset(
+                n.id for a in node.args for n in ast.walk(a) if isinstance(n, ast.Name)
+            ) & set(self.values)
+            kind = "float" if names & self.floats else "other"
+            return new, _Value(info.shape, names or info.dtype, kind, info.owned)
+        return new, _Value(info.shape, info.dtype, "other", False)
+
+
+_OPERATIONS = (ast.BinOp, ast.UnaryOp, ast.Compare, ast.Call)
+
+
+def _in_order(node: ast.AST, parent: ast.AST | None = None):
+    """(node, parent) pairs in Python's evaluation order."""
+    for child in ast.iter_child_nodes(node):
+        yield from _in_order(child, node)
+    yield node, parent
+
+
+def _single_reads(trees: list[ast.Assign], keep: set[str]) -> list[ast.Assign]:
+    """Where a temporary's last statement reads it more than once, the operations of the
+    earlier reads become statements of their own before it, so that the last read may
+    update the temporary in place (``where(t <= 1, a, t - 0.5)``: ``t.sub_(0.5)``).
+    Names in ``keep`` (results, Python numbers) are left alone."""
+    defined = {tree.targets[0].id for tree in trees}
+    taken = {n.id for tree in trees for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    fresh = (f"t{k}" for k in range(10**6) if f"t{k}" not in taken)
+    result: list[ast.Assign] = []
+    for k, tree in enumerate(trees):
+        later = {n.id for t in trees[k + 1 :] for n in ast.walk(t) if isinstance(n, ast.Name)}
+        for name in sorted(defined - later - keep):
+            reads = [
+                (node, parent)
+                for node, parent in _in_order(tree.value, tree)
+                if isinstance(node, ast.Name) and node.id == name
+            ]
+            if len(reads) < 2:
+                continue
+            last = reads[-1][0]
+            earlier = list({id(p): p for _, p in reads[:-1]}.values())
+            if not all(
+                isinstance(p, _OPERATIONS) and last not in set(ast.walk(p)) for p in earlier
+            ):
+                continue
+            for operation in earlier:
+                temp = next(fresh)
+                result.append(ast.Assign([ast.Name(temp, ast.Store())], operation, lineno=0))
+                tree = _replace(tree, operation, ast.Name(temp, ast.Load()))
+        result.append(tree)
+    return result
+
+
+def _replace(tree: ast.AST, old: ast.AST, new: ast.AST) -> ast.AST:
+    class Replace(ast.NodeTransformer):
+        def visit(self, node):
+            return new if node is old else self.generic_visit(node)
+
+    return Replace().visit(tree)
+
+
+def _is_one(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and node.value == 1
+
+
+def count_passes(lines: list[str], tensors: dict[str, _Value], numbers: set[str]) -> int:
+    """Tensor operations in ``lines`` (in-place ones included): passes over memory."""
+    buffers = _Buffers(tensors, set(), numbers)
+    buffers.rewrite(lines)
+    return buffers.passes
+
+
+def update_in_place(
+    lines: list[str], tensors: dict[str, _Value], keep: set[str], numbers: set[str] = frozenset()
+) -> list[str]:
+    """``lines`` (``name = expr``) with owned temporaries updated in place.
+
+    ``tensors``: what is known of the tensors the code starts with (an input ``x`` is
+    ``_Value({"x"}, {"x"}, kind)``); ``keep``: names that must not change (results);
+    ``numbers``: names of Python numbers. Any other name is taken for a tensor.
+    """
+    return _Buffers(tensors, keep, numbers).rewrite(lines)
 
 
 _UNPACK_SOURCES = ("inputs", "output", "ctx.saved_tensors")
@@ -84,6 +436,31 @@ def mark_unused(lines: list[str]) -> list[str]:
     return result
 
 
+def guarded(lines: list[str], results: dict[str, str]) -> list[str]:
+    """Straight-line ``name = expr`` code computing several ``results`` (name -> flag),
+    each only when its flag is true: a line runs when a result that needs it does."""
+    targets = [line.partition(" = ")[0] for line in lines]
+    flags: dict[str, set[str]] = {r: {f} for r, f in results.items()}
+    for line, target in zip(reversed(lines), reversed(targets)):
+        for name in re.findall(r"\b[A-Za-z_]\w*\b", line.partition(" = ")[2]):
+            flags.setdefault(name, set()).update(flags.get(target, set()))
+    every = set(results.values())
+    out = [f"{' = '.join(results)} = None"]
+    current = None
+    for line, target in zip(lines, targets):
+        need = flags.get(target, every)
+        if need == every:
+            current = None
+            out.append(line)
+            continue
+        if need != current:
+            ordered = [f for f in results.values() if f in need]
+            out.append(f"if {' or '.join(ordered)}:")
+            current = need
+        out.append(f"    {line}")
+    return out
+
+
 def is_zero(expr: sympy.Expr) -> bool:
     return sympy.sympify(expr) == 0
 
@@ -107,6 +484,16 @@ class Method:
 
 
 @dataclass
+class MathFn:
+    """A module-level function of straight-line tensor code (torch)."""
+
+    name: str
+    args: list[str]
+    lines: list[str]
+    doc: str = ""
+
+
+@dataclass
 class Kernel:
     """One generated autograd Function (torch) or custom_gradient function (TF)."""
 
@@ -118,6 +505,7 @@ class Kernel:
     backward: Method | None = None
     jvp: Method | None = None
     math_name: str = ""  # torch: the module-level function holding the forward's math
+    extra_math: list[MathFn] = field(default_factory=list)  # torch: e.g. the joint backward
 
 
 @dataclass
@@ -199,37 +587,68 @@ class _TorchPlanner:
         self.scalars = derived.scalars
         self.uses_math = False
         self.reduce = _broadcasts(derived)
-        # Save-vs-recompute: an output whose formula reappears in a gradient is reused
-        # (e.g. exp(x) in d exp(x)/dx) instead of computed again.
         self.out_syms = {name: sympy.Symbol(name, real=True) for name, _ in derived.outputs}
         self._second: dict[str, dict[str, sympy.Expr]] = {}
         self.non_diff = {i.name for i in self.fn.inputs if not i.gets_gradient}
         # Save-vs-recompute: an output whose formula reappears in a gradient is reused
-        # (d exp(x)/dx = grad * out) when that frees the gradient from an input, so that
-        # the output is saved instead of the input, not beside it.
-        # Only when an input is freed from every gradient: hypot's grad_x = grad*x/out
-        # would still save x and y, and its double backward would chain two partial
-        # derivatives whose sum cancels (1/h - x**2/h**3) where the derived y**2/h**3 does not.
+        # (d exp(x)/dx = grad * out) when that is cheaper by the cost model: fewer tensors
+        # saved for the backward first, then fewer passes over memory in it. Never where a
+        # gradient would read the output beside a differentiable input: hypot's
+        # grad*x/out would make the double backward chain two partial derivatives whose
+        # sum cancels (1/h - x**2/h**3) where the derived y**2/h**3 does not.
         self.reuse = {}
-        vjps = list(derived.vjps.values())
+        diff_syms = {self.sym[i] for i in derived.diff_inputs}
         for name, expr in derived.outputs:
             if expr.is_Atom or expr.has(sympy.Piecewise):
                 continue
-            sym = self.out_syms[name]
-            before = set().union(*(v.free_symbols for v in vjps)) - self.scalars
-            after = set().union(*(v.xreplace({expr: sym}).free_symbols for v in vjps))
-            after -= self.scalars
-            if sym in after and not (before - after) <= {sym}:
-                self.reuse[expr] = sym
+            out = self.out_syms[name]
+            mixed = any(
+                out in v.free_symbols and v.free_symbols & diff_syms
+                for v in (e.xreplace({expr: out}) for e in derived.vjps.values())
+            )
+            if mixed:
+                continue
+            candidate = {**self.reuse, expr: out}
+            if self.backward_cost(candidate) < self.backward_cost(self.reuse):
+                self.reuse = candidate
+
+    def backward_cost(self, reuse: dict[sympy.Expr, sympy.Symbol]) -> tuple[int, int]:
+        """(tensors saved, passes over memory) of the first-order backward with ``reuse``."""
+        vjps = [(f"grad_{i}", e.xreplace(reuse)) for i, e in self.d.vjps.items() if not is_zero(e)]
+        saved = self.tensors_in(e for _, e in vjps) - set(self.d.grads)
+        if not vjps:
+            return len(saved), 0
+        printer = self.printer()
+        lines = emit(vjps, printer, group_scalars=True).lines
+        return len(saved), count_passes(lines, self.buffers(), {s.name for s in printer.scalars})
 
     def printer(self) -> FrameworkPrinter:
         return PRINTERS["torch"](scalars=self.scalars)
 
-    def body(self, assignments, copy_inputs: bool = False) -> list[str]:
+    def body(self, assignments, copy_inputs: bool = False, in_place: bool = False) -> list[str]:
+        """Printed code; ``in_place`` for code that runs without autograd recording."""
         printer = self.printer()
-        result = emit(assignments, printer, copy_inputs=copy_inputs)
+        buffers = self.buffers() if in_place else None
+        result = emit(
+            assignments, printer, copy_inputs=copy_inputs, buffers=buffers, group_scalars=True
+        )
         self.uses_math = self.uses_math or result.uses_math
         return result.lines
+
+    def buffers(self) -> dict[str, _Value]:
+        """Shapes, dtypes and kinds of the tensors generated code starts from."""
+        result = {}
+        for inp in self.fn.inputs:
+            if inp.is_tensor:
+                kind = "float" if inp.gets_gradient else "other"
+                result[inp.name] = _Value(frozenset({inp.name}), frozenset({inp.name}), kind)
+        # Outputs and upstream gradients count as names of their own, although their shapes
+        # are those of the inputs: under vmap one of them can be batched where the inputs
+        # are not (torch.func.hessian, autograd.grad(is_grads_batched=True)).
+        grads_of_grads = [f"grad_grad_{i}" for i in self.d.diff_inputs]
+        for name in [*self.out_syms, *(g.name for g in self.d.grads), *grads_of_grads]:
+            result[name] = _Value(frozenset({name}), frozenset({name}), "float")
+        return result
 
     def subst(self, expr: sympy.Expr) -> sympy.Expr:
         return sympy.sympify(expr).xreplace(self.reuse) if self.reuse else expr
@@ -253,10 +672,66 @@ class _TorchPlanner:
             used |= {s.name for s in sympy.sympify(e).free_symbols}
         return [i.name for i in self.fn.inputs if not i.is_tensor and i.name in used]
 
-    def reduce_line(self, var: str, like: str) -> str | None:
-        if not self.reduce:
+    def reduce_line(self, var: str, shape: str | None) -> str | None:
+        if not self.reduce or shape is None:
             return None
-        return f"{var} = {var}.sum_to_size({like}.shape)"
+        return f"{var} = {var}.sum_to_size({shape})"
+
+    def first_order(
+        self, vjps: dict[str, sympy.Expr], diff: list[tuple[int, str]], shapes: dict[str, str]
+    ) -> tuple[list[str], list[MathFn]]:
+        """The main backward's lines without a graph, and the math function they call.
+
+        One differentiable input of an order-2 function: its backward Function's math.
+        Otherwise ``_<name>_backward``: all gradients with shared subexpressions.
+        """
+        fn = self.fn
+        results = [(k, f"grad_{i}", vjps[i], shapes.get(i)) for k, i in diff]
+        if len(diff) == 1 and fn.order >= 2:
+            ((_, i),) = diff
+            call = f"_run(_{fn.name}_grad_{i}, {', '.join(self._grad_inputs(i)[1])})"
+            return self.call_lines(results, call), []
+        return self.graph_free(f"_{fn.name}_backward", results)
+
+    def graph_free(
+        self, name: str, results: list[tuple[int, str, sympy.Expr, str | None]]
+    ) -> tuple[list[str], list[MathFn]]:
+        """A backward's lines for ``create_graph=False`` and the math function they call.
+
+        ``results``: (index in ``ctx.needs_input_grad``, variable, formula, shape to sum
+        it to). The function computes every result with shared subexpressions and owned
+        temporaries updated in place, each only when its ``need_<variable>`` flag is set.
+        """
+        if not results:
+            return [], []
+        exprs = [e for _, _, e, _ in results]
+        tensors = self.tensors_in(exprs)
+        args = self.ordered(tensors)
+        args += sorted(s.name for s in tensors if s.name not in args)  # grad_grad_<input>
+        scalars = self.scalar_names(exprs)
+        flags = [f"need_{var}" for _, var, _, _ in results] if len(results) > 1 else []
+        lines = self.body([(var, e) for _, var, e, _ in results], in_place=True)
+        if flags:
+            lines = guarded(lines, {var: f"need_{var}" for _, var, _, _ in results})
+        lines.append(f"return {', '.join(var for _, var, _, _ in results)}")
+        call_args = [*args, *(f"ctx.{s}" for s in scalars)]
+        call_args += [f"ctx.needs_input_grad[{k}]" for k, _, _, _ in results] if flags else []
+        call = f"_run({name}, {', '.join(call_args)})"
+        return self.call_lines(results, call), [MathFn(name, [*args, *scalars, *flags], lines)]
+
+    def call_lines(self, results, call: str) -> list[str]:
+        """``var = call`` (one result: only when needed), then the broadcast reductions."""
+        if len(results) == 1:
+            ((k, var, _, shape),) = results
+            lines = [f"{var} = None", f"if ctx.needs_input_grad[{k}]:", f"    {var} = {call}"]
+            red = self.reduce_line(var, shape)
+            return lines + ([f"    {red}"] if red else [])
+        lines = [unpack_line([var for _, var, _, _ in results], call)]
+        for _, var, _, shape in results:
+            red = self.reduce_line(var, shape)
+            if red:
+                lines += [f"if {var} is not None:", f"    {red}"]
+        return lines
 
     # -------------------------------------------------------------- the main Function
     def main(self) -> Kernel:
@@ -264,7 +739,11 @@ class _TorchPlanner:
         inputs = [i.name for i in fn.inputs]
         out_names = [name for name, _ in d.outputs]
         forward = Method(
-            inputs, [*self.body(d.outputs, copy_inputs=True), f"return {', '.join(out_names)}"]
+            inputs,
+            [
+                *self.body(d.outputs, copy_inputs=True, in_place=True),
+                f"return {', '.join(out_names)}",
+            ],
         )
 
         order2 = fn.order >= 2
@@ -298,40 +777,58 @@ class _TorchPlanner:
         if saved:
             setup.append(f"ctx.save_for_backward({', '.join(saved)})")
             setup.append(f"ctx.save_for_forward({', '.join(saved)})")
+
+        # Shapes of broadcast inputs that get a gradient but are not saved.
+        shapes = {}
+        for inp in fn.inputs:
+            if self.reduce and inp.gets_gradient:
+                shapes[inp.name] = f"{inp.name}.shape"
+                if inp.name not in saved:
+                    shapes[inp.name] = f"ctx.{inp.name}_shape"
+                    setup.insert(
+                        -2 if saved else len(setup), f"{shapes[inp.name]} = {inp.name}.shape"
+                    )
         setup_method = Method(["ctx", "inputs", "output"], mark_unused(setup) or ["pass"])
 
-        unpack = self._unpack_saved(saved)
-        if not order2:
-            unpack += self._unpack_scalars(list(vjps.values()))
         grad_names = [g.name for g in d.grads]
-        back = list(unpack)
-        if not order2:
+        diff = [
+            (k, inp.name)
+            for k, inp in enumerate(fn.inputs)
+            if inp.gets_gradient and not is_zero(d.vjps[inp.name])
+        ]
+        results = [
+            f"grad_{inp.name}" if (k, inp.name) in diff else "None"
+            for k, inp in enumerate(fn.inputs)
+        ]
+        back = self._unpack_saved(saved)
+        # First order (create_graph=False, the common case): every gradient from one
+        # function, sharing its work, with no graph and no Function per input.
+        fast, extra_math = self.first_order(vjps, diff, shapes)
+        if order2:
+            back += ["if not torch.is_grad_enabled():"]
+            back += ["    " + line for line in fast]
+            back += [f"    return {', '.join(results)}"]
+        else:
             back = [
                 "if torch.is_grad_enabled():",
                 f'    raise RuntimeError("{fn.name} has no double backward (spec order: 1); '
                 f'use order: 2 for second derivatives")',
                 *back,
+                *fast,
             ]
-        results = []
-        for k, inp in enumerate(fn.inputs):
-            if not inp.gets_gradient or is_zero(d.vjps[inp.name]):
-                results.append("None")
-                continue
-            var = f"grad_{inp.name}"
+        for k, i in diff if order2 else ():
+            # Differentiable: the gradient is a Function whose backward is the second order.
+            var = f"grad_{i}"
             back.append(f"{var} = None")
             back.append(f"if ctx.needs_input_grad[{k}]:")
-            if order2:
-                args, cls = self._grad_inputs(inp.name)[1], self.grad_class(inp.name)
-                inner = [
-                    f"function = _{cls} if torch.compiler.is_compiling() else {cls}",
-                    f"{var} = function.apply({', '.join(args)})",
-                ]
-            else:
-                inner = self.body([(var, vjps[inp.name])])
-            red = self.reduce_line(var, inp.name)
+            args, cls = self._grad_inputs(i)[1], self.grad_class(i)
+            inner = [
+                f"function = _{cls} if torch.compiler.is_compiling() else {cls}",
+                f"{var} = function.apply({', '.join(args)})",
+            ]
+            red = self.reduce_line(var, shapes.get(i))
             inner += [red] if red else []
             back += ["    " + line for line in inner]
-            results.append(var)
         back.append(f"return {', '.join(results)}")
         backward = Method(["ctx", *grad_names], mark_unused(back))
 
@@ -357,6 +854,7 @@ class _TorchPlanner:
             setup=setup_method,
             backward=backward,
             jvp=jvp,
+            extra_math=extra_math,
         )
 
     def _any_tensor_input(self) -> str:
@@ -417,7 +915,8 @@ class _TorchPlanner:
         scalars = self.scalar_names([vjp, *second.values()])
         args = tensor_names + scalars
         var = f"grad_{i}"
-        forward = Method(args, [*self.body([(var, vjp)], copy_inputs=True), f"return {var}"])
+        body = self.body([(var, vjp)], copy_inputs=True, in_place=True)
+        forward = Method(args, [*body, f"return {var}"])
 
         saved = self.ordered(self.tensors_in(second.values()))
         setup = [unpack_line(args, "inputs")]
@@ -438,9 +937,25 @@ class _TorchPlanner:
         setup_method = Method(["ctx", "inputs", "output"], mark_unused(setup) or ["pass"])
 
         unpack = self._unpack_saved(saved) + self._unpack_scalars(second.values())
-        back = list(unpack)
-        results = []
         gg = sympy.Symbol(f"grad_{var}", real=True)
+        # create_graph=False (e.g. the last step of a Hessian-vector product): every term
+        # from one function without a graph; otherwise the differentiable formulas below.
+        terms = [
+            (k, f"{name}_bar", gg * second[name], reduce_to.get(name))
+            for k, name in enumerate(args)
+            if name in second and not is_zero(second[name])
+        ]
+        fast, extra_math = self.graph_free(f"_{self.fn.name}_grad_{i}_backward", terms)
+        back = self._unpack_saved(saved)
+        if fast:
+            back += ["if not torch.is_grad_enabled():"]
+            back += ["    " + line for line in fast]
+            returns = [
+                f"{a}_bar" if a in second and not is_zero(second[a]) else "None" for a in args
+            ]
+            back += [f"    return {', '.join(returns)}"]
+        back += self._unpack_scalars(second.values())
+        results = []
         for k, name in enumerate(args):
             if name not in second or is_zero(second[name]):
                 results.append("None")
@@ -472,6 +987,7 @@ class _TorchPlanner:
             setup=setup_method,
             backward=backward,
             jvp=Method(["ctx", *tangent_args], mark_unused(jvp_lines)),
+            extra_math=extra_math,
         )
 
 

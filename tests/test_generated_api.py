@@ -58,6 +58,11 @@ def test_needs_input_grad_skips_unneeded_gradients(generate_module, monkeypatch)
         )
     x = torch.randn(3, dtype=torch.float64, requires_grad=True)
     y = torch.randn(3, dtype=torch.float64)
+    # create_graph=True: the differentiable path, one backward Function per input
+    (gx,) = torch.autograd.grad(m.mul(x, y).sum(), x, create_graph=True)
+    assert called == ["MulBackwardX"]
+    torch.testing.assert_close(gx, y)
+    # create_graph=False: one graph-free function for all gradients, no Function
     m.mul(x, y).sum().backward()
     assert called == ["MulBackwardX"]
     assert y.grad is None

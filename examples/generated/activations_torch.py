@@ -32,9 +32,10 @@ __all__ = [
     "weighted_bce",
 ]
 
-# The fused path: the math of every forward and first backward through torch.compile, one
-# fused kernel each. The autograd structure around it stays eager, so double backward,
-# forward mode and vmap are unchanged. Off by default; `use_fused()` turns it on.
+# The fused path: the math of every forward and backward through torch.compile, one fused
+# kernel each (a backward without create_graph is one call for all its gradients). The
+# autograd structure around it stays eager, so double backward, forward mode and vmap are
+# unchanged. Off by default; `use_fused()` turns it on.
 _fused_enabled = False
 _compiled: dict[Callable, Callable] = {}
 
@@ -96,6 +97,11 @@ class _Softplus(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         (x,) = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            grad_x = None
+            if ctx.needs_input_grad[0]:
+                grad_x = _run(_softplus_grad_x, x, grad)
+            return grad_x
         grad_x = None
         if ctx.needs_input_grad[0]:
             function = (
@@ -141,6 +147,17 @@ def _softplus_grad_x(x, grad):
     return grad_x
 
 
+def _softplus_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
+    x_bar = grad_bar = None
+    if need_x_bar:
+        x_bar = (grad * grad_grad_x * torch.abs(x).neg_().exp_()).div_(
+            torch.abs(x).neg_().exp_().add_(1).pow_(2)
+        )
+    if need_grad_bar:
+        grad_bar = grad_grad_x * torch.sigmoid(x)
+    return x_bar, grad_bar
+
+
 class _SoftplusBackward(torch.autograd.Function):
     """The gradient of softplus: forward is the VJP, backward the derived second order."""
 
@@ -159,6 +176,16 @@ class _SoftplusBackward(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_grad_x):
         x, grad = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            x_bar, grad_bar = _run(
+                _softplus_grad_x_backward,
+                x,
+                grad,
+                grad_grad_x,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[1],
+            )
+            return x_bar, grad_bar
         x_bar = None
         if ctx.needs_input_grad[0]:
             x_bar = (
@@ -199,7 +226,7 @@ def softplus(x: torch.Tensor) -> torch.Tensor:
 
 
 def _scaled_softplus_forward(x, beta):
-    out = torch.nn.functional.softplus(beta * x, threshold=40.0) / beta
+    out = torch.nn.functional.softplus(beta * x, threshold=40.0).div_(beta)
     return out
 
 
@@ -222,6 +249,11 @@ class _ScaledSoftplus(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         (x,) = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            grad_x = None
+            if ctx.needs_input_grad[0]:
+                grad_x = _run(_scaled_softplus_grad_x, x, grad, ctx.beta)
+            return grad_x, None
         grad_x = None
         if ctx.needs_input_grad[0]:
             function = (
@@ -266,8 +298,22 @@ class ScaledSoftplus(_ScaledSoftplus):
 
 
 def _scaled_softplus_grad_x(x, grad, beta):
-    grad_x = grad * torch.sigmoid(beta * x)
+    grad_x = grad * (beta * x).sigmoid_()
     return grad_x
+
+
+def _scaled_softplus_grad_x_backward(
+    x, grad, grad_grad_x, beta, need_x_bar, need_grad_bar
+):
+    x_bar = grad_bar = None
+    t0 = beta * x
+    if need_x_bar:
+        x_bar = (beta * grad * grad_grad_x * torch.abs(t0).neg_().exp_()).div_(
+            torch.abs(t0).neg_().exp_().add_(1).pow_(2)
+        )
+    if need_grad_bar:
+        grad_bar = grad_grad_x * t0.sigmoid_()
+    return x_bar, grad_bar
 
 
 class _ScaledSoftplusBackward(torch.autograd.Function):
@@ -289,6 +335,17 @@ class _ScaledSoftplusBackward(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_grad_x):
         x, grad = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            x_bar, grad_bar = _run(
+                _scaled_softplus_grad_x_backward,
+                x,
+                grad,
+                grad_grad_x,
+                ctx.beta,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[1],
+            )
+            return x_bar, grad_bar, None
         beta = ctx.beta
         x_bar = None
         if ctx.needs_input_grad[0]:
@@ -337,6 +394,15 @@ def _mul_forward(x, y):
     return out
 
 
+def _mul_backward(x, y, grad, need_grad_x, need_grad_y):
+    grad_x = grad_y = None
+    if need_grad_x:
+        grad_x = grad * y
+    if need_grad_y:
+        grad_y = grad * x
+    return grad_x, grad_y
+
+
 class _Mul(torch.autograd.Function):
     """Mul without forward mode (what torch.compile traces)."""
 
@@ -355,6 +421,20 @@ class _Mul(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         x, y = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            grad_x, grad_y = _run(
+                _mul_backward,
+                x,
+                y,
+                grad,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[1],
+            )
+            if grad_x is not None:
+                grad_x = grad_x.sum_to_size(x.shape)
+            if grad_y is not None:
+                grad_y = grad_y.sum_to_size(y.shape)
+            return grad_x, grad_y
         grad_x = None
         if ctx.needs_input_grad[0]:
             function = _MulBackwardX if torch.compiler.is_compiling() else MulBackwardX
@@ -414,6 +494,15 @@ def _mul_grad_x(y, grad):
     return grad_x
 
 
+def _mul_grad_x_backward(y, grad, grad_grad_x, need_y_bar, need_grad_bar):
+    y_bar = grad_bar = None
+    if need_y_bar:
+        y_bar = grad * grad_grad_x
+    if need_grad_bar:
+        grad_bar = grad_grad_x * y
+    return y_bar, grad_bar
+
+
 class _MulBackwardX(torch.autograd.Function):
     """The gradient of mul: forward is the VJP, backward the derived second order."""
 
@@ -432,6 +521,18 @@ class _MulBackwardX(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_grad_x):
         y, grad = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            y_bar, grad_bar = _run(
+                _mul_grad_x_backward,
+                y,
+                grad,
+                grad_grad_x,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[1],
+            )
+            if y_bar is not None:
+                y_bar = y_bar.sum_to_size(y.shape)
+            return y_bar, grad_bar
         y_bar = None
         if ctx.needs_input_grad[0]:
             y_bar = grad * grad_grad_x
@@ -457,6 +558,15 @@ def _mul_grad_y(x, grad):
     return grad_y
 
 
+def _mul_grad_y_backward(x, grad, grad_grad_y, need_x_bar, need_grad_bar):
+    x_bar = grad_bar = None
+    if need_x_bar:
+        x_bar = grad * grad_grad_y
+    if need_grad_bar:
+        grad_bar = grad_grad_y * x
+    return x_bar, grad_bar
+
+
 class _MulBackwardY(torch.autograd.Function):
     """The gradient of mul: forward is the VJP, backward the derived second order."""
 
@@ -475,6 +585,18 @@ class _MulBackwardY(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_grad_y):
         x, grad = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            x_bar, grad_bar = _run(
+                _mul_grad_y_backward,
+                x,
+                grad,
+                grad_grad_y,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[1],
+            )
+            if x_bar is not None:
+                x_bar = x_bar.sum_to_size(x.shape)
+            return x_bar, grad_bar
         x_bar = None
         if ctx.needs_input_grad[0]:
             x_bar = grad * grad_grad_y
@@ -512,12 +634,14 @@ def _sinh_cosh_forward(x):
     s = torch.where(
         torch.abs(x) < 88,
         torch.sinh(x),
-        torch.sign(x) * torch.exp(torch.abs(x) / 2) * (torch.exp(torch.abs(x) / 2) / 2),
+        torch.sign(x)
+        .mul_(torch.abs(x).div_(2).exp_())
+        .mul_(torch.abs(x).div_(2).exp_().div_(2)),
     )
     c = torch.where(
         torch.abs(x) < 88,
         torch.cosh(x),
-        torch.exp(torch.abs(x) / 2) * (torch.exp(torch.abs(x) / 2) / 2),
+        torch.abs(x).div_(2).exp_().mul_(torch.abs(x).div_(2).exp_().div_(2)),
     )
     return s, c
 
@@ -540,6 +664,11 @@ class _SinhCosh(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_s, grad_c):
         (x,) = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            grad_x = None
+            if ctx.needs_input_grad[0]:
+                grad_x = _run(_sinh_cosh_grad_x, x, grad_s, grad_c)
+            return grad_x
         grad_x = None
         if ctx.needs_input_grad[0]:
             function = (
@@ -599,13 +728,42 @@ def _sinh_cosh_grad_x(x, grad_s, grad_c):
     grad_x = grad_c * torch.where(
         torch.abs(x) < 88,
         torch.sinh(x),
-        torch.sign(x) * torch.exp(torch.abs(x) / 2) * (torch.exp(torch.abs(x) / 2) / 2),
+        torch.sign(x)
+        .mul_(torch.abs(x).div_(2).exp_())
+        .mul_(torch.abs(x).div_(2).exp_().div_(2)),
     ) + grad_s * torch.where(
         torch.abs(x) < 88,
         torch.cosh(x),
-        torch.exp(torch.abs(x) / 2) * (torch.exp(torch.abs(x) / 2) / 2),
+        torch.abs(x).div_(2).exp_().mul_(torch.abs(x).div_(2).exp_().div_(2)),
     )
     return grad_x
+
+
+def _sinh_cosh_grad_x_backward(
+    x, grad_s, grad_c, grad_grad_x, need_x_bar, need_grad_s_bar, need_grad_c_bar
+):
+    x_bar = grad_s_bar = grad_c_bar = None
+    if need_x_bar or need_grad_s_bar:
+        t0 = torch.where(
+            torch.abs(x) < 88,
+            torch.cosh(x),
+            torch.abs(x).div_(2).exp_().mul_(torch.abs(x).div_(2).exp_().div_(2)),
+        )
+    if need_x_bar or need_grad_c_bar:
+        t1 = torch.where(
+            torch.abs(x) < 88,
+            torch.sinh(x),
+            torch.sign(x)
+            .mul_(torch.abs(x).div_(2).exp_())
+            .mul_(torch.abs(x).div_(2).exp_().div_(2)),
+        )
+    if need_x_bar:
+        x_bar = grad_grad_x * (grad_c * t0 + grad_s * t1)
+    if need_grad_s_bar:
+        grad_s_bar = grad_grad_x * t0
+    if need_grad_c_bar:
+        grad_c_bar = grad_grad_x * t1
+    return x_bar, grad_s_bar, grad_c_bar
 
 
 class _SinhCoshBackward(torch.autograd.Function):
@@ -626,6 +784,18 @@ class _SinhCoshBackward(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_grad_x):
         x, grad_s, grad_c = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            x_bar, grad_s_bar, grad_c_bar = _run(
+                _sinh_cosh_grad_x_backward,
+                x,
+                grad_s,
+                grad_c,
+                grad_grad_x,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[1],
+                ctx.needs_input_grad[2],
+            )
+            return x_bar, grad_s_bar, grad_c_bar
         x_bar = None
         if ctx.needs_input_grad[0]:
             x_bar = grad_grad_x * (
@@ -700,12 +870,19 @@ def sinh_cosh(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def _log_ratio_forward(x, y):
     t0 = x / y
-    out = torch.where(
-        (t0 > 7.888609052210118e-31) & (t0 < 1.2676506002282294e30),
-        torch.log(t0),
-        torch.log(x) - torch.log(y),
-    )
+    t1 = t0 > 7.888609052210118e-31
+    t2 = t0 < 1.2676506002282294e30
+    out = torch.where(t1 & t2, t0.log_(), torch.log(x) - torch.log(y))
     return out
+
+
+def _log_ratio_backward(x, y, grad, need_grad_x, need_grad_y):
+    grad_x = grad_y = None
+    if need_grad_x:
+        grad_x = grad / x
+    if need_grad_y:
+        grad_y = -grad / y
+    return grad_x, grad_y
 
 
 class _LogRatio(torch.autograd.Function):
@@ -726,6 +903,20 @@ class _LogRatio(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         x, y = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            grad_x, grad_y = _run(
+                _log_ratio_backward,
+                x,
+                y,
+                grad,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[1],
+            )
+            if grad_x is not None:
+                grad_x = grad_x.sum_to_size(x.shape)
+            if grad_y is not None:
+                grad_y = grad_y.sum_to_size(y.shape)
+            return grad_x, grad_y
         grad_x = None
         if ctx.needs_input_grad[0]:
             function = (
@@ -793,6 +984,15 @@ def _log_ratio_grad_x(x, grad):
     return grad_x
 
 
+def _log_ratio_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
+    x_bar = grad_bar = None
+    if need_x_bar:
+        x_bar = -grad * grad_grad_x / x**2
+    if need_grad_bar:
+        grad_bar = grad_grad_x / x
+    return x_bar, grad_bar
+
+
 class _LogRatioBackwardX(torch.autograd.Function):
     """The gradient of log_ratio: forward is the VJP, backward the derived second order."""
 
@@ -811,6 +1011,18 @@ class _LogRatioBackwardX(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_grad_x):
         x, grad = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            x_bar, grad_bar = _run(
+                _log_ratio_grad_x_backward,
+                x,
+                grad,
+                grad_grad_x,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[1],
+            )
+            if x_bar is not None:
+                x_bar = x_bar.sum_to_size(x.shape)
+            return x_bar, grad_bar
         x_bar = None
         if ctx.needs_input_grad[0]:
             x_bar = -grad * grad_grad_x / x**2
@@ -836,6 +1048,15 @@ def _log_ratio_grad_y(y, grad):
     return grad_y
 
 
+def _log_ratio_grad_y_backward(y, grad, grad_grad_y, need_y_bar, need_grad_bar):
+    y_bar = grad_bar = None
+    if need_y_bar:
+        y_bar = grad * grad_grad_y / y**2
+    if need_grad_bar:
+        grad_bar = -grad_grad_y / y
+    return y_bar, grad_bar
+
+
 class _LogRatioBackwardY(torch.autograd.Function):
     """The gradient of log_ratio: forward is the VJP, backward the derived second order."""
 
@@ -854,6 +1075,18 @@ class _LogRatioBackwardY(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_grad_y):
         y, grad = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            y_bar, grad_bar = _run(
+                _log_ratio_grad_y_backward,
+                y,
+                grad,
+                grad_grad_y,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[1],
+            )
+            if y_bar is not None:
+                y_bar = y_bar.sum_to_size(y.shape)
+            return y_bar, grad_bar
         y_bar = None
         if ctx.needs_input_grad[0]:
             y_bar = grad * grad_grad_y / y**2
@@ -888,9 +1121,9 @@ def log_ratio(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 
 def _weighted_bce_forward(z, target):
-    out = target * torch.nn.functional.softplus(-z, threshold=40.0) + (
-        1 - target
-    ) * torch.nn.functional.softplus(z, threshold=40.0)
+    out = (target * torch.nn.functional.softplus(-z, threshold=40.0)).add_(
+        (1 - target) * torch.nn.functional.softplus(z, threshold=40.0)
+    )
     return out
 
 
@@ -912,6 +1145,12 @@ class _WeightedBce(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         z, target = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            grad_z = None
+            if ctx.needs_input_grad[0]:
+                grad_z = _run(_weighted_bce_grad_z, z, target, grad)
+                grad_z = grad_z.sum_to_size(z.shape)
+            return grad_z, None
         grad_z = None
         if ctx.needs_input_grad[0]:
             function = (
@@ -956,8 +1195,23 @@ class WeightedBce(_WeightedBce):
 
 
 def _weighted_bce_grad_z(z, target, grad):
-    grad_z = grad * (-target * torch.sigmoid(-z) + (1 - target) * torch.sigmoid(z))
+    grad_z = grad * (-target * (-z).sigmoid_()).add_((1 - target) * torch.sigmoid(z))
     return grad_z
+
+
+def _weighted_bce_grad_z_backward(
+    z, target, grad, grad_grad_z, need_z_bar, need_grad_bar
+):
+    z_bar = grad_bar = None
+    if need_z_bar:
+        z_bar = (grad * grad_grad_z * torch.abs(z).neg_().exp_()).div_(
+            torch.abs(z).neg_().exp_().add_(1).pow_(2)
+        )
+    if need_grad_bar:
+        grad_bar = grad_grad_z * (-target * (-z).sigmoid_()).add_(
+            (1 - target) * torch.sigmoid(z)
+        )
+    return z_bar, grad_bar
 
 
 class _WeightedBceBackward(torch.autograd.Function):
@@ -978,6 +1232,19 @@ class _WeightedBceBackward(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_grad_z):
         z, target, grad = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            z_bar, grad_bar = _run(
+                _weighted_bce_grad_z_backward,
+                z,
+                target,
+                grad,
+                grad_grad_z,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[2],
+            )
+            if z_bar is not None:
+                z_bar = z_bar.sum_to_size(z.shape)
+            return z_bar, None, grad_bar
         z_bar = None
         if ctx.needs_input_grad[0]:
             z_bar = (
@@ -1045,6 +1312,11 @@ class _Binarize(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         (x,) = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            grad_x = None
+            if ctx.needs_input_grad[0]:
+                grad_x = _run(_binarize_grad_x, x, grad)
+            return grad_x
         grad_x = None
         if ctx.needs_input_grad[0]:
             function = (
@@ -1080,13 +1352,20 @@ class Binarize(_Binarize):
     @staticmethod
     def jvp(ctx, x_t):
         (x,) = ctx.saved_tensors
-        out_t = x_t * torch.where(torch.abs(x) <= 1, 1.0, torch.full_like(x, 0))
+        out_t = x_t * torch.where((x <= 1) & (x >= -1), 1.0, torch.full_like(x, 0))
         return out_t
 
 
 def _binarize_grad_x(x, grad):
-    grad_x = torch.where(torch.abs(x) <= 1, grad, 0.0)
+    grad_x = torch.where((x <= 1) & (x >= -1), grad, 0.0)
     return grad_x
+
+
+def _binarize_grad_x_backward(x, grad_grad_x):
+    grad_bar = grad_grad_x * torch.where(
+        (x <= 1) & (x >= -1), 1.0, torch.full_like(x, 0)
+    )
+    return grad_bar
 
 
 class _BinarizeBackward(torch.autograd.Function):
@@ -1107,10 +1386,15 @@ class _BinarizeBackward(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_grad_x):
         (x,) = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            grad_bar = None
+            if ctx.needs_input_grad[1]:
+                grad_bar = _run(_binarize_grad_x_backward, x, grad_grad_x)
+            return None, grad_bar
         grad_bar = None
         if ctx.needs_input_grad[1]:
             grad_bar = grad_grad_x * torch.where(
-                torch.abs(x) <= 1, 1.0, torch.full_like(x, 0)
+                (x <= 1) & (x >= -1), 1.0, torch.full_like(x, 0)
             )
         return None, grad_bar
 
@@ -1121,7 +1405,9 @@ class BinarizeBackward(_BinarizeBackward):
     @staticmethod
     def jvp(ctx, _x_t, grad_t):
         (x,) = ctx.saved_tensors
-        grad_x_t = grad_t * torch.where(torch.abs(x) <= 1, 1.0, torch.full_like(x, 0))
+        grad_x_t = grad_t * torch.where(
+            (x <= 1) & (x >= -1), 1.0, torch.full_like(x, 0)
+        )
         return grad_x_t
 
 
@@ -1140,11 +1426,20 @@ def binarize(x: torch.Tensor) -> torch.Tensor:
 
 def _tanh_shrink_order1_forward(x):
     out = torch.where(
-        torch.abs(x) < 0.015899658203125,
-        -62 * x**9 / 2835 + 17 * x**7 / 315 - 2 * x**5 / 15 + x**3 / 3,
-        x - torch.tanh(x),
+        (x < 0.015899658203125) & (x > -0.015899658203125),
+        (x**9)
+        .mul_(-0.021869488536155203)
+        .add_((x**7).mul_(0.05396825396825397))
+        .sub_((x**5).mul_(0.13333333333333333))
+        .add_((x**3).div_(3)),
+        torch.tanh(x).neg_().add_(x),
     )
     return out
+
+
+def _tanh_shrink_order1_backward(x, grad):
+    grad_x = grad * torch.tanh(x).pow_(2)
+    return grad_x
 
 
 class _TanhShrinkOrder1(torch.autograd.Function):
@@ -1171,7 +1466,7 @@ class _TanhShrinkOrder1(torch.autograd.Function):
         (x,) = ctx.saved_tensors
         grad_x = None
         if ctx.needs_input_grad[0]:
-            grad_x = grad * torch.tanh(x) ** 2
+            grad_x = _run(_tanh_shrink_order1_backward, x, grad)
         return grad_x
 
 

@@ -47,9 +47,10 @@ __all__ = [
     "use_fused",
 ]
 
-# The fused path: the math of every forward and first backward through torch.compile, one
-# fused kernel each. The autograd structure around it stays eager, so double backward,
-# forward mode and vmap are unchanged. Off by default; `use_fused()` turns it on.
+# The fused path: the math of every forward and backward through torch.compile, one fused
+# kernel each (a backward without create_graph is one call for all its gradients). The
+# autograd structure around it stays eager, so double backward, forward mode and vmap are
+# unchanged. Off by default; `use_fused()` turns it on.
 _fused_enabled = False
 _compiled: dict[Callable, Callable] = {}
 
@@ -111,6 +112,11 @@ class _Softplus(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         (x,) = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            grad_x = None
+            if ctx.needs_input_grad[0]:
+                grad_x = _run(_softplus_grad_x, x, grad)
+            return grad_x
         grad_x = None
         if ctx.needs_input_grad[0]:
             function = (
@@ -156,6 +162,17 @@ def _softplus_grad_x(x, grad):
     return grad_x
 
 
+def _softplus_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
+    x_bar = grad_bar = None
+    if need_x_bar:
+        x_bar = (grad * grad_grad_x * torch.abs(x).neg_().exp_()).div_(
+            torch.abs(x).neg_().exp_().add_(1).pow_(2)
+        )
+    if need_grad_bar:
+        grad_bar = grad_grad_x * torch.sigmoid(x)
+    return x_bar, grad_bar
+
+
 class _SoftplusBackward(torch.autograd.Function):
     """The gradient of softplus: forward is the VJP, backward the derived second order."""
 
@@ -174,6 +191,16 @@ class _SoftplusBackward(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_grad_x):
         x, grad = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            x_bar, grad_bar = _run(
+                _softplus_grad_x_backward,
+                x,
+                grad,
+                grad_grad_x,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[1],
+            )
+            return x_bar, grad_bar
         x_bar = None
         if ctx.needs_input_grad[0]:
             x_bar = (
@@ -214,7 +241,7 @@ def softplus(x: torch.Tensor) -> torch.Tensor:
 
 
 def _log_sigmoid_forward(x):
-    out = -torch.nn.functional.softplus(-x, threshold=40.0)
+    out = torch.nn.functional.softplus(-x, threshold=40.0).neg_()
     return out
 
 
@@ -236,6 +263,11 @@ class _LogSigmoid(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         (x,) = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            grad_x = None
+            if ctx.needs_input_grad[0]:
+                grad_x = _run(_log_sigmoid_grad_x, x, grad)
+            return grad_x
         grad_x = None
         if ctx.needs_input_grad[0]:
             function = (
@@ -279,8 +311,19 @@ class LogSigmoid(_LogSigmoid):
 
 
 def _log_sigmoid_grad_x(x, grad):
-    grad_x = grad * torch.sigmoid(-x)
+    grad_x = grad * (-x).sigmoid_()
     return grad_x
+
+
+def _log_sigmoid_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
+    x_bar = grad_bar = None
+    if need_x_bar:
+        x_bar = (-grad * grad_grad_x * torch.abs(x).neg_().exp_()).div_(
+            torch.abs(x).neg_().exp_().add_(1).pow_(2)
+        )
+    if need_grad_bar:
+        grad_bar = grad_grad_x * (-x).sigmoid_()
+    return x_bar, grad_bar
 
 
 class _LogSigmoidBackward(torch.autograd.Function):
@@ -301,6 +344,16 @@ class _LogSigmoidBackward(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_grad_x):
         x, grad = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            x_bar, grad_bar = _run(
+                _log_sigmoid_grad_x_backward,
+                x,
+                grad,
+                grad_grad_x,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[1],
+            )
+            return x_bar, grad_bar
         x_bar = None
         if ctx.needs_input_grad[0]:
             x_bar = (
@@ -341,9 +394,9 @@ def log_sigmoid(x: torch.Tensor) -> torch.Tensor:
 
 
 def _bce_sigmoid_forward(z, target):
-    out = target * torch.nn.functional.softplus(-z, threshold=40.0) + (
-        1 - target
-    ) * torch.nn.functional.softplus(z, threshold=40.0)
+    out = (target * torch.nn.functional.softplus(-z, threshold=40.0)).add_(
+        (1 - target) * torch.nn.functional.softplus(z, threshold=40.0)
+    )
     return out
 
 
@@ -365,6 +418,12 @@ class _BceSigmoid(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         z, target = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            grad_z = None
+            if ctx.needs_input_grad[0]:
+                grad_z = _run(_bce_sigmoid_grad_z, z, target, grad)
+                grad_z = grad_z.sum_to_size(z.shape)
+            return grad_z, None
         grad_z = None
         if ctx.needs_input_grad[0]:
             function = (
@@ -409,8 +468,23 @@ class BceSigmoid(_BceSigmoid):
 
 
 def _bce_sigmoid_grad_z(z, target, grad):
-    grad_z = grad * (-target * torch.sigmoid(-z) + (1 - target) * torch.sigmoid(z))
+    grad_z = grad * (-target * (-z).sigmoid_()).add_((1 - target) * torch.sigmoid(z))
     return grad_z
+
+
+def _bce_sigmoid_grad_z_backward(
+    z, target, grad, grad_grad_z, need_z_bar, need_grad_bar
+):
+    z_bar = grad_bar = None
+    if need_z_bar:
+        z_bar = (grad * grad_grad_z * torch.abs(z).neg_().exp_()).div_(
+            torch.abs(z).neg_().exp_().add_(1).pow_(2)
+        )
+    if need_grad_bar:
+        grad_bar = grad_grad_z * (-target * (-z).sigmoid_()).add_(
+            (1 - target) * torch.sigmoid(z)
+        )
+    return z_bar, grad_bar
 
 
 class _BceSigmoidBackward(torch.autograd.Function):
@@ -431,6 +505,19 @@ class _BceSigmoidBackward(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_grad_z):
         z, target, grad = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            z_bar, grad_bar = _run(
+                _bce_sigmoid_grad_z_backward,
+                z,
+                target,
+                grad,
+                grad_grad_z,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[2],
+            )
+            if z_bar is not None:
+                z_bar = z_bar.sum_to_size(z.shape)
+            return z_bar, None, grad_bar
         z_bar = None
         if ctx.needs_input_grad[0]:
             z_bar = (
@@ -476,7 +563,7 @@ def bce_sigmoid(z: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 
 
 def _logit_forward(p):
-    out = torch.log(p / (1 - p))
+    out = (p / (1 - p)).log_()
     return out
 
 
@@ -498,6 +585,11 @@ class _Logit(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         (p,) = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            grad_p = None
+            if ctx.needs_input_grad[0]:
+                grad_p = _run(_logit_grad_p, p, grad)
+            return grad_p
         grad_p = None
         if ctx.needs_input_grad[0]:
             function = (
@@ -539,8 +631,18 @@ class Logit(_Logit):
 
 
 def _logit_grad_p(p, grad):
-    grad_p = -grad / (p * (p - 1))
+    grad_p = -grad / (p - 1).mul_(p)
     return grad_p
+
+
+def _logit_grad_p_backward(p, grad, grad_grad_p, need_p_bar, need_grad_bar):
+    p_bar = grad_bar = None
+    t0 = p - 1
+    if need_p_bar:
+        p_bar = (grad * grad_grad_p * (2 * p).sub_(1)).div_((p**2).mul_(t0**2))
+    if need_grad_bar:
+        grad_bar = -grad_grad_p / t0.mul_(p)
+    return p_bar, grad_bar
 
 
 class _LogitBackward(torch.autograd.Function):
@@ -561,6 +663,16 @@ class _LogitBackward(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_grad_p):
         p, grad = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            p_bar, grad_bar = _run(
+                _logit_grad_p_backward,
+                p,
+                grad,
+                grad_grad_p,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[1],
+            )
+            return p_bar, grad_bar
         p_bar = None
         if ctx.needs_input_grad[0]:
             p_bar = grad * grad_grad_p * (2 * p - 1) / (p**2 * (p - 1) ** 2)
@@ -596,7 +708,7 @@ def logit(p: torch.Tensor) -> torch.Tensor:
 
 def _log1mexp_forward(x):
     out = torch.where(
-        x > -math.log(2), torch.log(-torch.expm1(x)), torch.log1p(-torch.exp(x))
+        x > -math.log(2), torch.expm1(x).neg_().log_(), torch.exp(x).neg_().log1p_()
     )
     return out
 
@@ -619,6 +731,11 @@ class _Log1mexp(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         (x,) = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            grad_x = None
+            if ctx.needs_input_grad[0]:
+                grad_x = _run(_log1mexp_grad_x, x, grad)
+            return grad_x
         grad_x = None
         if ctx.needs_input_grad[0]:
             function = (
@@ -660,8 +777,18 @@ class Log1mexp(_Log1mexp):
 
 
 def _log1mexp_grad_x(x, grad):
-    grad_x = -grad / torch.expm1(-x)
+    grad_x = -grad / (-x).expm1_()
     return grad_x
+
+
+def _log1mexp_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
+    x_bar = grad_bar = None
+    t0 = grad_grad_x / (-x).expm1_()
+    if need_x_bar:
+        x_bar = (grad * t0).div_(torch.expm1(x))
+    if need_grad_bar:
+        grad_bar = t0.neg_()
+    return x_bar, grad_bar
 
 
 class _Log1mexpBackward(torch.autograd.Function):
@@ -682,6 +809,16 @@ class _Log1mexpBackward(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_grad_x):
         x, grad = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            x_bar, grad_bar = _run(
+                _log1mexp_grad_x_backward,
+                x,
+                grad,
+                grad_grad_x,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[1],
+            )
+            return x_bar, grad_bar
         x_bar = None
         if ctx.needs_input_grad[0]:
             x_bar = grad * grad_grad_x / (torch.expm1(-x) * torch.expm1(x))
@@ -716,7 +853,7 @@ def log1mexp(x: torch.Tensor) -> torch.Tensor:
 
 
 def _mish_forward(x):
-    out = x * torch.tanh(torch.nn.functional.softplus(x, threshold=40.0))
+    out = torch.nn.functional.softplus(x, threshold=40.0).tanh_().mul_(x)
     return out
 
 
@@ -738,6 +875,11 @@ class _Mish(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         (x,) = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            grad_x = None
+            if ctx.needs_input_grad[0]:
+                grad_x = _run(_mish_grad_x, x, grad)
+            return grad_x
         grad_x = None
         if ctx.needs_input_grad[0]:
             function = _MishBackward if torch.compiler.is_compiling() else MishBackward
@@ -790,20 +932,62 @@ class Mish(_Mish):
 def _mish_grad_x(x, grad):
     t0 = torch.nn.functional.softplus(x, threshold=40.0)
     t1 = torch.tanh(t0)
+    t2 = torch.abs(t0)
+    t3 = grad * t1
     grad_x = torch.where(
         x < -1600.0,
-        grad * t1,
+        t3,
         grad
-        * (
-            t1
-            + 4
-            * x
-            * torch.exp(-2 * torch.abs(t0))
-            / (1 + torch.exp(-2 * torch.abs(t0))) ** 2
-            * torch.sigmoid(x)
+        * t1.add_(
+            (4 * x)
+            .mul_(t2.mul_(-2).exp_())
+            .div_(t0.abs_().mul_(-2).exp_().add_(1).pow_(2))
+            .mul_(torch.sigmoid(x))
         ),
     )
     return grad_x
+
+
+def _mish_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
+    x_bar = grad_bar = None
+    t0 = torch.nn.functional.softplus(x, threshold=40.0)
+    t1 = (
+        torch.abs(t0)
+        .mul_(-2)
+        .exp_()
+        .div_(torch.abs(t0).mul_(-2).exp_().add_(1).pow_(2))
+    )
+    t2 = torch.sigmoid(x)
+    t3 = t1 * t2
+    if need_x_bar:
+        t4 = 8 * t3
+    t5 = x < -1600.0
+    if need_x_bar:
+        t6 = t5 | (x > 1600.0)
+    t7 = 4 * x
+    if need_x_bar:
+        t8 = (
+            (t1 * t7)
+            .mul_(torch.abs(x).neg_().exp_())
+            .div_(torch.abs(x).neg_().exp_().add_(1).pow_(2))
+            .add_(t4)
+        )
+    t9 = t0.tanh_()
+    if need_x_bar:
+        t10 = (8 * t1).mul_(t2**2).mul_(t9).mul_(x)
+        t11 = t1.mul_(8).mul_(t2).sub_(t10)
+        t12 = t5 & t6
+        t13 = grad * t8
+        x_bar = grad_grad_x * torch.where(
+            t12,
+            grad * t4,
+            torch.where(
+                t5, t13, torch.where(t6, grad * t11, grad * t10.neg_().add_(t8))
+            ),
+        )
+    if need_grad_bar:
+        grad_bar = grad_grad_x * torch.where(t5, t9, t3.mul_(t7).add_(t9))
+    return x_bar, grad_bar
 
 
 class _MishBackward(torch.autograd.Function):
@@ -824,6 +1008,16 @@ class _MishBackward(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_grad_x):
         x, grad = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            x_bar, grad_bar = _run(
+                _mish_grad_x_backward,
+                x,
+                grad,
+                grad_grad_x,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[1],
+            )
+            return x_bar, grad_bar
         x_bar = None
         if ctx.needs_input_grad[0]:
             t0 = torch.sigmoid(x)
@@ -917,7 +1111,7 @@ def mish(x: torch.Tensor) -> torch.Tensor:
 
 def _gelu_forward(x):
     t0 = x / 2
-    out = t0 * torch.erfc(-1.4142135623730951 * t0)
+    out = (-1.4142135623730951 * t0).erfc_().mul_(t0)
     return out
 
 
@@ -939,6 +1133,11 @@ class _Gelu(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         (x,) = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            grad_x = None
+            if ctx.needs_input_grad[0]:
+                grad_x = _run(_gelu_grad_x, x, grad)
+            return grad_x
         grad_x = None
         if ctx.needs_input_grad[0]:
             function = _GeluBackward if torch.compiler.is_compiling() else GeluBackward
@@ -976,8 +1175,8 @@ class Gelu(_Gelu):
         t0 = 0.7071067811865476 * x
         t1 = torch.erfc(-t0) / 2
         out_t = x_t * torch.where(
-            torch.abs(x) < 40.0,
-            t0 * torch.exp(-(x**2) / 2) / math.sqrt(math.pi) + t1,
+            (x < 40.0) & (x > -40.0),
+            t0 * torch.exp(-0.5 * x**2) / math.sqrt(math.pi) + t1,
             t1,
         )
         return out_t
@@ -985,10 +1184,26 @@ class Gelu(_Gelu):
 
 def _gelu_grad_x(x, grad):
     t0 = 0.7071067811865476 * x
-    grad_x = grad * (
-        t0 * torch.exp(-(x**2) / 2) / math.sqrt(math.pi) + torch.erfc(-t0) / 2
-    )
+    t1 = (x**2).mul_(-0.5).exp_().mul_(t0)
+    grad_x = grad * t1.div_(math.sqrt(math.pi)).add_(t0.neg_().erfc_().div_(2))
     return grad_x
+
+
+def _gelu_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
+    x_bar = grad_bar = None
+    t0 = x**2
+    t1 = math.sqrt(2) / 2
+    t2 = (-0.5 * t0).exp_().div_(math.sqrt(math.pi))
+    if need_grad_bar:
+        t3 = t1 * x
+    if need_x_bar:
+        x_bar = grad_grad_x * torch.where(
+            (x < 40.0) & (x > -40.0), (grad * t1 * t2).mul_(t0.neg_().add_(2)), 0.0
+        )
+    if need_grad_bar:
+        t4 = t2.mul_(t3)
+        grad_bar = grad_grad_x * t4.add_(t3.neg_().erfc_().div_(2))
+    return x_bar, grad_bar
 
 
 class _GeluBackward(torch.autograd.Function):
@@ -1009,19 +1224,29 @@ class _GeluBackward(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_grad_x):
         x, grad = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            x_bar, grad_bar = _run(
+                _gelu_grad_x_backward,
+                x,
+                grad,
+                grad_grad_x,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[1],
+            )
+            return x_bar, grad_bar
         x_bar = None
         if ctx.needs_input_grad[0]:
             t0 = x**2
             x_bar = grad_grad_x * torch.where(
-                torch.abs(x) < 40.0,
-                0.3989422804014327 * (grad * (2 - t0) * torch.exp(-t0 / 2)),
+                (x < 40.0) & (x > -40.0),
+                0.3989422804014327 * (grad * (2 - t0) * torch.exp(-0.5 * t0)),
                 0.0,
             )
         grad_bar = None
         if ctx.needs_input_grad[1]:
             t0 = 0.7071067811865476 * x
             grad_bar = grad_grad_x * (
-                t0 * torch.exp(-(x**2) / 2) / math.sqrt(math.pi) + torch.erfc(-t0) / 2
+                t0 * torch.exp(-0.5 * x**2) / math.sqrt(math.pi) + torch.erfc(-t0) / 2
             )
         return x_bar, grad_bar
 
@@ -1035,9 +1260,9 @@ class GeluBackward(_GeluBackward):
         t0 = math.sqrt(2) / 2
         t1 = t0 * x
         t2 = x**2
-        t3 = torch.exp(-t2 / 2) / math.sqrt(math.pi)
+        t3 = torch.exp(-0.5 * t2) / math.sqrt(math.pi)
         grad_x_t = grad_t * (t1 * t3 + torch.erfc(-t1) / 2) + x_t * torch.where(
-            torch.abs(x) < 40.0, grad * t0 * t3 * (2 - t2), 0.0
+            (x < 40.0) & (x > -40.0), grad * t0 * t3 * (2 - t2), 0.0
         )
         return grad_x_t
 
@@ -1056,7 +1281,7 @@ def gelu(x: torch.Tensor) -> torch.Tensor:
 
 
 def _swish_forward(x, beta):
-    out = x * torch.sigmoid(beta * x)
+    out = (beta * x).sigmoid_().mul_(x)
     return out
 
 
@@ -1079,6 +1304,11 @@ class _Swish(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         (x,) = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            grad_x = None
+            if ctx.needs_input_grad[0]:
+                grad_x = _run(_swish_grad_x, x, grad, ctx.beta)
+            return grad_x, None
         grad_x = None
         if ctx.needs_input_grad[0]:
             function = (
@@ -1126,11 +1356,28 @@ class Swish(_Swish):
 
 def _swish_grad_x(x, grad, beta):
     t0 = beta * x
-    grad_x = grad * (
-        t0 * torch.exp(-torch.abs(t0)) / (1 + torch.exp(-torch.abs(t0))) ** 2
-        + torch.sigmoid(t0)
-    )
+    t1 = torch.abs(t0).neg_().exp_().mul_(t0)
+    t2 = torch.abs(t0)
+    t3 = torch.abs(t0)
+    grad_x = grad * t1.div_(t3.neg_().exp_().add_(1).pow_(2)).add_(t0.sigmoid_())
     return grad_x
+
+
+def _swish_grad_x_backward(x, grad, grad_grad_x, beta, need_x_bar, need_grad_bar):
+    x_bar = grad_bar = None
+    if need_x_bar:
+        t0 = beta / 2
+        t1 = -beta
+    t2 = beta * x
+    t3 = torch.abs(t2).neg_().exp_().div_(torch.abs(t2).neg_().exp_().add_(1).pow_(2))
+    if need_x_bar:
+        x_bar = ((grad * grad_grad_x).mul_(t1) * t3).mul_(
+            (t0 * x).tanh_().mul_(t2).sub_(2)
+        )
+    if need_grad_bar:
+        t4 = t3.mul_(t2)
+        grad_bar = grad_grad_x * t4.add_(t2.sigmoid_())
+    return x_bar, grad_bar
 
 
 class _SwishBackward(torch.autograd.Function):
@@ -1152,17 +1399,30 @@ class _SwishBackward(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_grad_x):
         x, grad = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            x_bar, grad_bar = _run(
+                _swish_grad_x_backward,
+                x,
+                grad,
+                grad_grad_x,
+                ctx.beta,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[1],
+            )
+            return x_bar, grad_bar, None
         beta = ctx.beta
         x_bar = None
         if ctx.needs_input_grad[0]:
-            t0 = beta * x
+            t0 = beta / 2
+            t1 = -beta
+            t2 = beta * x
             x_bar = (
-                -beta
-                * grad
+                grad
                 * grad_grad_x
-                * (t0 * torch.tanh(t0 / 2) - 2)
-                * torch.exp(-torch.abs(t0))
-                / (1 + torch.exp(-torch.abs(t0))) ** 2
+                * t1
+                * (t2 * torch.tanh(t0 * x) - 2)
+                * torch.exp(-torch.abs(t2))
+                / (1 + torch.exp(-torch.abs(t2))) ** 2
             )
         grad_bar = None
         if ctx.needs_input_grad[1]:
@@ -1181,10 +1441,12 @@ class SwishBackward(_SwishBackward):
     def jvp(ctx, x_t, grad_t, _beta_t):
         x, grad = ctx.saved_tensors
         beta = ctx.beta
-        t0 = beta * x
-        t1 = torch.exp(-torch.abs(t0)) / (1 + torch.exp(-torch.abs(t0))) ** 2
-        grad_x_t = -beta * grad * t1 * x_t * (t0 * torch.tanh(t0 / 2) - 2) + grad_t * (
-            t0 * t1 + torch.sigmoid(t0)
+        t0 = beta / 2
+        t1 = -beta
+        t2 = beta * x
+        t3 = torch.exp(-torch.abs(t2)) / (1 + torch.exp(-torch.abs(t2))) ** 2
+        grad_x_t = grad * t1 * t3 * x_t * (t2 * torch.tanh(t0 * x) - 2) + grad_t * (
+            t2 * t3 + torch.sigmoid(t2)
         )
         return grad_x_t
 
@@ -1204,10 +1466,15 @@ def swish(x: torch.Tensor, beta: float = 1.0) -> torch.Tensor:
 
 def _focal_loss_forward(z, target, gamma):
     t0 = -z
-    out = target * torch.sigmoid(t0) ** gamma * torch.nn.functional.softplus(
-        t0, threshold=40.0
-    ) + (1 - target) * torch.sigmoid(z) ** gamma * torch.nn.functional.softplus(
-        z, threshold=40.0
+    t1 = torch.sigmoid(t0)
+    out = (
+        (target * t1.pow_(gamma))
+        .mul_(torch.nn.functional.softplus(t0, threshold=40.0))
+        .add_(
+            ((1 - target) * torch.sigmoid(z).pow_(gamma)).mul_(
+                torch.nn.functional.softplus(z, threshold=40.0)
+            )
+        )
     )
     return out
 
@@ -1231,6 +1498,12 @@ class _FocalLoss(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         z, target = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            grad_z = None
+            if ctx.needs_input_grad[0]:
+                grad_z = _run(_focal_loss_grad_z, z, target, grad, ctx.gamma)
+                grad_z = grad_z.sum_to_size(z.shape)
+            return grad_z, None, None
         grad_z = None
         if ctx.needs_input_grad[0]:
             function = (
@@ -1271,52 +1544,133 @@ class FocalLoss(_FocalLoss):
     def jvp(ctx, z_t, _target_t, _gamma_t):
         z, target = ctx.saved_tensors
         gamma = ctx.gamma
-        t0 = -z
-        t1 = torch.sigmoid(t0)
-        t2 = gamma + 1
-        t3 = target - 1
-        t4 = torch.sigmoid(z)
-        t5 = t1**t2 * target + t3 * t4**t2
-        t6 = z > 1600.0
-        t7 = z < -1600.0
-        t8 = (
-            gamma
-            * t1**gamma
-            * t4
-            * target
-            * torch.nn.functional.softplus(t0, threshold=40.0)
-            + t5
-        )
-        t9 = (
-            gamma
-            * t1
-            * t3
-            * t4**gamma
-            * torch.nn.functional.softplus(z, threshold=40.0)
-        )
+        t0 = -gamma
+        t1 = -z
+        t2 = torch.sigmoid(t1)
+        t3 = gamma + 1
+        t4 = t2**t3 * target
+        t5 = target - 1
+        t6 = torch.sigmoid(z)
+        t7 = t5 * t6**t3
+        t8 = t4 + t7
+        t9 = z > 1600.0
+        t10 = z < -1600.0
+        t11 = torch.nn.functional.softplus(t1, threshold=40.0)
+        t12 = t2**gamma
+        t13 = torch.nn.functional.softplus(z, threshold=40.0)
+        t14 = t6**gamma
         out_t = z_t * torch.where(
-            (t6) & (t7), -t5, torch.where(t6, -t8, torch.where(t7, -t5 - t9, -t8 - t9))
+            (t10) & (t9),
+            -t8,
+            torch.where(
+                t9,
+                t0 * t11 * t12 * t6 * target - t8,
+                torch.where(
+                    t10,
+                    t0 * t13 * t14 * t2 * t5 - t8,
+                    t0 * t11 * t12 * t6 * target + t0 * t13 * t14 * t2 * t5 - t4 - t7,
+                ),
+            ),
         )
         return out_t
 
 
 def _focal_loss_grad_z(z, target, grad, gamma):
-    t0 = -z
-    t1 = torch.sigmoid(t0)
-    t2 = gamma + 1
-    t3 = target - 1
-    t4 = torch.sigmoid(z)
-    grad_z = grad * (
-        -gamma * t1 * t3 * t4**gamma * torch.nn.functional.softplus(z, threshold=40.0)
-        - gamma
-        * t1**gamma
-        * t4
-        * target
-        * torch.nn.functional.softplus(t0, threshold=40.0)
-        - t1**t2 * target
-        - t3 * t4**t2
-    )
+    t0 = -gamma
+    t1 = -z
+    t2 = torch.sigmoid(t1)
+    t3 = gamma + 1
+    t4 = target - 1
+    t5 = torch.sigmoid(z)
+    t6 = t0 * t2
+    t7 = t2**gamma
+    t8 = t6 * t4
+    t9 = t5**gamma
+    t10 = t7.mul_(t0).mul_(t5)
+    grad_z = grad * t8.mul_(t9).mul_(
+        torch.nn.functional.softplus(z, threshold=40.0)
+    ).add_((t10 * target).mul_(torch.nn.functional.softplus(t1, threshold=40.0))).sub_(
+        t2.pow_(t3) * target
+    ).sub_(t4 * t5.pow_(t3))
     return grad_z
+
+
+def _focal_loss_grad_z_backward(
+    z, target, grad, grad_grad_z, gamma, need_z_bar, need_grad_bar
+):
+    z_bar = grad_bar = None
+    t0 = -gamma
+    if need_z_bar:
+        t1 = -gamma - 1
+        t2 = -(gamma**2)
+        t3 = torch.abs(z).neg_().exp_().div_(torch.abs(z).neg_().exp_().add_(1).pow_(2))
+        t4 = gamma * t3
+    t5 = -z
+    t6 = torch.sigmoid(t5)
+    t7 = t6**gamma * target
+    t8 = target - 1
+    t9 = torch.sigmoid(z)
+    t10 = t8 * t9**gamma
+    if need_z_bar:
+        t11 = t3.mul_(t0)
+    t12 = gamma + 1
+    t13 = t8 * t9**t12
+    t14 = t6**t12 * target
+    if need_z_bar:
+        t15 = (
+            (t1 * t13).mul_(t6).add_(t10 * t11).add_((t12 * t14).mul_(t9)).add_(t4 * t7)
+        )
+        t16 = z > 1600.0
+        t17 = z < -1600.0
+        t18 = t16 | t17
+    t19 = t10.mul_(torch.nn.functional.softplus(z, threshold=40.0))
+    t20 = t7.mul_(torch.nn.functional.softplus(t5, threshold=40.0))
+    if need_z_bar:
+        t21 = (t11 * t20).add_(t19 * t4)
+        t22 = (gamma**2 * t20).mul_(t9**2).add_(t15)
+        t23 = (t19 * t2).mul_(t6**2)
+        t24 = t15 + t23
+        t25 = t23.add_(t22)
+        t26 = grad * t15
+        t27 = t16 & t17
+        t28 = t16 & t17
+        t29 = t16 & t18
+        t30 = t17 & t18
+        t31 = t27 & t18
+        t32 = t15.add_(t21)
+        t33 = t21 + t22
+        t34 = t21 + t24
+        t35 = grad * t25
+        z_bar = grad_grad_z * torch.where(
+            t31,
+            t26,
+            torch.where(
+                t28,
+                grad * t32,
+                torch.where(
+                    t29,
+                    grad * t22,
+                    torch.where(
+                        t16,
+                        grad * t33,
+                        torch.where(
+                            t30,
+                            grad * t24,
+                            torch.where(
+                                t17,
+                                grad * t34,
+                                torch.where(t18, t35, grad * t21.add_(t25)),
+                            ),
+                        ),
+                    ),
+                ),
+            ),
+        )
+    if need_grad_bar:
+        grad_bar = grad_grad_z * t19.mul_(t0).mul_(t6).add_(t20.mul_(t0).mul_(t9)).sub_(
+            t13
+        ).sub_(t14)
+    return z_bar, grad_bar
 
 
 class _FocalLossBackward(torch.autograd.Function):
@@ -1338,58 +1692,71 @@ class _FocalLossBackward(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_grad_z):
         z, target, grad = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            z_bar, grad_bar = _run(
+                _focal_loss_grad_z_backward,
+                z,
+                target,
+                grad,
+                grad_grad_z,
+                ctx.gamma,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[2],
+            )
+            if z_bar is not None:
+                z_bar = z_bar.sum_to_size(z.shape)
+            return z_bar, None, grad_bar, None
         gamma = ctx.gamma
         z_bar = None
         if ctx.needs_input_grad[0]:
-            t0 = torch.exp(-torch.abs(z)) / (1 + torch.exp(-torch.abs(z))) ** 2
-            t1 = gamma * t0
-            t2 = -z
-            t3 = torch.sigmoid(t2)
-            t4 = t3**gamma
-            t5 = t4 * target
-            t6 = t1 * t5
-            t7 = torch.sigmoid(z)
-            t8 = t7**gamma
+            t0 = -gamma
+            t1 = -gamma - 1
+            t2 = -(gamma**2)
+            t3 = torch.exp(-torch.abs(z)) / (1 + torch.exp(-torch.abs(z))) ** 2
+            t4 = gamma * t3
+            t5 = -z
+            t6 = torch.sigmoid(t5)
+            t7 = t6**gamma * target
+            t8 = torch.sigmoid(z)
             t9 = target - 1
-            t10 = t8 * t9
-            t11 = t1 * t10
+            t10 = t8**gamma * t9
+            t11 = t0 * t3
             t12 = gamma + 1
-            t13 = t3**t12
-            t14 = t12 * t3 * t7**t12 * t9
-            t15 = -t11 + t12 * t13 * t7 * target - t14 + t6
-            t16 = z > 1600.0
-            t17 = z < -1600.0
-            t18 = (t16) | (t17)
-            t19 = -gamma * t0 * t4 * target + t11 - t12 * t13 * t7 * target + t14
-            t20 = torch.nn.functional.softplus(t2, threshold=40.0)
-            t21 = t20 * t6
-            t22 = torch.nn.functional.softplus(z, threshold=40.0)
-            t23 = -gamma * t0 * t22 * t8 * t9 + t21
-            t24 = gamma**2
-            t25 = t15 + t20 * t24 * t5 * t7**2
-            t26 = t11 * t22 - t21
-            t27 = t10 * t22 * t24 * t3**2
-            t28 = t19 + t27
-            t29 = t25 - t27
+            t13 = (
+                t1 * t6 * t8**t12 * t9
+                + t10 * t11
+                + t12 * t6**t12 * t8 * target
+                + t4 * t7
+            )
+            t14 = z > 1600.0
+            t15 = z < -1600.0
+            t16 = (t14) | (t15)
+            t17 = t10 * torch.nn.functional.softplus(z, threshold=40.0)
+            t18 = t7 * torch.nn.functional.softplus(t5, threshold=40.0)
+            t19 = t11 * t18 + t17 * t4
+            t20 = gamma**2 * t18 * t8**2 + t13
+            t21 = t17 * t2 * t6**2
+            t22 = t13 + t21
+            t23 = t20 + t21
             z_bar = grad_grad_z * torch.where(
-                (t16) & (t17) & (t18),
-                grad * t15,
+                (t14) & (t15) & (t16),
+                grad * t13,
                 torch.where(
-                    (t16) & (t17),
-                    grad * (-t19 - t23),
+                    (t14) & (t15),
+                    grad * (t13 + t19),
                     torch.where(
-                        (t16) & (t18),
-                        grad * t25,
+                        (t14) & (t16),
+                        grad * t20,
                         torch.where(
-                            t16,
-                            grad * (t25 + t26),
+                            t14,
+                            grad * (t19 + t20),
                             torch.where(
-                                (t17) & (t18),
-                                -grad * t28,
+                                (t15) & (t16),
+                                grad * t22,
                                 torch.where(
-                                    t17,
-                                    grad * (-t23 - t28),
-                                    torch.where(t18, grad * t29, grad * (t26 + t29)),
+                                    t15,
+                                    grad * (t19 + t22),
+                                    torch.where(t16, grad * t23, grad * (t19 + t23)),
                                 ),
                             ),
                         ),
@@ -1399,24 +1766,25 @@ class _FocalLossBackward(torch.autograd.Function):
             z_bar = z_bar.sum_to_size(z.shape)
         grad_bar = None
         if ctx.needs_input_grad[2]:
-            t0 = -z
-            t1 = torch.sigmoid(t0)
-            t2 = gamma + 1
-            t3 = target - 1
-            t4 = torch.sigmoid(z)
+            t0 = -gamma
+            t1 = -z
+            t2 = torch.sigmoid(t1)
+            t3 = gamma + 1
+            t4 = target - 1
+            t5 = torch.sigmoid(z)
             grad_bar = grad_grad_z * (
-                -gamma
-                * t1
-                * t3
-                * t4**gamma
-                * torch.nn.functional.softplus(z, threshold=40.0)
-                - gamma
-                * t1**gamma
+                t0
+                * t2
                 * t4
+                * t5**gamma
+                * torch.nn.functional.softplus(z, threshold=40.0)
+                + t0
+                * t2**gamma
+                * t5
                 * target
-                * torch.nn.functional.softplus(t0, threshold=40.0)
-                - t1**t2 * target
-                - t3 * t4**t2
+                * torch.nn.functional.softplus(t1, threshold=40.0)
+                - t2**t3 * target
+                - t4 * t5**t3
             )
         return z_bar, None, grad_bar, None
 
@@ -1428,61 +1796,53 @@ class FocalLossBackward(_FocalLossBackward):
     def jvp(ctx, z_t, _target_t, grad_t, _gamma_t):
         z, target, grad = ctx.saved_tensors
         gamma = ctx.gamma
-        t0 = -z
-        t1 = torch.sigmoid(t0)
-        t2 = gamma + 1
-        t3 = t1**t2
-        t4 = t3 * target
-        t5 = target - 1
-        t6 = torch.sigmoid(z)
-        t7 = t5 * t6**t2
-        t8 = torch.nn.functional.softplus(t0, threshold=40.0)
-        t9 = t1**gamma
-        t10 = t9 * target
-        t11 = t10 * t8
-        t12 = torch.nn.functional.softplus(z, threshold=40.0)
-        t13 = t6**gamma
-        t14 = t13 * t5
-        t15 = t12 * t14
-        t16 = torch.exp(-torch.abs(z)) / (1 + torch.exp(-torch.abs(z))) ** 2
-        t17 = gamma * t16
-        t18 = t10 * t17
-        t19 = t14 * t17
-        t20 = t1 * t2 * t7
-        t21 = t18 - t19 + t2 * t4 * t6 - t20
-        t22 = z > 1600.0
-        t23 = z < -1600.0
-        t24 = (t22) | (t23)
-        t25 = -gamma * t16 * t9 * target + t19 - t2 * t3 * t6 * target + t20
-        t26 = t18 * t8
-        t27 = -gamma * t12 * t13 * t16 * t5 + t26
-        t28 = gamma**2
-        t29 = t11 * t28 * t6**2 + t21
-        t30 = t12 * t19 - t26
-        t31 = t1**2 * t15 * t28
-        t32 = t25 + t31
-        t33 = t29 - t31
+        t0 = -gamma
+        t1 = -gamma - 1
+        t2 = -(gamma**2)
+        t3 = -z
+        t4 = torch.sigmoid(t3)
+        t5 = gamma + 1
+        t6 = t4**t5 * target
+        t7 = target - 1
+        t8 = torch.sigmoid(z)
+        t9 = t7 * t8**t5
+        t10 = t4**gamma * target
+        t11 = t10 * torch.nn.functional.softplus(t3, threshold=40.0)
+        t12 = t7 * t8**gamma
+        t13 = t12 * torch.nn.functional.softplus(z, threshold=40.0)
+        t14 = torch.exp(-torch.abs(z)) / (1 + torch.exp(-torch.abs(z))) ** 2
+        t15 = gamma * t14
+        t16 = t0 * t14
+        t17 = t1 * t4 * t9 + t10 * t15 + t12 * t16 + t5 * t6 * t8
+        t18 = z > 1600.0
+        t19 = z < -1600.0
+        t20 = (t18) | (t19)
+        t21 = t11 * t16 + t13 * t15
+        t22 = gamma**2 * t11 * t8**2 + t17
+        t23 = t13 * t2 * t4**2
+        t24 = t17 + t23
+        t25 = t22 + t23
         grad_z_t = grad_t * (
-            -gamma * t1 * t15 - gamma * t11 * t6 - t4 - t7
+            t0 * t11 * t8 + t0 * t13 * t4 - t6 - t9
         ) + z_t * torch.where(
-            (t22) & (t23) & (t24),
-            grad * t21,
+            (t18) & (t19) & (t20),
+            grad * t17,
             torch.where(
-                (t22) & (t23),
-                grad * (-t25 - t27),
+                (t18) & (t19),
+                grad * (t17 + t21),
                 torch.where(
-                    (t22) & (t24),
-                    grad * t29,
+                    (t18) & (t20),
+                    grad * t22,
                     torch.where(
-                        t22,
-                        grad * (t29 + t30),
+                        t18,
+                        grad * (t21 + t22),
                         torch.where(
-                            (t23) & (t24),
-                            -grad * t32,
+                            (t19) & (t20),
+                            grad * t24,
                             torch.where(
-                                t23,
-                                grad * (-t27 - t32),
-                                torch.where(t24, grad * t33, grad * (t30 + t33)),
+                                t19,
+                                grad * (t21 + t24),
+                                torch.where(t20, grad * t25, grad * (t21 + t25)),
                             ),
                         ),
                     ),
@@ -1508,15 +1868,21 @@ def focal_loss(
 
 
 def _student_t_logpdf_forward(x, nu):
-    t0 = x**2
-    t1 = t0 / nu
-    t2 = nu / 2 + 0.5
-    t3 = nu / 2
-    t4 = math.log(math.pi * nu) / 2 + math.lgamma(t3) - math.lgamma(t3 + 0.5)
+    t0 = -nu / 2 - 0.5
+    t1 = -math.log(math.pi * nu) / 2 - math.lgamma(nu / 2) + math.lgamma(nu / 2 + 0.5)
+    t2 = x**2
+    t3 = t2 / nu
+    t4 = t3 < 1048576
     out = torch.where(
-        t1 < 1048576,
-        -t2 * torch.log1p(t1) - t4,
-        -t2 * (-math.log(nu) + 2 * torch.log(torch.abs(x)) + torch.log1p(nu / t0)) - t4,
+        t4,
+        t3.log1p_().mul_(t0).add_(t1),
+        torch.abs(x)
+        .log_()
+        .mul_(2)
+        .add_(-math.log(nu))
+        .add_((nu / t2).log1p_())
+        .mul_(t0)
+        .add_(t1),
     )
     return out
 
@@ -1540,6 +1906,11 @@ class _StudentTLogpdf(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         (x,) = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            grad_x = None
+            if ctx.needs_input_grad[0]:
+                grad_x = _run(_student_t_logpdf_grad_x, x, grad, ctx.nu)
+            return grad_x, None
         grad_x = None
         if ctx.needs_input_grad[0]:
             function = (
@@ -1579,23 +1950,69 @@ class StudentTLogpdf(_StudentTLogpdf):
     def jvp(ctx, x_t, _nu_t):
         (x,) = ctx.saved_tensors
         nu = ctx.nu
-        t0 = x**2
-        t1 = 1 / x
+        t0 = -nu - 1
+        t1 = -nu
+        t2 = x**2
+        t3 = 1 / x
         out_t = x_t * torch.where(
-            torch.abs(x) < 1, -x * (nu + 1) / (nu + t0), (-nu * t1 - t1) / (nu / t0 + 1)
+            (x < 1) & (x > -1), t0 * x / (nu + t2), (t1 * t3 - t3) / (nu / t2 + 1)
         )
         return out_t
 
 
 def _student_t_logpdf_grad_x(x, grad, nu):
-    t0 = x**2
-    t1 = grad / x
+    t0 = -nu - 1
+    t1 = -nu
+    t2 = x**2
+    t3 = grad / x
+    t4 = nu + t2
+    t5 = t1 * t3
     grad_x = torch.where(
-        torch.abs(x) < 1,
-        -grad * x * (nu + 1) / (nu + t0),
-        (-nu * t1 - t1) / (nu / t0 + 1),
+        (x < 1) & (x > -1),
+        (grad * t0 * x).div_(t4),
+        t5.sub_(t3).div_((nu / t2).add_(1)),
     )
     return grad_x
+
+
+def _student_t_logpdf_grad_x_backward(
+    x, grad, grad_grad_x, nu, need_x_bar, need_grad_bar
+):
+    x_bar = grad_bar = None
+    if need_x_bar:
+        t0 = 2 * nu
+    t1 = -nu
+    if need_x_bar:
+        t2 = -(nu**2)
+    if need_grad_bar:
+        t3 = -nu - 1
+    t4 = x**2
+    t5 = nu + t4
+    t6 = (x < 1) & (x > -1)
+    t7 = 1 / t4
+    if need_x_bar:
+        t8 = x ** (-4)
+        t9 = grad * t7
+        t10 = grad * t8
+    if need_grad_bar:
+        t11 = 1 / x
+    if need_x_bar:
+        t12 = t1 * t10
+        t13 = nu * t9
+        x_bar = grad_grad_x * torch.where(
+            t6,
+            (grad * t4.add_(-nu)).mul_(nu + 1).div_(t5**2),
+            t13.add_(t12)
+            .add_(t10.mul_(t2))
+            .add_(t9)
+            .div_(t8.mul_(nu**2).add_(t0 * t7).add_(1)),
+        )
+    if need_grad_bar:
+        t14 = t1 * t11
+        grad_bar = grad_grad_x * torch.where(
+            t6, (t3 * x).div_(t5), t14.sub_(t11).div_(t7.mul_(nu).add_(1))
+        )
+    return x_bar, grad_bar
 
 
 class _StudentTLogpdfBackward(torch.autograd.Function):
@@ -1617,27 +2034,41 @@ class _StudentTLogpdfBackward(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_grad_x):
         x, grad = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            x_bar, grad_bar = _run(
+                _student_t_logpdf_grad_x_backward,
+                x,
+                grad,
+                grad_grad_x,
+                ctx.nu,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[1],
+            )
+            return x_bar, grad_bar, None
         nu = ctx.nu
         x_bar = None
         if ctx.needs_input_grad[0]:
-            t0 = x**2
-            t1 = 1 / t0
-            t2 = x ** (-4)
-            t3 = nu**2 * t2
+            t0 = 2 * nu
+            t1 = -nu
+            t2 = -(nu**2)
+            t3 = x**2
+            t4 = 1 / t3
+            t5 = x ** (-4)
+            t6 = grad * t4
+            t7 = grad * t5
             x_bar = grad_grad_x * torch.where(
-                torch.abs(x) < 1,
-                grad * (-nu + t0) * (nu + 1) / (nu + t0) ** 2,
-                (grad * nu * t1 - grad * nu * t2 + grad * t1 - grad * t3)
-                / (2 * nu * t1 + t3 + 1),
+                (x < 1) & (x > -1),
+                grad * (-nu + t3) * (nu + 1) / (nu + t3) ** 2,
+                (nu * t6 + t1 * t7 + t2 * t7 + t6) / (nu**2 * t5 + t0 * t4 + 1),
             )
         grad_bar = None
         if ctx.needs_input_grad[1]:
-            t0 = x**2
-            t1 = 1 / x
+            t0 = -nu - 1
+            t1 = -nu
+            t2 = x**2
+            t3 = 1 / x
             grad_bar = grad_grad_x * torch.where(
-                torch.abs(x) < 1,
-                -x * (nu + 1) / (nu + t0),
-                (-nu * t1 - t1) / (nu / t0 + 1),
+                (x < 1) & (x > -1), t0 * x / (nu + t2), (t1 * t3 - t3) / (nu / t2 + 1)
             )
         return x_bar, grad_bar, None
 
@@ -1649,22 +2080,24 @@ class StudentTLogpdfBackward(_StudentTLogpdfBackward):
     def jvp(ctx, x_t, grad_t, _nu_t):
         x, grad = ctx.saved_tensors
         nu = ctx.nu
-        t0 = nu + 1
-        t1 = x**2
-        t2 = nu + t1
-        t3 = torch.abs(x) < 1
-        t4 = 1 / t1
-        t5 = nu * t4
-        t6 = 1 / x
-        t7 = x ** (-4)
-        t8 = nu**2 * t7
+        t0 = -nu - 1
+        t1 = -nu
+        t2 = 2 * nu
+        t3 = -(nu**2)
+        t4 = x**2
+        t5 = nu + t4
+        t6 = (x < 1) & (x > -1)
+        t7 = 1 / t4
+        t8 = nu * t7
+        t9 = 1 / x
+        t10 = x ** (-4)
+        t11 = grad * t10
         grad_x_t = grad_t * torch.where(
-            t3, -t0 * x / t2, (-nu * t6 - t6) / (t5 + 1)
+            t6, t0 * x / t5, (t1 * t9 - t9) / (t8 + 1)
         ) + x_t * torch.where(
-            t3,
-            grad * t0 * (-nu + t1) / t2**2,
-            (grad * nu * t4 - grad * nu * t7 + grad * t4 - grad * t8)
-            / (2 * t5 + t8 + 1),
+            t6,
+            grad * (-nu + t4) * (nu + 1) / t5**2,
+            (grad * t7 + grad * t8 + t1 * t11 + t11 * t3) / (nu**2 * t10 + t2 * t7 + 1),
         )
         return grad_x_t
 
@@ -1705,6 +2138,11 @@ class _EntropyTerm(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         (x,) = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            grad_x = None
+            if ctx.needs_input_grad[0]:
+                grad_x = _run(_entropy_term_grad_x, x, grad)
+            return grad_x
         grad_x = None
         if ctx.needs_input_grad[0]:
             function = (
@@ -1748,8 +2186,17 @@ class EntropyTerm(_EntropyTerm):
 
 
 def _entropy_term_grad_x(x, grad):
-    grad_x = grad * (torch.log(x) + 1)
+    grad_x = grad * torch.log(x).add_(1)
     return grad_x
+
+
+def _entropy_term_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
+    x_bar = grad_bar = None
+    if need_x_bar:
+        x_bar = grad * grad_grad_x / x
+    if need_grad_bar:
+        grad_bar = grad_grad_x * torch.log(x).add_(1)
+    return x_bar, grad_bar
 
 
 class _EntropyTermBackward(torch.autograd.Function):
@@ -1770,6 +2217,16 @@ class _EntropyTermBackward(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_grad_x):
         x, grad = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            x_bar, grad_bar = _run(
+                _entropy_term_grad_x_backward,
+                x,
+                grad,
+                grad_grad_x,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[1],
+            )
+            return x_bar, grad_bar
         x_bar = None
         if ctx.needs_input_grad[0]:
             x_bar = grad * grad_grad_x / x
@@ -1803,7 +2260,7 @@ def entropy_term(x: torch.Tensor) -> torch.Tensor:
 
 
 def _sqrt_diff_forward(x):
-    out = 1 / (torch.sqrt(x) + torch.sqrt(x + 1))
+    out = torch.sqrt(x).add_((x + 1).sqrt_()).reciprocal_()
     return out
 
 
@@ -1825,6 +2282,11 @@ class _SqrtDiff(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         (x,) = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            grad_x = None
+            if ctx.needs_input_grad[0]:
+                grad_x = _run(_sqrt_diff_grad_x, x, grad)
+            return grad_x
         grad_x = None
         if ctx.needs_input_grad[0]:
             function = (
@@ -1866,8 +2328,26 @@ class SqrtDiff(_SqrtDiff):
 
 
 def _sqrt_diff_grad_x(x, grad):
-    grad_x = -grad / (2 * x ** (1.5) + 2 * torch.sqrt(x) + 2 * x * torch.sqrt(x + 1))
+    grad_x = -grad / (x**1.5).mul_(2).add_(torch.sqrt(x).mul_(2)).add_(
+        (2 * x).mul_((x + 1).sqrt_())
+    )
     return grad_x
+
+
+def _sqrt_diff_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
+    x_bar = grad_bar = None
+    t0 = torch.sqrt(x)
+    t1 = (x + 1).sqrt_()
+    t2 = 2 * t1
+    t3 = (2 * t0).add_(t2 * x).add_((x**1.5).mul_(2))
+    if need_x_bar:
+        t4 = -3 * t0
+        x_bar = (
+            -grad * grad_grad_x * t4.sub_(t2).sub_(x / t1).sub_(t0.reciprocal_())
+        ).div_(t3**2)
+    if need_grad_bar:
+        grad_bar = -grad_grad_x / t3
+    return x_bar, grad_bar
 
 
 class _SqrtDiffBackward(torch.autograd.Function):
@@ -1888,6 +2368,16 @@ class _SqrtDiffBackward(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_grad_x):
         x, grad = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            x_bar, grad_bar = _run(
+                _sqrt_diff_grad_x_backward,
+                x,
+                grad,
+                grad_grad_x,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[1],
+            )
+            return x_bar, grad_bar
         x_bar = None
         if ctx.needs_input_grad[0]:
             t0 = torch.sqrt(x)
@@ -1936,84 +2426,47 @@ def sqrt_diff(x: torch.Tensor) -> torch.Tensor:
 
 def _exprel_forward(x):
     out = torch.where(
-        torch.abs(x) < 1,
-        x
-        * (
-            x
-            * (
-                x
-                * (
-                    x
-                    * (
-                        x
-                        * (
-                            x
-                            * (
-                                x
-                                * (
-                                    x
-                                    * (
-                                        x
-                                        * (
-                                            x
-                                            * (
-                                                x
-                                                * (
-                                                    x
-                                                    * (
-                                                        x
-                                                        * (
-                                                            x
-                                                            * (
-                                                                x
-                                                                * (
-                                                                    x
-                                                                    * (
-                                                                        x
-                                                                        * (
-                                                                            x
-                                                                            * (
-                                                                                4.110317623312165e-19
-                                                                                * x
-                                                                                + 8.22063524662433e-18
-                                                                            )
-                                                                            + 1.5619206968586225e-16
-                                                                        )
-                                                                        + 2.8114572543455206e-15
-                                                                    )
-                                                                    + 4.779477332387385e-14
-                                                                )
-                                                                + 7.647163731819816e-13
-                                                            )
-                                                            + 1.1470745597729725e-11
-                                                        )
-                                                        + 1.6059043836821613e-10
-                                                    )
-                                                    + 2.08767569878681e-09
-                                                )
-                                                + 2.505210838544172e-08
-                                            )
-                                            + 2.755731922398589e-07
-                                        )
-                                        + 2.7557319223985893e-06
-                                    )
-                                    + 2.48015873015873e-05
-                                )
-                                + 0.0001984126984126984
-                            )
-                            + 0.001388888888888889
-                        )
-                        + 0.008333333333333333
-                    )
-                    + 0.041666666666666664
-                )
-                + 0.16666666666666666
-            )
-            + 0.5
-        )
-        + 1,
+        (x < 1) & (x > -1),
+        (4.110317623312165e-19 * x)
+        .add_(8.22063524662433e-18)
+        .mul_(x)
+        .add_(1.5619206968586225e-16)
+        .mul_(x)
+        .add_(2.8114572543455206e-15)
+        .mul_(x)
+        .add_(4.779477332387385e-14)
+        .mul_(x)
+        .add_(7.647163731819816e-13)
+        .mul_(x)
+        .add_(1.1470745597729725e-11)
+        .mul_(x)
+        .add_(1.6059043836821613e-10)
+        .mul_(x)
+        .add_(2.08767569878681e-09)
+        .mul_(x)
+        .add_(2.505210838544172e-08)
+        .mul_(x)
+        .add_(2.755731922398589e-07)
+        .mul_(x)
+        .add_(2.7557319223985893e-06)
+        .mul_(x)
+        .add_(2.48015873015873e-05)
+        .mul_(x)
+        .add_(0.0001984126984126984)
+        .mul_(x)
+        .add_(0.001388888888888889)
+        .mul_(x)
+        .add_(0.008333333333333333)
+        .mul_(x)
+        .add_(0.041666666666666664)
+        .mul_(x)
+        .add_(0.16666666666666666)
+        .mul_(x)
+        .add_(0.5)
+        .mul_(x)
+        .add_(1),
         torch.where(
-            x > 80, (torch.exp(x / 2) / x) * torch.exp(x / 2), torch.expm1(x) / x
+            x > 80, (x / 2).exp_().div_(x).mul_((x / 2).exp_()), torch.expm1(x).div_(x)
         ),
     )
     return out
@@ -2037,6 +2490,11 @@ class _Exprel(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         (x,) = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            grad_x = None
+            if ctx.needs_input_grad[0]:
+                grad_x = _run(_exprel_grad_x, x, grad)
+            return grad_x
         grad_x = None
         if ctx.needs_input_grad[0]:
             function = (
@@ -2074,7 +2532,7 @@ class Exprel(_Exprel):
     def jvp(ctx, x_t):
         (x,) = ctx.saved_tensors
         out_t = x_t * torch.where(
-            torch.abs(x) < 1,
+            (x < 1) & (x > -1),
             x
             * (
                 x
@@ -2161,89 +2619,167 @@ class Exprel(_Exprel):
 
 def _exprel_grad_x(x, grad):
     grad_x = grad * torch.where(
-        torch.abs(x) < 1,
-        x
-        * (
-            x
-            * (
-                x
-                * (
-                    x
-                    * (
-                        x
-                        * (
-                            x
-                            * (
-                                x
-                                * (
-                                    x
-                                    * (
-                                        x
-                                        * (
-                                            x
-                                            * (
-                                                x
-                                                * (
-                                                    x
-                                                    * (
-                                                        x
-                                                        * (
-                                                            x
-                                                            * (
-                                                                x
-                                                                * (
-                                                                    x
-                                                                    * (
-                                                                        x
-                                                                        * (
-                                                                            x
-                                                                            * (
-                                                                                3.9145882126782523e-19
-                                                                                * x
-                                                                                + 7.809603484293113e-18
-                                                                            )
-                                                                            + 1.4797143443923793e-16
-                                                                        )
-                                                                        + 2.6552651846596585e-15
-                                                                    )
-                                                                    + 4.498331606952833e-14
-                                                                )
-                                                                + 7.169215998581078e-13
-                                                            )
-                                                            + 1.0706029224547743e-11
-                                                        )
-                                                        + 1.4911969277048643e-10
-                                                    )
-                                                    + 1.9270852604185937e-09
-                                                )
-                                                + 2.296443268665491e-08
-                                            )
-                                            + 2.505210838544172e-07
-                                        )
-                                        + 2.48015873015873e-06
-                                    )
-                                    + 2.2045855379188714e-05
-                                )
-                                + 0.00017361111111111112
-                            )
-                            + 0.0011904761904761906
-                        )
-                        + 0.006944444444444444
-                    )
-                    + 0.03333333333333333
-                )
-                + 0.125
-            )
-            + 0.3333333333333333
-        )
-        + 0.5,
+        (x < 1) & (x > -1),
+        (3.9145882126782523e-19 * x)
+        .add_(7.809603484293113e-18)
+        .mul_(x)
+        .add_(1.4797143443923793e-16)
+        .mul_(x)
+        .add_(2.6552651846596585e-15)
+        .mul_(x)
+        .add_(4.498331606952833e-14)
+        .mul_(x)
+        .add_(7.169215998581078e-13)
+        .mul_(x)
+        .add_(1.0706029224547743e-11)
+        .mul_(x)
+        .add_(1.4911969277048643e-10)
+        .mul_(x)
+        .add_(1.9270852604185937e-09)
+        .mul_(x)
+        .add_(2.296443268665491e-08)
+        .mul_(x)
+        .add_(2.505210838544172e-07)
+        .mul_(x)
+        .add_(2.48015873015873e-06)
+        .mul_(x)
+        .add_(2.2045855379188714e-05)
+        .mul_(x)
+        .add_(0.00017361111111111112)
+        .mul_(x)
+        .add_(0.0011904761904761906)
+        .mul_(x)
+        .add_(0.006944444444444444)
+        .mul_(x)
+        .add_(0.03333333333333333)
+        .mul_(x)
+        .add_(0.125)
+        .mul_(x)
+        .add_(0.3333333333333333)
+        .mul_(x)
+        .add_(0.5),
         torch.where(
             x > 80,
-            ((1 / x - 1 / x**2) * torch.exp(x / 2)) * torch.exp(x / 2),
-            (torch.exp(x) - torch.expm1(x) / x) / x,
+            (1 / x)
+            .sub_((x**2).reciprocal_())
+            .mul_((x / 2).exp_())
+            .mul_((x / 2).exp_()),
+            torch.exp(x).sub_(torch.expm1(x).div_(x)).div_(x),
         ),
     )
     return grad_x
+
+
+def _exprel_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
+    x_bar = grad_bar = None
+    if need_x_bar:
+        x_bar = (
+            grad
+            * grad_grad_x
+            * torch.where(
+                (x < 1) & (x > -1),
+                (3.7366523848292405e-19 * x)
+                .add_(7.437717604088679e-18)
+                .mul_(x)
+                .add_(1.4057286271727604e-16)
+                .mul_(x)
+                .add_(2.515514385467045e-15)
+                .mul_(x)
+                .add_(4.2484242954554536e-14)
+                .mul_(x)
+                .add_(6.74749741042925e-13)
+                .mul_(x)
+                .add_(1.0036902398013508e-11)
+                .mul_(x)
+                .add_(1.3917837991912066e-10)
+                .mul_(x)
+                .add_(1.789436313245837e-09)
+                .mul_(x)
+                .add_(2.1197937864604532e-08)
+                .mul_(x)
+                .add_(2.296443268665491e-07)
+                .mul_(x)
+                .add_(2.2546897546897547e-06)
+                .mul_(x)
+                .add_(1.984126984126984e-05)
+                .mul_(x)
+                .add_(0.00015432098765432098)
+                .mul_(x)
+                .add_(0.0010416666666666667)
+                .mul_(x)
+                .add_(0.005952380952380952)
+                .mul_(x)
+                .add_(0.027777777777777776)
+                .mul_(x)
+                .add_(0.1)
+                .mul_(x)
+                .add_(0.25)
+                .mul_(x)
+                .add_(0.3333333333333333),
+                torch.where(
+                    x > 80,
+                    (1 / x)
+                    .sub_(2 / x**2)
+                    .add_(2 / x**3)
+                    .mul_((x / 2).exp_())
+                    .mul_((x / 2).exp_()),
+                    torch.exp(x)
+                    .sub_(torch.exp(x).sub_(torch.expm1(x).div_(x)).mul_(2).div_(x))
+                    .div_(x),
+                ),
+            )
+        )
+    if need_grad_bar:
+        grad_bar = grad_grad_x * torch.where(
+            (x < 1) & (x > -1),
+            (3.9145882126782523e-19 * x)
+            .add_(7.809603484293113e-18)
+            .mul_(x)
+            .add_(1.4797143443923793e-16)
+            .mul_(x)
+            .add_(2.6552651846596585e-15)
+            .mul_(x)
+            .add_(4.498331606952833e-14)
+            .mul_(x)
+            .add_(7.169215998581078e-13)
+            .mul_(x)
+            .add_(1.0706029224547743e-11)
+            .mul_(x)
+            .add_(1.4911969277048643e-10)
+            .mul_(x)
+            .add_(1.9270852604185937e-09)
+            .mul_(x)
+            .add_(2.296443268665491e-08)
+            .mul_(x)
+            .add_(2.505210838544172e-07)
+            .mul_(x)
+            .add_(2.48015873015873e-06)
+            .mul_(x)
+            .add_(2.2045855379188714e-05)
+            .mul_(x)
+            .add_(0.00017361111111111112)
+            .mul_(x)
+            .add_(0.0011904761904761906)
+            .mul_(x)
+            .add_(0.006944444444444444)
+            .mul_(x)
+            .add_(0.03333333333333333)
+            .mul_(x)
+            .add_(0.125)
+            .mul_(x)
+            .add_(0.3333333333333333)
+            .mul_(x)
+            .add_(0.5),
+            torch.where(
+                x > 80,
+                (1 / x)
+                .sub_((x**2).reciprocal_())
+                .mul_((x / 2).exp_())
+                .mul_((x / 2).exp_()),
+                torch.exp(x).sub_(torch.expm1(x).div_(x)).div_(x),
+            ),
+        )
+    return x_bar, grad_bar
 
 
 class _ExprelBackward(torch.autograd.Function):
@@ -2264,13 +2800,23 @@ class _ExprelBackward(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_grad_x):
         x, grad = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            x_bar, grad_bar = _run(
+                _exprel_grad_x_backward,
+                x,
+                grad,
+                grad_grad_x,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[1],
+            )
+            return x_bar, grad_bar
         x_bar = None
         if ctx.needs_input_grad[0]:
             x_bar = (
                 grad
                 * grad_grad_x
                 * torch.where(
-                    torch.abs(x) < 1,
+                    (x < 1) & (x > -1),
                     x
                     * (
                         x
@@ -2358,7 +2904,7 @@ class _ExprelBackward(torch.autograd.Function):
         grad_bar = None
         if ctx.needs_input_grad[1]:
             grad_bar = grad_grad_x * torch.where(
-                torch.abs(x) < 1,
+                (x < 1) & (x > -1),
                 x
                 * (
                     x
@@ -2450,7 +2996,7 @@ class ExprelBackward(_ExprelBackward):
     def jvp(ctx, x_t, grad_t):
         x, grad = ctx.saved_tensors
         grad_x_t = grad * x_t * torch.where(
-            torch.abs(x) < 1,
+            (x < 1) & (x > -1),
             x
             * (
                 x
@@ -2532,7 +3078,7 @@ class ExprelBackward(_ExprelBackward):
                 (torch.exp(x) - 2 * (torch.exp(x) - torch.expm1(x) / x) / x) / x,
             ),
         ) + grad_t * torch.where(
-            torch.abs(x) < 1,
+            (x < 1) & (x > -1),
             x
             * (
                 x
@@ -2635,6 +3181,16 @@ def _logaddexp_forward(a, b):
     return out
 
 
+def _logaddexp_backward(a, b, grad, need_grad_a, need_grad_b):
+    grad_a = grad_b = None
+    t0 = a - b
+    if need_grad_a:
+        grad_a = grad * torch.sigmoid(t0)
+    if need_grad_b:
+        grad_b = grad * t0.neg_().sigmoid_()
+    return grad_a, grad_b
+
+
 class _Logaddexp(torch.autograd.Function):
     """Logaddexp without forward mode (what torch.compile traces)."""
 
@@ -2653,6 +3209,20 @@ class _Logaddexp(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         a, b = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            grad_a, grad_b = _run(
+                _logaddexp_backward,
+                a,
+                b,
+                grad,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[1],
+            )
+            if grad_a is not None:
+                grad_a = grad_a.sum_to_size(a.shape)
+            if grad_b is not None:
+                grad_b = grad_b.sum_to_size(b.shape)
+            return grad_a, grad_b
         grad_a = None
         if ctx.needs_input_grad[0]:
             function = (
@@ -2717,8 +3287,26 @@ class Logaddexp(_Logaddexp):
 
 
 def _logaddexp_grad_a(a, b, grad):
-    grad_a = grad * torch.sigmoid(a - b)
+    grad_a = grad * (a - b).sigmoid_()
     return grad_a
+
+
+def _logaddexp_grad_a_backward(
+    a, b, grad, grad_grad_a, need_a_bar, need_b_bar, need_grad_bar
+):
+    a_bar = b_bar = grad_bar = None
+    t0 = a - b
+    if need_a_bar or need_b_bar:
+        t1 = (grad * grad_grad_a * torch.abs(t0).neg_().exp_()).div_(
+            torch.abs(t0).neg_().exp_().add_(1).pow_(2)
+        )
+    if need_a_bar:
+        a_bar = t1
+    if need_b_bar:
+        b_bar = -t1
+    if need_grad_bar:
+        grad_bar = grad_grad_a * t0.sigmoid_()
+    return a_bar, b_bar, grad_bar
 
 
 class _LogaddexpBackwardA(torch.autograd.Function):
@@ -2739,6 +3327,22 @@ class _LogaddexpBackwardA(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_grad_a):
         a, b, grad = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            a_bar, b_bar, grad_bar = _run(
+                _logaddexp_grad_a_backward,
+                a,
+                b,
+                grad,
+                grad_grad_a,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[1],
+                ctx.needs_input_grad[2],
+            )
+            if a_bar is not None:
+                a_bar = a_bar.sum_to_size(a.shape)
+            if b_bar is not None:
+                b_bar = b_bar.sum_to_size(b.shape)
+            return a_bar, b_bar, grad_bar
         a_bar = None
         if ctx.needs_input_grad[0]:
             a_bar = (
@@ -2776,8 +3380,26 @@ class LogaddexpBackwardA(_LogaddexpBackwardA):
 
 
 def _logaddexp_grad_b(a, b, grad):
-    grad_b = grad * torch.sigmoid(-a + b)
+    grad_b = grad * (-a + b).sigmoid_()
     return grad_b
+
+
+def _logaddexp_grad_b_backward(
+    a, b, grad, grad_grad_b, need_a_bar, need_b_bar, need_grad_bar
+):
+    a_bar = b_bar = grad_bar = None
+    t0 = a - b
+    if need_a_bar or need_b_bar:
+        t1 = (grad * grad_grad_b * torch.abs(t0).neg_().exp_()).div_(
+            torch.abs(t0).neg_().exp_().add_(1).pow_(2)
+        )
+    if need_a_bar:
+        a_bar = -t1
+    if need_b_bar:
+        b_bar = t1
+    if need_grad_bar:
+        grad_bar = grad_grad_b * t0.neg_().sigmoid_()
+    return a_bar, b_bar, grad_bar
 
 
 class _LogaddexpBackwardB(torch.autograd.Function):
@@ -2798,6 +3420,22 @@ class _LogaddexpBackwardB(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_grad_b):
         a, b, grad = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            a_bar, b_bar, grad_bar = _run(
+                _logaddexp_grad_b_backward,
+                a,
+                b,
+                grad,
+                grad_grad_b,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[1],
+                ctx.needs_input_grad[2],
+            )
+            if a_bar is not None:
+                a_bar = a_bar.sum_to_size(a.shape)
+            if b_bar is not None:
+                b_bar = b_bar.sum_to_size(b.shape)
+            return a_bar, b_bar, grad_bar
         a_bar = None
         if ctx.needs_input_grad[0]:
             a_bar = (
@@ -2870,6 +3508,11 @@ class _ScaledErfc(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         (x,) = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            grad_x = None
+            if ctx.needs_input_grad[0]:
+                grad_x = _run(_scaled_erfc_grad_x, x, grad)
+            return grad_x
         grad_x = None
         if ctx.needs_input_grad[0]:
             function = (
@@ -2916,14 +3559,14 @@ class ScaledErfc(_ScaledErfc):
             -t0
             * t1
             * (
-                -t1 / 2
+                -0.5 * t1
                 + 1
-                + 3 / (4 * x**4)
-                - 15 / (8 * x**6)
-                + 105 / (16 * x**8)
-                - 945 / (32 * x**10)
-                + 10395 / (64 * x**12)
-                - 135135 / (128 * x**14)
+                + 0.75 / x**4
+                - 1.875 / x**6
+                + 6.5625 / x**8
+                - 29.53125 / x**10
+                + 162.421875 / x**12
+                - 1055.7421875 / x**14
                 + 7918.06640625 / x**16
                 - 67303.564453125 / x**18
                 + 639383.8623046875 / x**20
@@ -2941,11 +3584,11 @@ class ScaledErfc(_ScaledErfc):
             * (
                 x ** (-3)
                 - 3 / x**5
-                + 45 / (4 * x**7)
-                - 105 / (2 * x**9)
-                + 4725 / (16 * x**11)
-                - 31185 / (16 * x**13)
-                + 945945 / (64 * x**15)
+                + 11.25 / x**7
+                - 52.5 / x**9
+                + 295.3125 / x**11
+                - 1949.0625 / x**13
+                + 14780.390625 / x**15
                 - 126689.0625 / x**17
                 + 1211464.16015625 / x**19
                 - 12787677.24609375 / x**21
@@ -2967,61 +3610,167 @@ class ScaledErfc(_ScaledErfc):
 def _scaled_erfc_grad_x(x, grad):
     t0 = 1 / math.sqrt(math.pi)
     t1 = x ** (-2)
+    t2 = -t0 * t1
     grad_x = torch.where(
         x < 9,
-        grad * (-2 * t0 + 2 * x * torch.special.erfcx(x)),
+        grad * (2 * x).mul_(torch.special.erfcx(x)).add_(-2 * t0),
         grad
-        * (
-            -t0
-            * t1
-            * (
-                -t1 / 2
-                + 1
-                + 3 / (4 * x**4)
-                - 15 / (8 * x**6)
-                + 105 / (16 * x**8)
-                - 945 / (32 * x**10)
-                + 10395 / (64 * x**12)
-                - 135135 / (128 * x**14)
-                + 7918.06640625 / x**16
-                - 67303.564453125 / x**18
-                + 639383.8623046875 / x**20
-                - 6713530.554199219 / x**22
-                + 77205601.37329102 / x**24
-                - 965070017.1661377 / x**26
-                + 13028445231.742859 / x**28
-                - 188912455860.27145 / x**30
-                + 2928143065834.2075 / x**32
-                - 48314360586264.42 / x**34
-                + 845501310259627.4 / x**36
-                - 1.5641774239803108e16 / x**38
-            )
-            + t0
-            * (
-                x ** (-3)
-                - 3 / x**5
-                + 45 / (4 * x**7)
-                - 105 / (2 * x**9)
-                + 4725 / (16 * x**11)
-                - 31185 / (16 * x**13)
-                + 945945 / (64 * x**15)
-                - 126689.0625 / x**17
-                + 1211464.16015625 / x**19
-                - 12787677.24609375 / x**21
-                + 147697672.1923828 / x**23
-                - 1852934432.9589844 / x**25
-                + 25091820446.31958 / x**27
-                - 364796466488.80005 / x**29
-                + 5667373675808.144 / x**31
-                - 93700578106694.64 / x**33
-                + 1642688259932990.5 / x**35
-                - 3.0438047169346588e16 / x**37
-                + 5.943874211125181e17 / x**39
-            )
-            / x
+        * t2.mul_(
+            t1.mul_(-0.5)
+            .add_(1)
+            .add_(0.75 / x**4)
+            .sub_(1.875 / x**6)
+            .add_(6.5625 / x**8)
+            .sub_(29.53125 / x**10)
+            .add_(162.421875 / x**12)
+            .sub_(1055.7421875 / x**14)
+            .add_(7918.06640625 / x**16)
+            .sub_(67303.564453125 / x**18)
+            .add_(639383.8623046875 / x**20)
+            .sub_(6713530.554199219 / x**22)
+            .add_(77205601.37329102 / x**24)
+            .sub_(965070017.1661377 / x**26)
+            .add_(13028445231.742859 / x**28)
+            .sub_(188912455860.27145 / x**30)
+            .add_(2928143065834.2075 / x**32)
+            .sub_(48314360586264.42 / x**34)
+            .add_(845501310259627.4 / x**36)
+            .sub_(1.5641774239803108e16 / x**38)
+        ).add_(
+            (x ** (-3))
+            .sub_(3 / x**5)
+            .add_(11.25 / x**7)
+            .sub_(52.5 / x**9)
+            .add_(295.3125 / x**11)
+            .sub_(1949.0625 / x**13)
+            .add_(14780.390625 / x**15)
+            .sub_(126689.0625 / x**17)
+            .add_(1211464.16015625 / x**19)
+            .sub_(12787677.24609375 / x**21)
+            .add_(147697672.1923828 / x**23)
+            .sub_(1852934432.9589844 / x**25)
+            .add_(25091820446.31958 / x**27)
+            .sub_(364796466488.80005 / x**29)
+            .add_(5667373675808.144 / x**31)
+            .sub_(93700578106694.64 / x**33)
+            .add_(1642688259932990.5 / x**35)
+            .sub_(3.0438047169346588e16 / x**37)
+            .add_(5.943874211125181e17 / x**39)
+            .mul_(t0)
+            .div_(x)
         ),
     )
     return grad_x
+
+
+def _scaled_erfc_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
+    x_bar = grad_bar = None
+    t0 = torch.special.erfcx(x).mul_(2)
+    t1 = 1 / math.sqrt(math.pi)
+    t2 = 2 * t1
+    t3 = (t0 * x).sub_(t2)
+    t4 = x < 9
+    t5 = x ** (-2)
+    t6 = x ** (-3)
+    t7 = (
+        (3 / x**5)
+        .neg_()
+        .add_(t6)
+        .add_(11.25 / x**7)
+        .sub_(52.5 / x**9)
+        .add_(295.3125 / x**11)
+        .sub_(1949.0625 / x**13)
+        .add_(14780.390625 / x**15)
+        .sub_(126689.0625 / x**17)
+        .add_(1211464.16015625 / x**19)
+        .sub_(12787677.24609375 / x**21)
+        .add_(147697672.1923828 / x**23)
+        .sub_(1852934432.9589844 / x**25)
+        .add_(25091820446.31958 / x**27)
+        .sub_(364796466488.80005 / x**29)
+        .add_(5667373675808.144 / x**31)
+        .sub_(93700578106694.64 / x**33)
+        .add_(1642688259932990.5 / x**35)
+        .sub_(3.0438047169346588e16 / x**37)
+        .add_(5.943874211125181e17 / x**39)
+    )
+    t8 = x ** (-38)
+    t9 = x ** (-36)
+    t10 = x ** (-34)
+    t11 = x ** (-32)
+    t12 = x ** (-30)
+    t13 = x ** (-28)
+    t14 = x ** (-26)
+    t15 = x ** (-24)
+    t16 = x ** (-22)
+    t17 = x ** (-20)
+    t18 = x ** (-18)
+    t19 = x ** (-16)
+    t20 = x ** (-14)
+    t21 = x ** (-12)
+    t22 = x ** (-10)
+    t23 = x ** (-8)
+    t24 = x ** (-6)
+    t25 = x ** (-4)
+    t26 = t1 / x
+    t27 = (
+        (-48314360586264.42 * t10)
+        .add_(2928143065834.2075 * t11)
+        .sub_(188912455860.27145 * t12)
+        .add_(13028445231.742859 * t13)
+        .sub_(965070017.1661377 * t14)
+        .add_(77205601.37329102 * t15)
+        .sub_(6713530.554199219 * t16)
+        .add_(639383.8623046875 * t17)
+        .sub_(67303.564453125 * t18)
+        .add_(7918.06640625 * t19)
+        .sub_(1055.7421875 * t20)
+        .add_(162.421875 * t21)
+        .sub_(29.53125 * t22)
+        .add_(6.5625 * t23)
+        .sub_(1.875 * t24)
+        .add_(0.75 * t25)
+        .sub_(0.5 * t5)
+        .sub_(1.5641774239803108e16 * t8)
+        .add_(845501310259627.4 * t9)
+        .add_(1)
+    )
+    if need_x_bar:
+        x_bar = grad_grad_x * torch.where(
+            t4,
+            grad * t0.add_((2 * t3).mul_(x)),
+            grad
+            * (t2 * t27)
+            .mul_(t6)
+            .sub_((t2 * t5).mul_(t7))
+            .add_(
+                t10.mul_(3092119077520923.0)
+                .sub_(t11.mul_(175688583950052.44))
+                .add_(t12.mul_(10579097528175.201))
+                .sub_(t13.mul_(677479152050.6287))
+                .add_(t14.mul_(46323360823.97461))
+                .sub_(t15.mul_(3397046460.4248047))
+                .add_(t16.mul_(268541222.16796875))
+                .sub_(t17.mul_(23017819.04296875))
+                .add_(t18.mul_(2153714.0625))
+                .sub_(t19.mul_(221705.859375))
+                .add_(t20.mul_(25337.8125))
+                .sub_(t21.mul_(3248.4375))
+                .add_(t22.mul_(472.5))
+                .sub_(t23.mul_(78.75))
+                .add_(t24.mul_(15))
+                .sub_(t25.mul_(3))
+                .add_(t8.mul_(1.1262077452658237e18))
+                .sub_(t9.mul_(5.7494089097654664e16))
+                .sub_(2.3181109423388205e19 / x**40)
+                .mul_(t26)
+            ),
+        )
+    if need_grad_bar:
+        grad_bar = grad_grad_x * torch.where(
+            t4, t3, t27.mul_(-t1).mul_(t5).add_(t26.mul_(t7))
+        )
+    return x_bar, grad_bar
 
 
 class _ScaledErfcBackward(torch.autograd.Function):
@@ -3042,6 +3791,16 @@ class _ScaledErfcBackward(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_grad_x):
         x, grad = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            x_bar, grad_bar = _run(
+                _scaled_erfc_grad_x_backward,
+                x,
+                grad,
+                grad_grad_x,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[1],
+            )
+            return x_bar, grad_bar
         x_bar = None
         if ctx.needs_input_grad[0]:
             t0 = 2 * torch.special.erfcx(x)
@@ -3081,10 +3840,10 @@ class _ScaledErfcBackward(torch.autograd.Function):
                         - 23017819.04296875 * t14
                         + 2153714.0625 * t15
                         - 221705.859375 * t16
-                        + 405405 * t17 / 16
-                        - 51975 * t18 / 16
-                        + 945 * t19 / 2
-                        - 315 * t20 / 4
+                        + 25337.8125 * t17
+                        - 3248.4375 * t18
+                        + 472.5 * t19
+                        - 78.75 * t20
                         + 15 * t21
                         - 3 * t22
                         + 1.1262077452658237e18 * t5
@@ -3100,11 +3859,11 @@ class _ScaledErfcBackward(torch.autograd.Function):
                     * (
                         t4
                         - 3 / x**5
-                        + 45 / (4 * x**7)
-                        - 105 / (2 * x**9)
-                        + 4725 / (16 * x**11)
-                        - 31185 / (16 * x**13)
-                        + 945945 / (64 * x**15)
+                        + 11.25 / x**7
+                        - 52.5 / x**9
+                        + 295.3125 / x**11
+                        - 1949.0625 / x**13
+                        + 14780.390625 / x**15
                         - 126689.0625 / x**17
                         + 1211464.16015625 / x**19
                         - 12787677.24609375 / x**21
@@ -3128,13 +3887,13 @@ class _ScaledErfcBackward(torch.autograd.Function):
                         + 639383.8623046875 * t14
                         - 67303.564453125 * t15
                         + 7918.06640625 * t16
-                        - 135135 * t17 / 128
-                        + 10395 * t18 / 64
-                        - 945 * t19 / 32
-                        + 105 * t20 / 16
-                        - 15 * t21 / 8
-                        + 3 * t22 / 4
-                        - t3 / 2
+                        - 1055.7421875 * t17
+                        + 162.421875 * t18
+                        - 29.53125 * t19
+                        + 6.5625 * t20
+                        - 1.875 * t21
+                        + 0.75 * t22
+                        - 0.5 * t3
                         - 1.5641774239803108e16 * t5
                         + 845501310259627.4 * t6
                         - 48314360586264.42 * t7
@@ -3154,14 +3913,14 @@ class _ScaledErfcBackward(torch.autograd.Function):
                 -t0
                 * t1
                 * (
-                    -t1 / 2
+                    -0.5 * t1
                     + 1
-                    + 3 / (4 * x**4)
-                    - 15 / (8 * x**6)
-                    + 105 / (16 * x**8)
-                    - 945 / (32 * x**10)
-                    + 10395 / (64 * x**12)
-                    - 135135 / (128 * x**14)
+                    + 0.75 / x**4
+                    - 1.875 / x**6
+                    + 6.5625 / x**8
+                    - 29.53125 / x**10
+                    + 162.421875 / x**12
+                    - 1055.7421875 / x**14
                     + 7918.06640625 / x**16
                     - 67303.564453125 / x**18
                     + 639383.8623046875 / x**20
@@ -3179,11 +3938,11 @@ class _ScaledErfcBackward(torch.autograd.Function):
                 * (
                     x ** (-3)
                     - 3 / x**5
-                    + 45 / (4 * x**7)
-                    - 105 / (2 * x**9)
-                    + 4725 / (16 * x**11)
-                    - 31185 / (16 * x**13)
-                    + 945945 / (64 * x**15)
+                    + 11.25 / x**7
+                    - 52.5 / x**9
+                    + 295.3125 / x**11
+                    - 1949.0625 / x**13
+                    + 14780.390625 / x**15
                     - 126689.0625 / x**17
                     + 1211464.16015625 / x**19
                     - 12787677.24609375 / x**21
@@ -3217,11 +3976,11 @@ class ScaledErfcBackward(_ScaledErfcBackward):
         t6 = (
             t5
             - 3 / x**5
-            + 45 / (4 * x**7)
-            - 105 / (2 * x**9)
-            + 4725 / (16 * x**11)
-            - 31185 / (16 * x**13)
-            + 945945 / (64 * x**15)
+            + 11.25 / x**7
+            - 52.5 / x**9
+            + 295.3125 / x**11
+            - 1949.0625 / x**13
+            + 14780.390625 / x**15
             - 126689.0625 / x**17
             + 1211464.16015625 / x**19
             - 12787677.24609375 / x**21
@@ -3267,13 +4026,13 @@ class ScaledErfcBackward(_ScaledErfcBackward):
             + 639383.8623046875 * t18
             - 67303.564453125 * t19
             + 7918.06640625 * t20
-            - 135135 * t21 / 128
-            + 10395 * t22 / 64
-            - 945 * t23 / 32
-            + 105 * t24 / 16
-            - 15 * t25 / 8
-            + 3 * t26 / 4
-            - t8 / 2
+            - 1055.7421875 * t21
+            + 162.421875 * t22
+            - 29.53125 * t23
+            + 6.5625 * t24
+            - 1.875 * t25
+            + 0.75 * t26
+            - 0.5 * t8
             - 1.5641774239803108e16 * t9
             + 1
         )
@@ -3299,10 +4058,10 @@ class ScaledErfcBackward(_ScaledErfcBackward):
                     - 23017819.04296875 * t18
                     + 2153714.0625 * t19
                     - 221705.859375 * t20
-                    + 405405 * t21 / 16
-                    - 51975 * t22 / 16
-                    + 945 * t23 / 2
-                    - 315 * t24 / 4
+                    + 25337.8125 * t21
+                    - 3248.4375 * t22
+                    + 472.5 * t23
+                    - 78.75 * t24
                     + 15 * t25
                     - 3 * t26
                     + 1.1262077452658237e18 * t9

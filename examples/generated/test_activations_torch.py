@@ -459,8 +459,10 @@ def test_softplus_fused_path_matches_eager(monkeypatch):
         if not wrt or not any(o.requires_grad for o in outputs):
             return outputs
         total = sum(o.sum() for o in outputs if o.requires_grad)
+        # first order (no graph: one fused backward call), then the differentiable path
+        first = torch.autograd.grad(total, wrt, retain_graph=True, allow_unused=True)
         grads = torch.autograd.grad(total, wrt, create_graph=True, allow_unused=True)
-        result = [*outputs, *(g for g in grads if g is not None)]
+        result = [*outputs, *(g for g in (*first, *grads) if g is not None)]
         # double backward still works: the autograd structure around the kernels is eager
         second = [g.sum() for g in grads if g is not None and g.requires_grad]
         if second:
@@ -813,8 +815,10 @@ def test_scaled_softplus_fused_path_matches_eager(monkeypatch):
         if not wrt or not any(o.requires_grad for o in outputs):
             return outputs
         total = sum(o.sum() for o in outputs if o.requires_grad)
+        # first order (no graph: one fused backward call), then the differentiable path
+        first = torch.autograd.grad(total, wrt, retain_graph=True, allow_unused=True)
         grads = torch.autograd.grad(total, wrt, create_graph=True, allow_unused=True)
-        result = [*outputs, *(g for g in grads if g is not None)]
+        result = [*outputs, *(g for g in (*first, *grads) if g is not None)]
         # double backward still works: the autograd structure around the kernels is eager
         second = [g.sum() for g in grads if g is not None and g.requires_grad]
         if second:
@@ -1466,8 +1470,10 @@ def test_mul_fused_path_matches_eager(monkeypatch):
         if not wrt or not any(o.requires_grad for o in outputs):
             return outputs
         total = sum(o.sum() for o in outputs if o.requires_grad)
+        # first order (no graph: one fused backward call), then the differentiable path
+        first = torch.autograd.grad(total, wrt, retain_graph=True, allow_unused=True)
         grads = torch.autograd.grad(total, wrt, create_graph=True, allow_unused=True)
-        result = [*outputs, *(g for g in grads if g is not None)]
+        result = [*outputs, *(g for g in (*first, *grads) if g is not None)]
         # double backward still works: the autograd structure around the kernels is eager
         second = [g.sum() for g in grads if g is not None and g.requires_grad]
         if second:
@@ -1956,8 +1962,10 @@ def test_sinh_cosh_fused_path_matches_eager(monkeypatch):
         if not wrt or not any(o.requires_grad for o in outputs):
             return outputs
         total = sum(o.sum() for o in outputs if o.requires_grad)
+        # first order (no graph: one fused backward call), then the differentiable path
+        first = torch.autograd.grad(total, wrt, retain_graph=True, allow_unused=True)
         grads = torch.autograd.grad(total, wrt, create_graph=True, allow_unused=True)
-        result = [*outputs, *(g for g in grads if g is not None)]
+        result = [*outputs, *(g for g in (*first, *grads) if g is not None)]
         # double backward still works: the autograd structure around the kernels is eager
         second = [g.sum() for g in grads if g is not None and g.requires_grad]
         if second:
@@ -2416,8 +2424,10 @@ def test_log_ratio_fused_path_matches_eager(monkeypatch):
         if not wrt or not any(o.requires_grad for o in outputs):
             return outputs
         total = sum(o.sum() for o in outputs if o.requires_grad)
+        # first order (no graph: one fused backward call), then the differentiable path
+        first = torch.autograd.grad(total, wrt, retain_graph=True, allow_unused=True)
         grads = torch.autograd.grad(total, wrt, create_graph=True, allow_unused=True)
-        result = [*outputs, *(g for g in grads if g is not None)]
+        result = [*outputs, *(g for g in (*first, *grads) if g is not None)]
         # double backward still works: the autograd structure around the kernels is eager
         second = [g.sum() for g in grads if g is not None and g.requires_grad]
         if second:
@@ -2813,8 +2823,10 @@ def test_weighted_bce_fused_path_matches_eager(monkeypatch):
         if not wrt or not any(o.requires_grad for o in outputs):
             return outputs
         total = sum(o.sum() for o in outputs if o.requires_grad)
+        # first order (no graph: one fused backward call), then the differentiable path
+        first = torch.autograd.grad(total, wrt, retain_graph=True, allow_unused=True)
         grads = torch.autograd.grad(total, wrt, create_graph=True, allow_unused=True)
-        result = [*outputs, *(g for g in grads if g is not None)]
+        result = [*outputs, *(g for g in (*first, *grads) if g is not None)]
         # double backward still works: the autograd structure around the kernels is eager
         second = [g.sum() for g in grads if g is not None and g.requires_grad]
         if second:
@@ -3067,8 +3079,10 @@ def test_binarize_fused_path_matches_eager(monkeypatch):
         if not wrt or not any(o.requires_grad for o in outputs):
             return outputs
         total = sum(o.sum() for o in outputs if o.requires_grad)
+        # first order (no graph: one fused backward call), then the differentiable path
+        first = torch.autograd.grad(total, wrt, retain_graph=True, allow_unused=True)
         grads = torch.autograd.grad(total, wrt, create_graph=True, allow_unused=True)
-        result = [*outputs, *(g for g in grads if g is not None)]
+        result = [*outputs, *(g for g in (*first, *grads) if g is not None)]
         # double backward still works: the autograd structure around the kernels is eager
         second = [g.sum() for g in grads if g is not None and g.requires_grad]
         if second:
@@ -3350,8 +3364,10 @@ def test_tanh_shrink_order1_fused_path_matches_eager(monkeypatch):
         if not wrt or not any(o.requires_grad for o in outputs):
             return outputs
         total = sum(o.sum() for o in outputs if o.requires_grad)
+        # first order (no graph: one fused backward call), then the differentiable path
+        first = torch.autograd.grad(total, wrt, retain_graph=True, allow_unused=True)
         grads = torch.autograd.grad(total, wrt, create_graph=False, allow_unused=True)
-        result = [*outputs, *(g for g in grads if g is not None)]
+        result = [*outputs, *(g for g in (*first, *grads) if g is not None)]
         return result
 
     for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)

@@ -459,8 +459,10 @@ def test_softplus_fused_path_matches_eager(monkeypatch):
         if not wrt or not any(o.requires_grad for o in outputs):
             return outputs
         total = sum(o.sum() for o in outputs if o.requires_grad)
+        # first order (no graph: one fused backward call), then the differentiable path
+        first = torch.autograd.grad(total, wrt, retain_graph=True, allow_unused=True)
         grads = torch.autograd.grad(total, wrt, create_graph=True, allow_unused=True)
-        result = [*outputs, *(g for g in grads if g is not None)]
+        result = [*outputs, *(g for g in (*first, *grads) if g is not None)]
         # double backward still works: the autograd structure around the kernels is eager
         second = [g.sum() for g in grads if g is not None and g.requires_grad]
         if second:
@@ -810,8 +812,10 @@ def test_log_sigmoid_fused_path_matches_eager(monkeypatch):
         if not wrt or not any(o.requires_grad for o in outputs):
             return outputs
         total = sum(o.sum() for o in outputs if o.requires_grad)
+        # first order (no graph: one fused backward call), then the differentiable path
+        first = torch.autograd.grad(total, wrt, retain_graph=True, allow_unused=True)
         grads = torch.autograd.grad(total, wrt, create_graph=True, allow_unused=True)
-        result = [*outputs, *(g for g in grads if g is not None)]
+        result = [*outputs, *(g for g in (*first, *grads) if g is not None)]
         # double backward still works: the autograd structure around the kernels is eager
         second = [g.sum() for g in grads if g is not None and g.requires_grad]
         if second:
@@ -1206,8 +1210,10 @@ def test_bce_sigmoid_fused_path_matches_eager(monkeypatch):
         if not wrt or not any(o.requires_grad for o in outputs):
             return outputs
         total = sum(o.sum() for o in outputs if o.requires_grad)
+        # first order (no graph: one fused backward call), then the differentiable path
+        first = torch.autograd.grad(total, wrt, retain_graph=True, allow_unused=True)
         grads = torch.autograd.grad(total, wrt, create_graph=True, allow_unused=True)
-        result = [*outputs, *(g for g in grads if g is not None)]
+        result = [*outputs, *(g for g in (*first, *grads) if g is not None)]
         # double backward still works: the autograd structure around the kernels is eager
         second = [g.sum() for g in grads if g is not None and g.requires_grad]
         if second:
@@ -1407,8 +1413,10 @@ def test_logit_fused_path_matches_eager(monkeypatch):
         if not wrt or not any(o.requires_grad for o in outputs):
             return outputs
         total = sum(o.sum() for o in outputs if o.requires_grad)
+        # first order (no graph: one fused backward call), then the differentiable path
+        first = torch.autograd.grad(total, wrt, retain_graph=True, allow_unused=True)
         grads = torch.autograd.grad(total, wrt, create_graph=True, allow_unused=True)
-        result = [*outputs, *(g for g in grads if g is not None)]
+        result = [*outputs, *(g for g in (*first, *grads) if g is not None)]
         # double backward still works: the autograd structure around the kernels is eager
         second = [g.sum() for g in grads if g is not None and g.requires_grad]
         if second:
@@ -1682,8 +1690,10 @@ def test_log1mexp_fused_path_matches_eager(monkeypatch):
         if not wrt or not any(o.requires_grad for o in outputs):
             return outputs
         total = sum(o.sum() for o in outputs if o.requires_grad)
+        # first order (no graph: one fused backward call), then the differentiable path
+        first = torch.autograd.grad(total, wrt, retain_graph=True, allow_unused=True)
         grads = torch.autograd.grad(total, wrt, create_graph=True, allow_unused=True)
-        result = [*outputs, *(g for g in grads if g is not None)]
+        result = [*outputs, *(g for g in (*first, *grads) if g is not None)]
         # double backward still works: the autograd structure around the kernels is eager
         second = [g.sum() for g in grads if g is not None and g.requires_grad]
         if second:
@@ -2027,8 +2037,10 @@ def test_mish_fused_path_matches_eager(monkeypatch):
         if not wrt or not any(o.requires_grad for o in outputs):
             return outputs
         total = sum(o.sum() for o in outputs if o.requires_grad)
+        # first order (no graph: one fused backward call), then the differentiable path
+        first = torch.autograd.grad(total, wrt, retain_graph=True, allow_unused=True)
         grads = torch.autograd.grad(total, wrt, create_graph=True, allow_unused=True)
-        result = [*outputs, *(g for g in grads if g is not None)]
+        result = [*outputs, *(g for g in (*first, *grads) if g is not None)]
         # double backward still works: the autograd structure around the kernels is eager
         second = [g.sum() for g in grads if g is not None and g.requires_grad]
         if second:
@@ -2372,8 +2384,10 @@ def test_gelu_fused_path_matches_eager(monkeypatch):
         if not wrt or not any(o.requires_grad for o in outputs):
             return outputs
         total = sum(o.sum() for o in outputs if o.requires_grad)
+        # first order (no graph: one fused backward call), then the differentiable path
+        first = torch.autograd.grad(total, wrt, retain_graph=True, allow_unused=True)
         grads = torch.autograd.grad(total, wrt, create_graph=True, allow_unused=True)
-        result = [*outputs, *(g for g in grads if g is not None)]
+        result = [*outputs, *(g for g in (*first, *grads) if g is not None)]
         # double backward still works: the autograd structure around the kernels is eager
         second = [g.sum() for g in grads if g is not None and g.requires_grad]
         if second:
@@ -2717,8 +2731,10 @@ def test_swish_fused_path_matches_eager(monkeypatch):
         if not wrt or not any(o.requires_grad for o in outputs):
             return outputs
         total = sum(o.sum() for o in outputs if o.requires_grad)
+        # first order (no graph: one fused backward call), then the differentiable path
+        first = torch.autograd.grad(total, wrt, retain_graph=True, allow_unused=True)
         grads = torch.autograd.grad(total, wrt, create_graph=True, allow_unused=True)
-        result = [*outputs, *(g for g in grads if g is not None)]
+        result = [*outputs, *(g for g in (*first, *grads) if g is not None)]
         # double backward still works: the autograd structure around the kernels is eager
         second = [g.sum() for g in grads if g is not None and g.requires_grad]
         if second:
@@ -3113,8 +3129,10 @@ def test_focal_loss_fused_path_matches_eager(monkeypatch):
         if not wrt or not any(o.requires_grad for o in outputs):
             return outputs
         total = sum(o.sum() for o in outputs if o.requires_grad)
+        # first order (no graph: one fused backward call), then the differentiable path
+        first = torch.autograd.grad(total, wrt, retain_graph=True, allow_unused=True)
         grads = torch.autograd.grad(total, wrt, create_graph=True, allow_unused=True)
-        result = [*outputs, *(g for g in grads if g is not None)]
+        result = [*outputs, *(g for g in (*first, *grads) if g is not None)]
         # double backward still works: the autograd structure around the kernels is eager
         second = [g.sum() for g in grads if g is not None and g.requires_grad]
         if second:
@@ -3474,8 +3492,10 @@ def test_student_t_logpdf_fused_path_matches_eager(monkeypatch):
         if not wrt or not any(o.requires_grad for o in outputs):
             return outputs
         total = sum(o.sum() for o in outputs if o.requires_grad)
+        # first order (no graph: one fused backward call), then the differentiable path
+        first = torch.autograd.grad(total, wrt, retain_graph=True, allow_unused=True)
         grads = torch.autograd.grad(total, wrt, create_graph=True, allow_unused=True)
-        result = [*outputs, *(g for g in grads if g is not None)]
+        result = [*outputs, *(g for g in (*first, *grads) if g is not None)]
         # double backward still works: the autograd structure around the kernels is eager
         second = [g.sum() for g in grads if g is not None and g.requires_grad]
         if second:
@@ -3750,8 +3770,10 @@ def test_entropy_term_fused_path_matches_eager(monkeypatch):
         if not wrt or not any(o.requires_grad for o in outputs):
             return outputs
         total = sum(o.sum() for o in outputs if o.requires_grad)
+        # first order (no graph: one fused backward call), then the differentiable path
+        first = torch.autograd.grad(total, wrt, retain_graph=True, allow_unused=True)
         grads = torch.autograd.grad(total, wrt, create_graph=True, allow_unused=True)
-        result = [*outputs, *(g for g in grads if g is not None)]
+        result = [*outputs, *(g for g in (*first, *grads) if g is not None)]
         # double backward still works: the autograd structure around the kernels is eager
         second = [g.sum() for g in grads if g is not None and g.requires_grad]
         if second:
@@ -4025,8 +4047,10 @@ def test_sqrt_diff_fused_path_matches_eager(monkeypatch):
         if not wrt or not any(o.requires_grad for o in outputs):
             return outputs
         total = sum(o.sum() for o in outputs if o.requires_grad)
+        # first order (no graph: one fused backward call), then the differentiable path
+        first = torch.autograd.grad(total, wrt, retain_graph=True, allow_unused=True)
         grads = torch.autograd.grad(total, wrt, create_graph=True, allow_unused=True)
-        result = [*outputs, *(g for g in grads if g is not None)]
+        result = [*outputs, *(g for g in (*first, *grads) if g is not None)]
         # double backward still works: the autograd structure around the kernels is eager
         second = [g.sum() for g in grads if g is not None and g.requires_grad]
         if second:
@@ -4372,8 +4396,10 @@ def test_exprel_fused_path_matches_eager(monkeypatch):
         if not wrt or not any(o.requires_grad for o in outputs):
             return outputs
         total = sum(o.sum() for o in outputs if o.requires_grad)
+        # first order (no graph: one fused backward call), then the differentiable path
+        first = torch.autograd.grad(total, wrt, retain_graph=True, allow_unused=True)
         grads = torch.autograd.grad(total, wrt, create_graph=True, allow_unused=True)
-        result = [*outputs, *(g for g in grads if g is not None)]
+        result = [*outputs, *(g for g in (*first, *grads) if g is not None)]
         # double backward still works: the autograd structure around the kernels is eager
         second = [g.sum() for g in grads if g is not None and g.requires_grad]
         if second:
@@ -5059,8 +5085,10 @@ def test_logaddexp_fused_path_matches_eager(monkeypatch):
         if not wrt or not any(o.requires_grad for o in outputs):
             return outputs
         total = sum(o.sum() for o in outputs if o.requires_grad)
+        # first order (no graph: one fused backward call), then the differentiable path
+        first = torch.autograd.grad(total, wrt, retain_graph=True, allow_unused=True)
         grads = torch.autograd.grad(total, wrt, create_graph=True, allow_unused=True)
-        result = [*outputs, *(g for g in grads if g is not None)]
+        result = [*outputs, *(g for g in (*first, *grads) if g is not None)]
         # double backward still works: the autograd structure around the kernels is eager
         second = [g.sum() for g in grads if g is not None and g.requires_grad]
         if second:
@@ -5410,8 +5438,10 @@ def test_scaled_erfc_fused_path_matches_eager(monkeypatch):
         if not wrt or not any(o.requires_grad for o in outputs):
             return outputs
         total = sum(o.sum() for o in outputs if o.requires_grad)
+        # first order (no graph: one fused backward call), then the differentiable path
+        first = torch.autograd.grad(total, wrt, retain_graph=True, allow_unused=True)
         grads = torch.autograd.grad(total, wrt, create_graph=True, allow_unused=True)
-        result = [*outputs, *(g for g in grads if g is not None)]
+        result = [*outputs, *(g for g in (*first, *grads) if g is not None)]
         # double backward still works: the autograd structure around the kernels is eager
         second = [g.sum() for g in grads if g is not None and g.requires_grad]
         if second:

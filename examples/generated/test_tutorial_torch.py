@@ -428,8 +428,10 @@ def test_my_relu_fused_path_matches_eager(monkeypatch):
         if not wrt or not any(o.requires_grad for o in outputs):
             return outputs
         total = sum(o.sum() for o in outputs if o.requires_grad)
+        # first order (no graph: one fused backward call), then the differentiable path
+        first = torch.autograd.grad(total, wrt, retain_graph=True, allow_unused=True)
         grads = torch.autograd.grad(total, wrt, create_graph=True, allow_unused=True)
-        result = [*outputs, *(g for g in grads if g is not None)]
+        result = [*outputs, *(g for g in (*first, *grads) if g is not None)]
         # double backward still works: the autograd structure around the kernels is eager
         second = [g.sum() for g in grads if g is not None and g.requires_grad]
         if second:
@@ -773,8 +775,10 @@ def test_exp_fused_path_matches_eager(monkeypatch):
         if not wrt or not any(o.requires_grad for o in outputs):
             return outputs
         total = sum(o.sum() for o in outputs if o.requires_grad)
+        # first order (no graph: one fused backward call), then the differentiable path
+        first = torch.autograd.grad(total, wrt, retain_graph=True, allow_unused=True)
         grads = torch.autograd.grad(total, wrt, create_graph=True, allow_unused=True)
-        result = [*outputs, *(g for g in grads if g is not None)]
+        result = [*outputs, *(g for g in (*first, *grads) if g is not None)]
         # double backward still works: the autograd structure around the kernels is eager
         second = [g.sum() for g in grads if g is not None and g.requires_grad]
         if second:
@@ -1102,8 +1106,10 @@ def test_square_fused_path_matches_eager(monkeypatch):
         if not wrt or not any(o.requires_grad for o in outputs):
             return outputs
         total = sum(o.sum() for o in outputs if o.requires_grad)
+        # first order (no graph: one fused backward call), then the differentiable path
+        first = torch.autograd.grad(total, wrt, retain_graph=True, allow_unused=True)
         grads = torch.autograd.grad(total, wrt, create_graph=True, allow_unused=True)
-        result = [*outputs, *(g for g in grads if g is not None)]
+        result = [*outputs, *(g for g in (*first, *grads) if g is not None)]
         # double backward still works: the autograd structure around the kernels is eager
         second = [g.sum() for g in grads if g is not None and g.requires_grad]
         if second:
@@ -1447,8 +1453,10 @@ def test_cube_fused_path_matches_eager(monkeypatch):
         if not wrt or not any(o.requires_grad for o in outputs):
             return outputs
         total = sum(o.sum() for o in outputs if o.requires_grad)
+        # first order (no graph: one fused backward call), then the differentiable path
+        first = torch.autograd.grad(total, wrt, retain_graph=True, allow_unused=True)
         grads = torch.autograd.grad(total, wrt, create_graph=True, allow_unused=True)
-        result = [*outputs, *(g for g in grads if g is not None)]
+        result = [*outputs, *(g for g in (*first, *grads) if g is not None)]
         # double backward still works: the autograd structure around the kernels is eager
         second = [g.sum() for g in grads if g is not None and g.requires_grad]
         if second:
@@ -1800,8 +1808,10 @@ def test_sinh_fused_path_matches_eager(monkeypatch):
         if not wrt or not any(o.requires_grad for o in outputs):
             return outputs
         total = sum(o.sum() for o in outputs if o.requires_grad)
+        # first order (no graph: one fused backward call), then the differentiable path
+        first = torch.autograd.grad(total, wrt, retain_graph=True, allow_unused=True)
         grads = torch.autograd.grad(total, wrt, create_graph=True, allow_unused=True)
-        result = [*outputs, *(g for g in grads if g is not None)]
+        result = [*outputs, *(g for g in (*first, *grads) if g is not None)]
         # double backward still works: the autograd structure around the kernels is eager
         second = [g.sum() for g in grads if g is not None and g.requires_grad]
         if second:
@@ -2151,8 +2161,10 @@ def test_log1pexp_fused_path_matches_eager(monkeypatch):
         if not wrt or not any(o.requires_grad for o in outputs):
             return outputs
         total = sum(o.sum() for o in outputs if o.requires_grad)
+        # first order (no graph: one fused backward call), then the differentiable path
+        first = torch.autograd.grad(total, wrt, retain_graph=True, allow_unused=True)
         grads = torch.autograd.grad(total, wrt, create_graph=True, allow_unused=True)
-        result = [*outputs, *(g for g in grads if g is not None)]
+        result = [*outputs, *(g for g in (*first, *grads) if g is not None)]
         # double backward still works: the autograd structure around the kernels is eager
         second = [g.sum() for g in grads if g is not None and g.requires_grad]
         if second:
@@ -2804,8 +2816,10 @@ def test_mul_fused_path_matches_eager(monkeypatch):
         if not wrt or not any(o.requires_grad for o in outputs):
             return outputs
         total = sum(o.sum() for o in outputs if o.requires_grad)
+        # first order (no graph: one fused backward call), then the differentiable path
+        first = torch.autograd.grad(total, wrt, retain_graph=True, allow_unused=True)
         grads = torch.autograd.grad(total, wrt, create_graph=True, allow_unused=True)
-        result = [*outputs, *(g for g in grads if g is not None)]
+        result = [*outputs, *(g for g in (*first, *grads) if g is not None)]
         # double backward still works: the autograd structure around the kernels is eager
         second = [g.sum() for g in grads if g is not None and g.requires_grad]
         if second:
@@ -3090,8 +3104,10 @@ def test_quantize_fused_path_matches_eager(monkeypatch):
         if not wrt or not any(o.requires_grad for o in outputs):
             return outputs
         total = sum(o.sum() for o in outputs if o.requires_grad)
+        # first order (no graph: one fused backward call), then the differentiable path
+        first = torch.autograd.grad(total, wrt, retain_graph=True, allow_unused=True)
         grads = torch.autograd.grad(total, wrt, create_graph=True, allow_unused=True)
-        result = [*outputs, *(g for g in grads if g is not None)]
+        result = [*outputs, *(g for g in (*first, *grads) if g is not None)]
         # double backward still works: the autograd structure around the kernels is eager
         second = [g.sum() for g in grads if g is not None and g.requires_grad]
         if second:

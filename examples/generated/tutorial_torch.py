@@ -32,9 +32,10 @@ __all__ = [
     "use_fused",
 ]
 
-# The fused path: the math of every forward and first backward through torch.compile, one
-# fused kernel each. The autograd structure around it stays eager, so double backward,
-# forward mode and vmap are unchanged. Off by default; `use_fused()` turns it on.
+# The fused path: the math of every forward and backward through torch.compile, one fused
+# kernel each (a backward without create_graph is one call for all its gradients). The
+# autograd structure around it stays eager, so double backward, forward mode and vmap are
+# unchanged. Off by default; `use_fused()` turns it on.
 _fused_enabled = False
 _compiled: dict[Callable, Callable] = {}
 
@@ -96,6 +97,11 @@ class _MyRelu(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         (x,) = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            grad_x = None
+            if ctx.needs_input_grad[0]:
+                grad_x = _run(_my_relu_grad_x, x, grad)
+            return grad_x
         grad_x = None
         if ctx.needs_input_grad[0]:
             function = (
@@ -141,6 +147,11 @@ def _my_relu_grad_x(x, grad):
     return grad_x
 
 
+def _my_relu_grad_x_backward(x, grad_grad_x):
+    grad_bar = grad_grad_x * torch.where(x > 0, 1.0, torch.full_like(x, 0))
+    return grad_bar
+
+
 class _MyReluBackward(torch.autograd.Function):
     """The gradient of my_relu: forward is the VJP, backward the derived second order."""
 
@@ -159,6 +170,11 @@ class _MyReluBackward(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_grad_x):
         (x,) = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            grad_bar = None
+            if ctx.needs_input_grad[1]:
+                grad_bar = _run(_my_relu_grad_x_backward, x, grad_grad_x)
+            return None, grad_bar
         grad_bar = None
         if ctx.needs_input_grad[1]:
             grad_bar = grad_grad_x * torch.where(x > 0, 1.0, torch.full_like(x, 0))
@@ -211,6 +227,11 @@ class _Exp(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         (out,) = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            grad_x = None
+            if ctx.needs_input_grad[0]:
+                grad_x = _run(_exp_grad_x, out, grad)
+            return grad_x
         grad_x = None
         if ctx.needs_input_grad[0]:
             function = _ExpBackward if torch.compiler.is_compiling() else ExpBackward
@@ -254,6 +275,15 @@ def _exp_grad_x(out, grad):
     return grad_x
 
 
+def _exp_grad_x_backward(out, grad, grad_grad_x, need_out_bar, need_grad_bar):
+    out_bar = grad_bar = None
+    if need_out_bar:
+        out_bar = grad * grad_grad_x
+    if need_grad_bar:
+        grad_bar = grad_grad_x * out
+    return out_bar, grad_bar
+
+
 class _ExpBackward(torch.autograd.Function):
     """The gradient of exp: forward is the VJP, backward the derived second order."""
 
@@ -272,6 +302,16 @@ class _ExpBackward(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_grad_x):
         out, grad = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            out_bar, grad_bar = _run(
+                _exp_grad_x_backward,
+                out,
+                grad,
+                grad_grad_x,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[1],
+            )
+            return out_bar, grad_bar
         out_bar = None
         if ctx.needs_input_grad[0]:
             out_bar = grad * grad_grad_x
@@ -327,6 +367,11 @@ class _Square(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         (x,) = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            grad_x = None
+            if ctx.needs_input_grad[0]:
+                grad_x = _run(_square_grad_x, x, grad)
+            return grad_x
         grad_x = None
         if ctx.needs_input_grad[0]:
             function = (
@@ -372,6 +417,16 @@ def _square_grad_x(x, grad):
     return grad_x
 
 
+def _square_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
+    x_bar = grad_bar = None
+    t0 = 2 * grad_grad_x
+    if need_x_bar:
+        x_bar = grad * t0
+    if need_grad_bar:
+        grad_bar = t0 * x
+    return x_bar, grad_bar
+
+
 class _SquareBackward(torch.autograd.Function):
     """The gradient of square: forward is the VJP, backward the derived second order."""
 
@@ -390,6 +445,16 @@ class _SquareBackward(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_grad_x):
         x, grad = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            x_bar, grad_bar = _run(
+                _square_grad_x_backward,
+                x,
+                grad,
+                grad_grad_x,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[1],
+            )
+            return x_bar, grad_bar
         x_bar = None
         if ctx.needs_input_grad[0]:
             x_bar = 2 * grad * grad_grad_x
@@ -445,6 +510,11 @@ class _Cube(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         (x,) = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            grad_x = None
+            if ctx.needs_input_grad[0]:
+                grad_x = _run(_cube_grad_x, x, grad)
+            return grad_x
         grad_x = None
         if ctx.needs_input_grad[0]:
             function = _CubeBackward if torch.compiler.is_compiling() else CubeBackward
@@ -488,6 +558,15 @@ def _cube_grad_x(x, grad):
     return grad_x
 
 
+def _cube_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
+    x_bar = grad_bar = None
+    if need_x_bar:
+        x_bar = 6 * grad * grad_grad_x * x
+    if need_grad_bar:
+        grad_bar = 3 * grad_grad_x * x**2
+    return x_bar, grad_bar
+
+
 class _CubeBackward(torch.autograd.Function):
     """The gradient of cube: forward is the VJP, backward the derived second order."""
 
@@ -506,6 +585,16 @@ class _CubeBackward(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_grad_x):
         x, grad = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            x_bar, grad_bar = _run(
+                _cube_grad_x_backward,
+                x,
+                grad,
+                grad_grad_x,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[1],
+            )
+            return x_bar, grad_bar
         x_bar = None
         if ctx.needs_input_grad[0]:
             x_bar = 6 * grad * grad_grad_x * x
@@ -542,7 +631,9 @@ def _sinh_forward(x):
     out = torch.where(
         torch.abs(x) < 88,
         torch.sinh(x),
-        torch.sign(x) * torch.exp(torch.abs(x) / 2) * (torch.exp(torch.abs(x) / 2) / 2),
+        torch.sign(x)
+        .mul_(torch.abs(x).div_(2).exp_())
+        .mul_(torch.abs(x).div_(2).exp_().div_(2)),
     )
     return out
 
@@ -565,6 +656,11 @@ class _Sinh(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         (x,) = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            grad_x = None
+            if ctx.needs_input_grad[0]:
+                grad_x = _run(_sinh_grad_x, x, grad)
+            return grad_x
         grad_x = None
         if ctx.needs_input_grad[0]:
             function = _SinhBackward if torch.compiler.is_compiling() else SinhBackward
@@ -611,9 +707,32 @@ def _sinh_grad_x(x, grad):
     grad_x = grad * torch.where(
         torch.abs(x) < 88,
         torch.cosh(x),
-        torch.exp(torch.abs(x) / 2) * (torch.exp(torch.abs(x) / 2) / 2),
+        torch.abs(x).div_(2).exp_().mul_(torch.abs(x).div_(2).exp_().div_(2)),
     )
     return grad_x
+
+
+def _sinh_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
+    x_bar = grad_bar = None
+    if need_x_bar:
+        x_bar = (
+            grad
+            * grad_grad_x
+            * torch.where(
+                torch.abs(x) < 88,
+                torch.sinh(x),
+                torch.sign(x)
+                .mul_(torch.abs(x).div_(2).exp_())
+                .mul_(torch.abs(x).div_(2).exp_().div_(2)),
+            )
+        )
+    if need_grad_bar:
+        grad_bar = grad_grad_x * torch.where(
+            torch.abs(x) < 88,
+            torch.cosh(x),
+            torch.abs(x).div_(2).exp_().mul_(torch.abs(x).div_(2).exp_().div_(2)),
+        )
+    return x_bar, grad_bar
 
 
 class _SinhBackward(torch.autograd.Function):
@@ -634,6 +753,16 @@ class _SinhBackward(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_grad_x):
         x, grad = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            x_bar, grad_bar = _run(
+                _sinh_grad_x_backward,
+                x,
+                grad,
+                grad_grad_x,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[1],
+            )
+            return x_bar, grad_bar
         x_bar = None
         if ctx.needs_input_grad[0]:
             x_bar = (
@@ -713,6 +842,11 @@ class _Log1pexp(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         (x,) = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            grad_x = None
+            if ctx.needs_input_grad[0]:
+                grad_x = _run(_log1pexp_grad_x, x, grad)
+            return grad_x
         grad_x = None
         if ctx.needs_input_grad[0]:
             function = (
@@ -758,6 +892,17 @@ def _log1pexp_grad_x(x, grad):
     return grad_x
 
 
+def _log1pexp_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
+    x_bar = grad_bar = None
+    if need_x_bar:
+        x_bar = (grad * grad_grad_x * torch.abs(x).neg_().exp_()).div_(
+            torch.abs(x).neg_().exp_().add_(1).pow_(2)
+        )
+    if need_grad_bar:
+        grad_bar = grad_grad_x * torch.sigmoid(x)
+    return x_bar, grad_bar
+
+
 class _Log1pexpBackward(torch.autograd.Function):
     """The gradient of log1pexp: forward is the VJP, backward the derived second order."""
 
@@ -776,6 +921,16 @@ class _Log1pexpBackward(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_grad_x):
         x, grad = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            x_bar, grad_bar = _run(
+                _log1pexp_grad_x_backward,
+                x,
+                grad,
+                grad_grad_x,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[1],
+            )
+            return x_bar, grad_bar
         x_bar = None
         if ctx.needs_input_grad[0]:
             x_bar = (
@@ -820,6 +975,15 @@ def _mul_forward(x, y):
     return out
 
 
+def _mul_backward(x, y, grad, need_grad_x, need_grad_y):
+    grad_x = grad_y = None
+    if need_grad_x:
+        grad_x = grad * y
+    if need_grad_y:
+        grad_y = grad * x
+    return grad_x, grad_y
+
+
 class _Mul(torch.autograd.Function):
     """Mul without forward mode (what torch.compile traces)."""
 
@@ -838,6 +1002,20 @@ class _Mul(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         x, y = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            grad_x, grad_y = _run(
+                _mul_backward,
+                x,
+                y,
+                grad,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[1],
+            )
+            if grad_x is not None:
+                grad_x = grad_x.sum_to_size(x.shape)
+            if grad_y is not None:
+                grad_y = grad_y.sum_to_size(y.shape)
+            return grad_x, grad_y
         grad_x = None
         if ctx.needs_input_grad[0]:
             function = _MulBackwardX if torch.compiler.is_compiling() else MulBackwardX
@@ -897,6 +1075,15 @@ def _mul_grad_x(y, grad):
     return grad_x
 
 
+def _mul_grad_x_backward(y, grad, grad_grad_x, need_y_bar, need_grad_bar):
+    y_bar = grad_bar = None
+    if need_y_bar:
+        y_bar = grad * grad_grad_x
+    if need_grad_bar:
+        grad_bar = grad_grad_x * y
+    return y_bar, grad_bar
+
+
 class _MulBackwardX(torch.autograd.Function):
     """The gradient of mul: forward is the VJP, backward the derived second order."""
 
@@ -915,6 +1102,18 @@ class _MulBackwardX(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_grad_x):
         y, grad = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            y_bar, grad_bar = _run(
+                _mul_grad_x_backward,
+                y,
+                grad,
+                grad_grad_x,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[1],
+            )
+            if y_bar is not None:
+                y_bar = y_bar.sum_to_size(y.shape)
+            return y_bar, grad_bar
         y_bar = None
         if ctx.needs_input_grad[0]:
             y_bar = grad * grad_grad_x
@@ -940,6 +1139,15 @@ def _mul_grad_y(x, grad):
     return grad_y
 
 
+def _mul_grad_y_backward(x, grad, grad_grad_y, need_x_bar, need_grad_bar):
+    x_bar = grad_bar = None
+    if need_x_bar:
+        x_bar = grad * grad_grad_y
+    if need_grad_bar:
+        grad_bar = grad_grad_y * x
+    return x_bar, grad_bar
+
+
 class _MulBackwardY(torch.autograd.Function):
     """The gradient of mul: forward is the VJP, backward the derived second order."""
 
@@ -958,6 +1166,18 @@ class _MulBackwardY(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_grad_y):
         x, grad = ctx.saved_tensors
+        if not torch.is_grad_enabled():
+            x_bar, grad_bar = _run(
+                _mul_grad_y_backward,
+                x,
+                grad,
+                grad_grad_y,
+                ctx.needs_input_grad[0],
+                ctx.needs_input_grad[1],
+            )
+            if x_bar is not None:
+                x_bar = x_bar.sum_to_size(x.shape)
+            return x_bar, grad_bar
         x_bar = None
         if ctx.needs_input_grad[0]:
             x_bar = grad * grad_grad_y
@@ -992,7 +1212,7 @@ def mul(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 
 def _quantize_forward(x, step):
-    out = step * torch.sign(x)
+    out = torch.sign(x).mul_(step)
     return out
 
 
@@ -1011,6 +1231,11 @@ class _Quantize(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
+        if not torch.is_grad_enabled():
+            grad_x = None
+            if ctx.needs_input_grad[0]:
+                grad_x = _run(_quantize_grad_x, grad)
+            return grad_x, None
         grad_x = None
         if ctx.needs_input_grad[0]:
             function = (
@@ -1054,6 +1279,11 @@ def _quantize_grad_x(grad):
     return grad_x
 
 
+def _quantize_grad_x_backward(grad_grad_x):
+    grad_bar = grad_grad_x
+    return grad_bar
+
+
 class _QuantizeBackward(torch.autograd.Function):
     """The gradient of quantize: forward is the VJP, backward the derived second order."""
 
@@ -1069,6 +1299,11 @@ class _QuantizeBackward(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_grad_x):
+        if not torch.is_grad_enabled():
+            grad_bar = None
+            if ctx.needs_input_grad[0]:
+                grad_bar = _run(_quantize_grad_x_backward, grad_grad_x)
+            return grad_bar
         grad_bar = None
         if ctx.needs_input_grad[0]:
             grad_bar = grad_grad_x

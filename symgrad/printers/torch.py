@@ -46,6 +46,31 @@ class TorchPrinter(FrameworkPrinter):
         "xlog1py": "torch.special.xlog1py",
     }
 
+    def _print_Mul(self, expr):
+        ratios = None if self.is_scalar(expr) else self._hypot_ratios(expr)
+        if ratios is not None:
+            return ratios
+        # p*x/q is two passes over a tensor, -x/q too: one float factor instead.
+        c, rest = expr.as_coeff_Mul()
+        if c.is_Rational and not c.is_Integer and (c.p != 1) and not self.is_scalar(rest):
+            expr = sympy.Mul(sympy.Float(c, 17), rest, evaluate=False)
+        return super()._print_Mul(expr)
+
+    def _print_Relational(self, expr):
+        # |u| < c as (u < c) & (u > -c): booleans only, no fresh float tensor for |u|.
+        lhs, rhs, op = expr.lhs, expr.rhs, expr.rel_op
+        if (
+            op in ("<", "<=")
+            and isinstance(lhs, sympy.Abs)
+            and lhs.args[0].is_Symbol
+            and not self.is_scalar(lhs)
+            and rhs.is_number
+            and rhs.is_positive
+        ):
+            u, flipped = self._print(lhs.args[0]), op.replace("<", ">")
+            return f"({u} {op} {self._print(rhs)}) & ({u} {flipped} {self._print(-rhs)})"
+        return super()._print_Relational(expr)
+
     def full_like(self, ref: sympy.Symbol, value: sympy.Expr) -> str:
         return f"torch.full_like({self._print(ref)}, {self._print(value)})"
 

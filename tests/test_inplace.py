@@ -1,0 +1,272 @@
+"""In-place updates of owned temporaries (plan.update_in_place) and the first-order path."""
+
+from __future__ import annotations
+
+import pytest
+
+from symgrad.plan import _Value, update_in_place
+
+
+def _inputs(**kinds: str) -> dict[str, _Value]:
+    return {n: _Value(frozenset({n}), frozenset({n}), k) for n, k in kinds.items()}
+
+
+def _rewrite(lines: list[str], keep: set[str], **kinds: str) -> list[str]:
+    return update_in_place(lines, _inputs(**kinds), keep)
+
+
+# ----------------------------------------------------------------------------- strings
+def test_a_chain_of_fresh_values_is_updated_in_place():
+    lines = ["grad_x = grad * (x * torch.sigmoid(-x) + 1) * torch.sigmoid(x)"]
+    assert _rewrite(lines, {"grad_x"}, x="float", grad="float") == [
+        "grad_x = (grad * (-x).sigmoid_().mul_(x).add_(1)).mul_(torch.sigmoid(x))"
+    ]
+
+
+def test_inputs_are_never_updated():
+    assert _rewrite(["out = x * y + 1"], {"out"}, x="float", y="float") == ["out = (x * y).add_(1)"]
+    assert _rewrite(["out = torch.exp(x)"], {"out"}, x="float") == ["out = torch.exp(x)"]
+
+
+def test_a_temporary_is_updated_at_its_last_use_only():
+    lines = ["t0 = torch.exp(x)", "a = t0 * 2", "b = t0 * 3"]
+    assert _rewrite(lines, {"a", "b"}, x="float") == [
+        "t0 = torch.exp(x)",
+        "a = t0 * 2",
+        "b = t0.mul_(3)",
+    ]
+    # read again in its last statement: the earlier reads' operations come first
+    lines = ["t0 = torch.exp(x)", "out = t0 * t0 + t0"]
+    assert _rewrite(lines, {"out"}, x="float")[1:] == ["t1 = t0 * t0", "out = t1.add_(t0)"]
+    lines = ["t0 = torch.abs(x)", "out = torch.where(t0 <= 1, x, t0 - 0.5)"]
+    assert _rewrite(lines, {"out"}, x="float")[1:] == [
+        "t1 = t0 <= 1",
+        "out = torch.where(t1, x, t0.sub_(0.5))",
+    ]
+    # where() itself reads t0: never updated while where() still needs it
+    lines = ["t0 = torch.exp(x)", "out = torch.where(t0 > 1, t0, t0 * 2)"]
+    assert _rewrite(lines, {"out"}, x="float")[1] == "out = torch.where(t0 > 1, t0, t0 * 2)"
+
+
+def test_results_and_their_aliases_are_kept():
+    lines = ["t0 = torch.exp(x)", "a = t0", "b = t0 * 3"]
+    assert _rewrite(lines, {"a", "b"}, x="float")[2] == "b = t0 * 3"
+
+
+def test_broadcasting_never_grows_a_buffer_in_place():
+    # exp(x) has x's shape; exp(x) * y may be larger (x: [3, 1], y: [4])
+    assert _rewrite(["out = torch.exp(x) * y"], {"out"}, x="float", y="float") == [
+        "out = torch.exp(x) * y"
+    ]
+    # x * y covers y's shape: updating it with exp(y) is safe
+    assert _rewrite(["out = x * y * torch.exp(y)"], {"out"}, x="float", y="float") == [
+        "out = (x * y).mul_(torch.exp(y))"
+    ]
+
+
+def test_dtypes_integer_and_boolean_values_are_not_updated():
+    # target may be an integer tensor: 1 - target is not a floating buffer
+    assert _rewrite(["out = (1 - target) * 0.5"], {"out"}, target="other") == [
+        "out = (1 - target) * 0.5"
+    ]
+    # comparisons give booleans
+    assert _rewrite(["out = (x > 0) * 2.0"], {"out"}, x="float") == ["out = (x > 0) * 2.0"]
+    # where() takes its dtype from its branches, not from its condition: x may be wider
+    assert _rewrite(["out = torch.where(x > 0, y, 1.0) * x"], {"out"}, x="float", y="float") == [
+        "out = torch.where(x > 0, y, 1.0) * x"
+    ]
+    assert _rewrite(["out = torch.where(x > 0, y, 1.0) * y"], {"out"}, x="float", y="float") == [
+        "out = torch.where(x > 0, y, 1.0).mul_(y)"
+    ]
+
+
+def test_non_commutative_updates_are_exact():
+    assert _rewrite(["out = x - torch.exp(x)"], {"out"}, x="float") == [
+        "out = torch.exp(x).neg_().add_(x)"
+    ]
+    assert _rewrite(["out = 1 / torch.exp(x)"], {"out"}, x="float") == [
+        "out = torch.exp(x).reciprocal_()"
+    ]
+    # c / t is not 1 / t * c in floating point: a fresh tensor instead
+    assert _rewrite(["out = 2.0 / torch.exp(x)"], {"out"}, x="float") == [
+        "out = 2.0 / torch.exp(x)"
+    ]
+
+
+# ----------------------------------------------------------------------------- printing
+def test_torch_printer_saves_passes():
+    import sympy
+
+    from symgrad.printers.torch import TorchPrinter
+
+    x, u = sympy.symbols("x u", real=True)
+    p = TorchPrinter()
+    # p*x/q and -x/q: one float factor, one pass
+    assert p.doprint(sympy.Rational(8943, 200000) * x**3) == "0.044715*x**3"
+    assert p.doprint(-(x**2) / 2) == "-0.5*x**2"
+    assert p.doprint(x / 2) == "x/2"
+    # |x| < c without a float tensor |x|; compound arguments keep torch.abs
+    assert p.doprint(sympy.Abs(x) < 40) == "(x < 40) & (x > -40)"
+    assert p.doprint(sympy.Abs(x) <= 1) == "(x <= 1) & (x >= -1)"
+    assert p.doprint(sympy.Abs(x + u) < 2) == "torch.abs(u + x) < 2"
+
+
+# ----------------------------------------------------------------------------- generated code
+torch = pytest.importorskip("torch")
+
+SPEC = """\
+module: ip
+functions:
+  mix:
+    inputs: {x: {}, y: {}}
+    output: x*exp(y) + sin(x*y) + x**2/2
+  bce:
+    inputs:
+      z: {}
+      target: {differentiable: false, domain: [0, 1]}
+    output: -(target*log(1/(1 + exp(-z))) + (1 - target)*log(1 - 1/(1 + exp(-z))))
+  silu:
+    inputs: {x: {}}
+    output: x/(1 + exp(-x))
+"""
+
+
+def _naive_mix(x, y):
+    return x * torch.exp(y) + torch.sin(x * y) + x**2 / 2
+
+
+def _naive_bce(z, target):
+    return target * torch.nn.functional.softplus(-z) + (1 - target) * torch.nn.functional.softplus(
+        z
+    )
+
+
+@pytest.fixture
+def ip(generate_module):
+    return generate_module(SPEC)
+
+
+def test_broadcast_inputs_match_naive_and_are_not_mutated(ip):
+    x = torch.randn(3, 1, dtype=torch.float64, requires_grad=True)
+    y = torch.randn(4, dtype=torch.float64, requires_grad=True)
+    before = (x.detach().clone(), y.detach().clone())
+    gy = torch.randn(3, 4, dtype=torch.float64)
+    out = ip.mix(x, y)
+    grads = torch.autograd.grad(out, (x, y), gy, retain_graph=True)
+    again = torch.autograd.grad(out, (x, y), gy)  # saved tensors unchanged by the first
+    naive = _naive_mix(x, y)
+    torch.testing.assert_close(out, naive)
+    expected = torch.autograd.grad(naive, (x, y), gy)
+    for a, b, c in zip(grads, again, expected):
+        torch.testing.assert_close(a, c)
+        torch.testing.assert_close(b, c)
+    torch.testing.assert_close((x.detach(), y.detach()), before, rtol=0, atol=0)
+    assert grads[0].shape == (3, 1) and grads[1].shape == (4,)
+
+
+def test_mixed_dtypes_promote_as_torch_does(ip):
+    x = torch.randn(5, dtype=torch.float32, requires_grad=True)
+    y = torch.randn(5, dtype=torch.float64, requires_grad=True)
+    out = ip.mix(x, y)
+    assert out.dtype == torch.float64
+    gx, gy = torch.autograd.grad(out.sum(), (x, y))
+    assert gx.dtype == torch.float32 and gy.dtype == torch.float64
+    ex, ey = torch.autograd.grad(_naive_mix(x, y).sum(), (x, y))
+    torch.testing.assert_close((gx, gy), (ex, ey))
+
+
+@pytest.mark.parametrize("target_dtype", [torch.int64, torch.float64, torch.float32])
+def test_integer_and_other_dtype_targets(ip, target_dtype):
+    z = torch.randn(6, dtype=torch.float32, requires_grad=True)
+    target = torch.tensor([0, 1, 1, 0, 1, 0]).to(target_dtype)
+    out = ip.bce(z, target)
+    expected = _naive_bce(z, target)
+    assert out.dtype == expected.dtype
+    torch.testing.assert_close(out, expected)
+    (g,) = torch.autograd.grad(out.sum(), z)
+    (e,) = torch.autograd.grad(expected.sum(), z)
+    torch.testing.assert_close(g, e)
+    assert torch.equal(target, torch.tensor([0, 1, 1, 0, 1, 0]).to(target_dtype))
+
+
+@pytest.mark.parametrize("in_dims", [(0, None), (None, 0), (0, 0)])
+def test_vmap_with_inputs_batched_apart(ip, in_dims):
+    x = torch.randn(4, 3, dtype=torch.float64)
+    y = torch.randn(4, 3, dtype=torch.float64)
+    args = [x if in_dims[0] == 0 else x[0], y if in_dims[1] == 0 else y[0]]
+    got = torch.func.vmap(ip.mix, in_dims=in_dims)(*args)
+    torch.testing.assert_close(got, torch.func.vmap(_naive_mix, in_dims=in_dims)(*args))
+    jac = torch.func.jacrev(ip.mix, argnums=(0, 1))(x[0], y[0])
+    naive = torch.func.jacrev(_naive_mix, argnums=(0, 1))(x[0], y[0])
+    torch.testing.assert_close(jac, naive)
+
+
+def test_first_order_backward_under_vmap_with_batched_gradients(ip):
+    """autograd.grad(is_grads_batched=True) runs the graph-free backward under vmap with
+    the upstream gradient batched and the saved inputs not."""
+    x = torch.randn(5, dtype=torch.float64, requires_grad=True)
+    y = torch.randn(5, dtype=torch.float64, requires_grad=True)
+    eye = torch.eye(5, dtype=torch.float64)
+    got = torch.autograd.grad(ip.mix(x, y), (x, y), eye, is_grads_batched=True)
+    expected = torch.autograd.grad(_naive_mix(x, y), (x, y), eye, is_grads_batched=True)
+    torch.testing.assert_close(got, expected)
+    (got,) = torch.autograd.grad(ip.silu(x), x, eye, is_grads_batched=True)
+    (expected,) = torch.autograd.grad(x * torch.sigmoid(x), x, eye, is_grads_batched=True)
+    torch.testing.assert_close(got, expected)
+
+
+def test_first_order_backward_is_one_call_that_honours_needs_input_grad(ip, monkeypatch):
+    calls = []
+    original = ip._mix_backward
+    monkeypatch.setattr(ip, "_mix_backward", lambda *a: calls.append(a[-2:]) or original(*a))
+    x = torch.randn(3, dtype=torch.float64, requires_grad=True)
+    y = torch.randn(3, dtype=torch.float64)
+    ip.mix(x, y).sum().backward()
+    assert calls == [(True, False)] and y.grad is None
+    y.requires_grad_()
+    (gx, gy) = torch.autograd.grad(ip.mix(x, y).sum(), (x, y))
+    assert calls[-1] == (True, True)
+    torch.testing.assert_close((gx, gy), torch.autograd.grad(_naive_mix(x, y).sum(), (x, y)))
+
+
+def test_double_backward_still_takes_the_differentiable_path(ip):
+    x = torch.randn(4, dtype=torch.float64, requires_grad=True)
+    y = torch.randn(4, dtype=torch.float64, requires_grad=True)
+    (gx,) = torch.autograd.grad(ip.mix(x, y).sum(), x, create_graph=True)
+    assert gx.requires_grad
+    (hx,) = torch.autograd.grad(gx.sum(), x)
+    (ngx,) = torch.autograd.grad(_naive_mix(x, y).sum(), x, create_graph=True)
+    (nhx,) = torch.autograd.grad(ngx.sum(), x)
+    torch.testing.assert_close(hx, nhx)
+
+
+# ----------------------------------------------------------------------------- save vs recompute
+COST = """\
+module: cost
+functions:
+  ex:
+    inputs: {x: {}}
+    output: exp(x)
+  sp:
+    inputs: {x: {}}
+    output: log(1 + exp(x))
+"""
+
+
+def _saved(fn, x):
+    packed = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: packed.append(t) or t, lambda t: t):
+        out = fn(x)
+    return out, packed
+
+
+def test_cost_model_saves_the_output_where_the_backward_is_cheaper_from_it(generate_module):
+    m = generate_module(COST)
+    x = torch.randn(5, dtype=torch.float64, requires_grad=True)
+    out, packed = _saved(m.ex, x)  # d exp = grad * out: one pass, and x is not needed
+    assert len(packed) == 1 and packed[0] is out
+    out, packed = _saved(m.sp, x)  # sigmoid(x) from softplus(x) would cost more passes
+    assert len(packed) == 1 and packed[0] is x
+    (g,) = torch.autograd.grad(m.ex(x).sum(), x, create_graph=True)
+    (h,) = torch.autograd.grad(g.sum(), x)
+    torch.testing.assert_close((g, h), (torch.exp(x), torch.exp(x)))
