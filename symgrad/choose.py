@@ -105,6 +105,7 @@ def _stable_numpy() -> dict[str, object]:
         return t / (1 + t) ** 2
 
     return {
+        "hypot_ratio": lambda b, x, y: b / np.hypot(x, y),
         "dsigmoid": dsigmoid,
         "erfcx_inv": erfcx_inv,
         "exprel": lambda x: exprel_d(0, x),

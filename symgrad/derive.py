@@ -13,7 +13,7 @@ import sympy
 from symgrad.choose import Accuracy, symbol_points
 from symgrad.errors import DerivationError, SpecError
 from symgrad.expr import parse_formula
-from symgrad.functions import heaviside_as_piecewise, hypot
+from symgrad.functions import heaviside_as_piecewise, hypot, hypot_ratio
 from symgrad.spec import Function, Spec
 from symgrad.stabilize import split_regimes, stabilize
 
@@ -172,9 +172,10 @@ def finish(
             # SymPy cannot simplify through hypot (hypot(x, y)**2 is not x**2 + y**2 to
             # it): simplify with its naive form, then stabilise again. Only algebraic
             # forms: through sigmoid or softplus, simplify brings back exp(z)**gamma.
-            if stable[0].has(hypot):
+            if stable[0].has(hypot, hypot_ratio):
                 naive = stable[0].replace(
-                    lambda e: isinstance(e, hypot), lambda e: hypot.naive(*e.args)
+                    lambda e: isinstance(e, (hypot, hypot_ratio)),
+                    lambda e: type(e).naive(*e.args),
                 )
                 if _cost(naive) <= SIMPLIFY_MAX_OPS:
                     with _time_limit(SIMPLIFY_SECONDS):

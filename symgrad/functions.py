@@ -257,6 +257,33 @@ class hypot(StableFunction):
         return sqrt(x**2 + y**2)
 
 
+class hypot_ratio(StableFunction):
+    """b / hypot(x, y) for b one of x, y: at most 1 in magnitude. Powers of hypot in a
+    denominator are paired with these (y**2/hypot**3 = hypot_ratio(y, x, y)**2 / hypot):
+    hypot**3 overflows for |y| > 5e102 where the value does not, and as a function of its
+    own the pair survives SymPy (which merges (y/h)**2/h back) and common subexpressions."""
+
+    nargs = 3
+
+    def fdiff(self, argindex=1):
+        _, x, y = self.args
+        h = hypot(x, y)
+        if argindex == 1:
+            return 1 / h
+        if argindex in (2, 3):
+            other = x if argindex == 2 else y
+            return -self * hypot_ratio(other, x, y) / h
+        raise ArgumentIndexError(self, argindex)
+
+    @staticmethod
+    def mp(b, x, y):
+        return b / mpmath.hypot(x, y)
+
+    @classmethod
+    def naive(cls, b, x, y):
+        return b / sqrt(x**2 + y**2)
+
+
 class relu(StableFunction):
     """max(x, 0) with PyTorch's subgradient 0 at x == 0."""
 

@@ -20,6 +20,7 @@ from symgrad.functions import (
     expm1,
     exprel,
     hypot,
+    hypot_ratio,
     log1mexp,
     log1p,
     logaddexp,
@@ -516,6 +517,25 @@ def sigmoid_product(node):
     return None
 
 
+def hypot_power_ratio(node):
+    """y**m / hypot(x, y)**k -> hypot_ratio(y, x, y)**m / hypot(x, y)**(k-m) (m < k): each
+    ratio is at most 1, where hypot**k overflows long before the value (y**2/hypot**3)."""
+    if not isinstance(node, Mul):
+        return None
+    for h in node.args:
+        base, power = h.as_base_exp()
+        if not (isinstance(base, hypot) and power.is_Integer and power <= -2):
+            continue
+        for f in node.args:
+            b, m = f.as_base_exp()
+            if b in base.args and m.is_Integer and 1 <= m < -power:
+                others = list(node.args)
+                others.remove(h)
+                others.remove(f)
+                return Mul(*others) * hypot_ratio(b, *base.args) ** m * base ** (power + m)
+    return None
+
+
 #: The rules, in the order they are tried on each node.
 RULES: tuple[Rule, ...] = (
     log_reciprocal,
@@ -551,6 +571,7 @@ RULES: tuple[Rule, ...] = (
     expm1_over_x,
     exp_difference,
     sigmoid_product,
+    hypot_power_ratio,
 )
 
 _MAX_PASSES = 32

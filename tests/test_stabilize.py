@@ -75,6 +75,14 @@ CASES = {
     "expm1_over_x": ("(exp(x) - 1)/x", {"x": 712.0}, F.exprel, False, None),
     # exp(1e-20) - exp(-1e-20) rounds to 0; exact 1e-20.
     "exp_difference": ("(exp(x) - exp(-x))/2", {"x": 1e-20}, sympy.sinh, False, None),
+    # (x**2 + y**2)**(3/2) overflows at 1e110; exact 2**-1.5 * 1e-110.
+    "hypot_power_ratio": (
+        "y**2/(x**2 + y**2)**(3/2)",
+        {"x": 1e110, "y": 1e110},
+        F.hypot_ratio,
+        False,
+        None,
+    ),
     # sqrt(1 + 1e-20) rounds to 1; exact 5e-21.
     "sqrt_minus_one": ("sqrt(1 + x) - 1", {"x": 1e-20}, sympy.Pow, False, None),
 }
@@ -222,7 +230,8 @@ def test_powers_of_hypot_print_as_ratios():
     """y**2 / hypot(x, y)**3 at 1e110: hypot**3 overflows; printed as (y/h)**2 / h it is finite."""
     naive = parse_formula("y**2/(x**2 + y**2)**(3/2)", {"x": x, "y": y}, Location("t", 1, "f"))
     stable = stabilize(naive)
-    assert stable == y**2 / F.hypot(x, y) ** 3
+    assert stable == F.hypot_ratio(y, x, y) ** 2 / F.hypot(x, y)
+    assert TorchPrinter().doprint(y**2 / F.hypot(x, y) ** 3).count("/ torch.hypot") == 2
     at = {"x": 1e110, "y": 1e110}
     assert run_torch(naive, at) == 0.0
     assert run_torch(stable, at) == pytest.approx(2**-1.5 * 1e-110, rel=1e-15)

@@ -361,6 +361,12 @@ class FrameworkPrinter(StrPrinter):
     def _print_exprel_d(self, expr):
         return self._print(expr.regimes())
 
+    def _print_hypot_ratio(self, expr):
+        from symgrad.functions import hypot
+
+        b, x, y = expr.args
+        return f"({self._print(b / hypot(x, y))})"
+
     def _print_dsigmoid(self, expr):
         return self._print(expr.regimes())
 
