@@ -13,9 +13,9 @@ import sympy
 from symgrad.choose import Accuracy, symbol_points
 from symgrad.errors import DerivationError, SpecError
 from symgrad.expr import parse_formula
-from symgrad.functions import heaviside_as_piecewise, hypot, hypot_ratio
+from symgrad.functions import dsigmoid, heaviside_as_piecewise, hypot, hypot_ratio, sigmoid
 from symgrad.spec import Function, Spec
-from symgrad.stabilize import split_regimes, stabilize
+from symgrad.stabilize import guard_tails, split_regimes, stabilize
 
 #: Formulas larger than this (SymPy op count) are not given to simplify: the bound is on
 #: size, not time, so that output never depends on how fast or loaded the machine is.
@@ -207,6 +207,8 @@ def finish(
             record.append(accuracy)
     if unsplit is not None:
         unsplit.append(sources[best])
+    if best.has(sigmoid, dsigmoid):
+        best = guard_tails(best)
     if best.has(sympy.Piecewise):
         best = sympy.piecewise_fold(best)
     return best

@@ -828,6 +828,39 @@ def _hypot_minus_one(node: sympy.Basic) -> sympy.Basic | None:
     return sympy.Piecewise((x**2 / (root + 1), sympy.Abs(x) < 1), (node, True))
 
 
+def guard_tails(expr: sympy.Expr) -> sympy.Expr:
+    """The sigmoid tail (:func:`_sigmoid_tail`) wherever a cofactor can overflow on its own
+    (a power of x, softplus, log or |x| with a coefficient), whatever the choice said.
+
+    The choice measures in NumPy; the generated code groups numbers and updates temporaries
+    in place, so gamma**2 * softplus(-z) may be computed (and overflow, in float32) before it
+    meets sigmoid(z)**2 = 0. Where the tail applies the exact value is below 1e-300.
+    """
+
+    def risky(node: sympy.Basic) -> bool:
+        if not isinstance(node, Mul):
+            return False
+        cofactors = [
+            f for f in node.args if not isinstance(f.as_base_exp()[0], (sigmoid, dsigmoid))
+        ]
+        return any(
+            f.has(softplus, log, sympy.Abs)
+            or any(p.exp.is_number and p.exp >= 2 for p in f.atoms(Pow) if p.base.is_Symbol)
+            for f in cofactors
+        )
+
+    def visit(node: sympy.Basic) -> sympy.Basic:
+        if node.is_Atom or not node.args or isinstance(node, sympy.Piecewise):
+            return node
+        args = tuple(visit(a) for a in node.args)
+        node = node.func(*args) if args != node.args else node
+        if risky(node):
+            return _sigmoid_tail(node) or node
+        return node
+
+    return visit(expr)
+
+
 def split_regimes(expr: sympy.Expr, params: frozenset = frozenset()) -> sympy.Expr:
     """Branches by input regime: a Taylor polynomial where a sum cancels near 0, zero where a
     Gaussian factor underflows, rational functions rescaled where their powers overflow.

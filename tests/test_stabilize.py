@@ -329,3 +329,19 @@ def test_log_ratio_where_the_quotient_overflows():
     assert run_torch(stable, at) == pytest.approx(600 * math.log(10), rel=1e-15)
     near = {"x": 1.0 + 2**-40, "y": 1.0}  # inside: no cancellation of log(x) - log(y)
     assert run_torch(stable, near) == pytest.approx(math.log1p(2**-40), rel=1e-15)
+
+
+def test_guard_tails_zeroes_overflowing_cofactors_of_underflowing_sigmoids():
+    """gamma**2 * softplus(-z) * sigmoid(z)**2 at z = -3e38 in float32: the cofactor overflows
+    (4 * 3e38) before it meets sigmoid(z)**2 = 0 unless the tail is zero by construction."""
+    from symgrad.stabilize import guard_tails
+
+    z = sympy.Symbol("z", real=True)
+    expr = 4 * F.softplus(-z) * F.sigmoid(z) ** 2
+    guarded = guard_tails(expr)
+    assert guarded.has(sympy.Piecewise)
+    value = torch.tensor([-3e38, 1.5], dtype=torch.float32)
+    printed = TorchPrinter().doprint(guarded)
+    got = eval(printed, {"torch": torch, "math": math, "z": value})
+    assert got[0].item() == 0.0 and math.isfinite(got[1].item())
+    assert guard_tails(z * F.dsigmoid(z)) == z * F.dsigmoid(z)  # z alone cannot overflow

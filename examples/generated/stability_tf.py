@@ -623,12 +623,12 @@ def focal_loss(z: tf.Tensor, target: tf.Tensor, gamma: float = 2.0) -> tf.Tensor
 
     Gradients (VJP)::
 
-        grad_z = grad*(-gamma*target*sigmoid(-z)**gamma*sigmoid(z)*softplus(-z) - gamma*(target - 1)*sigmoid(-z)*sigmoid(z)**gamma*softplus(z) - target*sigmoid(-z)**(gamma + 1) - (target - 1)*sigmoid(z)**(gamma + 1))
+        grad_z = Piecewise((grad*(-target*sigmoid(-z)**(gamma + 1) - (target - 1)*sigmoid(z)**(gamma + 1)), (z > 1.6e+3) & (z < -1.6e+3)), (grad*(-gamma*target*sigmoid(-z)**gamma*sigmoid(z)*softplus(-z) - target*sigmoid(-z)**(gamma + 1) - (target - 1)*sigmoid(z)**(gamma + 1)), z > 1.6e+3), (grad*(-gamma*(target - 1)*sigmoid(-z)*sigmoid(z)**gamma*softplus(z) - target*sigmoid(-z)**(gamma + 1) - (target - 1)*sigmoid(z)**(gamma + 1)), z < -1.6e+3), (grad*(-gamma*target*sigmoid(-z)**gamma*sigmoid(z)*softplus(-z) - gamma*(target - 1)*sigmoid(-z)*sigmoid(z)**gamma*softplus(z) - target*sigmoid(-z)**(gamma + 1) - (target - 1)*sigmoid(z)**(gamma + 1)), True))
 
     Second order (d grad_<input> / d <w>)::
 
         d grad_z / d z = Piecewise((grad*(gamma*target*dsigmoid(z)*sigmoid(-z)**gamma - gamma*(target - 1)*dsigmoid(z)*sigmoid(z)**gamma + target*(gamma + 1)*sigmoid(-z)**(gamma + 1)*sigmoid(z) - (gamma + 1)*(target - 1)*sigmoid(-z)*sigmoid(z)**(gamma + 1)), (z > 1.6e+3) & (z < -1.6e+3) & ((z > 1.6e+3) | (z < -1.6e+3))), (grad*(-gamma*target*dsigmoid(z)*sigmoid(-z)**gamma*softplus(-z) + gamma*target*dsigmoid(z)*sigmoid(-z)**gamma + gamma*(target - 1)*dsigmoid(z)*sigmoid(z)**gamma*softplus(z) - gamma*(target - 1)*dsigmoid(z)*sigmoid(z)**gamma + target*(gamma + 1)*sigmoid(-z)**(gamma + 1)*sigmoid(z) - (gamma + 1)*(target - 1)*sigmoid(-z)*sigmoid(z)**(gamma + 1)), (z > 1.6e+3) & (z < -1.6e+3)), (grad*(gamma**2*target*sigmoid(-z)**gamma*sigmoid(z)**2*softplus(-z) + gamma*target*dsigmoid(z)*sigmoid(-z)**gamma - gamma*(target - 1)*dsigmoid(z)*sigmoid(z)**gamma + target*(gamma + 1)*sigmoid(-z)**(gamma + 1)*sigmoid(z) - (gamma + 1)*(target - 1)*sigmoid(-z)*sigmoid(z)**(gamma + 1)), (z > 1.6e+3) & ((z > 1.6e+3) | (z < -1.6e+3))), (grad*(gamma**2*target*sigmoid(-z)**gamma*sigmoid(z)**2*softplus(-z) - gamma*target*dsigmoid(z)*sigmoid(-z)**gamma*softplus(-z) + gamma*target*dsigmoid(z)*sigmoid(-z)**gamma + gamma*(target - 1)*dsigmoid(z)*sigmoid(z)**gamma*softplus(z) - gamma*(target - 1)*dsigmoid(z)*sigmoid(z)**gamma + target*(gamma + 1)*sigmoid(-z)**(gamma + 1)*sigmoid(z) - (gamma + 1)*(target - 1)*sigmoid(-z)*sigmoid(z)**(gamma + 1)), z > 1.6e+3), (grad*(-gamma**2*(target - 1)*sigmoid(-z)**2*sigmoid(z)**gamma*softplus(z) + gamma*target*dsigmoid(z)*sigmoid(-z)**gamma - gamma*(target - 1)*dsigmoid(z)*sigmoid(z)**gamma + target*(gamma + 1)*sigmoid(-z)**(gamma + 1)*sigmoid(z) - (gamma + 1)*(target - 1)*sigmoid(-z)*sigmoid(z)**(gamma + 1)), (z < -1.6e+3) & ((z > 1.6e+3) | (z < -1.6e+3))), (grad*(-gamma**2*(target - 1)*sigmoid(-z)**2*sigmoid(z)**gamma*softplus(z) - gamma*target*dsigmoid(z)*sigmoid(-z)**gamma*softplus(-z) + gamma*target*dsigmoid(z)*sigmoid(-z)**gamma + gamma*(target - 1)*dsigmoid(z)*sigmoid(z)**gamma*softplus(z) - gamma*(target - 1)*dsigmoid(z)*sigmoid(z)**gamma + target*(gamma + 1)*sigmoid(-z)**(gamma + 1)*sigmoid(z) - (gamma + 1)*(target - 1)*sigmoid(-z)*sigmoid(z)**(gamma + 1)), z < -1.6e+3), (grad*(gamma**2*target*sigmoid(-z)**gamma*sigmoid(z)**2*softplus(-z) - gamma**2*(target - 1)*sigmoid(-z)**2*sigmoid(z)**gamma*softplus(z) + gamma*target*dsigmoid(z)*sigmoid(-z)**gamma - gamma*(target - 1)*dsigmoid(z)*sigmoid(z)**gamma + target*(gamma + 1)*sigmoid(-z)**(gamma + 1)*sigmoid(z) - (gamma + 1)*(target - 1)*sigmoid(-z)*sigmoid(z)**(gamma + 1)), (z > 1.6e+3) | (z < -1.6e+3)), (grad*(gamma**2*target*sigmoid(-z)**gamma*sigmoid(z)**2*softplus(-z) - gamma**2*(target - 1)*sigmoid(-z)**2*sigmoid(z)**gamma*softplus(z) - gamma*target*dsigmoid(z)*sigmoid(-z)**gamma*softplus(-z) + gamma*target*dsigmoid(z)*sigmoid(-z)**gamma + gamma*(target - 1)*dsigmoid(z)*sigmoid(z)**gamma*softplus(z) - gamma*(target - 1)*dsigmoid(z)*sigmoid(z)**gamma + target*(gamma + 1)*sigmoid(-z)**(gamma + 1)*sigmoid(z) - (gamma + 1)*(target - 1)*sigmoid(-z)*sigmoid(z)**(gamma + 1)), True))
-        d grad_z / d grad = -gamma*target*sigmoid(-z)**gamma*sigmoid(z)*softplus(-z) - gamma*(target - 1)*sigmoid(-z)*sigmoid(z)**gamma*softplus(z) - target*sigmoid(-z)**(gamma + 1) - (target - 1)*sigmoid(z)**(gamma + 1)
+        d grad_z / d grad = Piecewise((-target*sigmoid(-z)**(gamma + 1) - (target - 1)*sigmoid(z)**(gamma + 1), (z > 1.6e+3) & (z < -1.6e+3)), (-gamma*target*sigmoid(-z)**gamma*sigmoid(z)*softplus(-z) - target*sigmoid(-z)**(gamma + 1) - (target - 1)*sigmoid(z)**(gamma + 1), z > 1.6e+3), (-gamma*(target - 1)*sigmoid(-z)*sigmoid(z)**gamma*softplus(z) - target*sigmoid(-z)**(gamma + 1) - (target - 1)*sigmoid(z)**(gamma + 1), z < -1.6e+3), (-gamma*target*sigmoid(-z)**gamma*sigmoid(z)*softplus(-z) - gamma*(target - 1)*sigmoid(-z)*sigmoid(z)**gamma*softplus(z) - target*sigmoid(-z)**(gamma + 1) - (target - 1)*sigmoid(z)**(gamma + 1), True))
     """
 
     @tf.custom_gradient
@@ -658,11 +658,17 @@ def _focal_loss_grad_z(z, target, grad, gamma):
         t2 = gamma + 1
         t3 = target - 1
         t4 = tf.math.sigmoid(z)
-        grad_z = grad * (
-            -gamma * t1 * t3 * t4**gamma * tf.math.softplus(z)
-            - gamma * t1**gamma * t4 * target * tf.math.softplus(t0)
-            - t1**t2 * target
-            - t3 * t4**t2
+        t5 = t1**t2 * target + t3 * t4**t2
+        t6 = z > 1600.0
+        t7 = z < -1600.0
+        t8 = gamma * t1**gamma * t4 * target * tf.math.softplus(t0) + t5
+        t9 = gamma * t1 * t3 * t4**gamma * tf.math.softplus(z)
+        grad_z = tf.where(
+            (t6) & (t7),
+            -grad * t5,
+            tf.where(
+                t6, -grad * t8, tf.where(t7, grad * (-t5 - t9), grad * (-t8 - t9))
+            ),
         )
 
         def backward(grad_grad_z):
@@ -727,11 +733,13 @@ def _focal_loss_grad_z(z, target, grad, gamma):
             t2 = gamma + 1
             t3 = target - 1
             t4 = tf.math.sigmoid(z)
-            grad_bar = grad_grad_z * (
-                -gamma * t1 * t3 * t4**gamma * tf.math.softplus(z)
-                - gamma * t1**gamma * t4 * target * tf.math.softplus(t0)
-                - t1**t2 * target
-                - t3 * t4**t2
+            t5 = t1**t2 * target + t3 * t4**t2
+            t6 = z > 1600.0
+            t7 = z < -1600.0
+            t8 = gamma * t1**gamma * t4 * target * tf.math.softplus(t0) + t5
+            t9 = gamma * t1 * t3 * t4**gamma * tf.math.softplus(z)
+            grad_bar = grad_grad_z * tf.where(
+                (t6) & (t7), -t5, tf.where(t6, -t8, tf.where(t7, -t5 - t9, -t8 - t9))
             )
             grad_bar = _reduce_to(grad_bar, grad)
             return z_bar, None, grad_bar

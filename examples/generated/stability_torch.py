@@ -1532,12 +1532,12 @@ class FocalLoss(_FocalLoss):
 
     Gradients (VJP)::
 
-        grad_z = grad*(-gamma*target*sigmoid(-z)**gamma*sigmoid(z)*softplus(-z) - gamma*(target - 1)*sigmoid(-z)*sigmoid(z)**gamma*softplus(z) - target*sigmoid(-z)**(gamma + 1) - (target - 1)*sigmoid(z)**(gamma + 1))
+        grad_z = Piecewise((grad*(-target*sigmoid(-z)**(gamma + 1) - (target - 1)*sigmoid(z)**(gamma + 1)), (z > 1.6e+3) & (z < -1.6e+3)), (grad*(-gamma*target*sigmoid(-z)**gamma*sigmoid(z)*softplus(-z) - target*sigmoid(-z)**(gamma + 1) - (target - 1)*sigmoid(z)**(gamma + 1)), z > 1.6e+3), (grad*(-gamma*(target - 1)*sigmoid(-z)*sigmoid(z)**gamma*softplus(z) - target*sigmoid(-z)**(gamma + 1) - (target - 1)*sigmoid(z)**(gamma + 1)), z < -1.6e+3), (grad*(-gamma*target*sigmoid(-z)**gamma*sigmoid(z)*softplus(-z) - gamma*(target - 1)*sigmoid(-z)*sigmoid(z)**gamma*softplus(z) - target*sigmoid(-z)**(gamma + 1) - (target - 1)*sigmoid(z)**(gamma + 1)), True))
 
     Second order (d grad_<input> / d <w>)::
 
         d grad_z / d z = Piecewise((grad*(gamma*target*dsigmoid(z)*sigmoid(-z)**gamma - gamma*(target - 1)*dsigmoid(z)*sigmoid(z)**gamma + target*(gamma + 1)*sigmoid(-z)**(gamma + 1)*sigmoid(z) - (gamma + 1)*(target - 1)*sigmoid(-z)*sigmoid(z)**(gamma + 1)), (z > 1.6e+3) & (z < -1.6e+3) & ((z > 1.6e+3) | (z < -1.6e+3))), (grad*(-gamma*target*dsigmoid(z)*sigmoid(-z)**gamma*softplus(-z) + gamma*target*dsigmoid(z)*sigmoid(-z)**gamma + gamma*(target - 1)*dsigmoid(z)*sigmoid(z)**gamma*softplus(z) - gamma*(target - 1)*dsigmoid(z)*sigmoid(z)**gamma + target*(gamma + 1)*sigmoid(-z)**(gamma + 1)*sigmoid(z) - (gamma + 1)*(target - 1)*sigmoid(-z)*sigmoid(z)**(gamma + 1)), (z > 1.6e+3) & (z < -1.6e+3)), (grad*(gamma**2*target*sigmoid(-z)**gamma*sigmoid(z)**2*softplus(-z) + gamma*target*dsigmoid(z)*sigmoid(-z)**gamma - gamma*(target - 1)*dsigmoid(z)*sigmoid(z)**gamma + target*(gamma + 1)*sigmoid(-z)**(gamma + 1)*sigmoid(z) - (gamma + 1)*(target - 1)*sigmoid(-z)*sigmoid(z)**(gamma + 1)), (z > 1.6e+3) & ((z > 1.6e+3) | (z < -1.6e+3))), (grad*(gamma**2*target*sigmoid(-z)**gamma*sigmoid(z)**2*softplus(-z) - gamma*target*dsigmoid(z)*sigmoid(-z)**gamma*softplus(-z) + gamma*target*dsigmoid(z)*sigmoid(-z)**gamma + gamma*(target - 1)*dsigmoid(z)*sigmoid(z)**gamma*softplus(z) - gamma*(target - 1)*dsigmoid(z)*sigmoid(z)**gamma + target*(gamma + 1)*sigmoid(-z)**(gamma + 1)*sigmoid(z) - (gamma + 1)*(target - 1)*sigmoid(-z)*sigmoid(z)**(gamma + 1)), z > 1.6e+3), (grad*(-gamma**2*(target - 1)*sigmoid(-z)**2*sigmoid(z)**gamma*softplus(z) + gamma*target*dsigmoid(z)*sigmoid(-z)**gamma - gamma*(target - 1)*dsigmoid(z)*sigmoid(z)**gamma + target*(gamma + 1)*sigmoid(-z)**(gamma + 1)*sigmoid(z) - (gamma + 1)*(target - 1)*sigmoid(-z)*sigmoid(z)**(gamma + 1)), (z < -1.6e+3) & ((z > 1.6e+3) | (z < -1.6e+3))), (grad*(-gamma**2*(target - 1)*sigmoid(-z)**2*sigmoid(z)**gamma*softplus(z) - gamma*target*dsigmoid(z)*sigmoid(-z)**gamma*softplus(-z) + gamma*target*dsigmoid(z)*sigmoid(-z)**gamma + gamma*(target - 1)*dsigmoid(z)*sigmoid(z)**gamma*softplus(z) - gamma*(target - 1)*dsigmoid(z)*sigmoid(z)**gamma + target*(gamma + 1)*sigmoid(-z)**(gamma + 1)*sigmoid(z) - (gamma + 1)*(target - 1)*sigmoid(-z)*sigmoid(z)**(gamma + 1)), z < -1.6e+3), (grad*(gamma**2*target*sigmoid(-z)**gamma*sigmoid(z)**2*softplus(-z) - gamma**2*(target - 1)*sigmoid(-z)**2*sigmoid(z)**gamma*softplus(z) + gamma*target*dsigmoid(z)*sigmoid(-z)**gamma - gamma*(target - 1)*dsigmoid(z)*sigmoid(z)**gamma + target*(gamma + 1)*sigmoid(-z)**(gamma + 1)*sigmoid(z) - (gamma + 1)*(target - 1)*sigmoid(-z)*sigmoid(z)**(gamma + 1)), (z > 1.6e+3) | (z < -1.6e+3)), (grad*(gamma**2*target*sigmoid(-z)**gamma*sigmoid(z)**2*softplus(-z) - gamma**2*(target - 1)*sigmoid(-z)**2*sigmoid(z)**gamma*softplus(z) - gamma*target*dsigmoid(z)*sigmoid(-z)**gamma*softplus(-z) + gamma*target*dsigmoid(z)*sigmoid(-z)**gamma + gamma*(target - 1)*dsigmoid(z)*sigmoid(z)**gamma*softplus(z) - gamma*(target - 1)*dsigmoid(z)*sigmoid(z)**gamma + target*(gamma + 1)*sigmoid(-z)**(gamma + 1)*sigmoid(z) - (gamma + 1)*(target - 1)*sigmoid(-z)*sigmoid(z)**(gamma + 1)), True))
-        d grad_z / d grad = -gamma*target*sigmoid(-z)**gamma*sigmoid(z)*softplus(-z) - gamma*(target - 1)*sigmoid(-z)*sigmoid(z)**gamma*softplus(z) - target*sigmoid(-z)**(gamma + 1) - (target - 1)*sigmoid(z)**(gamma + 1)
+        d grad_z / d grad = Piecewise((-target*sigmoid(-z)**(gamma + 1) - (target - 1)*sigmoid(z)**(gamma + 1), (z > 1.6e+3) & (z < -1.6e+3)), (-gamma*target*sigmoid(-z)**gamma*sigmoid(z)*softplus(-z) - target*sigmoid(-z)**(gamma + 1) - (target - 1)*sigmoid(z)**(gamma + 1), z > 1.6e+3), (-gamma*(target - 1)*sigmoid(-z)*sigmoid(z)**gamma*softplus(z) - target*sigmoid(-z)**(gamma + 1) - (target - 1)*sigmoid(z)**(gamma + 1), z < -1.6e+3), (-gamma*target*sigmoid(-z)**gamma*sigmoid(z)*softplus(-z) - gamma*(target - 1)*sigmoid(-z)*sigmoid(z)**gamma*softplus(z) - target*sigmoid(-z)**(gamma + 1) - (target - 1)*sigmoid(z)**(gamma + 1), True))
     """
 
     @staticmethod
@@ -1580,18 +1580,44 @@ def _focal_loss_grad_z(z, target, grad, gamma):
     t1 = -z
     t2 = torch.sigmoid(t1)
     t3 = gamma + 1
-    t4 = target - 1
-    t5 = torch.sigmoid(z)
-    t6 = t0 * t2
-    t7 = t2**gamma
-    t8 = t6 * t4
-    t9 = t5**gamma
-    t10 = t7.mul_(t0).mul_(t5)
-    grad_z = grad * t8.mul_(t9).mul_(
-        torch.nn.functional.softplus(z, threshold=40.0)
-    ).add_((t10 * target).mul_(torch.nn.functional.softplus(t1, threshold=40.0))).sub_(
-        t2.pow_(t3) * target
-    ).sub_(t4 * t5.pow_(t3))
+    t4 = t2**t3 * target
+    t5 = target - 1
+    t6 = torch.sigmoid(z)
+    t7 = t5 * t6**t3
+    t8 = t4 + t7
+    t9 = z > 1600.0
+    t10 = z < -1600.0
+    t11 = torch.nn.functional.softplus(t1, threshold=40.0)
+    t12 = t2**gamma
+    t13 = torch.nn.functional.softplus(z, threshold=40.0)
+    t14 = t6**gamma
+    t15 = t10 & t9
+    t16 = t0 * t11
+    t17 = t16.mul_(t12)
+    t18 = t0 * t13
+    t19 = t18.mul_(t14)
+    t20 = t19.mul_(t2)
+    t21 = t20 * t5
+    t22 = t17.mul_(t6)
+    t23 = -grad * t8
+    t24 = (t22 * target).sub_(t8)
+    grad_z = torch.where(
+        t15,
+        t23,
+        torch.where(
+            t9,
+            grad * t24,
+            torch.where(
+                t10,
+                grad * t21.sub_(t8),
+                grad
+                * (t11.mul_(t0).mul_(t12).mul_(t6) * target)
+                .add_(t13.mul_(t0).mul_(t14).mul_(t2) * t5)
+                .sub_(t4)
+                .sub_(t7),
+            ),
+        ),
+    )
     return grad_z
 
 
@@ -1607,59 +1633,65 @@ def _focal_loss_grad_z_backward(
         t4 = gamma * t3
     t5 = -z
     t6 = torch.sigmoid(t5)
-    t7 = t6**gamma * target
-    t8 = target - 1
-    t9 = torch.sigmoid(z)
-    t10 = t8 * t9**gamma
+    t7 = t6**gamma
+    t8 = t7 * target
+    t9 = target - 1
+    t10 = torch.sigmoid(z)
+    t11 = t10**gamma
+    t12 = t11 * t9
     if need_z_bar:
-        t11 = t3.mul_(t0)
-    t12 = gamma + 1
-    t13 = t8 * t9**t12
-    t14 = t6**t12 * target
+        t13 = t3.mul_(t0)
+    t14 = gamma + 1
+    t15 = t10**t14 * t9
+    t16 = t6**t14 * target
     if need_z_bar:
-        t15 = (
-            (t1 * t13).mul_(t6).add_(t10 * t11).add_((t12 * t14).mul_(t9)).add_(t4 * t7)
-        )
-        t16 = z > 1600.0
-        t17 = z < -1600.0
-        t18 = t16 | t17
-    t19 = t10.mul_(torch.nn.functional.softplus(z, threshold=40.0))
-    t20 = t7.mul_(torch.nn.functional.softplus(t5, threshold=40.0))
+        t17 = (t1 * t15).mul_(t6).add_(t10 * t14 * t16).add_(t12 * t13).add_(t4 * t8)
+    t18 = z > 1600.0
+    t19 = z < -1600.0
     if need_z_bar:
-        t21 = (t11 * t20).add_(t19 * t4)
-        t22 = (gamma**2 * t20).mul_(t9**2).add_(t15)
-        t23 = (t19 * t2).mul_(t6**2)
-        t24 = t15 + t23
-        t25 = t23.add_(t22)
-        t26 = grad * t15
-        t27 = t16 & t17
-        t28 = t16 & t17
-        t29 = t16 & t18
-        t30 = t17 & t18
-        t31 = t27 & t18
-        t32 = t15.add_(t21)
-        t33 = t21 + t22
-        t34 = t21 + t24
-        t35 = grad * t25
+        t20 = t18 | t19
+    t21 = torch.nn.functional.softplus(z, threshold=40.0)
+    t22 = t12.mul_(t21)
+    t23 = torch.nn.functional.softplus(t5, threshold=40.0)
+    t24 = t8.mul_(t23)
+    if need_z_bar:
+        t25 = (t13 * t24).add_(t22 * t4)
+    t26 = t18 & t19
+    if need_z_bar:
+        t27 = ((t10**2).mul_(gamma**2) * t24).add_(t17)
+        t28 = (t2 * t22).mul_(t6**2)
+        t29 = t17 + t28
+        t30 = t28.add_(t27)
+    if need_grad_bar:
+        t31 = t15 + t16
+    if need_z_bar:
+        t32 = grad * t17
+        t33 = t18 & t19 & t20
+        t34 = t18 & t20
+        t35 = t19 & t20
+        t36 = t17.add_(t25)
+        t37 = t25 + t27
+        t38 = t25 + t29
+        t39 = grad * t30
         z_bar = grad_grad_z * torch.where(
-            t31,
-            t26,
+            t33,
+            t32,
             torch.where(
-                t28,
-                grad * t32,
+                t26,
+                grad * t36,
                 torch.where(
-                    t29,
-                    grad * t22,
+                    t34,
+                    grad * t27,
                     torch.where(
-                        t16,
-                        grad * t33,
+                        t18,
+                        grad * t37,
                         torch.where(
-                            t30,
-                            grad * t24,
+                            t35,
+                            grad * t29,
                             torch.where(
-                                t17,
-                                grad * t34,
-                                torch.where(t18, t35, grad * t21.add_(t25)),
+                                t19,
+                                grad * t38,
+                                torch.where(t20, t39, grad * t25.add_(t30)),
                             ),
                         ),
                     ),
@@ -1667,9 +1699,26 @@ def _focal_loss_grad_z_backward(
             ),
         )
     if need_grad_bar:
-        grad_bar = grad_grad_z * t19.mul_(t0).mul_(t6).add_(t20.mul_(t0).mul_(t9)).sub_(
-            t13
-        ).sub_(t14)
+        t40 = t0 * t10
+        t41 = -t31
+        t42 = (t40.mul_(t23).mul_(t7) * target).sub_(t31)
+        t43 = t11.mul_(t0).mul_(t21).mul_(t6)
+        grad_bar = grad_grad_z * torch.where(
+            t26,
+            t41,
+            torch.where(
+                t18,
+                t42,
+                torch.where(
+                    t19,
+                    (t43 * t9).sub_(t31),
+                    t24.mul_(t10.mul_(t0))
+                    .add_(t22.mul_(t0).mul_(t6))
+                    .sub_(t15)
+                    .sub_(t16),
+                ),
+            ),
+        )
     return z_bar, grad_bar
 
 
@@ -1770,21 +1819,32 @@ class _FocalLossBackward(torch.autograd.Function):
             t1 = -z
             t2 = torch.sigmoid(t1)
             t3 = gamma + 1
-            t4 = target - 1
-            t5 = torch.sigmoid(z)
-            grad_bar = grad_grad_z * (
-                t0
-                * t2
-                * t4
-                * t5**gamma
-                * torch.nn.functional.softplus(z, threshold=40.0)
-                + t0
-                * t2**gamma
-                * t5
-                * target
-                * torch.nn.functional.softplus(t1, threshold=40.0)
-                - t2**t3 * target
-                - t4 * t5**t3
+            t4 = t2**t3 * target
+            t5 = target - 1
+            t6 = torch.sigmoid(z)
+            t7 = t5 * t6**t3
+            t8 = t4 + t7
+            t9 = z > 1600.0
+            t10 = z < -1600.0
+            t11 = torch.nn.functional.softplus(t1, threshold=40.0)
+            t12 = t2**gamma
+            t13 = torch.nn.functional.softplus(z, threshold=40.0)
+            t14 = t6**gamma
+            grad_bar = grad_grad_z * torch.where(
+                (t10) & (t9),
+                -t8,
+                torch.where(
+                    t9,
+                    t0 * t11 * t12 * t6 * target - t8,
+                    torch.where(
+                        t10,
+                        t0 * t13 * t14 * t2 * t5 - t8,
+                        t0 * t11 * t12 * t6 * target
+                        + t0 * t13 * t14 * t2 * t5
+                        - t4
+                        - t7,
+                    ),
+                ),
             )
         return z_bar, None, grad_bar, None
 
@@ -1806,43 +1866,59 @@ class FocalLossBackward(_FocalLossBackward):
         t7 = target - 1
         t8 = torch.sigmoid(z)
         t9 = t7 * t8**t5
-        t10 = t4**gamma * target
-        t11 = t10 * torch.nn.functional.softplus(t3, threshold=40.0)
-        t12 = t7 * t8**gamma
-        t13 = t12 * torch.nn.functional.softplus(z, threshold=40.0)
-        t14 = torch.exp(-torch.abs(z)) / (1 + torch.exp(-torch.abs(z))) ** 2
-        t15 = gamma * t14
-        t16 = t0 * t14
-        t17 = t1 * t4 * t9 + t10 * t15 + t12 * t16 + t5 * t6 * t8
-        t18 = z > 1600.0
-        t19 = z < -1600.0
-        t20 = (t18) | (t19)
-        t21 = t11 * t16 + t13 * t15
-        t22 = gamma**2 * t11 * t8**2 + t17
-        t23 = t13 * t2 * t4**2
-        t24 = t17 + t23
-        t25 = t22 + t23
-        grad_z_t = grad_t * (
-            t0 * t11 * t8 + t0 * t13 * t4 - t6 - t9
-        ) + z_t * torch.where(
-            (t18) & (t19) & (t20),
-            grad * t17,
+        t10 = t6 + t9
+        t11 = z > 1600.0
+        t12 = z < -1600.0
+        t13 = (t11) & (t12)
+        t14 = torch.nn.functional.softplus(t3, threshold=40.0)
+        t15 = t4**gamma
+        t16 = torch.nn.functional.softplus(z, threshold=40.0)
+        t17 = t8**gamma
+        t18 = t15 * target
+        t19 = t14 * t18
+        t20 = t17 * t7
+        t21 = t16 * t20
+        t22 = torch.exp(-torch.abs(z)) / (1 + torch.exp(-torch.abs(z))) ** 2
+        t23 = gamma * t22
+        t24 = t0 * t22
+        t25 = t1 * t4 * t9 + t18 * t23 + t20 * t24 + t5 * t6 * t8
+        t26 = (t11) | (t12)
+        t27 = t19 * t24 + t21 * t23
+        t28 = gamma**2 * t19 * t8**2 + t25
+        t29 = t2 * t21 * t4**2
+        t30 = t25 + t29
+        t31 = t28 + t29
+        grad_z_t = grad_t * torch.where(
+            t13,
+            -t10,
             torch.where(
-                (t18) & (t19),
-                grad * (t17 + t21),
+                t11,
+                t0 * t14 * t15 * t8 * target - t10,
                 torch.where(
-                    (t18) & (t20),
-                    grad * t22,
+                    t12,
+                    t0 * t16 * t17 * t4 * t7 - t10,
+                    t0 * t19 * t8 + t0 * t21 * t4 - t6 - t9,
+                ),
+            ),
+        ) + z_t * torch.where(
+            (t11) & (t12) & (t26),
+            grad * t25,
+            torch.where(
+                t13,
+                grad * (t25 + t27),
+                torch.where(
+                    (t11) & (t26),
+                    grad * t28,
                     torch.where(
-                        t18,
-                        grad * (t21 + t22),
+                        t11,
+                        grad * (t27 + t28),
                         torch.where(
-                            (t19) & (t20),
-                            grad * t24,
+                            (t12) & (t26),
+                            grad * t30,
                             torch.where(
-                                t19,
-                                grad * (t21 + t24),
-                                torch.where(t20, grad * t25, grad * (t21 + t25)),
+                                t12,
+                                grad * (t27 + t30),
+                                torch.where(t26, grad * t31, grad * (t27 + t31)),
                             ),
                         ),
                     ),
