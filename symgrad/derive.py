@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import signal
 import threading
 from collections.abc import Iterator
@@ -224,6 +225,29 @@ def _symbol(inp) -> sympy.Symbol:
     return sympy.Symbol(inp.name, real=True, **assumptions)
 
 
+#: Up to this many outputs, a VJP gets a branch per set of zero upstream gradients.
+MASK_MAX_OUTPUTS = 3
+
+
+def _mask_unused_outputs(vjp: sympy.Expr, grads: tuple[sympy.Symbol, ...]) -> sympy.Expr:
+    """Where an output's upstream gradient is 0 (autograd passes zeros for an output that
+    was not used), its term is dropped, not computed: 0 * inf is NaN where the output's
+    derivative overflows although the used output's does not (sinh_cosh past |x| = 710.5).
+
+    Only values are branched (VJPs, second-order formulas); derivatives are taken of the
+    unbranched formulas.
+    """
+    present = [g for g in grads if vjp.has(g)]
+    if not 1 < len(present) <= MASK_MAX_OUTPUTS:
+        return vjp
+    branches = []
+    for k in range(len(present), 0, -1):
+        for zero in itertools.combinations(present, k):
+            value = vjp.xreplace({g: sympy.S.Zero for g in zero})
+            branches.append((value, sympy.And(*(sympy.Eq(g, 0) for g in zero))))
+    return sympy.Piecewise(*branches, (vjp, True))
+
+
 def grad_symbol_names(fn: Function) -> tuple[str, ...]:
     """The names of the upstream gradients: ``grad`` or ``grad_<output>``."""
     if fn.single_output:
@@ -303,6 +327,7 @@ def derive_function(fn: Function, measure: bool = True) -> Derived:
                     f"grad_{i}",
                     sympy.Add(*(g * plain[name][i] for (name, _), g in zip(outputs, grads))),
                 )
+        masked = {i: _mask_unused_outputs(v, grads) for i, v in vjps.items()}
         second: dict[str, dict[str, sympy.Expr]] = {}
         if fn.order >= 2:
             wrt = [symbols[i] for i in diff_names] + list(grads)
@@ -322,9 +347,12 @@ def derive_function(fn: Function, measure: bool = True) -> Derived:
         outputs=outputs,
         naive_outputs=tuple(naive),
         grads=grads,
-        vjps=vjps,
+        vjps=masked,
         jacobian=jacobian,
-        second=second,
+        second={
+            i: {w: _mask_unused_outputs(e, grads) for w, e in by_w.items()}
+            for i, by_w in second.items()
+        },
         overridden=frozenset(overrides),
         accuracy=accuracy,
     )

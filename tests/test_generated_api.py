@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 
@@ -153,3 +154,24 @@ def test_kinks_follow_the_stable_condition_and_mask_unused_branches(generate_mod
     (g,) = torch.autograd.grad(m.selu(x).sum(), x)
     scale, alpha = 1.0507009873554805, 1.6732632423543772
     torch.testing.assert_close(g, torch.tensor([scale * alpha, scale, 0.0], dtype=torch.float64))
+
+
+def test_an_unused_output_contributes_nothing_even_where_its_derivative_overflows(
+    generate_module,
+):
+    """exp(x) and exp(-x) at x = -800, only the first used: autograd passes 0 for the
+    second, whose derivative -exp(800) is -inf; 0 * -inf would make the gradient NaN."""
+    torch = pytest.importorskip("torch")
+    module = generate_module(
+        "module: two_exps\n"
+        "functions:\n"
+        "  two_exps:\n"
+        "    inputs: {x: {}}\n"
+        "    outputs: {up: exp(x), down: exp(-x)}\n"
+    )
+    x = torch.tensor([-800.0, 0.5], dtype=torch.float64, requires_grad=True)
+    up, _ = module.two_exps(x)
+    (grad,) = torch.autograd.grad(up.sum(), x, create_graph=True)
+    assert grad.tolist() == [0.0, math.exp(0.5)]
+    (second,) = torch.autograd.grad(grad.sum(), x)
+    assert second.tolist() == [0.0, math.exp(0.5)]

@@ -266,11 +266,11 @@ def sinh_cosh(x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
 
     Gradients (VJP)::
 
-        grad_x = grad_c*sinh(x) + grad_s*cosh(x)
+        grad_x = Piecewise((0, Eq(grad_c, 0) & Eq(grad_s, 0)), (grad_c*sinh(x), Eq(grad_s, 0)), (grad_s*cosh(x), Eq(grad_c, 0)), (grad_c*sinh(x) + grad_s*cosh(x), True))
 
     Second order (d grad_<input> / d <w>)::
 
-        d grad_x / d x = grad_c*cosh(x) + grad_s*sinh(x)
+        d grad_x / d x = Piecewise((0, Eq(grad_c, 0) & Eq(grad_s, 0)), (grad_c*cosh(x), Eq(grad_s, 0)), (grad_s*sinh(x), Eq(grad_c, 0)), (grad_c*cosh(x) + grad_s*sinh(x), True))
         d grad_x / d grad_s = cosh(x)
         d grad_x / d grad_c = sinh(x)
     """
@@ -304,35 +304,45 @@ def _sinh_cosh_grad_x(x, grad_s, grad_c):
 
     @tf.custom_gradient
     def forward(x, grad_s, grad_c):
-        grad_x = grad_c * tf.where(
+        t0 = grad_c == 0
+        t1 = grad_s == 0
+        t2 = grad_c * tf.where(
             tf.math.abs(x) < 88,
             tf.math.sinh(x),
             tf.math.sign(x)
             * tf.math.exp(tf.math.abs(x) / 2)
             * (tf.math.exp(tf.math.abs(x) / 2) / 2),
-        ) + grad_s * tf.where(
+        )
+        t3 = grad_s * tf.where(
             tf.math.abs(x) < 88,
             tf.math.cosh(x),
             tf.math.exp(tf.math.abs(x) / 2) * (tf.math.exp(tf.math.abs(x) / 2) / 2),
         )
+        grad_x = tf.where(
+            (t0) & (t1),
+            tf.constant(0.0, t2.dtype),
+            tf.where(t1, t2, tf.where(t0, t3, t2 + t3)),
+        )
 
         def backward(grad_grad_x):
-            x_bar = grad_grad_x * (
-                grad_c
-                * tf.where(
-                    tf.math.abs(x) < 88,
-                    tf.math.cosh(x),
-                    tf.math.exp(tf.math.abs(x) / 2)
-                    * (tf.math.exp(tf.math.abs(x) / 2) / 2),
-                )
-                + grad_s
-                * tf.where(
-                    tf.math.abs(x) < 88,
-                    tf.math.sinh(x),
-                    tf.math.sign(x)
-                    * tf.math.exp(tf.math.abs(x) / 2)
-                    * (tf.math.exp(tf.math.abs(x) / 2) / 2),
-                )
+            t0 = grad_c == 0
+            t1 = grad_s == 0
+            t2 = grad_c * tf.where(
+                tf.math.abs(x) < 88,
+                tf.math.cosh(x),
+                tf.math.exp(tf.math.abs(x) / 2) * (tf.math.exp(tf.math.abs(x) / 2) / 2),
+            )
+            t3 = grad_s * tf.where(
+                tf.math.abs(x) < 88,
+                tf.math.sinh(x),
+                tf.math.sign(x)
+                * tf.math.exp(tf.math.abs(x) / 2)
+                * (tf.math.exp(tf.math.abs(x) / 2) / 2),
+            )
+            x_bar = grad_grad_x * tf.where(
+                (t0) & (t1),
+                tf.constant(0.0, t2.dtype),
+                tf.where(t1, t2, tf.where(t0, t3, t2 + t3)),
             )
             grad_s_bar = grad_grad_x * tf.where(
                 tf.math.abs(x) < 88,

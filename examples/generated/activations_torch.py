@@ -697,11 +697,11 @@ class SinhCosh(_SinhCosh):
 
     Gradients (VJP)::
 
-        grad_x = grad_c*sinh(x) + grad_s*cosh(x)
+        grad_x = Piecewise((0, Eq(grad_c, 0) & Eq(grad_s, 0)), (grad_c*sinh(x), Eq(grad_s, 0)), (grad_s*cosh(x), Eq(grad_c, 0)), (grad_c*sinh(x) + grad_s*cosh(x), True))
 
     Second order (d grad_<input> / d <w>)::
 
-        d grad_x / d x = grad_c*cosh(x) + grad_s*sinh(x)
+        d grad_x / d x = Piecewise((0, Eq(grad_c, 0) & Eq(grad_s, 0)), (grad_c*cosh(x), Eq(grad_s, 0)), (grad_s*sinh(x), Eq(grad_c, 0)), (grad_c*cosh(x) + grad_s*sinh(x), True))
         d grad_x / d grad_s = cosh(x)
         d grad_x / d grad_c = sinh(x)
     """
@@ -725,17 +725,22 @@ class SinhCosh(_SinhCosh):
 
 
 def _sinh_cosh_grad_x(x, grad_s, grad_c):
-    grad_x = grad_c * torch.where(
+    t0 = grad_c == 0
+    t1 = grad_s == 0
+    t2 = grad_c * torch.where(
         torch.abs(x) < 88,
         torch.sinh(x),
         torch.sign(x)
         .mul_(torch.abs(x).div_(2).exp_())
         .mul_(torch.abs(x).div_(2).exp_().div_(2)),
-    ) + grad_s * torch.where(
+    )
+    t3 = grad_s * torch.where(
         torch.abs(x) < 88,
         torch.cosh(x),
         torch.abs(x).div_(2).exp_().mul_(torch.abs(x).div_(2).exp_().div_(2)),
     )
+    t4 = t0 & t1
+    grad_x = torch.where(t4, 0.0, torch.where(t1, t2, torch.where(t0, t3, t2 + t3)))
     return grad_x
 
 
@@ -743,14 +748,19 @@ def _sinh_cosh_grad_x_backward(
     x, grad_s, grad_c, grad_grad_x, need_x_bar, need_grad_s_bar, need_grad_c_bar
 ):
     x_bar = grad_s_bar = grad_c_bar = None
+    if need_x_bar:
+        t0 = grad_c == 0
+        t1 = grad_s == 0
     if need_x_bar or need_grad_s_bar:
-        t0 = torch.where(
+        t2 = torch.where(
             torch.abs(x) < 88,
             torch.cosh(x),
             torch.abs(x).div_(2).exp_().mul_(torch.abs(x).div_(2).exp_().div_(2)),
         )
+    if need_x_bar:
+        t3 = grad_c * t2
     if need_x_bar or need_grad_c_bar:
-        t1 = torch.where(
+        t4 = torch.where(
             torch.abs(x) < 88,
             torch.sinh(x),
             torch.sign(x)
@@ -758,11 +768,15 @@ def _sinh_cosh_grad_x_backward(
             .mul_(torch.abs(x).div_(2).exp_().div_(2)),
         )
     if need_x_bar:
-        x_bar = grad_grad_x * (grad_c * t0 + grad_s * t1)
+        t5 = grad_s * t4
+        t6 = t0 & t1
+        x_bar = grad_grad_x * torch.where(
+            t6, 0.0, torch.where(t1, t3, torch.where(t0, t5, t3 + t5))
+        )
     if need_grad_s_bar:
-        grad_s_bar = grad_grad_x * t0
+        grad_s_bar = grad_grad_x * t2
     if need_grad_c_bar:
-        grad_c_bar = grad_grad_x * t1
+        grad_c_bar = grad_grad_x * t4
     return x_bar, grad_s_bar, grad_c_bar
 
 
@@ -798,21 +812,22 @@ class _SinhCoshBackward(torch.autograd.Function):
             return x_bar, grad_s_bar, grad_c_bar
         x_bar = None
         if ctx.needs_input_grad[0]:
-            x_bar = grad_grad_x * (
-                grad_c
-                * torch.where(
-                    torch.abs(x) < 88,
-                    torch.cosh(x),
-                    torch.exp(torch.abs(x) / 2) * (torch.exp(torch.abs(x) / 2) / 2),
-                )
-                + grad_s
-                * torch.where(
-                    torch.abs(x) < 88,
-                    torch.sinh(x),
-                    torch.sign(x)
-                    * torch.exp(torch.abs(x) / 2)
-                    * (torch.exp(torch.abs(x) / 2) / 2),
-                )
+            t0 = grad_c == 0
+            t1 = grad_s == 0
+            t2 = grad_c * torch.where(
+                torch.abs(x) < 88,
+                torch.cosh(x),
+                torch.exp(torch.abs(x) / 2) * (torch.exp(torch.abs(x) / 2) / 2),
+            )
+            t3 = grad_s * torch.where(
+                torch.abs(x) < 88,
+                torch.sinh(x),
+                torch.sign(x)
+                * torch.exp(torch.abs(x) / 2)
+                * (torch.exp(torch.abs(x) / 2) / 2),
+            )
+            x_bar = grad_grad_x * torch.where(
+                (t0) & (t1), 0.0, torch.where(t1, t2, torch.where(t0, t3, t2 + t3))
             )
         grad_s_bar = None
         if ctx.needs_input_grad[1]:
@@ -851,7 +866,18 @@ class SinhCoshBackward(_SinhCoshBackward):
             torch.cosh(x),
             torch.exp(torch.abs(x) / 2) * (torch.exp(torch.abs(x) / 2) / 2),
         )
-        grad_x_t = grad_c_t * t0 + grad_s_t * t1 + x_t * (grad_c * t1 + grad_s * t0)
+        t2 = grad_c == 0
+        t3 = grad_s == 0
+        t4 = grad_c * t1
+        t5 = grad_s * t0
+        grad_x_t = (
+            grad_c_t * t0
+            + grad_s_t * t1
+            + x_t
+            * torch.where(
+                (t2) & (t3), 0.0, torch.where(t3, t4, torch.where(t2, t5, t4 + t5))
+            )
+        )
         return grad_x_t
 
 
