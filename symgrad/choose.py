@@ -8,6 +8,7 @@ each input's domain, and compared with the exact value (mpmath, via
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 from collections.abc import Mapping, Sequence
@@ -70,7 +71,27 @@ def _np(fn):
     return np.vectorize(lambda *args: fn(*(float(a) for a in args)), otypes=[np.float64])
 
 
-_X = sympy.Symbol("x", real=True)
+@functools.cache
+def _regimes_numpy(cls: type[F.StableFunction], fixed: tuple[int | None, ...]):
+    """NumPy code for ``cls``'s regimes, with the integer arguments in ``fixed`` (exprel_d's
+    order) fixed and the others (``None``) as parameters; built once per signature."""
+    symbols = [sympy.Symbol(f"a{k}", real=True) for k in range(len(fixed))]
+    args = [s if f is None else f for f, s in zip(fixed, symbols)]
+    free = [s for f, s in zip(fixed, symbols) if f is None]
+    return sympy.lambdify(free, cls(*args, evaluate=False).regimes(), modules=_numpy_modules())
+
+
+def _by_regimes(cls: type[F.StableFunction]):
+    def evaluate(*args):
+        fixed = tuple(a if isinstance(a, int) else None for a in args)
+        return _regimes_numpy(cls, fixed)(*(a for a in args if not isinstance(a, int)))
+
+    return evaluate
+
+
+@functools.cache
+def _numpy_modules() -> list:
+    return [_stable_numpy(), "numpy"]
 
 
 def _stable_numpy() -> dict[str, object]:
@@ -88,29 +109,13 @@ def _stable_numpy() -> dict[str, object]:
     def xlog1py(x, y):
         return np.where(x == 0, 0.0, x * np.log1p(y))
 
-    def exprel_d(n, x):
-        regimes = F.exprel_d(int(n), _X, evaluate=False).regimes()
-        return sympy.lambdify(_X, regimes, modules=[_stable_numpy(), "numpy"])(x)
-
-    def logcosh(x):
-        regimes = F.logcosh(_X).regimes()
-        return sympy.lambdify(_X, regimes, modules=[_stable_numpy(), "numpy"])(x)
-
-    def erfcx_inv(x):
-        regimes = F.erfcx_inv(_X).regimes()
-        return sympy.lambdify(_X, regimes, modules=[_stable_numpy(), "numpy"])(x)
-
-    def dsigmoid(x):
-        t = np.exp(-np.abs(x))
-        return t / (1 + t) ** 2
-
+    # primitives the printers write out by regime are evaluated from the same regimes
+    by_regimes = {
+        cls.__name__: _by_regimes(cls)
+        for cls in (F.dsigmoid, F.erfcx_inv, F.exprel, F.exprel_d, F.hypot_ratio, F.logcosh)
+    }
     return {
-        "hypot_ratio": lambda b, x, y: b / np.hypot(x, y),
-        "dsigmoid": dsigmoid,
-        "erfcx_inv": erfcx_inv,
-        "exprel": lambda x: exprel_d(0, x),
-        "exprel_d": exprel_d,
-        "logcosh": logcosh,
+        **by_regimes,
         "xlog1py": xlog1py,
         "erfcx": _np(lambda v: float(F.erfcx.mp(mpmath.mpf(v)))),
         "sigmoid": lambda x: np.exp(-np.logaddexp(0.0, -x)),
@@ -155,7 +160,7 @@ class _NumPyPrinter(NumPyPrinter):
 
 def _evaluator(expr: sympy.Expr, symbols: Sequence[sympy.Symbol]):
     # lambdify prints our own (whitelisted, parsed) SymPy tree; nothing from the spec text.
-    modules = [_stable_numpy(), "numpy"]
+    modules = _numpy_modules()
     printer = _NumPyPrinter(
         {"fully_qualified_modules": False, "inline": True, "allow_unknown_functions": True}
     )

@@ -48,6 +48,12 @@ class StableFunction(sympy.Function):
     def _eval_rewrite_as_naive(self, *args: sympy.Expr, **kwargs) -> sympy.Expr:
         return self.naive(*args)
 
+    def regimes(self) -> sympy.Expr | None:
+        """This function in elementary functions and branches, as the printers (and the
+        accuracy choice's NumPy) evaluate it where a framework has no op; ``None`` when the
+        printers map it to a framework op."""
+        return None
+
 
 def prec_to_dps(prec: int) -> int:
     return max(1, int(prec * 0.30103) + 1)
@@ -282,6 +288,10 @@ class hypot_ratio(StableFunction):
     @classmethod
     def naive(cls, b, x, y):
         return b / sqrt(x**2 + y**2)
+
+    def regimes(self) -> sympy.Expr:
+        b, x, y = self.args
+        return b / hypot(x, y)
 
 
 class relu(StableFunction):

@@ -345,3 +345,11 @@ def test_guard_tails_zeroes_overflowing_cofactors_of_underflowing_sigmoids():
     got = eval(printed, {"torch": torch, "math": math, "z": value})
     assert got[0].item() == 0.0 and math.isfinite(got[1].item())
     assert guard_tails(z * F.dsigmoid(z)) == z * F.dsigmoid(z)  # z alone cannot overflow
+
+
+def test_primitives_printed_by_regime_keep_their_precedence():
+    """dsigmoid(x)**2 and 1/dsigmoid(x): the printed regime stands where a call did."""
+    value = 0.75
+    d = float(F.dsigmoid.mp(value))
+    assert run_torch(F.dsigmoid(x) ** 2, {"x": value}) == pytest.approx(d**2, rel=1e-15)
+    assert run_torch(1 / F.dsigmoid(x), {"x": value}) == pytest.approx(1 / d, rel=1e-15)

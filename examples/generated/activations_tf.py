@@ -79,8 +79,10 @@ def _softplus_grad_x(x, grad):
             x_bar = (
                 grad
                 * grad_grad_x
-                * tf.math.exp(-tf.math.abs(x))
-                / (1 + tf.math.exp(-tf.math.abs(x))) ** 2
+                * (
+                    tf.math.exp(-tf.math.abs(x))
+                    / (1 + tf.math.exp(-tf.math.abs(x))) ** 2
+                )
             )
             grad_bar = grad_grad_x * tf.math.sigmoid(x)
             return x_bar, grad_bar
@@ -142,8 +144,10 @@ def _scaled_softplus_grad_x(x, grad, beta):
                 beta
                 * grad
                 * grad_grad_x
-                * tf.math.exp(-tf.math.abs(beta * x))
-                / (1 + tf.math.exp(-tf.math.abs(beta * x))) ** 2
+                * (
+                    tf.math.exp(-tf.math.abs(beta * x))
+                    / (1 + tf.math.exp(-tf.math.abs(beta * x))) ** 2
+                )
             )
             grad_bar = grad_grad_x * tf.math.sigmoid(beta * x)
             return x_bar, grad_bar
@@ -513,8 +517,10 @@ def _weighted_bce_grad_z(z, target, grad):
             z_bar = (
                 grad
                 * grad_grad_z
-                * tf.math.exp(-tf.math.abs(z))
-                / (1 + tf.math.exp(-tf.math.abs(z))) ** 2
+                * (
+                    tf.math.exp(-tf.math.abs(z))
+                    / (1 + tf.math.exp(-tf.math.abs(z))) ** 2
+                )
             )
             z_bar = _reduce_to(z_bar, z)
             grad_bar = grad_grad_z * (

@@ -150,8 +150,13 @@ def _softplus_grad_x(x, grad):
 def _softplus_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
     x_bar = grad_bar = None
     if need_x_bar:
-        x_bar = (grad * grad_grad_x * torch.abs(x).neg_().exp_()).div_(
-            torch.abs(x).neg_().exp_().add_(1).pow_(2)
+        x_bar = (
+            grad
+            * grad_grad_x
+            * torch.abs(x)
+            .neg_()
+            .exp_()
+            .div_(torch.abs(x).neg_().exp_().add_(1).pow_(2))
         )
     if need_grad_bar:
         grad_bar = grad_grad_x * torch.sigmoid(x)
@@ -191,8 +196,7 @@ class _SoftplusBackward(torch.autograd.Function):
             x_bar = (
                 grad
                 * grad_grad_x
-                * torch.exp(-torch.abs(x))
-                / (1 + torch.exp(-torch.abs(x))) ** 2
+                * (torch.exp(-torch.abs(x)) / (1 + torch.exp(-torch.abs(x))) ** 2)
             )
         grad_bar = None
         if ctx.needs_input_grad[1]:
@@ -206,9 +210,9 @@ class SoftplusBackward(_SoftplusBackward):
     @staticmethod
     def jvp(ctx, x_t, grad_t):
         x, grad = ctx.saved_tensors
-        grad_x_t = grad * x_t * torch.exp(-torch.abs(x)) / (
-            1 + torch.exp(-torch.abs(x))
-        ) ** 2 + grad_t * torch.sigmoid(x)
+        grad_x_t = grad * x_t * (
+            torch.exp(-torch.abs(x)) / (1 + torch.exp(-torch.abs(x))) ** 2
+        ) + grad_t * torch.sigmoid(x)
         return grad_x_t
 
 
@@ -308,8 +312,14 @@ def _scaled_softplus_grad_x_backward(
     x_bar = grad_bar = None
     t0 = beta * x
     if need_x_bar:
-        x_bar = (beta * grad * grad_grad_x * torch.abs(t0).neg_().exp_()).div_(
-            torch.abs(t0).neg_().exp_().add_(1).pow_(2)
+        x_bar = (
+            beta
+            * grad
+            * grad_grad_x
+            * torch.abs(t0)
+            .neg_()
+            .exp_()
+            .div_(torch.abs(t0).neg_().exp_().add_(1).pow_(2))
         )
     if need_grad_bar:
         grad_bar = grad_grad_x * t0.sigmoid_()
@@ -353,8 +363,10 @@ class _ScaledSoftplusBackward(torch.autograd.Function):
                 beta
                 * grad
                 * grad_grad_x
-                * torch.exp(-torch.abs(beta * x))
-                / (1 + torch.exp(-torch.abs(beta * x))) ** 2
+                * (
+                    torch.exp(-torch.abs(beta * x))
+                    / (1 + torch.exp(-torch.abs(beta * x))) ** 2
+                )
             )
         grad_bar = None
         if ctx.needs_input_grad[1]:
@@ -370,9 +382,9 @@ class ScaledSoftplusBackward(_ScaledSoftplusBackward):
         x, grad = ctx.saved_tensors
         beta = ctx.beta
         t0 = beta * x
-        grad_x_t = beta * grad * x_t * torch.exp(-torch.abs(t0)) / (
-            1 + torch.exp(-torch.abs(t0))
-        ) ** 2 + grad_t * torch.sigmoid(t0)
+        grad_x_t = beta * grad * x_t * (
+            torch.exp(-torch.abs(t0)) / (1 + torch.exp(-torch.abs(t0))) ** 2
+        ) + grad_t * torch.sigmoid(t0)
         return grad_x_t
 
 
@@ -1230,8 +1242,13 @@ def _weighted_bce_grad_z_backward(
 ):
     z_bar = grad_bar = None
     if need_z_bar:
-        z_bar = (grad * grad_grad_z * torch.abs(z).neg_().exp_()).div_(
-            torch.abs(z).neg_().exp_().add_(1).pow_(2)
+        z_bar = (
+            grad
+            * grad_grad_z
+            * torch.abs(z)
+            .neg_()
+            .exp_()
+            .div_(torch.abs(z).neg_().exp_().add_(1).pow_(2))
         )
     if need_grad_bar:
         grad_bar = grad_grad_z * (-target * (-z).sigmoid_()).add_(
@@ -1276,8 +1293,7 @@ class _WeightedBceBackward(torch.autograd.Function):
             z_bar = (
                 grad
                 * grad_grad_z
-                * torch.exp(-torch.abs(z))
-                / (1 + torch.exp(-torch.abs(z))) ** 2
+                * (torch.exp(-torch.abs(z)) / (1 + torch.exp(-torch.abs(z))) ** 2)
             )
             z_bar = z_bar.sum_to_size(z.shape)
         grad_bar = None
@@ -1294,11 +1310,9 @@ class WeightedBceBackward(_WeightedBceBackward):
     @staticmethod
     def jvp(ctx, z_t, _target_t, grad_t):
         z, target, grad = ctx.saved_tensors
-        grad_z_t = grad * z_t * torch.exp(-torch.abs(z)) / (
-            1 + torch.exp(-torch.abs(z))
-        ) ** 2 + grad_t * (
-            -target * torch.sigmoid(-z) + (1 - target) * torch.sigmoid(z)
-        )
+        grad_z_t = grad * z_t * (
+            torch.exp(-torch.abs(z)) / (1 + torch.exp(-torch.abs(z))) ** 2
+        ) + grad_t * (-target * torch.sigmoid(-z) + (1 - target) * torch.sigmoid(z))
         return grad_z_t
 
 

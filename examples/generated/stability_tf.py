@@ -88,8 +88,10 @@ def _softplus_grad_x(x, grad):
             x_bar = (
                 grad
                 * grad_grad_x
-                * tf.math.exp(-tf.math.abs(x))
-                / (1 + tf.math.exp(-tf.math.abs(x))) ** 2
+                * (
+                    tf.math.exp(-tf.math.abs(x))
+                    / (1 + tf.math.exp(-tf.math.abs(x))) ** 2
+                )
             )
             grad_bar = grad_grad_x * tf.math.sigmoid(x)
             return x_bar, grad_bar
@@ -150,8 +152,10 @@ def _log_sigmoid_grad_x(x, grad):
             x_bar = (
                 -grad
                 * grad_grad_x
-                * tf.math.exp(-tf.math.abs(x))
-                / (1 + tf.math.exp(-tf.math.abs(x))) ** 2
+                * (
+                    tf.math.exp(-tf.math.abs(x))
+                    / (1 + tf.math.exp(-tf.math.abs(x))) ** 2
+                )
             )
             grad_bar = grad_grad_x * tf.math.sigmoid(-x)
             return x_bar, grad_bar
@@ -215,8 +219,10 @@ def _bce_sigmoid_grad_z(z, target, grad):
             z_bar = (
                 grad
                 * grad_grad_z
-                * tf.math.exp(-tf.math.abs(z))
-                / (1 + tf.math.exp(-tf.math.abs(z))) ** 2
+                * (
+                    tf.math.exp(-tf.math.abs(z))
+                    / (1 + tf.math.exp(-tf.math.abs(z))) ** 2
+                )
             )
             z_bar = _reduce_to(z_bar, z)
             grad_bar = grad_grad_z * (
@@ -403,8 +409,10 @@ def _mish_grad_x(x, grad):
                 t1
                 + 4
                 * x
-                * tf.math.exp(-2 * tf.math.abs(t0))
-                / (1 + tf.math.exp(-2 * tf.math.abs(t0))) ** 2
+                * (
+                    tf.math.exp(-2 * tf.math.abs(t0))
+                    / (1 + tf.math.exp(-2 * tf.math.abs(t0))) ** 2
+                )
                 * tf.math.sigmoid(x)
             ),
         )
@@ -424,8 +432,10 @@ def _mish_grad_x(x, grad):
                 4
                 * t2
                 * x
-                * tf.math.exp(-tf.math.abs(x))
-                / (1 + tf.math.exp(-tf.math.abs(x))) ** 2
+                * (
+                    tf.math.exp(-tf.math.abs(x))
+                    / (1 + tf.math.exp(-tf.math.abs(x))) ** 2
+                )
                 + t4
             )
             t8 = t0**2 * t3 * x * tf.math.tanh(t1)
@@ -446,8 +456,10 @@ def _mish_grad_x(x, grad):
                 t1
                 + 4
                 * x
-                * tf.math.exp(-2 * tf.math.abs(t0))
-                / (1 + tf.math.exp(-2 * tf.math.abs(t0))) ** 2
+                * (
+                    tf.math.exp(-2 * tf.math.abs(t0))
+                    / (1 + tf.math.exp(-2 * tf.math.abs(t0))) ** 2
+                )
                 * tf.math.sigmoid(x),
             )
             return x_bar, grad_bar
@@ -575,8 +587,7 @@ def _swish_grad_x(x, grad, beta):
         t0 = beta * x
         grad_x = grad * (
             t0
-            * tf.math.exp(-tf.math.abs(t0))
-            / (1 + tf.math.exp(-tf.math.abs(t0))) ** 2
+            * (tf.math.exp(-tf.math.abs(t0)) / (1 + tf.math.exp(-tf.math.abs(t0))) ** 2)
             + tf.math.sigmoid(t0)
         )
 
@@ -587,14 +598,18 @@ def _swish_grad_x(x, grad, beta):
                 * grad
                 * grad_grad_x
                 * (t0 * tf.math.tanh(t0 / 2) - 2)
-                * tf.math.exp(-tf.math.abs(t0))
-                / (1 + tf.math.exp(-tf.math.abs(t0))) ** 2
+                * (
+                    tf.math.exp(-tf.math.abs(t0))
+                    / (1 + tf.math.exp(-tf.math.abs(t0))) ** 2
+                )
             )
             t0 = beta * x
             grad_bar = grad_grad_x * (
                 t0
-                * tf.math.exp(-tf.math.abs(t0))
-                / (1 + tf.math.exp(-tf.math.abs(t0))) ** 2
+                * (
+                    tf.math.exp(-tf.math.abs(t0))
+                    / (1 + tf.math.exp(-tf.math.abs(t0))) ** 2
+                )
                 + tf.math.sigmoid(t0)
             )
             return x_bar, grad_bar
@@ -1091,184 +1106,8 @@ def _exprel_grad_x(x, grad):
 
     @tf.custom_gradient
     def forward(x, grad):
-        grad_x = grad * tf.where(
-            tf.math.abs(x) < 1,
-            x
-            * (
-                x
-                * (
-                    x
-                    * (
-                        x
-                        * (
-                            x
-                            * (
-                                x
-                                * (
-                                    x
-                                    * (
-                                        x
-                                        * (
-                                            x
-                                            * (
-                                                x
-                                                * (
-                                                    x
-                                                    * (
-                                                        x
-                                                        * (
-                                                            x
-                                                            * (
-                                                                x
-                                                                * (
-                                                                    x
-                                                                    * (
-                                                                        x
-                                                                        * (
-                                                                            x
-                                                                            * (
-                                                                                x
-                                                                                * (
-                                                                                    3.9145882126782523e-19
-                                                                                    * x
-                                                                                    + 7.809603484293113e-18
-                                                                                )
-                                                                                + 1.4797143443923793e-16
-                                                                            )
-                                                                            + 2.6552651846596585e-15
-                                                                        )
-                                                                        + 4.498331606952833e-14
-                                                                    )
-                                                                    + 7.169215998581078e-13
-                                                                )
-                                                                + 1.0706029224547743e-11
-                                                            )
-                                                            + 1.4911969277048643e-10
-                                                        )
-                                                        + 1.9270852604185937e-09
-                                                    )
-                                                    + 2.296443268665491e-08
-                                                )
-                                                + 2.505210838544172e-07
-                                            )
-                                            + 2.48015873015873e-06
-                                        )
-                                        + 2.2045855379188714e-05
-                                    )
-                                    + 0.00017361111111111112
-                                )
-                                + 0.0011904761904761906
-                            )
-                            + 0.006944444444444444
-                        )
-                        + 0.03333333333333333
-                    )
-                    + 0.125
-                )
-                + 0.3333333333333333
-            )
-            + 0.5,
+        grad_x = grad * (
             tf.where(
-                x > 80,
-                ((1 / x - 1 / x**2) * tf.math.exp(x / 2)) * tf.math.exp(x / 2),
-                (tf.math.exp(x) - tf.math.expm1(x) / x) / x,
-            ),
-        )
-
-        def backward(grad_grad_x):
-            x_bar = (
-                grad
-                * grad_grad_x
-                * tf.where(
-                    tf.math.abs(x) < 1,
-                    x
-                    * (
-                        x
-                        * (
-                            x
-                            * (
-                                x
-                                * (
-                                    x
-                                    * (
-                                        x
-                                        * (
-                                            x
-                                            * (
-                                                x
-                                                * (
-                                                    x
-                                                    * (
-                                                        x
-                                                        * (
-                                                            x
-                                                            * (
-                                                                x
-                                                                * (
-                                                                    x
-                                                                    * (
-                                                                        x
-                                                                        * (
-                                                                            x
-                                                                            * (
-                                                                                x
-                                                                                * (
-                                                                                    x
-                                                                                    * (
-                                                                                        x
-                                                                                        * (
-                                                                                            3.7366523848292405e-19
-                                                                                            * x
-                                                                                            + 7.437717604088679e-18
-                                                                                        )
-                                                                                        + 1.4057286271727604e-16
-                                                                                    )
-                                                                                    + 2.515514385467045e-15
-                                                                                )
-                                                                                + 4.2484242954554536e-14
-                                                                            )
-                                                                            + 6.74749741042925e-13
-                                                                        )
-                                                                        + 1.0036902398013508e-11
-                                                                    )
-                                                                    + 1.3917837991912066e-10
-                                                                )
-                                                                + 1.789436313245837e-09
-                                                            )
-                                                            + 2.1197937864604532e-08
-                                                        )
-                                                        + 2.296443268665491e-07
-                                                    )
-                                                    + 2.2546897546897547e-06
-                                                )
-                                                + 1.984126984126984e-05
-                                            )
-                                            + 0.00015432098765432098
-                                        )
-                                        + 0.0010416666666666667
-                                    )
-                                    + 0.005952380952380952
-                                )
-                                + 0.027777777777777776
-                            )
-                            + 0.1
-                        )
-                        + 0.25
-                    )
-                    + 0.3333333333333333,
-                    tf.where(
-                        x > 80,
-                        ((1 / x - 2 / x**2 + 2 / x**3) * tf.math.exp(x / 2))
-                        * tf.math.exp(x / 2),
-                        (
-                            tf.math.exp(x)
-                            - 2 * (tf.math.exp(x) - tf.math.expm1(x) / x) / x
-                        )
-                        / x,
-                    ),
-                )
-            )
-            grad_bar = grad_grad_x * tf.where(
                 tf.math.abs(x) < 1,
                 x
                 * (
@@ -1351,6 +1190,188 @@ def _exprel_grad_x(x, grad):
                     (tf.math.exp(x) - tf.math.expm1(x) / x) / x,
                 ),
             )
+        )
+
+        def backward(grad_grad_x):
+            x_bar = (
+                grad
+                * grad_grad_x
+                * (
+                    tf.where(
+                        tf.math.abs(x) < 1,
+                        x
+                        * (
+                            x
+                            * (
+                                x
+                                * (
+                                    x
+                                    * (
+                                        x
+                                        * (
+                                            x
+                                            * (
+                                                x
+                                                * (
+                                                    x
+                                                    * (
+                                                        x
+                                                        * (
+                                                            x
+                                                            * (
+                                                                x
+                                                                * (
+                                                                    x
+                                                                    * (
+                                                                        x
+                                                                        * (
+                                                                            x
+                                                                            * (
+                                                                                x
+                                                                                * (
+                                                                                    x
+                                                                                    * (
+                                                                                        x
+                                                                                        * (
+                                                                                            x
+                                                                                            * (
+                                                                                                3.7366523848292405e-19
+                                                                                                * x
+                                                                                                + 7.437717604088679e-18
+                                                                                            )
+                                                                                            + 1.4057286271727604e-16
+                                                                                        )
+                                                                                        + 2.515514385467045e-15
+                                                                                    )
+                                                                                    + 4.2484242954554536e-14
+                                                                                )
+                                                                                + 6.74749741042925e-13
+                                                                            )
+                                                                            + 1.0036902398013508e-11
+                                                                        )
+                                                                        + 1.3917837991912066e-10
+                                                                    )
+                                                                    + 1.789436313245837e-09
+                                                                )
+                                                                + 2.1197937864604532e-08
+                                                            )
+                                                            + 2.296443268665491e-07
+                                                        )
+                                                        + 2.2546897546897547e-06
+                                                    )
+                                                    + 1.984126984126984e-05
+                                                )
+                                                + 0.00015432098765432098
+                                            )
+                                            + 0.0010416666666666667
+                                        )
+                                        + 0.005952380952380952
+                                    )
+                                    + 0.027777777777777776
+                                )
+                                + 0.1
+                            )
+                            + 0.25
+                        )
+                        + 0.3333333333333333,
+                        tf.where(
+                            x > 80,
+                            ((1 / x - 2 / x**2 + 2 / x**3) * tf.math.exp(x / 2))
+                            * tf.math.exp(x / 2),
+                            (
+                                tf.math.exp(x)
+                                - 2 * (tf.math.exp(x) - tf.math.expm1(x) / x) / x
+                            )
+                            / x,
+                        ),
+                    )
+                )
+            )
+            grad_bar = grad_grad_x * (
+                tf.where(
+                    tf.math.abs(x) < 1,
+                    x
+                    * (
+                        x
+                        * (
+                            x
+                            * (
+                                x
+                                * (
+                                    x
+                                    * (
+                                        x
+                                        * (
+                                            x
+                                            * (
+                                                x
+                                                * (
+                                                    x
+                                                    * (
+                                                        x
+                                                        * (
+                                                            x
+                                                            * (
+                                                                x
+                                                                * (
+                                                                    x
+                                                                    * (
+                                                                        x
+                                                                        * (
+                                                                            x
+                                                                            * (
+                                                                                x
+                                                                                * (
+                                                                                    x
+                                                                                    * (
+                                                                                        x
+                                                                                        * (
+                                                                                            3.9145882126782523e-19
+                                                                                            * x
+                                                                                            + 7.809603484293113e-18
+                                                                                        )
+                                                                                        + 1.4797143443923793e-16
+                                                                                    )
+                                                                                    + 2.6552651846596585e-15
+                                                                                )
+                                                                                + 4.498331606952833e-14
+                                                                            )
+                                                                            + 7.169215998581078e-13
+                                                                        )
+                                                                        + 1.0706029224547743e-11
+                                                                    )
+                                                                    + 1.4911969277048643e-10
+                                                                )
+                                                                + 1.9270852604185937e-09
+                                                            )
+                                                            + 2.296443268665491e-08
+                                                        )
+                                                        + 2.505210838544172e-07
+                                                    )
+                                                    + 2.48015873015873e-06
+                                                )
+                                                + 2.2045855379188714e-05
+                                            )
+                                            + 0.00017361111111111112
+                                        )
+                                        + 0.0011904761904761906
+                                    )
+                                    + 0.006944444444444444
+                                )
+                                + 0.03333333333333333
+                            )
+                            + 0.125
+                        )
+                        + 0.3333333333333333
+                    )
+                    + 0.5,
+                    tf.where(
+                        x > 80,
+                        ((1 / x - 1 / x**2) * tf.math.exp(x / 2)) * tf.math.exp(x / 2),
+                        (tf.math.exp(x) - tf.math.expm1(x) / x) / x,
+                    ),
+                )
+            )
             return x_bar, grad_bar
 
         return grad_x, backward
@@ -1422,15 +1443,19 @@ def _logaddexp_grad_a(a, b, grad):
             a_bar = (
                 grad
                 * grad_grad_a
-                * tf.math.exp(-tf.math.abs(a - b))
-                / (1 + tf.math.exp(-tf.math.abs(a - b))) ** 2
+                * (
+                    tf.math.exp(-tf.math.abs(a - b))
+                    / (1 + tf.math.exp(-tf.math.abs(a - b))) ** 2
+                )
             )
             a_bar = _reduce_to(a_bar, a)
             b_bar = (
                 -grad
                 * grad_grad_a
-                * tf.math.exp(-tf.math.abs(a - b))
-                / (1 + tf.math.exp(-tf.math.abs(a - b))) ** 2
+                * (
+                    tf.math.exp(-tf.math.abs(a - b))
+                    / (1 + tf.math.exp(-tf.math.abs(a - b))) ** 2
+                )
             )
             b_bar = _reduce_to(b_bar, b)
             grad_bar = grad_grad_a * tf.math.sigmoid(a - b)
@@ -1453,15 +1478,19 @@ def _logaddexp_grad_b(a, b, grad):
             a_bar = (
                 -grad
                 * grad_grad_b
-                * tf.math.exp(-tf.math.abs(a - b))
-                / (1 + tf.math.exp(-tf.math.abs(a - b))) ** 2
+                * (
+                    tf.math.exp(-tf.math.abs(a - b))
+                    / (1 + tf.math.exp(-tf.math.abs(a - b))) ** 2
+                )
             )
             a_bar = _reduce_to(a_bar, a)
             b_bar = (
                 grad
                 * grad_grad_b
-                * tf.math.exp(-tf.math.abs(a - b))
-                / (1 + tf.math.exp(-tf.math.abs(a - b))) ** 2
+                * (
+                    tf.math.exp(-tf.math.abs(a - b))
+                    / (1 + tf.math.exp(-tf.math.abs(a - b))) ** 2
+                )
             )
             b_bar = _reduce_to(b_bar, b)
             grad_bar = grad_grad_b * tf.math.sigmoid(-a + b)

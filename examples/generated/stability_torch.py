@@ -165,8 +165,13 @@ def _softplus_grad_x(x, grad):
 def _softplus_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
     x_bar = grad_bar = None
     if need_x_bar:
-        x_bar = (grad * grad_grad_x * torch.abs(x).neg_().exp_()).div_(
-            torch.abs(x).neg_().exp_().add_(1).pow_(2)
+        x_bar = (
+            grad
+            * grad_grad_x
+            * torch.abs(x)
+            .neg_()
+            .exp_()
+            .div_(torch.abs(x).neg_().exp_().add_(1).pow_(2))
         )
     if need_grad_bar:
         grad_bar = grad_grad_x * torch.sigmoid(x)
@@ -206,8 +211,7 @@ class _SoftplusBackward(torch.autograd.Function):
             x_bar = (
                 grad
                 * grad_grad_x
-                * torch.exp(-torch.abs(x))
-                / (1 + torch.exp(-torch.abs(x))) ** 2
+                * (torch.exp(-torch.abs(x)) / (1 + torch.exp(-torch.abs(x))) ** 2)
             )
         grad_bar = None
         if ctx.needs_input_grad[1]:
@@ -221,9 +225,9 @@ class SoftplusBackward(_SoftplusBackward):
     @staticmethod
     def jvp(ctx, x_t, grad_t):
         x, grad = ctx.saved_tensors
-        grad_x_t = grad * x_t * torch.exp(-torch.abs(x)) / (
-            1 + torch.exp(-torch.abs(x))
-        ) ** 2 + grad_t * torch.sigmoid(x)
+        grad_x_t = grad * x_t * (
+            torch.exp(-torch.abs(x)) / (1 + torch.exp(-torch.abs(x))) ** 2
+        ) + grad_t * torch.sigmoid(x)
         return grad_x_t
 
 
@@ -318,8 +322,13 @@ def _log_sigmoid_grad_x(x, grad):
 def _log_sigmoid_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
     x_bar = grad_bar = None
     if need_x_bar:
-        x_bar = (-grad * grad_grad_x * torch.abs(x).neg_().exp_()).div_(
-            torch.abs(x).neg_().exp_().add_(1).pow_(2)
+        x_bar = (
+            -grad
+            * grad_grad_x
+            * torch.abs(x)
+            .neg_()
+            .exp_()
+            .div_(torch.abs(x).neg_().exp_().add_(1).pow_(2))
         )
     if need_grad_bar:
         grad_bar = grad_grad_x * (-x).sigmoid_()
@@ -359,8 +368,7 @@ class _LogSigmoidBackward(torch.autograd.Function):
             x_bar = (
                 -grad
                 * grad_grad_x
-                * torch.exp(-torch.abs(x))
-                / (1 + torch.exp(-torch.abs(x))) ** 2
+                * (torch.exp(-torch.abs(x)) / (1 + torch.exp(-torch.abs(x))) ** 2)
             )
         grad_bar = None
         if ctx.needs_input_grad[1]:
@@ -374,9 +382,9 @@ class LogSigmoidBackward(_LogSigmoidBackward):
     @staticmethod
     def jvp(ctx, x_t, grad_t):
         x, grad = ctx.saved_tensors
-        grad_x_t = -grad * x_t * torch.exp(-torch.abs(x)) / (
-            1 + torch.exp(-torch.abs(x))
-        ) ** 2 + grad_t * torch.sigmoid(-x)
+        grad_x_t = -grad * x_t * (
+            torch.exp(-torch.abs(x)) / (1 + torch.exp(-torch.abs(x))) ** 2
+        ) + grad_t * torch.sigmoid(-x)
         return grad_x_t
 
 
@@ -477,8 +485,13 @@ def _bce_sigmoid_grad_z_backward(
 ):
     z_bar = grad_bar = None
     if need_z_bar:
-        z_bar = (grad * grad_grad_z * torch.abs(z).neg_().exp_()).div_(
-            torch.abs(z).neg_().exp_().add_(1).pow_(2)
+        z_bar = (
+            grad
+            * grad_grad_z
+            * torch.abs(z)
+            .neg_()
+            .exp_()
+            .div_(torch.abs(z).neg_().exp_().add_(1).pow_(2))
         )
     if need_grad_bar:
         grad_bar = grad_grad_z * (-target * (-z).sigmoid_()).add_(
@@ -523,8 +536,7 @@ class _BceSigmoidBackward(torch.autograd.Function):
             z_bar = (
                 grad
                 * grad_grad_z
-                * torch.exp(-torch.abs(z))
-                / (1 + torch.exp(-torch.abs(z))) ** 2
+                * (torch.exp(-torch.abs(z)) / (1 + torch.exp(-torch.abs(z))) ** 2)
             )
             z_bar = z_bar.sum_to_size(z.shape)
         grad_bar = None
@@ -541,11 +553,9 @@ class BceSigmoidBackward(_BceSigmoidBackward):
     @staticmethod
     def jvp(ctx, z_t, _target_t, grad_t):
         z, target, grad = ctx.saved_tensors
-        grad_z_t = grad * z_t * torch.exp(-torch.abs(z)) / (
-            1 + torch.exp(-torch.abs(z))
-        ) ** 2 + grad_t * (
-            -target * torch.sigmoid(-z) + (1 - target) * torch.sigmoid(z)
-        )
+        grad_z_t = grad * z_t * (
+            torch.exp(-torch.abs(z)) / (1 + torch.exp(-torch.abs(z))) ** 2
+        ) + grad_t * (-target * torch.sigmoid(-z) + (1 - target) * torch.sigmoid(z))
         return grad_z_t
 
 
@@ -922,8 +932,7 @@ class Mish(_Mish):
             t1
             + 4
             * x
-            * torch.exp(-2 * torch.abs(t0))
-            / (1 + torch.exp(-2 * torch.abs(t0))) ** 2
+            * (torch.exp(-2 * torch.abs(t0)) / (1 + torch.exp(-2 * torch.abs(t0))) ** 2)
             * torch.sigmoid(x),
         )
         return out_t
@@ -940,8 +949,7 @@ def _mish_grad_x(x, grad):
         grad
         * t1.add_(
             (4 * x)
-            .mul_(t2.mul_(-2).exp_())
-            .div_(t0.abs_().mul_(-2).exp_().add_(1).pow_(2))
+            .mul_(t2.mul_(-2).exp_().div_(t0.abs_().mul_(-2).exp_().add_(1).pow_(2)))
             .mul_(torch.sigmoid(x))
         ),
     )
@@ -968,8 +976,12 @@ def _mish_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
     if need_x_bar:
         t8 = (
             (t1 * t7)
-            .mul_(torch.abs(x).neg_().exp_())
-            .div_(torch.abs(x).neg_().exp_().add_(1).pow_(2))
+            .mul_(
+                torch.abs(x)
+                .neg_()
+                .exp_()
+                .div_(torch.abs(x).neg_().exp_().add_(1).pow_(2))
+            )
             .add_(t4)
         )
     t9 = t0.tanh_()
@@ -1033,8 +1045,7 @@ class _MishBackward(torch.autograd.Function):
                 4
                 * t2
                 * x
-                * torch.exp(-torch.abs(x))
-                / (1 + torch.exp(-torch.abs(x))) ** 2
+                * (torch.exp(-torch.abs(x)) / (1 + torch.exp(-torch.abs(x))) ** 2)
                 + t4
             )
             t8 = t0**2 * t3 * x * torch.tanh(t1)
@@ -1057,8 +1068,10 @@ class _MishBackward(torch.autograd.Function):
                 t1
                 + 4
                 * x
-                * torch.exp(-2 * torch.abs(t0))
-                / (1 + torch.exp(-2 * torch.abs(t0))) ** 2
+                * (
+                    torch.exp(-2 * torch.abs(t0))
+                    / (1 + torch.exp(-2 * torch.abs(t0))) ** 2
+                )
                 * torch.sigmoid(x),
             )
         return x_bar, grad_bar
@@ -1080,7 +1093,7 @@ class MishBackward(_MishBackward):
         t7 = 8 * t5
         t8 = (t2) | (x > 1600.0)
         t9 = (
-            t3 * t6 * torch.exp(-torch.abs(x)) / (1 + torch.exp(-torch.abs(x))) ** 2
+            t3 * t6 * (torch.exp(-torch.abs(x)) / (1 + torch.exp(-torch.abs(x))) ** 2)
             + t7
         )
         t10 = 8 * t1 * t3 * t4**2 * x
@@ -1348,7 +1361,7 @@ class Swish(_Swish):
         beta = ctx.beta
         t0 = beta * x
         out_t = x_t * (
-            t0 * torch.exp(-torch.abs(t0)) / (1 + torch.exp(-torch.abs(t0))) ** 2
+            t0 * (torch.exp(-torch.abs(t0)) / (1 + torch.exp(-torch.abs(t0))) ** 2)
             + torch.sigmoid(t0)
         )
         return out_t
@@ -1356,10 +1369,16 @@ class Swish(_Swish):
 
 def _swish_grad_x(x, grad, beta):
     t0 = beta * x
-    t1 = torch.abs(t0).neg_().exp_().mul_(t0)
+    t1 = (
+        torch.abs(t0)
+        .neg_()
+        .exp_()
+        .div_(torch.abs(t0).neg_().exp_().add_(1).pow_(2))
+        .mul_(t0)
+    )
     t2 = torch.abs(t0)
     t3 = torch.abs(t0)
-    grad_x = grad * t1.div_(t3.neg_().exp_().add_(1).pow_(2)).add_(t0.sigmoid_())
+    grad_x = grad * t1.add_(t0.sigmoid_())
     return grad_x
 
 
@@ -1421,14 +1440,13 @@ class _SwishBackward(torch.autograd.Function):
                 * grad_grad_x
                 * t1
                 * (t2 * torch.tanh(t0 * x) - 2)
-                * torch.exp(-torch.abs(t2))
-                / (1 + torch.exp(-torch.abs(t2))) ** 2
+                * (torch.exp(-torch.abs(t2)) / (1 + torch.exp(-torch.abs(t2))) ** 2)
             )
         grad_bar = None
         if ctx.needs_input_grad[1]:
             t0 = beta * x
             grad_bar = grad_grad_x * (
-                t0 * torch.exp(-torch.abs(t0)) / (1 + torch.exp(-torch.abs(t0))) ** 2
+                t0 * (torch.exp(-torch.abs(t0)) / (1 + torch.exp(-torch.abs(t0))) ** 2)
                 + torch.sigmoid(t0)
             )
         return x_bar, grad_bar, None
@@ -2607,10 +2625,9 @@ class Exprel(_Exprel):
     @staticmethod
     def jvp(ctx, x_t):
         (x,) = ctx.saved_tensors
-        out_t = x_t * torch.where(
-            (x < 1) & (x > -1),
-            x
-            * (
+        out_t = x_t * (
+            torch.where(
+                (x < 1) & (x > -1),
                 x
                 * (
                     x
@@ -2645,50 +2662,53 @@ class Exprel(_Exprel):
                                                                             * (
                                                                                 x
                                                                                 * (
-                                                                                    3.9145882126782523e-19
-                                                                                    * x
-                                                                                    + 7.809603484293113e-18
+                                                                                    x
+                                                                                    * (
+                                                                                        3.9145882126782523e-19
+                                                                                        * x
+                                                                                        + 7.809603484293113e-18
+                                                                                    )
+                                                                                    + 1.4797143443923793e-16
                                                                                 )
-                                                                                + 1.4797143443923793e-16
+                                                                                + 2.6552651846596585e-15
                                                                             )
-                                                                            + 2.6552651846596585e-15
+                                                                            + 4.498331606952833e-14
                                                                         )
-                                                                        + 4.498331606952833e-14
+                                                                        + 7.169215998581078e-13
                                                                     )
-                                                                    + 7.169215998581078e-13
+                                                                    + 1.0706029224547743e-11
                                                                 )
-                                                                + 1.0706029224547743e-11
+                                                                + 1.4911969277048643e-10
                                                             )
-                                                            + 1.4911969277048643e-10
+                                                            + 1.9270852604185937e-09
                                                         )
-                                                        + 1.9270852604185937e-09
+                                                        + 2.296443268665491e-08
                                                     )
-                                                    + 2.296443268665491e-08
+                                                    + 2.505210838544172e-07
                                                 )
-                                                + 2.505210838544172e-07
+                                                + 2.48015873015873e-06
                                             )
-                                            + 2.48015873015873e-06
+                                            + 2.2045855379188714e-05
                                         )
-                                        + 2.2045855379188714e-05
+                                        + 0.00017361111111111112
                                     )
-                                    + 0.00017361111111111112
+                                    + 0.0011904761904761906
                                 )
-                                + 0.0011904761904761906
+                                + 0.006944444444444444
                             )
-                            + 0.006944444444444444
+                            + 0.03333333333333333
                         )
-                        + 0.03333333333333333
+                        + 0.125
                     )
-                    + 0.125
+                    + 0.3333333333333333
                 )
-                + 0.3333333333333333
+                + 0.5,
+                torch.where(
+                    x > 80,
+                    ((1 / x - 1 / x**2) * torch.exp(x / 2)) * torch.exp(x / 2),
+                    (torch.exp(x) - torch.expm1(x) / x) / x,
+                ),
             )
-            + 0.5,
-            torch.where(
-                x > 80,
-                ((1 / x - 1 / x**2) * torch.exp(x / 2)) * torch.exp(x / 2),
-                (torch.exp(x) - torch.expm1(x) / x) / x,
-            ),
         )
         return out_t
 
@@ -2891,7 +2911,98 @@ class _ExprelBackward(torch.autograd.Function):
             x_bar = (
                 grad
                 * grad_grad_x
-                * torch.where(
+                * (
+                    torch.where(
+                        (x < 1) & (x > -1),
+                        x
+                        * (
+                            x
+                            * (
+                                x
+                                * (
+                                    x
+                                    * (
+                                        x
+                                        * (
+                                            x
+                                            * (
+                                                x
+                                                * (
+                                                    x
+                                                    * (
+                                                        x
+                                                        * (
+                                                            x
+                                                            * (
+                                                                x
+                                                                * (
+                                                                    x
+                                                                    * (
+                                                                        x
+                                                                        * (
+                                                                            x
+                                                                            * (
+                                                                                x
+                                                                                * (
+                                                                                    x
+                                                                                    * (
+                                                                                        x
+                                                                                        * (
+                                                                                            x
+                                                                                            * (
+                                                                                                3.7366523848292405e-19
+                                                                                                * x
+                                                                                                + 7.437717604088679e-18
+                                                                                            )
+                                                                                            + 1.4057286271727604e-16
+                                                                                        )
+                                                                                        + 2.515514385467045e-15
+                                                                                    )
+                                                                                    + 4.2484242954554536e-14
+                                                                                )
+                                                                                + 6.74749741042925e-13
+                                                                            )
+                                                                            + 1.0036902398013508e-11
+                                                                        )
+                                                                        + 1.3917837991912066e-10
+                                                                    )
+                                                                    + 1.789436313245837e-09
+                                                                )
+                                                                + 2.1197937864604532e-08
+                                                            )
+                                                            + 2.296443268665491e-07
+                                                        )
+                                                        + 2.2546897546897547e-06
+                                                    )
+                                                    + 1.984126984126984e-05
+                                                )
+                                                + 0.00015432098765432098
+                                            )
+                                            + 0.0010416666666666667
+                                        )
+                                        + 0.005952380952380952
+                                    )
+                                    + 0.027777777777777776
+                                )
+                                + 0.1
+                            )
+                            + 0.25
+                        )
+                        + 0.3333333333333333,
+                        torch.where(
+                            x > 80,
+                            ((1 / x - 2 / x**2 + 2 / x**3) * torch.exp(x / 2))
+                            * torch.exp(x / 2),
+                            (torch.exp(x) - 2 * (torch.exp(x) - torch.expm1(x) / x) / x)
+                            / x,
+                        ),
+                    )
+                )
+            )
+        grad_bar = None
+        if ctx.needs_input_grad[1]:
+            grad_bar = grad_grad_x * (
+                torch.where(
                     (x < 1) & (x > -1),
                     x
                     * (
@@ -2929,57 +3040,148 @@ class _ExprelBackward(torch.autograd.Function):
                                                                                     * (
                                                                                         x
                                                                                         * (
-                                                                                            3.7366523848292405e-19
+                                                                                            3.9145882126782523e-19
                                                                                             * x
-                                                                                            + 7.437717604088679e-18
+                                                                                            + 7.809603484293113e-18
                                                                                         )
-                                                                                        + 1.4057286271727604e-16
+                                                                                        + 1.4797143443923793e-16
                                                                                     )
-                                                                                    + 2.515514385467045e-15
+                                                                                    + 2.6552651846596585e-15
                                                                                 )
-                                                                                + 4.2484242954554536e-14
+                                                                                + 4.498331606952833e-14
                                                                             )
-                                                                            + 6.74749741042925e-13
+                                                                            + 7.169215998581078e-13
                                                                         )
-                                                                        + 1.0036902398013508e-11
+                                                                        + 1.0706029224547743e-11
                                                                     )
-                                                                    + 1.3917837991912066e-10
+                                                                    + 1.4911969277048643e-10
                                                                 )
-                                                                + 1.789436313245837e-09
+                                                                + 1.9270852604185937e-09
                                                             )
-                                                            + 2.1197937864604532e-08
+                                                            + 2.296443268665491e-08
                                                         )
-                                                        + 2.296443268665491e-07
+                                                        + 2.505210838544172e-07
                                                     )
-                                                    + 2.2546897546897547e-06
+                                                    + 2.48015873015873e-06
                                                 )
-                                                + 1.984126984126984e-05
+                                                + 2.2045855379188714e-05
                                             )
-                                            + 0.00015432098765432098
+                                            + 0.00017361111111111112
                                         )
-                                        + 0.0010416666666666667
+                                        + 0.0011904761904761906
                                     )
-                                    + 0.005952380952380952
+                                    + 0.006944444444444444
                                 )
-                                + 0.027777777777777776
+                                + 0.03333333333333333
                             )
-                            + 0.1
+                            + 0.125
                         )
-                        + 0.25
+                        + 0.3333333333333333
                     )
-                    + 0.3333333333333333,
+                    + 0.5,
                     torch.where(
                         x > 80,
-                        ((1 / x - 2 / x**2 + 2 / x**3) * torch.exp(x / 2))
-                        * torch.exp(x / 2),
-                        (torch.exp(x) - 2 * (torch.exp(x) - torch.expm1(x) / x) / x)
-                        / x,
+                        ((1 / x - 1 / x**2) * torch.exp(x / 2)) * torch.exp(x / 2),
+                        (torch.exp(x) - torch.expm1(x) / x) / x,
                     ),
                 )
             )
-        grad_bar = None
-        if ctx.needs_input_grad[1]:
-            grad_bar = grad_grad_x * torch.where(
+        return x_bar, grad_bar
+
+
+class ExprelBackward(_ExprelBackward):
+    """ExprelBackward with forward mode (jvp) from the derived formulas."""
+
+    @staticmethod
+    def jvp(ctx, x_t, grad_t):
+        x, grad = ctx.saved_tensors
+        grad_x_t = grad * x_t * (
+            torch.where(
+                (x < 1) & (x > -1),
+                x
+                * (
+                    x
+                    * (
+                        x
+                        * (
+                            x
+                            * (
+                                x
+                                * (
+                                    x
+                                    * (
+                                        x
+                                        * (
+                                            x
+                                            * (
+                                                x
+                                                * (
+                                                    x
+                                                    * (
+                                                        x
+                                                        * (
+                                                            x
+                                                            * (
+                                                                x
+                                                                * (
+                                                                    x
+                                                                    * (
+                                                                        x
+                                                                        * (
+                                                                            x
+                                                                            * (
+                                                                                x
+                                                                                * (
+                                                                                    x
+                                                                                    * (
+                                                                                        3.7366523848292405e-19
+                                                                                        * x
+                                                                                        + 7.437717604088679e-18
+                                                                                    )
+                                                                                    + 1.4057286271727604e-16
+                                                                                )
+                                                                                + 2.515514385467045e-15
+                                                                            )
+                                                                            + 4.2484242954554536e-14
+                                                                        )
+                                                                        + 6.74749741042925e-13
+                                                                    )
+                                                                    + 1.0036902398013508e-11
+                                                                )
+                                                                + 1.3917837991912066e-10
+                                                            )
+                                                            + 1.789436313245837e-09
+                                                        )
+                                                        + 2.1197937864604532e-08
+                                                    )
+                                                    + 2.296443268665491e-07
+                                                )
+                                                + 2.2546897546897547e-06
+                                            )
+                                            + 1.984126984126984e-05
+                                        )
+                                        + 0.00015432098765432098
+                                    )
+                                    + 0.0010416666666666667
+                                )
+                                + 0.005952380952380952
+                            )
+                            + 0.027777777777777776
+                        )
+                        + 0.1
+                    )
+                    + 0.25
+                )
+                + 0.3333333333333333,
+                torch.where(
+                    x > 80,
+                    ((1 / x - 2 / x**2 + 2 / x**3) * torch.exp(x / 2))
+                    * torch.exp(x / 2),
+                    (torch.exp(x) - 2 * (torch.exp(x) - torch.expm1(x) / x) / x) / x,
+                ),
+            )
+        ) + grad_t * (
+            torch.where(
                 (x < 1) & (x > -1),
                 x
                 * (
@@ -3062,179 +3264,6 @@ class _ExprelBackward(torch.autograd.Function):
                     (torch.exp(x) - torch.expm1(x) / x) / x,
                 ),
             )
-        return x_bar, grad_bar
-
-
-class ExprelBackward(_ExprelBackward):
-    """ExprelBackward with forward mode (jvp) from the derived formulas."""
-
-    @staticmethod
-    def jvp(ctx, x_t, grad_t):
-        x, grad = ctx.saved_tensors
-        grad_x_t = grad * x_t * torch.where(
-            (x < 1) & (x > -1),
-            x
-            * (
-                x
-                * (
-                    x
-                    * (
-                        x
-                        * (
-                            x
-                            * (
-                                x
-                                * (
-                                    x
-                                    * (
-                                        x
-                                        * (
-                                            x
-                                            * (
-                                                x
-                                                * (
-                                                    x
-                                                    * (
-                                                        x
-                                                        * (
-                                                            x
-                                                            * (
-                                                                x
-                                                                * (
-                                                                    x
-                                                                    * (
-                                                                        x
-                                                                        * (
-                                                                            x
-                                                                            * (
-                                                                                x
-                                                                                * (
-                                                                                    3.7366523848292405e-19
-                                                                                    * x
-                                                                                    + 7.437717604088679e-18
-                                                                                )
-                                                                                + 1.4057286271727604e-16
-                                                                            )
-                                                                            + 2.515514385467045e-15
-                                                                        )
-                                                                        + 4.2484242954554536e-14
-                                                                    )
-                                                                    + 6.74749741042925e-13
-                                                                )
-                                                                + 1.0036902398013508e-11
-                                                            )
-                                                            + 1.3917837991912066e-10
-                                                        )
-                                                        + 1.789436313245837e-09
-                                                    )
-                                                    + 2.1197937864604532e-08
-                                                )
-                                                + 2.296443268665491e-07
-                                            )
-                                            + 2.2546897546897547e-06
-                                        )
-                                        + 1.984126984126984e-05
-                                    )
-                                    + 0.00015432098765432098
-                                )
-                                + 0.0010416666666666667
-                            )
-                            + 0.005952380952380952
-                        )
-                        + 0.027777777777777776
-                    )
-                    + 0.1
-                )
-                + 0.25
-            )
-            + 0.3333333333333333,
-            torch.where(
-                x > 80,
-                ((1 / x - 2 / x**2 + 2 / x**3) * torch.exp(x / 2)) * torch.exp(x / 2),
-                (torch.exp(x) - 2 * (torch.exp(x) - torch.expm1(x) / x) / x) / x,
-            ),
-        ) + grad_t * torch.where(
-            (x < 1) & (x > -1),
-            x
-            * (
-                x
-                * (
-                    x
-                    * (
-                        x
-                        * (
-                            x
-                            * (
-                                x
-                                * (
-                                    x
-                                    * (
-                                        x
-                                        * (
-                                            x
-                                            * (
-                                                x
-                                                * (
-                                                    x
-                                                    * (
-                                                        x
-                                                        * (
-                                                            x
-                                                            * (
-                                                                x
-                                                                * (
-                                                                    x
-                                                                    * (
-                                                                        x
-                                                                        * (
-                                                                            x
-                                                                            * (
-                                                                                x
-                                                                                * (
-                                                                                    3.9145882126782523e-19
-                                                                                    * x
-                                                                                    + 7.809603484293113e-18
-                                                                                )
-                                                                                + 1.4797143443923793e-16
-                                                                            )
-                                                                            + 2.6552651846596585e-15
-                                                                        )
-                                                                        + 4.498331606952833e-14
-                                                                    )
-                                                                    + 7.169215998581078e-13
-                                                                )
-                                                                + 1.0706029224547743e-11
-                                                            )
-                                                            + 1.4911969277048643e-10
-                                                        )
-                                                        + 1.9270852604185937e-09
-                                                    )
-                                                    + 2.296443268665491e-08
-                                                )
-                                                + 2.505210838544172e-07
-                                            )
-                                            + 2.48015873015873e-06
-                                        )
-                                        + 2.2045855379188714e-05
-                                    )
-                                    + 0.00017361111111111112
-                                )
-                                + 0.0011904761904761906
-                            )
-                            + 0.006944444444444444
-                        )
-                        + 0.03333333333333333
-                    )
-                    + 0.125
-                )
-                + 0.3333333333333333
-            )
-            + 0.5,
-            torch.where(
-                x > 80,
-                ((1 / x - 1 / x**2) * torch.exp(x / 2)) * torch.exp(x / 2),
-                (torch.exp(x) - torch.expm1(x) / x) / x,
-            ),
         )
         return grad_x_t
 
@@ -3373,8 +3402,13 @@ def _logaddexp_grad_a_backward(
     a_bar = b_bar = grad_bar = None
     t0 = a - b
     if need_a_bar or need_b_bar:
-        t1 = (grad * grad_grad_a * torch.abs(t0).neg_().exp_()).div_(
-            torch.abs(t0).neg_().exp_().add_(1).pow_(2)
+        t1 = (
+            grad
+            * grad_grad_a
+            * torch.abs(t0)
+            .neg_()
+            .exp_()
+            .div_(torch.abs(t0).neg_().exp_().add_(1).pow_(2))
         )
     if need_a_bar:
         a_bar = t1
@@ -3424,8 +3458,10 @@ class _LogaddexpBackwardA(torch.autograd.Function):
             a_bar = (
                 grad
                 * grad_grad_a
-                * torch.exp(-torch.abs(a - b))
-                / (1 + torch.exp(-torch.abs(a - b))) ** 2
+                * (
+                    torch.exp(-torch.abs(a - b))
+                    / (1 + torch.exp(-torch.abs(a - b))) ** 2
+                )
             )
             a_bar = a_bar.sum_to_size(a.shape)
         b_bar = None
@@ -3433,8 +3469,10 @@ class _LogaddexpBackwardA(torch.autograd.Function):
             b_bar = (
                 -grad
                 * grad_grad_a
-                * torch.exp(-torch.abs(a - b))
-                / (1 + torch.exp(-torch.abs(a - b))) ** 2
+                * (
+                    torch.exp(-torch.abs(a - b))
+                    / (1 + torch.exp(-torch.abs(a - b))) ** 2
+                )
             )
             b_bar = b_bar.sum_to_size(b.shape)
         grad_bar = None
@@ -3450,7 +3488,7 @@ class LogaddexpBackwardA(_LogaddexpBackwardA):
     def jvp(ctx, a_t, b_t, grad_t):
         a, b, grad = ctx.saved_tensors
         t0 = a - b
-        t1 = grad * torch.exp(-torch.abs(t0)) / (1 + torch.exp(-torch.abs(t0))) ** 2
+        t1 = grad * (torch.exp(-torch.abs(t0)) / (1 + torch.exp(-torch.abs(t0))) ** 2)
         grad_a_t = a_t * t1 - b_t * t1 + grad_t * torch.sigmoid(t0)
         return grad_a_t
 
@@ -3466,8 +3504,13 @@ def _logaddexp_grad_b_backward(
     a_bar = b_bar = grad_bar = None
     t0 = a - b
     if need_a_bar or need_b_bar:
-        t1 = (grad * grad_grad_b * torch.abs(t0).neg_().exp_()).div_(
-            torch.abs(t0).neg_().exp_().add_(1).pow_(2)
+        t1 = (
+            grad
+            * grad_grad_b
+            * torch.abs(t0)
+            .neg_()
+            .exp_()
+            .div_(torch.abs(t0).neg_().exp_().add_(1).pow_(2))
         )
     if need_a_bar:
         a_bar = -t1
@@ -3517,8 +3560,10 @@ class _LogaddexpBackwardB(torch.autograd.Function):
             a_bar = (
                 -grad
                 * grad_grad_b
-                * torch.exp(-torch.abs(a - b))
-                / (1 + torch.exp(-torch.abs(a - b))) ** 2
+                * (
+                    torch.exp(-torch.abs(a - b))
+                    / (1 + torch.exp(-torch.abs(a - b))) ** 2
+                )
             )
             a_bar = a_bar.sum_to_size(a.shape)
         b_bar = None
@@ -3526,8 +3571,10 @@ class _LogaddexpBackwardB(torch.autograd.Function):
             b_bar = (
                 grad
                 * grad_grad_b
-                * torch.exp(-torch.abs(a - b))
-                / (1 + torch.exp(-torch.abs(a - b))) ** 2
+                * (
+                    torch.exp(-torch.abs(a - b))
+                    / (1 + torch.exp(-torch.abs(a - b))) ** 2
+                )
             )
             b_bar = b_bar.sum_to_size(b.shape)
         grad_bar = None
@@ -3543,7 +3590,7 @@ class LogaddexpBackwardB(_LogaddexpBackwardB):
     def jvp(ctx, a_t, b_t, grad_t):
         a, b, grad = ctx.saved_tensors
         t0 = a - b
-        t1 = grad * torch.exp(-torch.abs(t0)) / (1 + torch.exp(-torch.abs(t0))) ** 2
+        t1 = grad * (torch.exp(-torch.abs(t0)) / (1 + torch.exp(-torch.abs(t0))) ** 2)
         grad_b_t = -a_t * t1 + b_t * t1 + grad_t * torch.sigmoid(-t0)
         return grad_b_t
 

@@ -391,8 +391,10 @@ def _log1pexp_grad_x(x, grad):
             x_bar = (
                 grad
                 * grad_grad_x
-                * tf.math.exp(-tf.math.abs(x))
-                / (1 + tf.math.exp(-tf.math.abs(x))) ** 2
+                * (
+                    tf.math.exp(-tf.math.abs(x))
+                    / (1 + tf.math.exp(-tf.math.abs(x))) ** 2
+                )
             )
             grad_bar = grad_grad_x * tf.math.sigmoid(x)
             return x_bar, grad_bar

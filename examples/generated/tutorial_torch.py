@@ -895,8 +895,13 @@ def _log1pexp_grad_x(x, grad):
 def _log1pexp_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
     x_bar = grad_bar = None
     if need_x_bar:
-        x_bar = (grad * grad_grad_x * torch.abs(x).neg_().exp_()).div_(
-            torch.abs(x).neg_().exp_().add_(1).pow_(2)
+        x_bar = (
+            grad
+            * grad_grad_x
+            * torch.abs(x)
+            .neg_()
+            .exp_()
+            .div_(torch.abs(x).neg_().exp_().add_(1).pow_(2))
         )
     if need_grad_bar:
         grad_bar = grad_grad_x * torch.sigmoid(x)
@@ -936,8 +941,7 @@ class _Log1pexpBackward(torch.autograd.Function):
             x_bar = (
                 grad
                 * grad_grad_x
-                * torch.exp(-torch.abs(x))
-                / (1 + torch.exp(-torch.abs(x))) ** 2
+                * (torch.exp(-torch.abs(x)) / (1 + torch.exp(-torch.abs(x))) ** 2)
             )
         grad_bar = None
         if ctx.needs_input_grad[1]:
@@ -951,9 +955,9 @@ class Log1pexpBackward(_Log1pexpBackward):
     @staticmethod
     def jvp(ctx, x_t, grad_t):
         x, grad = ctx.saved_tensors
-        grad_x_t = grad * x_t * torch.exp(-torch.abs(x)) / (
-            1 + torch.exp(-torch.abs(x))
-        ) ** 2 + grad_t * torch.sigmoid(x)
+        grad_x_t = grad * x_t * (
+            torch.exp(-torch.abs(x)) / (1 + torch.exp(-torch.abs(x))) ** 2
+        ) + grad_t * torch.sigmoid(x)
         return grad_x_t
 
 

@@ -9,7 +9,7 @@ from sympy.printing.precedence import PRECEDENCE, precedence
 from sympy.printing.str import StrPrinter
 
 from symgrad.errors import DerivationError
-from symgrad.functions import heaviside_as_piecewise
+from symgrad.functions import StableFunction, heaviside_as_piecewise
 
 
 class UnsupportedError(DerivationError):
@@ -230,6 +230,10 @@ class FrameworkPrinter(StrPrinter):
 
     # ------------------------------------------------------------------ functions
     def _print_Function(self, expr):
+        regimes = expr.regimes() if isinstance(expr, StableFunction) else None
+        if regimes is not None:
+            # parenthesised: the result stands where a call did (dsigmoid(x)**2)
+            return f"({self._print(regimes)})"
         name = type(expr).__name__
         if self.is_scalar(expr) and name in self.scalar_formats:
             self.uses_math = True
@@ -354,27 +358,6 @@ class FrameworkPrinter(StrPrinter):
         return self.where(
             f"{self._print(sympy.Abs(a))} < 88", self.call(self.functions[name], a), big
         )
-
-    def _print_exprel(self, expr):
-        return self._print(expr.regimes())
-
-    def _print_exprel_d(self, expr):
-        return self._print(expr.regimes())
-
-    def _print_hypot_ratio(self, expr):
-        from symgrad.functions import hypot
-
-        b, x, y = expr.args
-        return f"({self._print(b / hypot(x, y))})"
-
-    def _print_dsigmoid(self, expr):
-        return self._print(expr.regimes())
-
-    def _print_logcosh(self, expr):
-        return self._print(expr.regimes())
-
-    def _print_erfcx_inv(self, expr):
-        return self._print(expr.regimes())
 
     def _print_Heaviside(self, expr):
         return self._print(heaviside_as_piecewise(*expr.args))
