@@ -34,6 +34,14 @@ from symgrad.functions import (
 Rule = Callable[[sympy.Basic], sympy.Basic | None]
 
 
+def _drop(node: sympy.Basic, *args: sympy.Basic) -> sympy.Basic:
+    """``node`` (an Add or a Mul) without one occurrence of each of ``args``."""
+    rest = list(node.args)
+    for a in args:
+        rest.remove(a)
+    return node.func(*rest)
+
+
 def _split_add(node: sympy.Basic, constant: sympy.Expr) -> sympy.Expr | None:
     """For an Add containing ``constant`` as a term, the sum of the other terms."""
     if isinstance(node, Add) and constant in node.args:
@@ -66,10 +74,7 @@ def exp_minus_one(node):
     for term in node.args:
         coeff, rest = term.as_coeff_Mul()
         if isinstance(rest, exp) and -coeff in node.args:
-            others = list(node.args)
-            others.remove(term)
-            others.remove(-coeff)
-            return coeff * expm1(rest.args[0]) + Add(*others)
+            return coeff * expm1(rest.args[0]) + _drop(node, term, -coeff)
     return None
 
 
@@ -94,10 +99,7 @@ def exp_times_sigmoid(node):
             if not (isinstance(base, sigmoid) and k.is_Integer and k >= 1):
                 continue
             if sympy.expand(base.args[0] + e.args[0]) == 0:
-                others = list(node.args)
-                others.remove(e)
-                others.remove(f)
-                return Mul(*others) * sigmoid(e.args[0]) * base ** (k - 1)
+                return _drop(node, e, f) * sigmoid(e.args[0]) * base ** (k - 1)
     return None
 
 
@@ -111,11 +113,8 @@ def exp_over_expm1_power(node):
     for e in (f for f in node.args if isinstance(f, exp)):
         for p in (f for f in node.args if isinstance(f, Pow) and isinstance(f.base, expm1)):
             if p.base.args[0] == e.args[0] and p.exp.is_Integer and p.exp <= -1:
-                others = list(node.args)
-                others.remove(e)
-                others.remove(p)
                 a = e.args[0]
-                return Mul(*others) * expm1(a) ** (p.exp + 1) / (-expm1(-a))
+                return _drop(node, e, p) * expm1(a) ** (p.exp + 1) / (-expm1(-a))
     return None
 
 
@@ -170,10 +169,7 @@ def exp_ratio(node):
             terms = p.base.args if isinstance(p.base, Add) else ()
             if len(terms) == 2 and e in terms and all(isinstance(t, exp) for t in terms):
                 other = terms[1] if terms[0] == e else terms[0]
-                others = list(node.args)
-                others.remove(e)
-                others.remove(p)
-                return Mul(*others) * sigmoid(e.args[0] - other.args[0])
+                return _drop(node, e, p) * sigmoid(e.args[0] - other.args[0])
     return None
 
 
@@ -200,10 +196,7 @@ def one_minus_erf(node):
             continue
         for c, replacement in ((-coeff, sympy.erfc), (coeff, one_plus_erf)):
             if c in node.args:
-                others = list(node.args)
-                others.remove(term)
-                others.remove(c)
-                return c * replacement(factor.args[0]) + Add(*others)
+                return c * replacement(factor.args[0]) + _drop(node, term, c)
     return None
 
 
@@ -262,10 +255,7 @@ def exp_square_erfc(node):
                 continue
             a = base.args[0] if isinstance(base, sympy.erfc) else -base.args[0]
             if sympy.expand(power * e.args[0] - a**2) == 0:
-                others = list(node.args)
-                others.remove(e)
-                others.remove(c)
-                return Mul(*others) * (erfcx(a) if power == 1 else erfcx_inv(a))
+                return _drop(node, e, c) * (erfcx(a) if power == 1 else erfcx_inv(a))
     return None
 
 
@@ -275,10 +265,7 @@ def x_log_x(node):
         return None
     for factor in node.args:
         if isinstance(factor, log) and factor.args[0] in node.args:
-            others = list(node.args)
-            others.remove(factor)
-            others.remove(factor.args[0])
-            return Mul(*others) * xlogy(factor.args[0], factor.args[0])
+            return _drop(node, factor, factor.args[0]) * xlogy(factor.args[0], factor.args[0])
     return None
 
 
@@ -308,10 +295,7 @@ def sigmoid_difference(node):
         a = factor.args[0]
         partner = -coeff * sigmoid(-a)
         if partner in node.args:
-            others = list(node.args)
-            others.remove(term)
-            others.remove(partner)
-            return coeff * sympy.tanh(a / 2) + Add(*others)
+            return coeff * sympy.tanh(a / 2) + _drop(node, term, partner)
     return None
 
 
@@ -322,10 +306,7 @@ def one_minus_cos(node):
     for term in node.args:
         coeff, factor = term.as_coeff_Mul()
         if isinstance(factor, sympy.cos) and -coeff in node.args:
-            others = list(node.args)
-            others.remove(term)
-            others.remove(-coeff)
-            return -2 * coeff * sympy.sin(factor.args[0] / 2) ** 2 + Add(*others)
+            return -2 * coeff * sympy.sin(factor.args[0] / 2) ** 2 + _drop(node, term, -coeff)
     return None
 
 
@@ -336,10 +317,7 @@ def cosh_minus_one(node):
     for term in node.args:
         coeff, factor = term.as_coeff_Mul()
         if isinstance(factor, sympy.cosh) and -coeff in node.args:
-            others = list(node.args)
-            others.remove(term)
-            others.remove(-coeff)
-            return 2 * coeff * sympy.sinh(factor.args[0] / 2) ** 2 + Add(*others)
+            return 2 * coeff * sympy.sinh(factor.args[0] / 2) ** 2 + _drop(node, term, -coeff)
     return None
 
 
@@ -395,10 +373,7 @@ def gamma_difference(node):
                 value = Add(
                     *((-1) ** m * sympy.factorial(m) / (small + j) ** (m + 1) for j in range(n))
                 )
-            others = list(node.args)
-            others.remove(term)
-            others.remove(other)
-            return coeff * value + Add(*others)
+            return coeff * value + _drop(node, term, other)
     return None
 
 
@@ -441,10 +416,7 @@ def one_plus_tanh(node):
             continue
         for c, sign in ((coeff, 1), (-coeff, -1)):
             if c in node.args:
-                others = list(node.args)
-                others.remove(term)
-                others.remove(c)
-                return 2 * c * sigmoid(2 * sign * factor.args[0]) + Add(*others)
+                return 2 * c * sigmoid(2 * sign * factor.args[0]) + _drop(node, term, c)
     return None
 
 
@@ -458,10 +430,7 @@ def one_minus_tanh_squared(node):
         base, power = factor.as_base_exp()
         if isinstance(base, sympy.tanh) and power == 2 and -coeff in node.args:
             u = base.args[0]
-            others = list(node.args)
-            others.remove(term)
-            others.remove(-coeff)
-            return -4 * coeff * sigmoid(2 * u) * sigmoid(-2 * u) + Add(*others)
+            return -4 * coeff * sigmoid(2 * u) * sigmoid(-2 * u) + _drop(node, term, -coeff)
     return None
 
 
@@ -475,10 +444,7 @@ def expm1_over_x(node):
         for p in (f for f in node.args if isinstance(f, Pow) and f.exp == -1):
             ratio = sympy.cancel(a / p.base)
             if ratio.is_number and ratio != 0:
-                others = list(node.args)
-                others.remove(e)
-                others.remove(p)
-                return Mul(*others) * ratio * exprel(a)
+                return _drop(node, e, p) * ratio * exprel(a)
     return None
 
 
@@ -495,10 +461,7 @@ def exp_difference(node):
         for sign, hyperbolic in ((-1, sympy.sinh), (1, sympy.cosh)):
             partner = sign * coeff * exp(-a)
             if partner in node.args and (sign == 1 or not a.could_extract_minus_sign()):
-                others = list(node.args)
-                others.remove(term)
-                others.remove(partner)
-                return 2 * coeff * hyperbolic(a) + Add(*others)
+                return 2 * coeff * hyperbolic(a) + _drop(node, term, partner)
     return None
 
 
@@ -510,10 +473,7 @@ def sigmoid_product(node):
     for s in sigmoids:
         partner = sigmoid(-s.args[0])
         if partner in sigmoids:
-            others = list(node.args)
-            others.remove(s)
-            others.remove(partner)
-            return Mul(*others) * dsigmoid(s.args[0])
+            return _drop(node, s, partner) * dsigmoid(s.args[0])
     return None
 
 
@@ -529,10 +489,7 @@ def hypot_power_ratio(node):
         for f in node.args:
             b, m = f.as_base_exp()
             if b in base.args and m.is_Integer and 1 <= m < -power:
-                others = list(node.args)
-                others.remove(h)
-                others.remove(f)
-                return Mul(*others) * hypot_ratio(b, *base.args) ** m * base ** (power + m)
+                return _drop(node, h, f) * hypot_ratio(b, *base.args) ** m * base ** (power + m)
     return None
 
 
