@@ -145,8 +145,10 @@ def finish(
     """Clean up, stabilise and simplify one formula; pick the most accurate candidate.
 
     Candidates: the formula as written, stabilised, stabilised after a (size-bounded)
-    simplify, and each with a Taylor branch where a sum cancels near 0. With ``points``,
-    the choice is by measured float64 error (ties to the cheaper); ``record`` gets the
+    simplify (also one per sign of x where it has |x|, and one through hypot's naive form),
+    and each with its regime branches (:func:`~symgrad.stabilize.split_regimes`). With
+    ``points``, the choice is by measured error (fewest non-finite results in float64 and
+    float32, then float64 bits; ties to the cheaper); ``record`` gets the
     chosen form's :class:`~symgrad.choose.Accuracy`. Without, the cheapest stable form.
     ``unsplit`` gets the chosen form before its regime branches (what to differentiate:
     the branches are float tricks, and their conditions have no derivative).
@@ -167,7 +169,8 @@ def finish(
             with _time_limit(SIMPLIFY_SECONDS):
                 simpler = _simplify(stable[0])
             stable.append(stabilize(simpler))
-            unsigned = _abs_free(stable[0])
+            with _time_limit(SIMPLIFY_SECONDS):
+                unsigned = _abs_free(stable[0])
             if unsigned is not None and unsigned not in stable:
                 stable.append(unsigned)
             # SymPy cannot simplify through hypot (hypot(x, y)**2 is not x**2 + y**2 to
@@ -258,8 +261,8 @@ def grad_symbol_names(fn: Function) -> tuple[str, ...]:
 def derive_function(fn: Function, measure: bool = True) -> Derived:
     """All the formulas for one function.
 
-    With ``measure``, each formula's form is chosen by measured float64 error (see
-    :mod:`symgrad.choose`) and the error is recorded in ``Derived.accuracy``.
+    With ``measure``, each formula's form is chosen by measured error (see
+    :mod:`symgrad.choose`) and its float64 error is recorded in ``Derived.accuracy``.
     """
     where = fn.location
     symbols = {inp.name: _symbol(inp) for inp in fn.inputs}
@@ -327,7 +330,6 @@ def derive_function(fn: Function, measure: bool = True) -> Derived:
                     f"grad_{i}",
                     sympy.Add(*(g * plain[name][i] for (name, _), g in zip(outputs, grads))),
                 )
-        masked = {i: _mask_unused_outputs(v, grads) for i, v in vjps.items()}
         second: dict[str, dict[str, sympy.Expr]] = {}
         if fn.order >= 2:
             wrt = [symbols[i] for i in diff_names] + list(grads)
@@ -347,7 +349,7 @@ def derive_function(fn: Function, measure: bool = True) -> Derived:
         outputs=outputs,
         naive_outputs=tuple(naive),
         grads=grads,
-        vjps=masked,
+        vjps={i: _mask_unused_outputs(v, grads) for i, v in vjps.items()},
         jacobian=jacobian,
         second={
             i: {w: _mask_unused_outputs(e, grads) for w, e in by_w.items()}
