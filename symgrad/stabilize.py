@@ -787,7 +787,7 @@ def _hypot_minus_one(node: sympy.Basic) -> sympy.Basic | None:
 
 def guard_tails(expr: sympy.Expr) -> sympy.Expr:
     """The sigmoid tail (:func:`_sigmoid_tail`) wherever a cofactor can overflow on its own
-    (a power of x, softplus, log or |x| with a coefficient), whatever the choice said.
+    (a power of x >= 2, or softplus, log or |x|), whatever the choice said.
 
     The choice measures in NumPy; the generated code groups numbers and updates temporaries
     in place, so gamma**2 * softplus(-z) may be computed (and overflow, in float32) before it
