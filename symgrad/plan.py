@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import sympy
 
 from symgrad.derive import Derived, differentiate
+from symgrad.functions import StableFunction
 from symgrad.printers import PRINTERS, FrameworkPrinter
 
 
@@ -41,7 +42,7 @@ def emit(
     a sum or product with tensors become one number first (one pass over the tensor
     instead of one per term).
     """
-    exprs = [sympy.sympify(e) for _, e in assignments]
+    exprs = [_expand_regimes(sympy.sympify(e)) for _, e in assignments]
     taken = {s.name for e in exprs for s in e.free_symbols}
     temps = (
         sympy.Symbol(f"{temp_prefix}{k}", real=True)
@@ -73,6 +74,29 @@ def emit(
         numbers = {s.name for s in printer.scalars}
         lines = update_in_place(lines, buffers, {name for name, _ in assignments}, numbers)
     return Body(lines, printer.uses_math)
+
+
+def _expand_regimes(expr: sympy.Expr) -> sympy.Expr:
+    """Primitives without a framework op (dsigmoid, hypot_ratio, ...) in their elementary
+    form, before CSE: their pieces (|x|, exp(-|x|)) are computed once and shared with the
+    rest. A form whose order of operations SymPy would undo is left for the printer
+    (exprel's exp(x/2) * (exp(x/2) * P) must not become exp(x/2)**2 * P: CSE rebuilds
+    every node)."""
+
+    def expandable(e) -> bool:
+        if not isinstance(e, StableFunction):
+            return False
+        regimes = e.regimes()
+        return regimes is not None and _rebuilt(regimes) == regimes
+
+    return expr.replace(expandable, lambda e: e.regimes())
+
+
+def _rebuilt(expr: sympy.Basic) -> sympy.Basic:
+    """``expr`` with every node rebuilt (evaluated), as sympy.cse rebuilds them."""
+    if expr.is_Atom or not expr.args:
+        return expr
+    return expr.func(*(_rebuilt(a) for a in expr.args))
 
 
 def _group_scalars(
@@ -157,6 +181,11 @@ def _method(owner: ast.expr, name: str, *args: ast.expr, **kwargs: ast.expr) -> 
         args=list(args),
         keywords=[ast.keyword(arg=k, value=v) for k, v in kwargs.items()],
     )
+
+
+#: The select helper of the generated torch module (templates/torch_module.py.jinja): code
+#: that records no autograd graph calls it instead of torch.where.
+WHERE_HELPER = "_where"
 
 
 class _Buffers:
@@ -305,6 +334,7 @@ class _Buffers:
             dtype = self.union(branches, "dtype")
             kind = "float" if dtype & self.floats else "other"
             result = _Value(result.shape, dtype, kind, True)
+            return self.where(new, args, result), result
         if func not in _TORCH_FRESH:
             return new, _Value(result.shape, result.dtype, "other", False)
         first, first_info = args[0] if args else (None, None)
@@ -313,6 +343,17 @@ class _Buffers:
             kw = {k.arg: v for k, (v, _) in keywords}
             return _method(first, _TORCH_INPLACE[func], *rest, **kw), result
         return new, result
+
+    def where(self, new: ast.Call, args, result: _Value) -> ast.Call:
+        """``torch.where`` -> the generated module's ``_where`` (a branch-free select on
+        CPU), told which branch buffer it may write the result into."""
+        new.func = ast.Name(WHERE_HELPER, ast.Load())
+        if len(args) == 3:
+            for label, (_, info) in zip("ab", args[1:]):
+                if self.can_update(info, result):
+                    new.keywords = [ast.keyword("overwrite", ast.Constant(label))]
+                    break
+        return new
 
     def method_call(self, node: ast.Call) -> tuple[ast.expr, _Value | None]:
         """``t.to(x.dtype)``, ``t.clone()``: the only methods the printers emit on tensors."""
@@ -522,6 +563,7 @@ class FunctionPlan:
     kernels: list[Kernel] = field(default_factory=list)
     uses_math: bool = False
     needs_reduce: bool = False
+    uses_where: bool = False
 
 
 def _camel(name: str) -> str:
@@ -586,6 +628,7 @@ class _TorchPlanner:
         self.sym = derived.symbols
         self.scalars = derived.scalars
         self.uses_math = False
+        self.uses_where = False
         self.reduce = _broadcasts(derived)
         self.out_syms = {name: sympy.Symbol(name, real=True) for name, _ in derived.outputs}
         self._second: dict[str, dict[str, sympy.Expr]] = {}
@@ -633,6 +676,7 @@ class _TorchPlanner:
             assignments, printer, copy_inputs=copy_inputs, buffers=buffers, group_scalars=True
         )
         self.uses_math = self.uses_math or result.uses_math
+        self.uses_where = self.uses_where or any(f"{WHERE_HELPER}(" in s for s in result.lines)
         return result.lines
 
     def buffers(self) -> dict[str, _Value]:
@@ -1012,6 +1056,7 @@ def plan_torch(derived: Derived) -> FunctionPlan:
         kernels=kernels,
         uses_math=planner.uses_math,
         needs_reduce=planner.reduce,
+        uses_where=planner.uses_where,
     )
 
 

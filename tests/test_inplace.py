@@ -41,11 +41,19 @@ def test_a_temporary_is_updated_at_its_last_use_only():
     lines = ["t0 = torch.abs(x)", "out = torch.where(t0 <= 1, x, t0 - 0.5)"]
     assert _rewrite(lines, {"out"}, x="float")[1:] == [
         "t1 = t0 <= 1",
-        "out = torch.where(t1, x, t0.sub_(0.5))",
+        "out = _where(t1, x, t0.sub_(0.5), overwrite='b')",
     ]
-    # where() itself reads t0: never updated while where() still needs it
+    # where() itself reads t0: never updated while where() still needs it; the fresh
+    # t0 * 2 may take the result
     lines = ["t0 = torch.exp(x)", "out = torch.where(t0 > 1, t0, t0 * 2)"]
-    assert _rewrite(lines, {"out"}, x="float")[1] == "out = torch.where(t0 > 1, t0, t0 * 2)"
+    assert _rewrite(lines, {"out"}, x="float")[1] == "out = _where(t0 > 1, t0, t0 * 2, overwrite='b')"
+    # no branch of its own (inputs, a broadcast value): nothing to overwrite
+    lines = ["out = torch.where(x > 0, x, y)"]
+    assert _rewrite(lines, {"out"}, x="float", y="float") == ["out = _where(x > 0, x, y)"]
+    lines = ["out = torch.where(x > 0, torch.exp(x), y)"]  # exp(x) may be smaller than y
+    assert _rewrite(lines, {"out"}, x="float", y="float") == [
+        "out = _where(x > 0, torch.exp(x), y)"
+    ]
 
 
 def test_results_and_their_aliases_are_kept():
@@ -73,10 +81,10 @@ def test_dtypes_integer_and_boolean_values_are_not_updated():
     assert _rewrite(["out = (x > 0) * 2.0"], {"out"}, x="float") == ["out = (x > 0) * 2.0"]
     # where() takes its dtype from its branches, not from its condition: x may be wider
     assert _rewrite(["out = torch.where(x > 0, y, 1.0) * x"], {"out"}, x="float", y="float") == [
-        "out = torch.where(x > 0, y, 1.0) * x"
+        "out = _where(x > 0, y, 1.0) * x"
     ]
     assert _rewrite(["out = torch.where(x > 0, y, 1.0) * y"], {"out"}, x="float", y="float") == [
-        "out = torch.where(x > 0, y, 1.0).mul_(y)"
+        "out = _where(x > 0, y, 1.0).mul_(y)"
     ]
 
 
@@ -270,3 +278,107 @@ def test_cost_model_saves_the_output_where_the_backward_is_cheaper_from_it(gener
     (g,) = torch.autograd.grad(m.ex(x).sum(), x, create_graph=True)
     (h,) = torch.autograd.grad(g.sum(), x)
     torch.testing.assert_close((g, h), (torch.exp(x), torch.exp(x)))
+
+
+# ----------------------------------------------------------------------------- _where
+WHERE_SPEC = """\
+module: sel
+functions:
+  elu:
+    inputs: {x: {}}
+    output: Piecewise((x, x > 0), (exp(x) - 1, True))
+  huber:
+    inputs: {pred: {}, target: {}}
+    output: Piecewise(((pred - target)**2/2, Abs(pred - target) <= 1), (Abs(pred - target) - 1/2, True))
+"""
+
+
+@pytest.fixture
+def sel(generate_module):
+    return generate_module(WHERE_SPEC)
+
+
+def _bits_equal(a, b) -> bool:
+    """Equal bit for bit (NaN == NaN, -0.0 != 0.0)."""
+    ints = {2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a.view(ints), b.view(ints))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+@torch.no_grad()  # as in Function.forward and the first-order backward
+def test_where_helper_selects_bit_for_bit(sel, dtype):
+    g = torch.Generator().manual_seed(0)
+    n = 1000
+    special = torch.tensor([float("inf"), -float("inf"), float("nan"), -0.0, 0.0, 1e-40])
+    a = torch.randn(n, generator=g).to(dtype)
+    b = torch.randn(n, generator=g).to(dtype)
+    a[: len(special)] = special.to(dtype)
+    b[-len(special) :] = special.to(dtype)
+    cond = torch.rand(n, generator=g) > 0.5
+    expected = torch.where(cond, a, b)
+    assert _bits_equal(sel._where(cond, a, b), expected)
+    for overwrite, branch in (("a", a), ("b", b)):
+        buffer = branch.clone()
+        args = (buffer, b) if overwrite == "a" else (a, buffer)
+        got = sel._where(cond, *args, overwrite=overwrite)
+        assert _bits_equal(got, expected)
+        assert got.data_ptr() == buffer.data_ptr()  # written into the buffer it was given
+    for number in (0.0, -0.0, 1.5, float("inf")):
+        assert _bits_equal(sel._where(cond, a, number), torch.where(cond, a, number))
+        assert _bits_equal(sel._where(cond, number, b), torch.where(cond, number, b))
+    # branches not named by overwrite are never written
+    a0, b0 = a.clone(), b.clone()
+    sel._where(cond, a, b)
+    assert _bits_equal(a, a0) and _bits_equal(b, b0)
+
+
+def test_where_helper_is_torch_where_elsewhere(sel):
+    x = torch.randn(3, 1, dtype=torch.float64, requires_grad=True)
+    y = torch.randn(4, dtype=torch.float64)
+    # a condition smaller than the result (broadcasting)
+    with torch.no_grad():
+        assert torch.equal(sel._where(x > 0, x, y), torch.where(x > 0, x, y))
+        assert torch.equal(sel._where(y > 0, x, y), torch.where(y > 0, x, y))
+    # autograd recording: differentiable like torch.where
+    out = sel._where(x > 0, x, y)
+    assert out.requires_grad
+    (gx,) = torch.autograd.grad(out.sum(), x)
+    torch.testing.assert_close(gx, (x > 0).to(x.dtype) * 4)
+    # other dtypes and mixed dtypes
+    i = torch.arange(6) - 3
+    f32 = torch.randn(6)
+    with torch.no_grad():
+        assert torch.equal(sel._where(i > 0, i, 0), torch.where(i > 0, i, 0))
+        got = sel._where(f32 > 0, f32, y[:1].expand(6))
+        assert got.dtype == torch.float64
+        assert torch.equal(got, torch.where(f32 > 0, f32, y[:1].expand(6)))
+    # under vmap, with the condition and the branches batched apart
+    a, b = torch.randn(5, 4, dtype=torch.float64), torch.randn(4, dtype=torch.float64)
+    with torch.no_grad():
+        got = torch.func.vmap(lambda u: sel._where(b > 0, b * 2, u, overwrite="a"))(a)
+    assert torch.equal(got, torch.where(b > 0, b * 2, a))
+
+
+def test_piecewise_functions_through_the_helper_match_naive(sel):
+    g = torch.Generator().manual_seed(1)
+    x = (torch.randn(4096, generator=g, dtype=torch.float64) * 30).requires_grad_()
+    target = torch.randn(4096, generator=g, dtype=torch.float64).requires_grad_()
+    gy = torch.randn(4096, generator=g, dtype=torch.float64)
+    naive_elu = torch.where(x > 0, x, torch.expm1(x))
+    out = sel.elu(x)
+    assert torch.equal(out, naive_elu)
+    torch.testing.assert_close(torch.autograd.grad(out, x, gy)[0], gy * torch.where(x > 0, 1.0, x.exp()))
+    d = x - target
+    naive_huber = torch.where(d.abs() <= 1, d**2 / 2, d.abs() - 0.5)
+    out = sel.huber(x, target)
+    torch.testing.assert_close(out, naive_huber, rtol=1e-15, atol=0)
+    got = torch.autograd.grad(out, (x, target), gy)
+    torch.testing.assert_close(got, torch.autograd.grad(naive_huber, (x, target), gy))
+    # the gradient's vmap and double-backward paths keep torch.where's semantics
+    eye = torch.eye(8, dtype=torch.float64)
+    xs = x[:8].detach().requires_grad_()
+    (batched,) = torch.autograd.grad(sel.elu(xs), xs, eye, is_grads_batched=True)
+    torch.testing.assert_close(batched, torch.diag(torch.where(xs > 0, 1.0, torch.exp(xs))))
+    (gx,) = torch.autograd.grad(sel.elu(xs).sum(), xs, create_graph=True)
+    (hx,) = torch.autograd.grad(gx.sum(), xs)
+    torch.testing.assert_close(hx, torch.where(xs > 0, 0.0, torch.exp(xs)))

@@ -76,14 +76,8 @@ def _softplus_grad_x(x, grad):
         grad_x = grad * tf.math.sigmoid(x)
 
         def backward(grad_grad_x):
-            x_bar = (
-                grad
-                * grad_grad_x
-                * (
-                    tf.math.exp(-tf.math.abs(x))
-                    / (1 + tf.math.exp(-tf.math.abs(x))) ** 2
-                )
-            )
+            t0 = tf.math.exp(-tf.math.abs(x))
+            x_bar = grad * grad_grad_x * t0 / (t0 + 1) ** 2
             grad_bar = grad_grad_x * tf.math.sigmoid(x)
             return x_bar, grad_bar
 
@@ -140,15 +134,8 @@ def _scaled_softplus_grad_x(x, grad, beta):
         grad_x = grad * tf.math.sigmoid(beta * x)
 
         def backward(grad_grad_x):
-            x_bar = (
-                beta
-                * grad
-                * grad_grad_x
-                * (
-                    tf.math.exp(-tf.math.abs(beta * x))
-                    / (1 + tf.math.exp(-tf.math.abs(beta * x))) ** 2
-                )
-            )
+            t0 = tf.math.exp(-tf.math.abs(beta * x))
+            x_bar = beta * grad * grad_grad_x * t0 / (t0 + 1) ** 2
             grad_bar = grad_grad_x * tf.math.sigmoid(beta * x)
             return x_bar, grad_bar
 
@@ -514,14 +501,8 @@ def _weighted_bce_grad_z(z, target, grad):
         )
 
         def backward(grad_grad_z):
-            z_bar = (
-                grad
-                * grad_grad_z
-                * (
-                    tf.math.exp(-tf.math.abs(z))
-                    / (1 + tf.math.exp(-tf.math.abs(z))) ** 2
-                )
-            )
+            t0 = tf.math.exp(-tf.math.abs(z))
+            z_bar = grad * grad_grad_z * t0 / (t0 + 1) ** 2
             z_bar = _reduce_to(z_bar, z)
             grad_bar = grad_grad_z * (
                 -target * tf.math.sigmoid(-z) + (1 - target) * tf.math.sigmoid(z)

@@ -85,14 +85,8 @@ def _softplus_grad_x(x, grad):
         grad_x = grad * tf.math.sigmoid(x)
 
         def backward(grad_grad_x):
-            x_bar = (
-                grad
-                * grad_grad_x
-                * (
-                    tf.math.exp(-tf.math.abs(x))
-                    / (1 + tf.math.exp(-tf.math.abs(x))) ** 2
-                )
-            )
+            t0 = tf.math.exp(-tf.math.abs(x))
+            x_bar = grad * grad_grad_x * t0 / (t0 + 1) ** 2
             grad_bar = grad_grad_x * tf.math.sigmoid(x)
             return x_bar, grad_bar
 
@@ -149,14 +143,8 @@ def _log_sigmoid_grad_x(x, grad):
         grad_x = grad * tf.math.sigmoid(-x)
 
         def backward(grad_grad_x):
-            x_bar = (
-                -grad
-                * grad_grad_x
-                * (
-                    tf.math.exp(-tf.math.abs(x))
-                    / (1 + tf.math.exp(-tf.math.abs(x))) ** 2
-                )
-            )
+            t0 = tf.math.exp(-tf.math.abs(x))
+            x_bar = -grad * grad_grad_x * t0 / (t0 + 1) ** 2
             grad_bar = grad_grad_x * tf.math.sigmoid(-x)
             return x_bar, grad_bar
 
@@ -216,14 +204,8 @@ def _bce_sigmoid_grad_z(z, target, grad):
         )
 
         def backward(grad_grad_z):
-            z_bar = (
-                grad
-                * grad_grad_z
-                * (
-                    tf.math.exp(-tf.math.abs(z))
-                    / (1 + tf.math.exp(-tf.math.abs(z))) ** 2
-                )
-            )
+            t0 = tf.math.exp(-tf.math.abs(z))
+            z_bar = grad * grad_grad_z * t0 / (t0 + 1) ** 2
             z_bar = _reduce_to(z_bar, z)
             grad_bar = grad_grad_z * (
                 -target * tf.math.sigmoid(-z) + (1 - target) * tf.math.sigmoid(z)
@@ -401,66 +383,40 @@ def _mish_grad_x(x, grad):
     def forward(x, grad):
         t0 = tf.math.softplus(x)
         t1 = tf.math.tanh(t0)
+        t2 = tf.math.exp(-2 * tf.math.abs(t0))
         grad_x = tf.where(
             x < -1600.0,
             grad * t1,
-            grad
-            * (
-                t1
-                + 4
-                * x
-                * (
-                    tf.math.exp(-2 * tf.math.abs(t0))
-                    / (1 + tf.math.exp(-2 * tf.math.abs(t0))) ** 2
-                )
-                * tf.math.sigmoid(x)
-            ),
+            grad * (t1 + 4 * t2 * x * tf.math.sigmoid(x) / (t2 + 1) ** 2),
         )
 
         def backward(grad_grad_x):
             t0 = tf.math.sigmoid(x)
             t1 = tf.math.softplus(x)
-            t2 = (
-                tf.math.exp(-2 * tf.math.abs(t1))
-                / (1 + tf.math.exp(-2 * tf.math.abs(t1))) ** 2
-            )
-            t3 = 8 * t2
-            t4 = t0 * t3
-            t5 = x < -1600.0
-            t6 = (t5) | (x > 1600.0)
-            t7 = (
-                4
-                * t2
-                * x
-                * (
-                    tf.math.exp(-tf.math.abs(x))
-                    / (1 + tf.math.exp(-tf.math.abs(x))) ** 2
-                )
-                + t4
-            )
-            t8 = t0**2 * t3 * x * tf.math.tanh(t1)
+            t2 = tf.math.exp(-2 * tf.math.abs(t1))
+            t3 = (t2 + 1) ** (-2)
+            t4 = t2 * t3
+            t5 = 8 * t4
+            t6 = t0 * t5
+            t7 = x < -1600.0
+            t8 = (t7) | (x > 1600.0)
+            t9 = tf.math.exp(-tf.math.abs(x))
+            t10 = 4 * t4 * t9 * x / (t9 + 1) ** 2 + t6
+            t11 = t0**2 * t5 * x * tf.math.tanh(t1)
             x_bar = grad_grad_x * tf.where(
-                (t5) & (t6),
-                grad * t4,
+                (t7) & (t8),
+                grad * t6,
                 tf.where(
-                    t5,
-                    grad * t7,
-                    tf.where(t6, grad * (8 * t0 * t2 - t8), grad * (t7 - t8)),
+                    t7,
+                    grad * t10,
+                    tf.where(t8, grad * (8 * t0 * t2 * t3 - t11), grad * (t10 - t11)),
                 ),
             )
             t0 = tf.math.softplus(x)
             t1 = tf.math.tanh(t0)
+            t2 = tf.math.exp(-2 * tf.math.abs(t0))
             grad_bar = grad_grad_x * tf.where(
-                x < -1600.0,
-                t1,
-                t1
-                + 4
-                * x
-                * (
-                    tf.math.exp(-2 * tf.math.abs(t0))
-                    / (1 + tf.math.exp(-2 * tf.math.abs(t0))) ** 2
-                )
-                * tf.math.sigmoid(x),
+                x < -1600.0, t1, t1 + 4 * t2 * x * tf.math.sigmoid(x) / (t2 + 1) ** 2
             )
             return x_bar, grad_bar
 
@@ -585,33 +541,23 @@ def _swish_grad_x(x, grad, beta):
     @tf.custom_gradient
     def forward(x, grad):
         t0 = beta * x
-        grad_x = grad * (
-            t0
-            * (tf.math.exp(-tf.math.abs(t0)) / (1 + tf.math.exp(-tf.math.abs(t0))) ** 2)
-            + tf.math.sigmoid(t0)
-        )
+        t1 = tf.math.exp(-tf.math.abs(t0))
+        grad_x = grad * (t0 * t1 / (t1 + 1) ** 2 + tf.math.sigmoid(t0))
 
         def backward(grad_grad_x):
             t0 = beta * x
+            t1 = tf.math.exp(-tf.math.abs(t0))
             x_bar = (
                 -beta
                 * grad
                 * grad_grad_x
+                * t1
                 * (t0 * tf.math.tanh(t0 / 2) - 2)
-                * (
-                    tf.math.exp(-tf.math.abs(t0))
-                    / (1 + tf.math.exp(-tf.math.abs(t0))) ** 2
-                )
+                / (t1 + 1) ** 2
             )
             t0 = beta * x
-            grad_bar = grad_grad_x * (
-                t0
-                * (
-                    tf.math.exp(-tf.math.abs(t0))
-                    / (1 + tf.math.exp(-tf.math.abs(t0))) ** 2
-                )
-                + tf.math.sigmoid(t0)
-            )
+            t1 = tf.math.exp(-tf.math.abs(t0))
+            grad_bar = grad_grad_x * (t0 * t1 / (t1 + 1) ** 2 + tf.math.sigmoid(t0))
             return x_bar, grad_bar
 
         return grad_x, backward
@@ -687,55 +633,56 @@ def _focal_loss_grad_z(z, target, grad, gamma):
         )
 
         def backward(grad_grad_z):
-            t0 = tf.math.exp(-tf.math.abs(z)) / (1 + tf.math.exp(-tf.math.abs(z))) ** 2
-            t1 = gamma * t0
+            t0 = tf.math.sigmoid(z)
+            t1 = gamma + 1
             t2 = -z
             t3 = tf.math.sigmoid(t2)
-            t4 = t3**gamma
-            t5 = t4 * target
-            t6 = t1 * t5
-            t7 = tf.math.sigmoid(z)
-            t8 = t7**gamma
-            t9 = target - 1
-            t10 = t8 * t9
-            t11 = t1 * t10
-            t12 = gamma + 1
-            t13 = t3**t12
-            t14 = t12 * t3 * t7**t12 * t9
-            t15 = -t11 + t12 * t13 * t7 * target - t14 + t6
-            t16 = z > 1600.0
-            t17 = z < -1600.0
-            t18 = (t16) | (t17)
-            t19 = -gamma * t0 * t4 * target + t11 - t12 * t13 * t7 * target + t14
-            t20 = tf.math.softplus(t2)
-            t21 = t20 * t6
-            t22 = tf.math.softplus(z)
-            t23 = -gamma * t0 * t22 * t8 * t9 + t21
-            t24 = gamma**2
-            t25 = t15 + t20 * t24 * t5 * t7**2
-            t26 = t11 * t22 - t21
-            t27 = t10 * t22 * t24 * t3**2
-            t28 = t19 + t27
-            t29 = t25 - t27
+            t4 = t3**t1
+            t5 = target - 1
+            t6 = t0**t1 * t1 * t3 * t5
+            t7 = t3**gamma
+            t8 = t7 * target
+            t9 = tf.math.exp(-tf.math.abs(z))
+            t10 = (t9 + 1) ** (-2)
+            t11 = gamma * t10 * t9
+            t12 = t11 * t8
+            t13 = t0**gamma
+            t14 = t13 * t5
+            t15 = t11 * t14
+            t16 = t0 * t1 * t4 * target + t12 - t15 - t6
+            t17 = z > 1600.0
+            t18 = z < -1600.0
+            t19 = (t17) | (t18)
+            t20 = -gamma * t10 * t7 * t9 * target - t0 * t1 * t4 * target + t15 + t6
+            t21 = tf.math.softplus(t2)
+            t22 = t12 * t21
+            t23 = tf.math.softplus(z)
+            t24 = -gamma * t10 * t13 * t23 * t5 * t9 + t22
+            t25 = gamma**2
+            t26 = t0**2 * t21 * t25 * t8 + t16
+            t27 = t15 * t23 - t22
+            t28 = t14 * t23 * t25 * t3**2
+            t29 = t20 + t28
+            t30 = t26 - t28
             z_bar = grad_grad_z * tf.where(
-                (t16) & (t17) & (t18),
-                grad * t15,
+                (t17) & (t18) & (t19),
+                grad * t16,
                 tf.where(
-                    (t16) & (t17),
-                    grad * (-t19 - t23),
+                    (t17) & (t18),
+                    grad * (-t20 - t24),
                     tf.where(
-                        (t16) & (t18),
-                        grad * t25,
+                        (t17) & (t19),
+                        grad * t26,
                         tf.where(
-                            t16,
-                            grad * (t25 + t26),
+                            t17,
+                            grad * (t26 + t27),
                             tf.where(
-                                (t17) & (t18),
-                                -grad * t28,
+                                (t18) & (t19),
+                                -grad * t29,
                                 tf.where(
-                                    t17,
-                                    grad * (-t23 - t28),
-                                    tf.where(t18, grad * t29, grad * (t26 + t29)),
+                                    t18,
+                                    grad * (-t24 - t29),
+                                    tf.where(t19, grad * t30, grad * (t27 + t30)),
                                 ),
                             ),
                         ),
@@ -1440,23 +1387,11 @@ def _logaddexp_grad_a(a, b, grad):
         grad_a = grad * tf.math.sigmoid(a - b)
 
         def backward(grad_grad_a):
-            a_bar = (
-                grad
-                * grad_grad_a
-                * (
-                    tf.math.exp(-tf.math.abs(a - b))
-                    / (1 + tf.math.exp(-tf.math.abs(a - b))) ** 2
-                )
-            )
+            t0 = tf.math.exp(-tf.math.abs(a - b))
+            a_bar = grad * grad_grad_a * t0 / (t0 + 1) ** 2
             a_bar = _reduce_to(a_bar, a)
-            b_bar = (
-                -grad
-                * grad_grad_a
-                * (
-                    tf.math.exp(-tf.math.abs(a - b))
-                    / (1 + tf.math.exp(-tf.math.abs(a - b))) ** 2
-                )
-            )
+            t0 = tf.math.exp(-tf.math.abs(a - b))
+            b_bar = -grad * grad_grad_a * t0 / (t0 + 1) ** 2
             b_bar = _reduce_to(b_bar, b)
             grad_bar = grad_grad_a * tf.math.sigmoid(a - b)
             grad_bar = _reduce_to(grad_bar, grad)
@@ -1475,23 +1410,11 @@ def _logaddexp_grad_b(a, b, grad):
         grad_b = grad * tf.math.sigmoid(-a + b)
 
         def backward(grad_grad_b):
-            a_bar = (
-                -grad
-                * grad_grad_b
-                * (
-                    tf.math.exp(-tf.math.abs(a - b))
-                    / (1 + tf.math.exp(-tf.math.abs(a - b))) ** 2
-                )
-            )
+            t0 = tf.math.exp(-tf.math.abs(a - b))
+            a_bar = -grad * grad_grad_b * t0 / (t0 + 1) ** 2
             a_bar = _reduce_to(a_bar, a)
-            b_bar = (
-                grad
-                * grad_grad_b
-                * (
-                    tf.math.exp(-tf.math.abs(a - b))
-                    / (1 + tf.math.exp(-tf.math.abs(a - b))) ** 2
-                )
-            )
+            t0 = tf.math.exp(-tf.math.abs(a - b))
+            b_bar = grad * grad_grad_b * t0 / (t0 + 1) ** 2
             b_bar = _reduce_to(b_bar, b)
             grad_bar = grad_grad_b * tf.math.sigmoid(-a + b)
             grad_bar = _reduce_to(grad_bar, grad)

@@ -388,14 +388,8 @@ def _log1pexp_grad_x(x, grad):
         grad_x = grad * tf.math.sigmoid(x)
 
         def backward(grad_grad_x):
-            x_bar = (
-                grad
-                * grad_grad_x
-                * (
-                    tf.math.exp(-tf.math.abs(x))
-                    / (1 + tf.math.exp(-tf.math.abs(x))) ** 2
-                )
-            )
+            t0 = tf.math.exp(-tf.math.abs(x))
+            x_bar = grad * grad_grad_x * t0 / (t0 + 1) ** 2
             grad_bar = grad_grad_x * tf.math.sigmoid(x)
             return x_bar, grad_bar
 
