@@ -214,8 +214,28 @@ def finish(
     if best.has(sigmoid, dsigmoid):
         best = guard_tails(best)
     if best.has(sympy.Piecewise):
-        best = sympy.piecewise_fold(best)
+        best = _prune_branches(sympy.piecewise_fold(best))
     return best
+
+
+def _prune_branches(expr: sympy.Expr) -> sympy.Expr:
+    """Piecewise branches whose condition no real input satisfies, dropped: folding two
+    regime splits pairs every condition of one with every condition of the other
+    ((z > 1600) & (z < -1600) in focal loss), and each branch is a pass in the code."""
+
+    def possible(cond) -> bool:
+        if cond is sympy.true or len(cond.free_symbols) != 1:
+            return True
+        try:
+            return cond.as_set() != sympy.S.EmptySet
+        except (NotImplementedError, TypeError, ValueError):
+            return True
+
+    def prune(node: sympy.Piecewise) -> sympy.Expr:
+        pairs = [(e, c) for e, c in node.args if possible(c)]
+        return sympy.Piecewise(*pairs) if pairs and pairs != list(node.args) else node
+
+    return expr.replace(lambda e: isinstance(e, sympy.Piecewise), prune)
 
 
 def differentiate(expr: sympy.Expr, wrt: sympy.Symbol, points=None, record=None) -> sympy.Expr:

@@ -353,3 +353,18 @@ def test_primitives_printed_by_regime_keep_their_precedence():
     d = float(F.dsigmoid.mp(value))
     assert run_torch(F.dsigmoid(x) ** 2, {"x": value}) == pytest.approx(d**2, rel=1e-15)
     assert run_torch(1 / F.dsigmoid(x), {"x": value}) == pytest.approx(1 / d, rel=1e-15)
+
+
+def test_impossible_branches_of_folded_regimes_are_dropped():
+    from symgrad.derive import _prune_branches
+
+    z = sympy.Symbol("z", real=True)
+    folded = sympy.Piecewise(
+        (z, (z > 1600) & (z < -1600)), (z**2, z > 1600), (z**3, (z < -1600) & (z < 0)), (1, True)
+    )
+    assert _prune_branches(folded) == sympy.Piecewise(
+        (z**2, z > 1600), (z**3, (z < -1600) & (z < 0)), (1, True)
+    )
+    y = sympy.Symbol("y", real=True)
+    two = sympy.Piecewise((z, (z > 1) & (y < 0)), (y, True))  # two inputs: kept as it is
+    assert _prune_branches(two) == two

@@ -584,12 +584,12 @@ def focal_loss(z: tf.Tensor, target: tf.Tensor, gamma: float = 2.0) -> tf.Tensor
 
     Gradients (VJP)::
 
-        grad_z = Piecewise((grad*(-target*sigmoid(-z)**(gamma + 1) - (target - 1)*sigmoid(z)**(gamma + 1)), (z > 1.6e+3) & (z < -1.6e+3)), (grad*(-gamma*target*sigmoid(-z)**gamma*sigmoid(z)*softplus(-z) - target*sigmoid(-z)**(gamma + 1) - (target - 1)*sigmoid(z)**(gamma + 1)), z > 1.6e+3), (grad*(-gamma*(target - 1)*sigmoid(-z)*sigmoid(z)**gamma*softplus(z) - target*sigmoid(-z)**(gamma + 1) - (target - 1)*sigmoid(z)**(gamma + 1)), z < -1.6e+3), (grad*(-gamma*target*sigmoid(-z)**gamma*sigmoid(z)*softplus(-z) - gamma*(target - 1)*sigmoid(-z)*sigmoid(z)**gamma*softplus(z) - target*sigmoid(-z)**(gamma + 1) - (target - 1)*sigmoid(z)**(gamma + 1)), True))
+        grad_z = Piecewise((grad*(-gamma*target*sigmoid(-z)**gamma*sigmoid(z)*softplus(-z) - target*sigmoid(-z)**(gamma + 1) - (target - 1)*sigmoid(z)**(gamma + 1)), z > 1.6e+3), (grad*(-gamma*(target - 1)*sigmoid(-z)*sigmoid(z)**gamma*softplus(z) - target*sigmoid(-z)**(gamma + 1) - (target - 1)*sigmoid(z)**(gamma + 1)), z < -1.6e+3), (grad*(-gamma*target*sigmoid(-z)**gamma*sigmoid(z)*softplus(-z) - gamma*(target - 1)*sigmoid(-z)*sigmoid(z)**gamma*softplus(z) - target*sigmoid(-z)**(gamma + 1) - (target - 1)*sigmoid(z)**(gamma + 1)), True))
 
     Second order (d grad_<input> / d <w>)::
 
-        d grad_z / d z = Piecewise((grad*(gamma*target*dsigmoid(z)*sigmoid(-z)**gamma - gamma*(target - 1)*dsigmoid(z)*sigmoid(z)**gamma + target*(gamma + 1)*sigmoid(-z)**(gamma + 1)*sigmoid(z) - (gamma + 1)*(target - 1)*sigmoid(-z)*sigmoid(z)**(gamma + 1)), (z > 1.6e+3) & (z < -1.6e+3) & ((z > 1.6e+3) | (z < -1.6e+3))), (grad*(-gamma*target*dsigmoid(z)*sigmoid(-z)**gamma*softplus(-z) + gamma*target*dsigmoid(z)*sigmoid(-z)**gamma + gamma*(target - 1)*dsigmoid(z)*sigmoid(z)**gamma*softplus(z) - gamma*(target - 1)*dsigmoid(z)*sigmoid(z)**gamma + target*(gamma + 1)*sigmoid(-z)**(gamma + 1)*sigmoid(z) - (gamma + 1)*(target - 1)*sigmoid(-z)*sigmoid(z)**(gamma + 1)), (z > 1.6e+3) & (z < -1.6e+3)), (grad*(gamma**2*target*sigmoid(-z)**gamma*sigmoid(z)**2*softplus(-z) + gamma*target*dsigmoid(z)*sigmoid(-z)**gamma - gamma*(target - 1)*dsigmoid(z)*sigmoid(z)**gamma + target*(gamma + 1)*sigmoid(-z)**(gamma + 1)*sigmoid(z) - (gamma + 1)*(target - 1)*sigmoid(-z)*sigmoid(z)**(gamma + 1)), (z > 1.6e+3) & ((z > 1.6e+3) | (z < -1.6e+3))), (grad*(gamma**2*target*sigmoid(-z)**gamma*sigmoid(z)**2*softplus(-z) - gamma*target*dsigmoid(z)*sigmoid(-z)**gamma*softplus(-z) + gamma*target*dsigmoid(z)*sigmoid(-z)**gamma + gamma*(target - 1)*dsigmoid(z)*sigmoid(z)**gamma*softplus(z) - gamma*(target - 1)*dsigmoid(z)*sigmoid(z)**gamma + target*(gamma + 1)*sigmoid(-z)**(gamma + 1)*sigmoid(z) - (gamma + 1)*(target - 1)*sigmoid(-z)*sigmoid(z)**(gamma + 1)), z > 1.6e+3), (grad*(-gamma**2*(target - 1)*sigmoid(-z)**2*sigmoid(z)**gamma*softplus(z) + gamma*target*dsigmoid(z)*sigmoid(-z)**gamma - gamma*(target - 1)*dsigmoid(z)*sigmoid(z)**gamma + target*(gamma + 1)*sigmoid(-z)**(gamma + 1)*sigmoid(z) - (gamma + 1)*(target - 1)*sigmoid(-z)*sigmoid(z)**(gamma + 1)), (z < -1.6e+3) & ((z > 1.6e+3) | (z < -1.6e+3))), (grad*(-gamma**2*(target - 1)*sigmoid(-z)**2*sigmoid(z)**gamma*softplus(z) - gamma*target*dsigmoid(z)*sigmoid(-z)**gamma*softplus(-z) + gamma*target*dsigmoid(z)*sigmoid(-z)**gamma + gamma*(target - 1)*dsigmoid(z)*sigmoid(z)**gamma*softplus(z) - gamma*(target - 1)*dsigmoid(z)*sigmoid(z)**gamma + target*(gamma + 1)*sigmoid(-z)**(gamma + 1)*sigmoid(z) - (gamma + 1)*(target - 1)*sigmoid(-z)*sigmoid(z)**(gamma + 1)), z < -1.6e+3), (grad*(gamma**2*target*sigmoid(-z)**gamma*sigmoid(z)**2*softplus(-z) - gamma**2*(target - 1)*sigmoid(-z)**2*sigmoid(z)**gamma*softplus(z) + gamma*target*dsigmoid(z)*sigmoid(-z)**gamma - gamma*(target - 1)*dsigmoid(z)*sigmoid(z)**gamma + target*(gamma + 1)*sigmoid(-z)**(gamma + 1)*sigmoid(z) - (gamma + 1)*(target - 1)*sigmoid(-z)*sigmoid(z)**(gamma + 1)), (z > 1.6e+3) | (z < -1.6e+3)), (grad*(gamma**2*target*sigmoid(-z)**gamma*sigmoid(z)**2*softplus(-z) - gamma**2*(target - 1)*sigmoid(-z)**2*sigmoid(z)**gamma*softplus(z) - gamma*target*dsigmoid(z)*sigmoid(-z)**gamma*softplus(-z) + gamma*target*dsigmoid(z)*sigmoid(-z)**gamma + gamma*(target - 1)*dsigmoid(z)*sigmoid(z)**gamma*softplus(z) - gamma*(target - 1)*dsigmoid(z)*sigmoid(z)**gamma + target*(gamma + 1)*sigmoid(-z)**(gamma + 1)*sigmoid(z) - (gamma + 1)*(target - 1)*sigmoid(-z)*sigmoid(z)**(gamma + 1)), True))
-        d grad_z / d grad = Piecewise((-target*sigmoid(-z)**(gamma + 1) - (target - 1)*sigmoid(z)**(gamma + 1), (z > 1.6e+3) & (z < -1.6e+3)), (-gamma*target*sigmoid(-z)**gamma*sigmoid(z)*softplus(-z) - target*sigmoid(-z)**(gamma + 1) - (target - 1)*sigmoid(z)**(gamma + 1), z > 1.6e+3), (-gamma*(target - 1)*sigmoid(-z)*sigmoid(z)**gamma*softplus(z) - target*sigmoid(-z)**(gamma + 1) - (target - 1)*sigmoid(z)**(gamma + 1), z < -1.6e+3), (-gamma*target*sigmoid(-z)**gamma*sigmoid(z)*softplus(-z) - gamma*(target - 1)*sigmoid(-z)*sigmoid(z)**gamma*softplus(z) - target*sigmoid(-z)**(gamma + 1) - (target - 1)*sigmoid(z)**(gamma + 1), True))
+        d grad_z / d z = Piecewise((grad*(gamma**2*target*sigmoid(-z)**gamma*sigmoid(z)**2*softplus(-z) + gamma*target*dsigmoid(z)*sigmoid(-z)**gamma - gamma*(target - 1)*dsigmoid(z)*sigmoid(z)**gamma + target*(gamma + 1)*sigmoid(-z)**(gamma + 1)*sigmoid(z) - (gamma + 1)*(target - 1)*sigmoid(-z)*sigmoid(z)**(gamma + 1)), (z > 1.6e+3) & ((z > 1.6e+3) | (z < -1.6e+3))), (grad*(gamma**2*target*sigmoid(-z)**gamma*sigmoid(z)**2*softplus(-z) - gamma*target*dsigmoid(z)*sigmoid(-z)**gamma*softplus(-z) + gamma*target*dsigmoid(z)*sigmoid(-z)**gamma + gamma*(target - 1)*dsigmoid(z)*sigmoid(z)**gamma*softplus(z) - gamma*(target - 1)*dsigmoid(z)*sigmoid(z)**gamma + target*(gamma + 1)*sigmoid(-z)**(gamma + 1)*sigmoid(z) - (gamma + 1)*(target - 1)*sigmoid(-z)*sigmoid(z)**(gamma + 1)), z > 1.6e+3), (grad*(-gamma**2*(target - 1)*sigmoid(-z)**2*sigmoid(z)**gamma*softplus(z) + gamma*target*dsigmoid(z)*sigmoid(-z)**gamma - gamma*(target - 1)*dsigmoid(z)*sigmoid(z)**gamma + target*(gamma + 1)*sigmoid(-z)**(gamma + 1)*sigmoid(z) - (gamma + 1)*(target - 1)*sigmoid(-z)*sigmoid(z)**(gamma + 1)), (z < -1.6e+3) & ((z > 1.6e+3) | (z < -1.6e+3))), (grad*(-gamma**2*(target - 1)*sigmoid(-z)**2*sigmoid(z)**gamma*softplus(z) - gamma*target*dsigmoid(z)*sigmoid(-z)**gamma*softplus(-z) + gamma*target*dsigmoid(z)*sigmoid(-z)**gamma + gamma*(target - 1)*dsigmoid(z)*sigmoid(z)**gamma*softplus(z) - gamma*(target - 1)*dsigmoid(z)*sigmoid(z)**gamma + target*(gamma + 1)*sigmoid(-z)**(gamma + 1)*sigmoid(z) - (gamma + 1)*(target - 1)*sigmoid(-z)*sigmoid(z)**(gamma + 1)), z < -1.6e+3), (grad*(gamma**2*target*sigmoid(-z)**gamma*sigmoid(z)**2*softplus(-z) - gamma**2*(target - 1)*sigmoid(-z)**2*sigmoid(z)**gamma*softplus(z) + gamma*target*dsigmoid(z)*sigmoid(-z)**gamma - gamma*(target - 1)*dsigmoid(z)*sigmoid(z)**gamma + target*(gamma + 1)*sigmoid(-z)**(gamma + 1)*sigmoid(z) - (gamma + 1)*(target - 1)*sigmoid(-z)*sigmoid(z)**(gamma + 1)), (z > 1.6e+3) | (z < -1.6e+3)), (grad*(gamma**2*target*sigmoid(-z)**gamma*sigmoid(z)**2*softplus(-z) - gamma**2*(target - 1)*sigmoid(-z)**2*sigmoid(z)**gamma*softplus(z) - gamma*target*dsigmoid(z)*sigmoid(-z)**gamma*softplus(-z) + gamma*target*dsigmoid(z)*sigmoid(-z)**gamma + gamma*(target - 1)*dsigmoid(z)*sigmoid(z)**gamma*softplus(z) - gamma*(target - 1)*dsigmoid(z)*sigmoid(z)**gamma + target*(gamma + 1)*sigmoid(-z)**(gamma + 1)*sigmoid(z) - (gamma + 1)*(target - 1)*sigmoid(-z)*sigmoid(z)**(gamma + 1)), True))
+        d grad_z / d grad = Piecewise((-gamma*target*sigmoid(-z)**gamma*sigmoid(z)*softplus(-z) - target*sigmoid(-z)**(gamma + 1) - (target - 1)*sigmoid(z)**(gamma + 1), z > 1.6e+3), (-gamma*(target - 1)*sigmoid(-z)*sigmoid(z)**gamma*softplus(z) - target*sigmoid(-z)**(gamma + 1) - (target - 1)*sigmoid(z)**(gamma + 1), z < -1.6e+3), (-gamma*target*sigmoid(-z)**gamma*sigmoid(z)*softplus(-z) - gamma*(target - 1)*sigmoid(-z)*sigmoid(z)**gamma*softplus(z) - target*sigmoid(-z)**(gamma + 1) - (target - 1)*sigmoid(z)**(gamma + 1), True))
     """
 
     @tf.custom_gradient
@@ -614,22 +614,18 @@ def _focal_loss_grad_z(z, target, grad, gamma):
 
     @tf.custom_gradient
     def forward(z, target, grad):
-        t0 = -z
-        t1 = tf.math.sigmoid(t0)
-        t2 = gamma + 1
-        t3 = target - 1
-        t4 = tf.math.sigmoid(z)
-        t5 = t1**t2 * target + t3 * t4**t2
-        t6 = z > 1600.0
-        t7 = z < -1600.0
-        t8 = gamma * t1**gamma * t4 * target * tf.math.softplus(t0) + t5
-        t9 = gamma * t1 * t3 * t4**gamma * tf.math.softplus(z)
+        t0 = tf.math.sigmoid(z)
+        t1 = -z
+        t2 = tf.math.sigmoid(t1)
+        t3 = gamma + 1
+        t4 = target - 1
+        t5 = t0**t3 * t4 + t2**t3 * target
+        t6 = gamma * t0 * t2**gamma * target * tf.math.softplus(t1) + t5
+        t7 = gamma * t0**gamma * t2 * t4 * tf.math.softplus(z)
         grad_z = tf.where(
-            (t6) & (t7),
-            -grad * t5,
-            tf.where(
-                t6, -grad * t8, tf.where(t7, grad * (-t5 - t9), grad * (-t8 - t9))
-            ),
+            z > 1600.0,
+            -grad * t6,
+            tf.where(z < -1600.0, grad * (-t5 - t7), grad * (-t6 - t7)),
         )
 
         def backward(grad_grad_z):
@@ -640,68 +636,61 @@ def _focal_loss_grad_z(z, target, grad, gamma):
             t4 = t3**t1
             t5 = target - 1
             t6 = t0**t1 * t1 * t3 * t5
-            t7 = t3**gamma
-            t8 = t7 * target
-            t9 = tf.math.exp(-tf.math.abs(z))
-            t10 = (t9 + 1) ** (-2)
-            t11 = gamma * t10 * t9
-            t12 = t11 * t8
-            t13 = t0**gamma
-            t14 = t13 * t5
-            t15 = t11 * t14
-            t16 = t0 * t1 * t4 * target + t12 - t15 - t6
-            t17 = z > 1600.0
-            t18 = z < -1600.0
-            t19 = (t17) | (t18)
-            t20 = -gamma * t10 * t7 * t9 * target - t0 * t1 * t4 * target + t15 + t6
-            t21 = tf.math.softplus(t2)
-            t22 = t12 * t21
-            t23 = tf.math.softplus(z)
-            t24 = -gamma * t10 * t13 * t23 * t5 * t9 + t22
-            t25 = gamma**2
-            t26 = t0**2 * t21 * t25 * t8 + t16
-            t27 = t15 * t23 - t22
-            t28 = t14 * t23 * t25 * t3**2
-            t29 = t20 + t28
-            t30 = t26 - t28
+            t7 = gamma**2
+            t8 = tf.math.softplus(t2)
+            t9 = t3**gamma
+            t10 = t9 * target
+            t11 = tf.math.exp(-tf.math.abs(z))
+            t12 = (t11 + 1) ** (-2)
+            t13 = gamma * t11 * t12
+            t14 = t10 * t13
+            t15 = t0**gamma
+            t16 = t15 * t5
+            t17 = t13 * t16
+            t18 = t0**2 * t10 * t7 * t8 + t0 * t1 * t4 * target + t14 - t17 - t6
+            t19 = z > 1600.0
+            t20 = z < -1600.0
+            t21 = (t19) | (t20)
+            t22 = tf.math.softplus(z)
+            t23 = t14 * t8
+            t24 = t17 * t22 - t23
+            t25 = t16 * t22 * t3**2 * t7
+            t26 = (
+                -gamma * t11 * t12 * t9 * target
+                - t0 * t1 * t4 * target
+                + t17
+                + t25
+                + t6
+            )
+            t27 = t18 - t25
             z_bar = grad_grad_z * tf.where(
-                (t17) & (t18) & (t19),
-                grad * t16,
+                (t19) & (t21),
+                grad * t18,
                 tf.where(
-                    (t17) & (t18),
-                    grad * (-t20 - t24),
+                    t19,
+                    grad * (t18 + t24),
                     tf.where(
-                        (t17) & (t19),
-                        grad * t26,
+                        (t20) & (t21),
+                        -grad * t26,
                         tf.where(
-                            t17,
-                            grad * (t26 + t27),
-                            tf.where(
-                                (t18) & (t19),
-                                -grad * t29,
-                                tf.where(
-                                    t18,
-                                    grad * (-t24 - t29),
-                                    tf.where(t19, grad * t30, grad * (t27 + t30)),
-                                ),
-                            ),
+                            t20,
+                            grad * (gamma * t11 * t12 * t15 * t22 * t5 - t23 - t26),
+                            tf.where(t21, grad * t27, grad * (t24 + t27)),
                         ),
                     ),
                 ),
             )
             z_bar = _reduce_to(z_bar, z)
-            t0 = -z
-            t1 = tf.math.sigmoid(t0)
-            t2 = gamma + 1
-            t3 = target - 1
-            t4 = tf.math.sigmoid(z)
-            t5 = t1**t2 * target + t3 * t4**t2
-            t6 = z > 1600.0
-            t7 = z < -1600.0
-            t8 = gamma * t1**gamma * t4 * target * tf.math.softplus(t0) + t5
-            t9 = gamma * t1 * t3 * t4**gamma * tf.math.softplus(z)
+            t0 = tf.math.sigmoid(z)
+            t1 = -z
+            t2 = tf.math.sigmoid(t1)
+            t3 = gamma + 1
+            t4 = target - 1
+            t5 = t0**t3 * t4 + t2**t3 * target
+            t6 = gamma * t0 * t2**gamma * target * tf.math.softplus(t1) + t5
+            t7 = gamma * t0**gamma * t2 * t4 * tf.math.softplus(z)
             grad_bar = grad_grad_z * tf.where(
-                (t6) & (t7), -t5, tf.where(t6, -t8, tf.where(t7, -t5 - t9, -t8 - t9))
+                z > 1600.0, -t6, tf.where(z < -1600.0, -t5 - t7, -t6 - t7)
             )
             grad_bar = _reduce_to(grad_bar, grad)
             return z_bar, None, grad_bar

@@ -1554,12 +1554,12 @@ class FocalLoss(_FocalLoss):
 
     Gradients (VJP)::
 
-        grad_z = Piecewise((grad*(-target*sigmoid(-z)**(gamma + 1) - (target - 1)*sigmoid(z)**(gamma + 1)), (z > 1.6e+3) & (z < -1.6e+3)), (grad*(-gamma*target*sigmoid(-z)**gamma*sigmoid(z)*softplus(-z) - target*sigmoid(-z)**(gamma + 1) - (target - 1)*sigmoid(z)**(gamma + 1)), z > 1.6e+3), (grad*(-gamma*(target - 1)*sigmoid(-z)*sigmoid(z)**gamma*softplus(z) - target*sigmoid(-z)**(gamma + 1) - (target - 1)*sigmoid(z)**(gamma + 1)), z < -1.6e+3), (grad*(-gamma*target*sigmoid(-z)**gamma*sigmoid(z)*softplus(-z) - gamma*(target - 1)*sigmoid(-z)*sigmoid(z)**gamma*softplus(z) - target*sigmoid(-z)**(gamma + 1) - (target - 1)*sigmoid(z)**(gamma + 1)), True))
+        grad_z = Piecewise((grad*(-gamma*target*sigmoid(-z)**gamma*sigmoid(z)*softplus(-z) - target*sigmoid(-z)**(gamma + 1) - (target - 1)*sigmoid(z)**(gamma + 1)), z > 1.6e+3), (grad*(-gamma*(target - 1)*sigmoid(-z)*sigmoid(z)**gamma*softplus(z) - target*sigmoid(-z)**(gamma + 1) - (target - 1)*sigmoid(z)**(gamma + 1)), z < -1.6e+3), (grad*(-gamma*target*sigmoid(-z)**gamma*sigmoid(z)*softplus(-z) - gamma*(target - 1)*sigmoid(-z)*sigmoid(z)**gamma*softplus(z) - target*sigmoid(-z)**(gamma + 1) - (target - 1)*sigmoid(z)**(gamma + 1)), True))
 
     Second order (d grad_<input> / d <w>)::
 
-        d grad_z / d z = Piecewise((grad*(gamma*target*dsigmoid(z)*sigmoid(-z)**gamma - gamma*(target - 1)*dsigmoid(z)*sigmoid(z)**gamma + target*(gamma + 1)*sigmoid(-z)**(gamma + 1)*sigmoid(z) - (gamma + 1)*(target - 1)*sigmoid(-z)*sigmoid(z)**(gamma + 1)), (z > 1.6e+3) & (z < -1.6e+3) & ((z > 1.6e+3) | (z < -1.6e+3))), (grad*(-gamma*target*dsigmoid(z)*sigmoid(-z)**gamma*softplus(-z) + gamma*target*dsigmoid(z)*sigmoid(-z)**gamma + gamma*(target - 1)*dsigmoid(z)*sigmoid(z)**gamma*softplus(z) - gamma*(target - 1)*dsigmoid(z)*sigmoid(z)**gamma + target*(gamma + 1)*sigmoid(-z)**(gamma + 1)*sigmoid(z) - (gamma + 1)*(target - 1)*sigmoid(-z)*sigmoid(z)**(gamma + 1)), (z > 1.6e+3) & (z < -1.6e+3)), (grad*(gamma**2*target*sigmoid(-z)**gamma*sigmoid(z)**2*softplus(-z) + gamma*target*dsigmoid(z)*sigmoid(-z)**gamma - gamma*(target - 1)*dsigmoid(z)*sigmoid(z)**gamma + target*(gamma + 1)*sigmoid(-z)**(gamma + 1)*sigmoid(z) - (gamma + 1)*(target - 1)*sigmoid(-z)*sigmoid(z)**(gamma + 1)), (z > 1.6e+3) & ((z > 1.6e+3) | (z < -1.6e+3))), (grad*(gamma**2*target*sigmoid(-z)**gamma*sigmoid(z)**2*softplus(-z) - gamma*target*dsigmoid(z)*sigmoid(-z)**gamma*softplus(-z) + gamma*target*dsigmoid(z)*sigmoid(-z)**gamma + gamma*(target - 1)*dsigmoid(z)*sigmoid(z)**gamma*softplus(z) - gamma*(target - 1)*dsigmoid(z)*sigmoid(z)**gamma + target*(gamma + 1)*sigmoid(-z)**(gamma + 1)*sigmoid(z) - (gamma + 1)*(target - 1)*sigmoid(-z)*sigmoid(z)**(gamma + 1)), z > 1.6e+3), (grad*(-gamma**2*(target - 1)*sigmoid(-z)**2*sigmoid(z)**gamma*softplus(z) + gamma*target*dsigmoid(z)*sigmoid(-z)**gamma - gamma*(target - 1)*dsigmoid(z)*sigmoid(z)**gamma + target*(gamma + 1)*sigmoid(-z)**(gamma + 1)*sigmoid(z) - (gamma + 1)*(target - 1)*sigmoid(-z)*sigmoid(z)**(gamma + 1)), (z < -1.6e+3) & ((z > 1.6e+3) | (z < -1.6e+3))), (grad*(-gamma**2*(target - 1)*sigmoid(-z)**2*sigmoid(z)**gamma*softplus(z) - gamma*target*dsigmoid(z)*sigmoid(-z)**gamma*softplus(-z) + gamma*target*dsigmoid(z)*sigmoid(-z)**gamma + gamma*(target - 1)*dsigmoid(z)*sigmoid(z)**gamma*softplus(z) - gamma*(target - 1)*dsigmoid(z)*sigmoid(z)**gamma + target*(gamma + 1)*sigmoid(-z)**(gamma + 1)*sigmoid(z) - (gamma + 1)*(target - 1)*sigmoid(-z)*sigmoid(z)**(gamma + 1)), z < -1.6e+3), (grad*(gamma**2*target*sigmoid(-z)**gamma*sigmoid(z)**2*softplus(-z) - gamma**2*(target - 1)*sigmoid(-z)**2*sigmoid(z)**gamma*softplus(z) + gamma*target*dsigmoid(z)*sigmoid(-z)**gamma - gamma*(target - 1)*dsigmoid(z)*sigmoid(z)**gamma + target*(gamma + 1)*sigmoid(-z)**(gamma + 1)*sigmoid(z) - (gamma + 1)*(target - 1)*sigmoid(-z)*sigmoid(z)**(gamma + 1)), (z > 1.6e+3) | (z < -1.6e+3)), (grad*(gamma**2*target*sigmoid(-z)**gamma*sigmoid(z)**2*softplus(-z) - gamma**2*(target - 1)*sigmoid(-z)**2*sigmoid(z)**gamma*softplus(z) - gamma*target*dsigmoid(z)*sigmoid(-z)**gamma*softplus(-z) + gamma*target*dsigmoid(z)*sigmoid(-z)**gamma + gamma*(target - 1)*dsigmoid(z)*sigmoid(z)**gamma*softplus(z) - gamma*(target - 1)*dsigmoid(z)*sigmoid(z)**gamma + target*(gamma + 1)*sigmoid(-z)**(gamma + 1)*sigmoid(z) - (gamma + 1)*(target - 1)*sigmoid(-z)*sigmoid(z)**(gamma + 1)), True))
-        d grad_z / d grad = Piecewise((-target*sigmoid(-z)**(gamma + 1) - (target - 1)*sigmoid(z)**(gamma + 1), (z > 1.6e+3) & (z < -1.6e+3)), (-gamma*target*sigmoid(-z)**gamma*sigmoid(z)*softplus(-z) - target*sigmoid(-z)**(gamma + 1) - (target - 1)*sigmoid(z)**(gamma + 1), z > 1.6e+3), (-gamma*(target - 1)*sigmoid(-z)*sigmoid(z)**gamma*softplus(z) - target*sigmoid(-z)**(gamma + 1) - (target - 1)*sigmoid(z)**(gamma + 1), z < -1.6e+3), (-gamma*target*sigmoid(-z)**gamma*sigmoid(z)*softplus(-z) - gamma*(target - 1)*sigmoid(-z)*sigmoid(z)**gamma*softplus(z) - target*sigmoid(-z)**(gamma + 1) - (target - 1)*sigmoid(z)**(gamma + 1), True))
+        d grad_z / d z = Piecewise((grad*(gamma**2*target*sigmoid(-z)**gamma*sigmoid(z)**2*softplus(-z) + gamma*target*dsigmoid(z)*sigmoid(-z)**gamma - gamma*(target - 1)*dsigmoid(z)*sigmoid(z)**gamma + target*(gamma + 1)*sigmoid(-z)**(gamma + 1)*sigmoid(z) - (gamma + 1)*(target - 1)*sigmoid(-z)*sigmoid(z)**(gamma + 1)), (z > 1.6e+3) & ((z > 1.6e+3) | (z < -1.6e+3))), (grad*(gamma**2*target*sigmoid(-z)**gamma*sigmoid(z)**2*softplus(-z) - gamma*target*dsigmoid(z)*sigmoid(-z)**gamma*softplus(-z) + gamma*target*dsigmoid(z)*sigmoid(-z)**gamma + gamma*(target - 1)*dsigmoid(z)*sigmoid(z)**gamma*softplus(z) - gamma*(target - 1)*dsigmoid(z)*sigmoid(z)**gamma + target*(gamma + 1)*sigmoid(-z)**(gamma + 1)*sigmoid(z) - (gamma + 1)*(target - 1)*sigmoid(-z)*sigmoid(z)**(gamma + 1)), z > 1.6e+3), (grad*(-gamma**2*(target - 1)*sigmoid(-z)**2*sigmoid(z)**gamma*softplus(z) + gamma*target*dsigmoid(z)*sigmoid(-z)**gamma - gamma*(target - 1)*dsigmoid(z)*sigmoid(z)**gamma + target*(gamma + 1)*sigmoid(-z)**(gamma + 1)*sigmoid(z) - (gamma + 1)*(target - 1)*sigmoid(-z)*sigmoid(z)**(gamma + 1)), (z < -1.6e+3) & ((z > 1.6e+3) | (z < -1.6e+3))), (grad*(-gamma**2*(target - 1)*sigmoid(-z)**2*sigmoid(z)**gamma*softplus(z) - gamma*target*dsigmoid(z)*sigmoid(-z)**gamma*softplus(-z) + gamma*target*dsigmoid(z)*sigmoid(-z)**gamma + gamma*(target - 1)*dsigmoid(z)*sigmoid(z)**gamma*softplus(z) - gamma*(target - 1)*dsigmoid(z)*sigmoid(z)**gamma + target*(gamma + 1)*sigmoid(-z)**(gamma + 1)*sigmoid(z) - (gamma + 1)*(target - 1)*sigmoid(-z)*sigmoid(z)**(gamma + 1)), z < -1.6e+3), (grad*(gamma**2*target*sigmoid(-z)**gamma*sigmoid(z)**2*softplus(-z) - gamma**2*(target - 1)*sigmoid(-z)**2*sigmoid(z)**gamma*softplus(z) + gamma*target*dsigmoid(z)*sigmoid(-z)**gamma - gamma*(target - 1)*dsigmoid(z)*sigmoid(z)**gamma + target*(gamma + 1)*sigmoid(-z)**(gamma + 1)*sigmoid(z) - (gamma + 1)*(target - 1)*sigmoid(-z)*sigmoid(z)**(gamma + 1)), (z > 1.6e+3) | (z < -1.6e+3)), (grad*(gamma**2*target*sigmoid(-z)**gamma*sigmoid(z)**2*softplus(-z) - gamma**2*(target - 1)*sigmoid(-z)**2*sigmoid(z)**gamma*softplus(z) - gamma*target*dsigmoid(z)*sigmoid(-z)**gamma*softplus(-z) + gamma*target*dsigmoid(z)*sigmoid(-z)**gamma + gamma*(target - 1)*dsigmoid(z)*sigmoid(z)**gamma*softplus(z) - gamma*(target - 1)*dsigmoid(z)*sigmoid(z)**gamma + target*(gamma + 1)*sigmoid(-z)**(gamma + 1)*sigmoid(z) - (gamma + 1)*(target - 1)*sigmoid(-z)*sigmoid(z)**(gamma + 1)), True))
+        d grad_z / d grad = Piecewise((-gamma*target*sigmoid(-z)**gamma*sigmoid(z)*softplus(-z) - target*sigmoid(-z)**(gamma + 1) - (target - 1)*sigmoid(z)**(gamma + 1), z > 1.6e+3), (-gamma*(target - 1)*sigmoid(-z)*sigmoid(z)**gamma*softplus(z) - target*sigmoid(-z)**(gamma + 1) - (target - 1)*sigmoid(z)**(gamma + 1), z < -1.6e+3), (-gamma*target*sigmoid(-z)**gamma*sigmoid(z)*softplus(-z) - gamma*(target - 1)*sigmoid(-z)*sigmoid(z)**gamma*softplus(z) - target*sigmoid(-z)**(gamma + 1) - (target - 1)*sigmoid(z)**(gamma + 1), True))
     """
 
     @staticmethod
@@ -1567,31 +1567,25 @@ class FocalLoss(_FocalLoss):
         z, target = ctx.saved_tensors
         gamma = ctx.gamma
         t0 = -gamma
-        t1 = -z
-        t2 = torch.sigmoid(t1)
-        t3 = gamma + 1
-        t4 = t2**t3 * target
-        t5 = target - 1
-        t6 = torch.sigmoid(z)
-        t7 = t5 * t6**t3
-        t8 = t4 + t7
-        t9 = z > 1600.0
-        t10 = z < -1600.0
-        t11 = torch.nn.functional.softplus(t1, threshold=40.0)
-        t12 = t2**gamma
-        t13 = torch.nn.functional.softplus(z, threshold=40.0)
-        t14 = t6**gamma
+        t1 = torch.sigmoid(z)
+        t2 = -z
+        t3 = torch.nn.functional.softplus(t2, threshold=40.0)
+        t4 = torch.sigmoid(t2)
+        t5 = t4**gamma
+        t6 = gamma + 1
+        t7 = t4**t6 * target
+        t8 = target - 1
+        t9 = t1**t6 * t8
+        t10 = t7 + t9
+        t11 = torch.nn.functional.softplus(z, threshold=40.0)
+        t12 = t1**gamma
         out_t = z_t * torch.where(
-            (t10) & (t9),
-            -t8,
+            z > 1600.0,
+            t0 * t1 * t3 * t5 * target - t10,
             torch.where(
-                t9,
-                t0 * t11 * t12 * t6 * target - t8,
-                torch.where(
-                    t10,
-                    t0 * t13 * t14 * t2 * t5 - t8,
-                    t0 * t11 * t12 * t6 * target + t0 * t13 * t14 * t2 * t5 - t4 - t7,
-                ),
+                z < -1600.0,
+                t0 * t11 * t12 * t4 * t8 - t10,
+                t0 * t1 * t3 * t5 * target + t0 * t11 * t12 * t4 * t8 - t7 - t9,
             ),
         )
         return out_t
@@ -1599,46 +1593,35 @@ class FocalLoss(_FocalLoss):
 
 def _focal_loss_grad_z(z, target, grad, gamma):
     t0 = -gamma
-    t1 = -z
-    t2 = torch.sigmoid(t1)
-    t3 = gamma + 1
-    t4 = t2**t3 * target
-    t5 = target - 1
-    t6 = torch.sigmoid(z)
-    t7 = t5 * t6**t3
-    t8 = t4 + t7
-    t9 = z > 1600.0
-    t10 = z < -1600.0
-    t11 = torch.nn.functional.softplus(t1, threshold=40.0)
-    t12 = t2**gamma
-    t13 = torch.nn.functional.softplus(z, threshold=40.0)
-    t14 = t6**gamma
-    t15 = t10 & t9
-    t16 = t0 * t11
-    t17 = t16.mul_(t12)
-    t18 = t0 * t13
-    t19 = t18.mul_(t14)
-    t20 = t19.mul_(t2)
-    t21 = t20 * t5
-    t22 = t17.mul_(t6)
-    t23 = -grad * t8
-    t24 = (t22 * target).sub_(t8)
+    t1 = torch.sigmoid(z)
+    t2 = -z
+    t3 = torch.nn.functional.softplus(t2, threshold=40.0)
+    t4 = t2.sigmoid_()
+    t5 = t4**gamma
+    t6 = gamma + 1
+    t7 = t4**t6 * target
+    t8 = target - 1
+    t9 = t1**t6 * t8
+    t10 = t7 + t9
+    t11 = torch.nn.functional.softplus(z, threshold=40.0)
+    t12 = t1**gamma
+    t13 = t0 * t1
+    t14 = (t13.mul_(t3).mul_(t5) * target).sub_(t10)
+    t15 = t0 * t11
+    t16 = t15.mul_(t12)
+    t17 = t16.mul_(t4)
+    t18 = t17 * t8
     grad_z = _where(
-        t15,
-        t23,
+        z > 1600.0,
+        grad * t14,
         _where(
-            t9,
-            grad * t24,
-            _where(
-                t10,
-                grad * t21.sub_(t8),
-                grad
-                * (t11.mul_(t0).mul_(t12).mul_(t6) * target)
-                .add_(t13.mul_(t0).mul_(t14).mul_(t2) * t5)
-                .sub_(t4)
-                .sub_(t7),
-                overwrite="a",
-            ),
+            z < -1600.0,
+            grad * t18.sub_(t10),
+            grad
+            * (t1.mul_(t0).mul_(t3).mul_(t5) * target)
+            .add_(t11.mul_(t0).mul_(t12).mul_(t4) * t8)
+            .sub_(t7)
+            .sub_(t9),
             overwrite="a",
         ),
         overwrite="a",
@@ -1655,74 +1638,66 @@ def _focal_loss_grad_z_backward(
     t1 = -gamma
     if need_z_bar:
         t2 = -(gamma**2)
-    t3 = -z
-    t4 = torch.sigmoid(t3)
-    t5 = target - 1
-    t6 = torch.sigmoid(z)
-    t7 = gamma + 1
-    t8 = t5 * t6**t7
-    t9 = t4**t7 * target
-    t10 = t4**gamma
-    t11 = t10 * target
+    t3 = torch.sigmoid(z)
+    t4 = -z
+    t5 = torch.nn.functional.softplus(t4, threshold=40.0)
+    t6 = t4.sigmoid_()
+    t7 = t6**gamma
+    t8 = t7 * target
+    t9 = t5 * t8
+    t10 = target - 1
+    t11 = gamma + 1
+    t12 = t10 * t3**t11
+    t13 = t6**t11 * target
     if need_z_bar:
-        t12 = torch.abs(z).neg_().exp_()
-        t13 = t12 / (t12 + 1).pow_(2)
-        t14 = gamma * t13
-    t15 = t6**gamma
-    t16 = t15 * t5
+        t14 = torch.abs(z).neg_().exp_()
+        t15 = t14 / (t14 + 1).pow_(2)
+        t16 = gamma * t15
+    t17 = t3**gamma
+    t18 = t10 * t17
     if need_z_bar:
-        t17 = t13.mul_(t1)
-        t18 = (t0 * t4 * t8).add_(t11 * t14).add_(t16 * t17).add_(t6 * t7 * t9)
-    t19 = z > 1600.0
-    t20 = z < -1600.0
+        t19 = t15.mul_(t1)
+        t20 = (
+            (t0 * t12)
+            .mul_(t6)
+            .add_((t11 * t13).mul_(t3))
+            .add_(t8.mul_(t16))
+            .add_(t18 * t19)
+        )
+        t21 = ((t3**2).mul_(gamma**2) * t9).add_(t20)
+    t22 = z > 1600.0
+    t23 = z < -1600.0
     if need_z_bar:
-        t21 = t19 | t20
-    t22 = torch.nn.functional.softplus(z, threshold=40.0)
-    t23 = t16.mul_(t22)
-    t24 = torch.nn.functional.softplus(t3, threshold=40.0)
-    t25 = t11.mul_(t24)
+        t24 = t22 | t23
+    t25 = torch.nn.functional.softplus(z, threshold=40.0)
+    t26 = t18.mul_(t25)
     if need_z_bar:
-        t26 = (t14 * t23).add_(t17 * t25)
-    t27 = t19 & t20
-    if need_z_bar:
-        t28 = (gamma**2 * t25).mul_(t6**2).add_(t18)
-        t29 = (t2 * t23).mul_(t4**2)
-        t30 = t18 + t29
-        t31 = t29.add_(t28)
+        t27 = (t16 * t26).add_(t19 * t9)
+        t28 = (t2 * t26).mul_(t6**2)
+        t29 = t20.add_(t28)
+        t30 = t28.add_(t21)
     if need_grad_bar:
-        t32 = t8 + t9
+        t31 = t12 + t13
     if need_z_bar:
-        t33 = grad * t18
-        t34 = t19 & t20 & t21
-        t35 = t19 & t21
-        t36 = t20 & t21
-        t37 = t18.add_(t26)
-        t38 = t26 + t28
-        t39 = t26 + t30
-        t40 = grad * t31
+        t32 = grad * t21
+        t33 = t22 & t24
+        t34 = t23 & t24
+        t35 = t21.add_(t27)
+        t36 = t27 + t29
+        t37 = grad * t30
         z_bar = grad_grad_z * _where(
-            t34,
             t33,
+            t32,
             _where(
-                t27,
-                grad * t37,
+                t22,
+                grad * t35,
                 _where(
-                    t35,
-                    grad * t28,
+                    t34,
+                    grad * t29,
                     _where(
-                        t19,
-                        grad * t38,
-                        _where(
-                            t36,
-                            grad * t30,
-                            _where(
-                                t20,
-                                grad * t39,
-                                _where(t21, t40, grad * t26.add_(t31), overwrite="a"),
-                                overwrite="a",
-                            ),
-                            overwrite="a",
-                        ),
+                        t23,
+                        grad * t36,
+                        _where(t24, t37, grad * t27.add_(t30), overwrite="a"),
                         overwrite="a",
                     ),
                     overwrite="a",
@@ -1732,21 +1707,16 @@ def _focal_loss_grad_z_backward(
             overwrite="a",
         )
     if need_grad_bar:
-        t41 = -t32
-        t42 = (t10.mul_(t1).mul_(t24).mul_(t6) * target).sub_(t32)
-        t43 = t15.mul_(t1).mul_(t22).mul_(t4)
+        t38 = t1 * t3
+        t39 = (t38.mul_(t5).mul_(t7) * target).sub_(t31)
+        t40 = (t1 * t10 * t17).mul_(t25).mul_(t6)
         grad_bar = grad_grad_z * _where(
-            t27,
-            t41,
+            t22,
+            t39,
             _where(
-                t19,
-                t42,
-                _where(
-                    t20,
-                    (t43 * t5).sub_(t32),
-                    t23.mul_(t1).mul_(t4).add_(t25.mul_(t1).mul_(t6)).sub_(t8).sub_(t9),
-                    overwrite="a",
-                ),
+                t23,
+                t40.sub_(t31),
+                t26.mul_(t1).mul_(t6).add_(t9.mul_(t3.mul_(t1))).sub_(t12).sub_(t13),
                 overwrite="a",
             ),
             overwrite="a",
@@ -1793,51 +1763,43 @@ class _FocalLossBackward(torch.autograd.Function):
             t0 = -gamma - 1
             t1 = -gamma
             t2 = -(gamma**2)
-            t3 = target - 1
+            t3 = torch.sigmoid(z)
             t4 = -z
             t5 = torch.sigmoid(t4)
-            t6 = torch.sigmoid(z)
-            t7 = gamma + 1
-            t8 = t5**gamma * target
-            t9 = torch.exp(-torch.abs(z))
-            t10 = t9 / (t9 + 1) ** 2
-            t11 = gamma * t10
-            t12 = t3 * t6**gamma
-            t13 = t1 * t10
-            t14 = (
-                t0 * t3 * t5 * t6**t7 + t11 * t8 + t12 * t13 + t5**t7 * t6 * t7 * target
+            t6 = t5**gamma * target
+            t7 = t6 * torch.nn.functional.softplus(t4, threshold=40.0)
+            t8 = target - 1
+            t9 = gamma + 1
+            t10 = torch.exp(-torch.abs(z))
+            t11 = t10 / (t10 + 1) ** 2
+            t12 = gamma * t11
+            t13 = t3**gamma * t8
+            t14 = t1 * t11
+            t15 = (
+                t0 * t3**t9 * t5 * t8 + t12 * t6 + t13 * t14 + t3 * t5**t9 * t9 * target
             )
-            t15 = z > 1600.0
-            t16 = z < -1600.0
-            t17 = (t15) | (t16)
-            t18 = t12 * torch.nn.functional.softplus(z, threshold=40.0)
-            t19 = t8 * torch.nn.functional.softplus(t4, threshold=40.0)
-            t20 = t11 * t18 + t13 * t19
-            t21 = gamma**2 * t19 * t6**2 + t14
-            t22 = t18 * t2 * t5**2
-            t23 = t14 + t22
-            t24 = t21 + t22
+            t16 = gamma**2 * t3**2 * t7 + t15
+            t17 = z > 1600.0
+            t18 = z < -1600.0
+            t19 = (t17) | (t18)
+            t20 = t13 * torch.nn.functional.softplus(z, threshold=40.0)
+            t21 = t12 * t20 + t14 * t7
+            t22 = t2 * t20 * t5**2
+            t23 = t15 + t22
+            t24 = t16 + t22
             z_bar = grad_grad_z * torch.where(
-                (t15) & (t16) & (t17),
-                grad * t14,
+                (t17) & (t19),
+                grad * t16,
                 torch.where(
-                    (t15) & (t16),
-                    grad * (t14 + t20),
+                    t17,
+                    grad * (t16 + t21),
                     torch.where(
-                        (t15) & (t17),
-                        grad * t21,
+                        (t18) & (t19),
+                        grad * t23,
                         torch.where(
-                            t15,
-                            grad * (t20 + t21),
-                            torch.where(
-                                (t16) & (t17),
-                                grad * t23,
-                                torch.where(
-                                    t16,
-                                    grad * (t20 + t23),
-                                    torch.where(t17, grad * t24, grad * (t20 + t24)),
-                                ),
-                            ),
+                            t18,
+                            grad * (t21 + t23),
+                            torch.where(t19, grad * t24, grad * (t21 + t24)),
                         ),
                     ),
                 ),
@@ -1846,34 +1808,25 @@ class _FocalLossBackward(torch.autograd.Function):
         grad_bar = None
         if ctx.needs_input_grad[2]:
             t0 = -gamma
-            t1 = -z
-            t2 = torch.sigmoid(t1)
-            t3 = gamma + 1
-            t4 = t2**t3 * target
-            t5 = target - 1
-            t6 = torch.sigmoid(z)
-            t7 = t5 * t6**t3
-            t8 = t4 + t7
-            t9 = z > 1600.0
-            t10 = z < -1600.0
-            t11 = torch.nn.functional.softplus(t1, threshold=40.0)
-            t12 = t2**gamma
-            t13 = torch.nn.functional.softplus(z, threshold=40.0)
-            t14 = t6**gamma
+            t1 = torch.sigmoid(z)
+            t2 = -z
+            t3 = torch.nn.functional.softplus(t2, threshold=40.0)
+            t4 = torch.sigmoid(t2)
+            t5 = t4**gamma
+            t6 = gamma + 1
+            t7 = t4**t6 * target
+            t8 = target - 1
+            t9 = t1**t6 * t8
+            t10 = t7 + t9
+            t11 = torch.nn.functional.softplus(z, threshold=40.0)
+            t12 = t1**gamma
             grad_bar = grad_grad_z * torch.where(
-                (t10) & (t9),
-                -t8,
+                z > 1600.0,
+                t0 * t1 * t3 * t5 * target - t10,
                 torch.where(
-                    t9,
-                    t0 * t11 * t12 * t6 * target - t8,
-                    torch.where(
-                        t10,
-                        t0 * t13 * t14 * t2 * t5 - t8,
-                        t0 * t11 * t12 * t6 * target
-                        + t0 * t13 * t14 * t2 * t5
-                        - t4
-                        - t7,
-                    ),
+                    z < -1600.0,
+                    t0 * t11 * t12 * t4 * t8 - t10,
+                    t0 * t1 * t3 * t5 * target + t0 * t11 * t12 * t4 * t8 - t7 - t9,
                 ),
             )
         return z_bar, None, grad_bar, None
@@ -1889,69 +1842,56 @@ class FocalLossBackward(_FocalLossBackward):
         t0 = -gamma
         t1 = -gamma - 1
         t2 = -(gamma**2)
-        t3 = -z
-        t4 = torch.sigmoid(t3)
-        t5 = gamma + 1
-        t6 = t4**t5 * target
-        t7 = target - 1
-        t8 = torch.sigmoid(z)
-        t9 = t7 * t8**t5
-        t10 = t6 + t9
-        t11 = z > 1600.0
-        t12 = z < -1600.0
-        t13 = (t11) & (t12)
-        t14 = torch.nn.functional.softplus(t3, threshold=40.0)
-        t15 = t4**gamma
-        t16 = torch.nn.functional.softplus(z, threshold=40.0)
-        t17 = t8**gamma
-        t18 = t15 * target
-        t19 = t14 * t18
-        t20 = t0 * t19
-        t21 = t0 * t17 * t7
-        t22 = torch.exp(-torch.abs(z))
-        t23 = t22 / (t22 + 1) ** 2
-        t24 = gamma * t23
-        t25 = t1 * t4 * t9 + t18 * t24 + t21 * t23 + t5 * t6 * t8
-        t26 = (t11) | (t12)
-        t27 = t16 * t17 * t7
-        t28 = t20 * t23 + t24 * t27
-        t29 = gamma**2 * t19 * t8**2 + t25
-        t30 = t2 * t27 * t4**2
-        t31 = t25 + t30
-        t32 = t29 + t30
+        t3 = torch.sigmoid(z)
+        t4 = -z
+        t5 = torch.nn.functional.softplus(t4, threshold=40.0)
+        t6 = torch.sigmoid(t4)
+        t7 = t6**gamma
+        t8 = gamma + 1
+        t9 = t6**t8 * target
+        t10 = target - 1
+        t11 = t10 * t3**t8
+        t12 = t11 + t9
+        t13 = z > 1600.0
+        t14 = torch.nn.functional.softplus(z, threshold=40.0)
+        t15 = t3**gamma
+        t16 = z < -1600.0
+        t17 = t7 * target
+        t18 = t17 * t5
+        t19 = t0 * t18
+        t20 = t0 * t10 * t15
+        t21 = torch.exp(-torch.abs(z))
+        t22 = t21 / (t21 + 1) ** 2
+        t23 = gamma * t22
+        t24 = t1 * t11 * t6 + t17 * t23 + t20 * t22 + t3 * t8 * t9
+        t25 = gamma**2 * t18 * t3**2 + t24
+        t26 = (t13) | (t16)
+        t27 = t10 * t14 * t15
+        t28 = t19 * t22 + t23 * t27
+        t29 = t2 * t27 * t6**2
+        t30 = t24 + t29
+        t31 = t25 + t29
         grad_z_t = grad_t * torch.where(
             t13,
-            -t10,
+            t0 * t3 * t5 * t7 * target - t12,
             torch.where(
-                t11,
-                t0 * t14 * t15 * t8 * target - t10,
-                torch.where(
-                    t12,
-                    t0 * t16 * t17 * t4 * t7 - t10,
-                    t16 * t21 * t4 + t20 * t8 - t6 - t9,
-                ),
+                t16,
+                t0 * t10 * t14 * t15 * t6 - t12,
+                -t11 + t14 * t20 * t6 + t19 * t3 - t9,
             ),
         ) + z_t * torch.where(
-            (t11) & (t12) & (t26),
+            (t13) & (t26),
             grad * t25,
             torch.where(
                 t13,
                 grad * (t25 + t28),
                 torch.where(
-                    (t11) & (t26),
-                    grad * t29,
+                    (t16) & (t26),
+                    grad * t30,
                     torch.where(
-                        t11,
-                        grad * (t28 + t29),
-                        torch.where(
-                            (t12) & (t26),
-                            grad * t31,
-                            torch.where(
-                                t12,
-                                grad * (t28 + t31),
-                                torch.where(t26, grad * t32, grad * (t28 + t32)),
-                            ),
-                        ),
+                        t16,
+                        grad * (t28 + t30),
+                        torch.where(t26, grad * t31, grad * (t28 + t31)),
                     ),
                 ),
             ),
