@@ -7,6 +7,7 @@ lines of code already printed) that the templates lay out. No maths happens afte
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -82,14 +83,16 @@ def _expand_regimes(expr: sympy.Expr) -> sympy.Expr:
     rest. A form whose order of operations SymPy would undo is left for the printer
     (exprel's exp(x/2) * (exp(x/2) * P) must not become exp(x/2)**2 * P: CSE rebuilds
     every node)."""
+    return expr.replace(
+        lambda e: isinstance(e, StableFunction) and _regime_form(e) is not None, _regime_form
+    )
 
-    def expandable(e) -> bool:
-        if not isinstance(e, StableFunction):
-            return False
-        regimes = e.regimes()
-        return regimes is not None and _rebuilt(regimes) == regimes
 
-    return expr.replace(expandable, lambda e: e.regimes())
+@functools.cache
+def _regime_form(node: StableFunction) -> sympy.Expr | None:
+    """``node.regimes()`` where rebuilding every node keeps it as it is, else None."""
+    regimes = node.regimes()
+    return regimes if regimes is not None and _rebuilt(regimes) == regimes else None
 
 
 def _rebuilt(expr: sympy.Basic) -> sympy.Basic:

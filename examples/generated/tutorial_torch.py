@@ -85,7 +85,7 @@ def _where(cond: torch.Tensor, a, b, overwrite: str | None = None) -> torch.Tens
     """``torch.where(cond, a, b)`` for code that records no autograd graph.
 
     On CPU torch.where branches on every element, and where the condition is unpredictable
-    (the sign of random data) that costs ~3.5 ns per element, 5-20x a multiply. Here the
+    (the sign of random data) that costs ~3.5 ns per element, 10-25x a multiply. Here the
     result is blended from the bits of the branches instead: the chosen value passes bit
     for bit, so inf or NaN in the other branch never reaches the result. ``overwrite``
     ("a" or "b") names a branch whose buffer the caller owns and no longer needs: the
