@@ -12,11 +12,12 @@ from dataclasses import dataclass, field
 import sympy
 
 from symgrad.choose import Accuracy, symbol_points
+from symgrad.cost import op_cost
 from symgrad.errors import DerivationError, SpecError
 from symgrad.expr import parse_formula
 from symgrad.functions import dsigmoid, heaviside_as_piecewise, hypot, hypot_ratio, sigmoid
 from symgrad.spec import Function, Spec
-from symgrad.stabilize import guard_tails, split_regimes, stabilize
+from symgrad.stabilize import exp_rational, guard_tails, split_regimes, stabilize
 
 #: Formulas larger than this (SymPy op count) are not given to simplify: the bound is on
 #: size, not time, so that output never depends on how fast or loaded the machine is.
@@ -146,9 +147,11 @@ def finish(
 
     Candidates: the formula as written, stabilised, stabilised after a (size-bounded)
     simplify (also one per sign of x where it has |x|, and one through hypot's naive form),
-    and each with its regime branches (:func:`~symgrad.stabilize.split_regimes`). With
-    ``points``, the choice is by measured error (fewest non-finite results in float64 and
-    float32, then float64 bits; ties to the cheaper); ``record`` gets the
+    and each with its regime branches (:func:`~symgrad.stabilize.split_regimes`); with
+    ``points``, also the formula as a rational function of one exponential
+    (:func:`~symgrad.stabilize.exp_rational`). With ``points``, the choice is by measured
+    error (fewest non-finite results in float64 and float32, then float64 bits; ties to the
+    cheaper by :func:`~symgrad.cost.op_cost`); ``record`` gets the
     chosen form's :class:`~symgrad.choose.Accuracy`. Without, the cheapest stable form.
     ``unsplit`` gets the chosen form before its regime branches (what to differentiate:
     the branches are float tricks, and their conditions have no derivative).
@@ -188,7 +191,7 @@ def finish(
                         stable.append(through)
         except TimeoutError:
             pass
-    stable.sort(key=_cost)
+    stable.sort(key=op_cost)
     candidates = []
     sources = {expr: expr}
     for c in stable:
@@ -205,8 +208,19 @@ def finish(
     else:
         from symgrad.choose import choose
 
+        # One exponential for the whole formula: offered only where its error is measured
+        # (its polynomials may cancel); differentiated, if chosen, as the formula it came from.
+        if _cost(stable[0]) <= SIMPLIFY_MAX_OPS:
+            try:
+                with _time_limit(SIMPLIFY_SECONDS):
+                    rational = exp_rational(stable[0])
+            except TimeoutError:
+                rational = None
+            if rational is not None:
+                candidates.append(rational)
+                sources.setdefault(rational, stable[0])
         # The formula as written is the reference and a candidate in its own right.
-        best, accuracy = choose([expr, *candidates], points, _cost)
+        best, accuracy = choose([expr, *candidates], points, op_cost)
         if record is not None:
             record.append(accuracy)
     if unsplit is not None:

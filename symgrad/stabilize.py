@@ -844,3 +844,78 @@ def split_regimes(expr: sympy.Expr, params: frozenset = frozenset()) -> sympy.Ex
         or _log_ratio(node)
         or node
     )
+
+
+#: Largest power of the exponential in :func:`exp_rational`'s polynomials.
+_EXP_RATIONAL_MAX_DEGREE = 6
+#: exp(-b) is 0 in float64 (and float32) past this.
+_EXP_UNDERFLOW = 745.2
+
+
+def exp_rational(expr: sympy.Expr) -> sympy.Expr | None:
+    """``expr`` as a rational function of one exponential, evaluated from ``t = exp(-|b|)``.
+
+    Where every transcendental in ``expr`` is a function of ``exp(b)`` for one argument
+    ``b`` (sigmoid, softplus inside tanh, tanh, their derivatives...), the whole formula is
+    ``P(u)/Q(u)`` with ``u = exp(b)``: mish's gradient, softplus then tanh then sigmoid and
+    a squared sech, is one exp and a dozen multiplies. Evaluated as ``P(t)/Q(t)`` for
+    ``b < 0`` and, multiplied through by ``t**deg``, as the reversed polynomials of ``t``
+    for ``b >= 0``, no power overflows. ``None`` where ``expr`` is not such a function or
+    the sign of ``b`` is fixed. Whether the result is accurate (the polynomials may cancel)
+    is for the measured choice to say.
+    """
+    if expr.has(sympy.Piecewise):
+        return None
+    naive = expr.rewrite("naive").rewrite(exp)
+    exps = naive.atoms(exp)
+    if not exps:
+        return None
+    first, *rest = sorted({e.args[0] for e in exps}, key=sympy.default_sort_key)
+    ratios = [sympy.nsimplify(a / first) for a in rest]
+    if not all(r.is_Rational for r in ratios):
+        return None
+    scale = sympy.ilcm(1, 1, *(r.q for r in ratios))
+    base = first / scale
+    if base.is_nonnegative or base.is_nonpositive or not base.free_symbols:
+        return None
+    # a factor free of b's symbols (the upstream gradient) multiplies the result once
+    factor, naive = naive.as_independent(*base.free_symbols, as_Add=False)
+    u = sympy.Dummy("u", positive=True)
+    powers = {exp(a): u ** (a / base) for a in {first, *rest}}
+    rational = sympy.cancel(sympy.together(naive.xreplace(powers)))
+    num, den = sympy.fraction(rational)
+    try:
+        num, den = sympy.Poly(num, u), sympy.Poly(den, u)
+    except sympy.PolynomialError:
+        return None
+    if any(c.has(exp, log) for c in (*num.coeffs(), *den.coeffs())):
+        return None
+    degree = max(num.degree(), den.degree())
+    if not 0 < degree <= _EXP_RATIONAL_MAX_DEGREE:
+        return None
+    # the coefficients' common factors (x in mish: x*(1 + 2t)) multiply once, outside
+    (num_content, num), (den_content, den) = num.primitive(), den.primitive()
+    factor *= num_content / den_content
+    t = sympy.Dummy("t", positive=True)
+
+    def horner(poly: sympy.Poly, reverse: bool) -> sympy.Expr:
+        coeffs = poly.all_coeffs()  # highest power first
+        coeffs = [sympy.S.Zero] * (degree + 1 - len(coeffs)) + coeffs
+        if reverse:  # u = 1/t, times t**degree
+            coeffs = coeffs[::-1]
+        return sympy.horner(sympy.Poly(coeffs, t).as_expr(), t)
+
+    def at(small: sympy.Expr, reverse: bool) -> sympy.Expr:
+        return (horner(num, reverse) / horner(den, reverse)).xreplace({t: small})
+
+    small = exp(-sympy.Abs(base))
+    branches = [(at(small, True), base >= 0), (at(small, False), True)]
+    if any(c.free_symbols for c in (*num.coeffs(), *den.coeffs())):
+        # Past the exponential's underflow t is 0 and a coefficient like 4*x may overflow:
+        # inf * 0 = NaN where the value is the limit, the ratio of the outer coefficients.
+        branches = [
+            (at(sympy.S.Zero, True), base > _EXP_UNDERFLOW),
+            (at(sympy.S.Zero, False), base < -_EXP_UNDERFLOW),
+            *branches,
+        ]
+    return factor * sympy.Piecewise(*branches)

@@ -1,0 +1,105 @@
+"""What a formula costs to evaluate, for choosing between equally accurate forms.
+
+Counting SymPy operations treats ``tanh(x)`` like ``x + 1``; on a CPU the first costs about
+25 of the second. Here every elementwise operation weighs what it was measured to cost in
+PyTorch eager, relative to a multiply (``python benchmarks/op_costs.py`` measures them:
+float32 and float64, 1M elements, one thread, x86-64 with AVX-512; the weights are the
+rounded mean of the two dtypes). On a GPU the ops are memory-bound and nearly alike, and
+the weights only break ties the same way as before: fewer transcendental calls.
+"""
+
+from __future__ import annotations
+
+import sympy
+from sympy.functions.elementary.piecewise import ExprCondPair
+
+#: Cost of one elementwise call relative to a multiply, by SymPy function name.
+OP_COST: dict[str, float] = {
+    "Abs": 1,
+    "Max": 1.5,
+    "Min": 1.5,
+    "relu": 1.5,
+    "sign": 3,
+    "Heaviside": 3,
+    "sigmoid": 3,  # torch.sigmoid uses a faster exp than torch.exp
+    "exp": 8,
+    "expm1": 9,
+    "log": 10,
+    "log1p": 7,
+    "hypot": 10,
+    "cosh": 10,
+    "sinh": 11,
+    "dsigmoid": 13,  # exp(-|x|) / (1 + exp(-|x|))**2
+    "erf": 13,
+    "sin": 15,
+    "cos": 15,
+    "exprel": 15,
+    "softplus": 16,
+    "tan": 20,
+    "erfc": 20,
+    "one_plus_erf": 20,  # erfc(-x)
+    "logaddexp": 20,
+    "log1mexp": 20,
+    "tanh": 24,
+    "logcosh": 25,
+    "exprel_d": 25,
+    "xlogy": 25,
+    "atan": 28,
+    "hypot_ratio": 12,
+    "loggamma": 45,
+    "gamma": 45,
+    "xlog1py": 90,
+    "asinh": 150,
+    "acosh": 150,
+    "atanh": 150,
+    "digamma": 150,
+    "erfcx": 200,
+    "erfcx_inv": 200,
+    "polygamma": 200,
+}
+#: Functions not in the table: as dear as the dear ones.
+UNKNOWN_FUNCTION = 40
+#: A non-integer power (pow with a float exponent); sqrt and 1/sqrt are cheaper.
+POW_COST = 22
+SQRT_COST = 6
+#: One branch more of a Piecewise: a select (generated code blends the bits, ~8 multiplies;
+#: torch.where itself is 20-50 on unpredictable conditions).
+BRANCH_COST = 8
+COMPARE_COST = 3
+
+
+def op_cost(expr: sympy.Basic) -> float:
+    """Estimated cost of evaluating ``expr`` elementwise, in multiplies; a subexpression that
+    occurs more than once is counted once (the generated code computes it once)."""
+    total = 0.0
+    seen: set[sympy.Basic] = set()
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        if node.is_Atom or node in seen:
+            continue
+        seen.add(node)
+        stack.extend(node.args)
+        total += _node_cost(node)
+    return total
+
+
+def _node_cost(node: sympy.Basic) -> float:
+    if isinstance(node, (sympy.Add, sympy.Mul)):
+        return len(node.args) - 1
+    if isinstance(node, sympy.Pow):
+        e = node.exp
+        if e.is_Integer:
+            return 1
+        if e.is_Rational and e.q == 2:
+            return SQRT_COST + (e != sympy.S.Half)
+        return POW_COST
+    if isinstance(node, sympy.Piecewise):
+        return BRANCH_COST * (len(node.args) - 1)
+    if isinstance(node, ExprCondPair):
+        return 0
+    if isinstance(node, sympy.core.relational.Relational):
+        return COMPARE_COST
+    if isinstance(node, (sympy.Function, sympy.Max, sympy.Min)):
+        return OP_COST.get(type(node).__name__, UNKNOWN_FUNCTION)
+    return 1
