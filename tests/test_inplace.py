@@ -46,7 +46,9 @@ def test_a_temporary_is_updated_at_its_last_use_only():
     # where() itself reads t0: never updated while where() still needs it; the fresh
     # t0 * 2 may take the result
     lines = ["t0 = torch.exp(x)", "out = torch.where(t0 > 1, t0, t0 * 2)"]
-    assert _rewrite(lines, {"out"}, x="float")[1] == "out = _where(t0 > 1, t0, t0 * 2, overwrite='b')"
+    assert (
+        _rewrite(lines, {"out"}, x="float")[1] == "out = _where(t0 > 1, t0, t0 * 2, overwrite='b')"
+    )
     # no branch of its own (inputs, a broadcast value): nothing to overwrite
     lines = ["out = torch.where(x > 0, x, y)"]
     assert _rewrite(lines, {"out"}, x="float", y="float") == ["out = _where(x > 0, x, y)"]
@@ -367,7 +369,9 @@ def test_piecewise_functions_through_the_helper_match_naive(sel):
     naive_elu = torch.where(x > 0, x, torch.expm1(x))
     out = sel.elu(x)
     assert torch.equal(out, naive_elu)
-    torch.testing.assert_close(torch.autograd.grad(out, x, gy)[0], gy * torch.where(x > 0, 1.0, x.exp()))
+    torch.testing.assert_close(
+        torch.autograd.grad(out, x, gy)[0], gy * torch.where(x > 0, 1.0, x.exp())
+    )
     d = x - target
     naive_huber = torch.where(d.abs() <= 1, d**2 / 2, d.abs() - 0.5)
     out = sel.huber(x, target)

@@ -368,3 +368,49 @@ def test_impossible_branches_of_folded_regimes_are_dropped():
     y = sympy.Symbol("y", real=True)
     two = sympy.Piecewise((z, (z > 1) & (y < 0)), (y, True))  # two inputs: kept as it is
     assert _prune_branches(two) == two
+
+
+@pytest.mark.parametrize(
+    "value", [-1e308, -800.0, -30.0, -2.0, -1e-3, 0.0, 1e-300, 2.5, 40.0, 1e300]
+)
+def test_exp_rational_gives_mish_gradient_from_one_exponential(value):
+    from symgrad.choose import _evaluator
+    from symgrad.floats import bits_of_error
+    from symgrad.reference import exact as reference_exact
+    from symgrad.stabilize import exp_rational
+
+    mish_grad = sympy.diff(x * sympy.tanh(F.softplus(x)), x)
+    rational = exp_rational(mish_grad)
+    assert rational is not None
+    # softplus, tanh, sigmoid and sech**2 are gone: one exp(-|x|) is left
+    assert not rational.has(sympy.tanh, F.softplus, F.sigmoid, F.dsigmoid, sympy.log)
+    assert rational.atoms(sympy.exp) == {sympy.exp(-sympy.Abs(x))}
+    got = float(_evaluator(rational, [x])(value))
+    exact = reference_exact(mish_grad, {x: value})
+    assert math.isfinite(got)
+    assert bits_of_error(got, exact) <= 4, (got, exact)
+
+
+def test_exp_rational_declines_what_is_not_a_rational_function_of_one_exponential():
+    from symgrad.stabilize import exp_rational
+
+    z = sympy.Symbol("z", real=True)
+    two_bases = x * F.sigmoid(y) + z * sympy.tanh(x)
+    assert exp_rational(two_bases) is None
+    assert exp_rational(sympy.exp(-(x**2)) * x) is None  # the sign of -x**2 is known
+    assert exp_rational(F.sigmoid(x) ** y) is None  # not a polynomial in exp(x)
+    assert exp_rational(x**2 + 1) is None  # no exponential at all
+    # the factor free of x (an upstream gradient) stays outside the branches
+    grad = sympy.Symbol("grad", real=True)
+    rational = exp_rational(grad * F.sigmoid(x))
+    assert isinstance(rational, sympy.Mul) and grad in rational.args
+
+
+def test_op_cost_weighs_transcendentals_and_counts_shared_work_once():
+    from symgrad.cost import op_cost
+
+    assert op_cost(sympy.tanh(x)) > op_cost(sympy.exp(x)) > op_cost(F.sigmoid(x)) > op_cost(x + 1)
+    shared = sympy.exp(-sympy.Abs(x))
+    # exp(-|x|) four times costs what it costs once, plus the arithmetic around it
+    assert op_cost(shared * (shared + 1) * (shared + 2)) == op_cost(shared) + 2 + 1 + 1
+    assert op_cost(x ** sympy.Rational(1, 3)) > op_cost(sympy.sqrt(x)) > op_cost(x**2)
