@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 import sympy
 
 from symgrad.derive import Derived, differentiate
-from symgrad.functions import StableFunction
+from symgrad.functions import StableFunction, hypot_ratio
 from symgrad.printers import PRINTERS, FrameworkPrinter
+from symgrad.printers.base import hypot_power_parts
 
 
 @dataclass
@@ -43,7 +44,7 @@ def emit(
     a sum or product with tensors become one number first (one pass over the tensor
     instead of one per term).
     """
-    exprs = [_expand_regimes(sympy.sympify(e)) for _, e in assignments]
+    exprs = [_expand_regimes(_paired_hypot_powers(sympy.sympify(e))) for _, e in assignments]
     taken = {s.name for e in exprs for s in e.free_symbols}
     temps = (
         sympy.Symbol(f"{temp_prefix}{k}", real=True)
@@ -78,14 +79,37 @@ def emit(
 
 
 def _expand_regimes(expr: sympy.Expr) -> sympy.Expr:
-    """Primitives without a framework op (dsigmoid, hypot_ratio, ...) in their elementary
+    """Primitives without a framework op (dsigmoid, erfcx_inv, ...) in their elementary
     form, before CSE: their pieces (|x|, exp(-|x|)) are computed once and shared with the
     rest. A form whose order of operations SymPy would undo is left for the printer
     (exprel's exp(x/2) * (exp(x/2) * P) must not become exp(x/2)**2 * P: CSE rebuilds
-    every node)."""
+    every node). hypot_ratio stays too: its b/hypot(x, y) would merge with the powers
+    around it (hypot_ratio(y, x, y)**2 / hypot(x, y) -> y**2 / hypot(x, y)**3), and
+    hypot(x, y)**3 overflows where the ratios the printer writes do not."""
     return expr.replace(
-        lambda e: isinstance(e, StableFunction) and _regime_form(e) is not None, _regime_form
+        lambda e: isinstance(e, StableFunction)
+        and not isinstance(e, hypot_ratio)
+        and _regime_form(e) is not None,
+        _regime_form,
     )
+
+
+def _paired_hypot_powers(expr: sympy.Expr) -> sympy.Expr:
+    """x*y / hypot(x, y)**3 as hypot_ratio(x, x, y) * hypot_ratio(y, x, y) / hypot(x, y).
+
+    The printers pair the powers themselves (:func:`hypot_power_parts`), but only where they
+    see hypot: once CSE has named hypot(x, y) t0, x*y / t0**3 overflows for |x| > 1e102.
+    """
+
+    def paired(node: sympy.Expr) -> sympy.Expr:
+        parts = hypot_power_parts(node)
+        if parts is None or not parts[3]:
+            return node
+        rest, h, k, pairs = parts
+        ratios = [hypot_ratio(b, *h.args) ** m for b, m in pairs]
+        return sympy.Mul(rest, h ** (-k), *ratios)
+
+    return expr.replace(lambda e: isinstance(e, sympy.Mul), paired)
 
 
 @functools.cache

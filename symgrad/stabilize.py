@@ -8,6 +8,7 @@ right-hand side has no overflow, cancellation or unused-branch NaN where the lef
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import sympy
@@ -861,11 +862,12 @@ def exp_rational(expr: sympy.Expr) -> sympy.Expr | None:
     a squared sech, is one exp and a dozen multiplies. Evaluated as ``P(t)/Q(t)`` for
     ``b < 0`` and, multiplied through by ``t**deg``, as the reversed polynomials of ``t``
     for ``b >= 0``, no power overflows. ``None`` where ``expr`` is not such a function or
-    the sign of ``b`` is fixed. Whether the result is accurate (the polynomials may cancel)
+    the sign of ``b`` is fixed, or where ``expr`` makes a single call. Whether the result is accurate (the polynomials may cancel)
     is for the measured choice to say.
     """
-    if expr.has(sympy.Piecewise):
-        return None
+    calls = {f for f in expr.atoms(sympy.Function) if not isinstance(f, sympy.Abs)}
+    if expr.has(sympy.Piecewise) or len(calls) < 2:
+        return None  # one call (sigmoid(x)) is best left to the framework's op
     naive = expr.rewrite("naive").rewrite(exp)
     exps = naive.atoms(exp)
     if not exps:
@@ -897,22 +899,39 @@ def exp_rational(expr: sympy.Expr) -> sympy.Expr | None:
     (num_content, num), (den_content, den) = num.primitive(), den.primitive()
     factor *= num_content / den_content
     t = sympy.Dummy("t", positive=True)
+    coeffs = (*num.coeffs(), *den.coeffs())
+    # Past the exponential's underflow t is 0, and a coefficient like 4*x may overflow there:
+    # inf * 0 = NaN where the value is the limit. Where b = k*x and the coefficients are in
+    # x alone, x is clamped where it meets a power of t (|x| beyond the clamp has t = 0, so
+    # nothing changes); otherwise the limits are branches of their own.
+    bounded: dict[sympy.Symbol, sympy.Expr] = {}
+    limits = False
+    if any(c.free_symbols for c in coeffs):
+        (var, *others) = sorted(base.free_symbols, key=sympy.default_sort_key)
+        slope = sympy.diff(base, var)
+        linear = not others and slope.is_number and sympy.expand(base - slope * var) == 0
+        if linear and set().union(*(c.free_symbols for c in coeffs)) == {var}:
+            # rounded up: beyond it t is still 0
+            bound = sympy.Float(math.ceil(_EXP_UNDERFLOW / abs(float(slope)) * 1e4) / 1e4)
+            bounded = {var: sympy.Min(sympy.Max(var, -bound), bound)}
+        else:
+            limits = True
 
     def horner(poly: sympy.Poly, reverse: bool) -> sympy.Expr:
-        coeffs = poly.all_coeffs()  # highest power first
-        coeffs = [sympy.S.Zero] * (degree + 1 - len(coeffs)) + coeffs
+        *outer, last = [sympy.S.Zero] * (degree + 1 - len(poly.all_coeffs())) + poly.all_coeffs()
         if reverse:  # u = 1/t, times t**degree
-            coeffs = coeffs[::-1]
-        return sympy.horner(sympy.Poly(coeffs, t).as_expr(), t)
+            *outer, last = [*outer, last][::-1]
+        value = sympy.S.Zero
+        for c in outer:  # highest power first
+            value = (value + c.xreplace(bounded)) * t
+        return value + last
 
     def at(small: sympy.Expr, reverse: bool) -> sympy.Expr:
         return (horner(num, reverse) / horner(den, reverse)).xreplace({t: small})
 
     small = exp(-sympy.Abs(base))
     branches = [(at(small, True), base >= 0), (at(small, False), True)]
-    if any(c.free_symbols for c in (*num.coeffs(), *den.coeffs())):
-        # Past the exponential's underflow t is 0 and a coefficient like 4*x may overflow:
-        # inf * 0 = NaN where the value is the limit, the ratio of the outer coefficients.
+    if limits:
         branches = [
             (at(sympy.S.Zero, True), base > _EXP_UNDERFLOW),
             (at(sympy.S.Zero, False), base < -_EXP_UNDERFLOW),

@@ -386,3 +386,26 @@ def test_piecewise_functions_through_the_helper_match_naive(sel):
     (gx,) = torch.autograd.grad(sel.elu(xs).sum(), xs, create_graph=True)
     (hx,) = torch.autograd.grad(gx.sum(), xs)
     torch.testing.assert_close(hx, torch.where(xs > 0, 0.0, torch.exp(xs)))
+
+
+HYPOT_SPEC = """\
+module: hyp
+functions:
+  norm2:
+    inputs: {x: {}, y: {}}
+    output: sqrt(x**2 + y**2)
+"""
+
+
+def test_second_derivatives_of_hypot_stay_finite_where_its_cube_overflows(generate_module):
+    """The graph-free second order shares hypot(x, y) as a temporary; x*y/hypot**3 must
+    still be computed as ratios (hypot**3 overflows for |x| > 1e102)."""
+    m = generate_module(HYPOT_SPEC)
+    x = torch.tensor([3e200, -3.0, 1e-300], dtype=torch.float64, requires_grad=True)
+    y = torch.tensor([4e200, 4.0, 2e-300], dtype=torch.float64, requires_grad=True)
+    (gx,) = torch.autograd.grad(m.norm2(x, y).sum(), x, create_graph=True)
+    hxx, hxy = torch.autograd.grad(gx.sum(), (x, y))  # the last step: graph-free code
+    h = torch.hypot(x, y).detach()
+    xd, yd = x.detach(), y.detach()
+    torch.testing.assert_close(hxx, (yd / h) ** 2 / h, rtol=1e-14, atol=0)
+    torch.testing.assert_close(hxy, -(xd / h) * (yd / h) / h, rtol=1e-14, atol=0)

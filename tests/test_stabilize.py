@@ -402,8 +402,10 @@ def test_exp_rational_declines_what_is_not_a_rational_function_of_one_exponentia
     assert exp_rational(x**2 + 1) is None  # no exponential at all
     # the factor free of x (an upstream gradient) stays outside the branches
     grad = sympy.Symbol("grad", real=True)
-    rational = exp_rational(grad * F.sigmoid(x))
+    rational = exp_rational(grad * (F.sigmoid(x) + x * F.dsigmoid(x)))
     assert isinstance(rational, sympy.Mul) and grad in rational.args
+    # a single call is the framework op's business
+    assert exp_rational(grad * F.sigmoid(x)) is None
 
 
 def test_op_cost_weighs_transcendentals_and_counts_shared_work_once():

@@ -925,9 +925,9 @@ class Log1pexp(_Log1pexp):
     Measured float64 error of the chosen forms vs mpmath::
 
         out: 0.8 bits mean, 50 max over 67 points
-        grad_x: 0.1 bits mean, 3 max over 67 points
-        d grad_x / d x: 0.1 bits mean, 3 max over 67 points
-        d grad_x / d grad: 0.1 bits mean, 3 max over 67 points
+        grad_x: 0.8 bits mean, 50 max over 67 points
+        d grad_x / d x: 0.1 bits mean, 2 max over 67 points
+        d grad_x / d grad: 0.8 bits mean, 50 max over 67 points
 
     Gradients (VJP)::
 
@@ -935,7 +935,7 @@ class Log1pexp(_Log1pexp):
 
     Second order (d grad_<input> / d <w>)::
 
-        d grad_x / d x = grad*sigmoid(-x)*sigmoid(x)
+        d grad_x / d x = grad*dsigmoid(x)
         d grad_x / d grad = sigmoid(x)
     """
 
@@ -953,11 +953,12 @@ def _log1pexp_grad_x(x, grad):
 
 def _log1pexp_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
     x_bar = grad_bar = None
-    t0 = grad_grad_x * torch.sigmoid(x)
     if need_x_bar:
-        x_bar = (grad * t0).mul_((-x).sigmoid_())
+        t0 = torch.abs(x).neg_().exp_()
+        t1 = grad * grad_grad_x * t0
+        x_bar = t1.div_(t0.add_(1).pow_(2))
     if need_grad_bar:
-        grad_bar = t0
+        grad_bar = grad_grad_x * torch.sigmoid(x)
     return x_bar, grad_bar
 
 
@@ -991,7 +992,8 @@ class _Log1pexpBackward(torch.autograd.Function):
             return x_bar, grad_bar
         x_bar = None
         if ctx.needs_input_grad[0]:
-            x_bar = grad * grad_grad_x * torch.sigmoid(-x) * torch.sigmoid(x)
+            t0 = torch.exp(-torch.abs(x))
+            x_bar = grad * grad_grad_x * t0 / (t0 + 1) ** 2
         grad_bar = None
         if ctx.needs_input_grad[1]:
             grad_bar = grad_grad_x * torch.sigmoid(x)
@@ -1004,8 +1006,8 @@ class Log1pexpBackward(_Log1pexpBackward):
     @staticmethod
     def jvp(ctx, x_t, grad_t):
         x, grad = ctx.saved_tensors
-        t0 = torch.sigmoid(x)
-        grad_x_t = grad * t0 * x_t * torch.sigmoid(-x) + grad_t * t0
+        t0 = torch.exp(-torch.abs(x))
+        grad_x_t = grad * t0 * x_t / (t0 + 1) ** 2 + grad_t * torch.sigmoid(x)
         return grad_x_t
 
 

@@ -136,6 +136,15 @@ class TorchPrinter(FrameworkPrinter):
     def _print_Min(self, expr):
         if self.is_scalar(expr):
             return f"min({', '.join(self._print(a) for a in expr.args)})"
+        # Min(Max(x, lo), hi): one clamp
+        inner = [a for a in expr.args if isinstance(a, sympy.Max)]
+        if len(expr.args) == 2 and len(inner) == 1:
+            (hi,) = (a for a in expr.args if a is not inner[0])
+            lows = [a for a in inner[0].args if self.is_scalar(a)]
+            (x, *rest) = [a for a in inner[0].args if not self.is_scalar(a)] or [None]
+            if self.is_scalar(hi) and len(lows) == 1 and x is not None and not rest:
+                lo, hi = self._print(lows[0]), self._print(hi)
+                return f"torch.clamp({self._print(x)}, min={lo}, max={hi})"
         return self._minmax(expr, "torch.minimum", "max", "min")
 
     def _print_Piecewise(self, expr):
