@@ -87,9 +87,11 @@ def _expand_regimes(expr: sympy.Expr) -> sympy.Expr:
     around it (hypot_ratio(y, x, y)**2 / hypot(x, y) -> y**2 / hypot(x, y)**3), and
     hypot(x, y)**3 overflows where the ratios the printer writes do not."""
     return expr.replace(
-        lambda e: isinstance(e, StableFunction)
-        and not isinstance(e, hypot_ratio)
-        and _regime_form(e) is not None,
+        lambda e: (
+            isinstance(e, StableFunction)
+            and not isinstance(e, hypot_ratio)
+            and _regime_form(e) is not None
+        ),
         _regime_form,
     )
 
