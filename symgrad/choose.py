@@ -118,8 +118,7 @@ def _stable_numpy() -> dict[str, object]:
         **by_regimes,
         "xlog1py": xlog1py,
         "erfcx": _np(lambda v: float(F.erfcx.mp(mpmath.mpf(v)))),
-        # as torch.sigmoid computes it: 0 (not the subnormal) below x = -709.8
-        "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
+        "sigmoid": lambda x: np.exp(-np.logaddexp(0.0, -x)),
         "softplus": softplus,
         "log1p": np.log1p,
         "expm1": np.expm1,

@@ -215,6 +215,10 @@ def _method(owner: ast.expr, name: str, *args: ast.expr, **kwargs: ast.expr) -> 
 #: The select helper of the generated torch module (templates/torch_module.py.jinja): code
 #: that records no autograd graph calls it instead of torch.where.
 WHERE_HELPER = "_where"
+#: Calls that inductor compiles slowly, routed in graph-free code through module helpers
+#: that run the op itself eagerly and an equally accurate, cheaper form when compiled
+#: (the fused path): inductor's log1p costs twice its log.
+COMPILED_FORMS = {"torch.log1p": "_log1p", "torch.nn.functional.softplus": "_softplus"}
 
 
 class _Buffers:
@@ -367,6 +371,11 @@ class _Buffers:
         if func not in _TORCH_FRESH:
             return new, _Value(result.shape, result.dtype, "other", False)
         first, first_info = args[0] if args else (None, None)
+        if func in COMPILED_FORMS:
+            new.func = ast.Name(COMPILED_FORMS[func], ast.Load())
+            if func in _TORCH_INPLACE and self.can_update(first_info, result):
+                new.keywords.append(ast.keyword("overwrite", ast.Constant(True)))
+            return new, result
         if func in _TORCH_INPLACE and self.can_update(first_info, result):
             rest = [a for a, _ in args[1:]]
             kw = {k.arg: v for k, (v, _) in keywords}
@@ -593,6 +602,7 @@ class FunctionPlan:
     uses_math: bool = False
     needs_reduce: bool = False
     uses_where: bool = False
+    helpers: frozenset[str] = frozenset()  # of COMPILED_FORMS' helpers, those it calls
 
 
 def _camel(name: str) -> str:
@@ -658,6 +668,7 @@ class _TorchPlanner:
         self.scalars = derived.scalars
         self.uses_math = False
         self.uses_where = False
+        self.helpers: set[str] = set()
         self.reduce = _broadcasts(derived)
         self.out_syms = {name: sympy.Symbol(name, real=True) for name, _ in derived.outputs}
         self._second: dict[str, dict[str, sympy.Expr]] = {}
@@ -706,6 +717,9 @@ class _TorchPlanner:
         )
         self.uses_math = self.uses_math or result.uses_math
         self.uses_where = self.uses_where or any(f"{WHERE_HELPER}(" in s for s in result.lines)
+        self.helpers |= {
+            h for h in COMPILED_FORMS.values() if any(f"{h}(" in s for s in result.lines)
+        }
         return result.lines
 
     def buffers(self) -> dict[str, _Value]:
@@ -1086,6 +1100,7 @@ def plan_torch(derived: Derived) -> FunctionPlan:
         uses_math=planner.uses_math,
         needs_reduce=planner.reduce,
         uses_where=planner.uses_where,
+        helpers=frozenset(planner.helpers),
     )
 
 

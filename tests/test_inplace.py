@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import math
+from pathlib import Path
+
+import numpy as np
 import pytest
 
 from symgrad.plan import _Value, update_in_place
@@ -409,3 +413,50 @@ def test_second_derivatives_of_hypot_stay_finite_where_its_cube_overflows(genera
     xd, yd = x.detach(), y.detach()
     torch.testing.assert_close(hxx, (yd / h) ** 2 / h, rtol=1e-14, atol=0)
     torch.testing.assert_close(hxy, -(xd / h) * (yd / h) / h, rtol=1e-14, atol=0)
+
+
+SOFTPLUS_SPEC = """\
+module: sp
+functions:
+  softplus:
+    inputs: {x: {}}
+    output: log(1 + exp(x))
+  log_x_plus_one:
+    inputs: {x: {domain: [0, inf]}}
+    output: log(1 + x)
+"""
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_compiled_forms_of_log1p_and_softplus_match_the_eager_ops(generate_module, dtype):
+    """The fused path compiles log1p as Kahan's log(w) * u / (w - 1), softplus through it:
+    within 2 ulp of torch's ops, with the same special values."""
+    m = generate_module(SOFTPLUS_SPEC)
+    assert "_log1p(" in Path(m.__file__).read_text()  # the graph-free code calls them
+    gen = torch.Generator().manual_seed(0)
+    exponents = torch.rand(20000, generator=gen, dtype=torch.float64) * 60 - 50
+    u = torch.cat([10.0**exponents, -(10.0 ** -exponents.abs()) * 0.999]).to(dtype)
+    specials = [0.0, -0.0, torch.finfo(dtype).tiny / 8, -1.0, math.inf, math.nan, -2.0]
+    u = torch.cat([u, torch.tensor(specials, dtype=dtype)])
+    log1p = torch.compile(m._log1p, dynamic=True, fullgraph=True)
+    got = log1p(u)
+    # the exact value rounded (glibc's log1p in float64; torch's flushes the smallest
+    # subnormals to 0, Kahan's form keeps them)
+    want = torch.from_numpy(np.log1p(u.double().numpy())).to(dtype)
+    eps, smallest = (
+        torch.finfo(dtype).eps,
+        torch.finfo(dtype).smallest_normal * torch.finfo(dtype).eps,
+    )
+    torch.testing.assert_close(got, want, rtol=2 * eps, atol=smallest, equal_nan=True)
+    assert torch.equal(torch.signbit(got[-7:-5]), torch.signbit(want[-7:-5]))  # -0.0 stays
+    x = torch.cat([torch.randn(20000, generator=gen, dtype=dtype) * 50])
+    x = torch.cat([x, torch.tensor([0.0, 40.0, -40.0, 1e3, -1e3, 1e-30, math.inf], dtype=dtype)])
+    softplus = torch.compile(m._softplus, dynamic=True, fullgraph=True)
+    want = torch.nn.functional.softplus(x.double(), threshold=40.0)
+    # (compiled float32 exp flushes subnormal results to 0: compared absolutely down there)
+    tiny = torch.finfo(dtype).smallest_normal
+    torch.testing.assert_close(softplus(x).double(), want, rtol=4 * eps, atol=tiny)
+    # eagerly they are the ops themselves, in place where the caller owns the buffer
+    buffer = u.clone()
+    assert m._log1p(buffer, overwrite=True) is buffer
+    torch.testing.assert_close(buffer, torch.log1p(u), equal_nan=True)
