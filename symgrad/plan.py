@@ -35,6 +35,7 @@ def emit(
     copy_inputs: bool = False,
     buffers: dict[str, _Value] | None = None,
     group_scalars: bool = False,
+    upstream: frozenset[sympy.Symbol] = frozenset(),
 ) -> Body:
     """Print ``name = expr`` for each assignment, sharing common subexpressions.
 
@@ -42,9 +43,13 @@ def emit(
     :func:`update_in_place`) temporaries are updated in place: only for code that runs
     without autograd recording. ``group_scalars``: the Python-number terms and factors of
     a sum or product with tensors become one number first (one pass over the tensor
-    instead of one per term).
+    instead of one per term). ``upstream``: upstream-gradient symbols, multiplied after a
+    select rather than into each of its branches (:func:`_select_then_scale`).
     """
-    exprs = [_expand_regimes(_paired_hypot_powers(sympy.sympify(e))) for _, e in assignments]
+    exprs = [
+        _expand_regimes(_paired_hypot_powers(_select_then_scale(sympy.sympify(e), upstream)))
+        for _, e in assignments
+    ]
     taken = {s.name for e in exprs for s in e.free_symbols}
     temps = (
         sympy.Symbol(f"{temp_prefix}{k}", real=True)
@@ -94,6 +99,30 @@ def _expand_regimes(expr: sympy.Expr) -> sympy.Expr:
         ),
         _regime_form,
     )
+
+
+def _select_then_scale(expr: sympy.Expr, upstream: frozenset[sympy.Symbol]) -> sympy.Expr:
+    """Piecewise((grad*a, c), (grad*b, True)) as grad * Piecewise((a, c), (b, True)).
+
+    Folding puts the upstream gradient into every branch (piecewise_fold, needed for
+    factors like exp(x) that may be inf where a branch is 0); for the upstream gradient one
+    multiply after the select is the same value and one pass less. Branches that are 0 keep
+    it folded: PyTorch's own backwards give 0 there even for an inf upstream gradient.
+    """
+    if not upstream or not expr.has(sympy.Piecewise):
+        return expr
+
+    def scaled(node: sympy.Piecewise) -> sympy.Expr:
+        common = None
+        for value, _ in node.args:
+            factors = {f for f in sympy.Mul.make_args(value) if f in upstream}
+            common = factors if common is None else common & factors
+        if not common:
+            return node
+        scale = sympy.Mul(*sorted(common, key=sympy.default_sort_key))
+        return scale * sympy.Piecewise(*((value / scale, cond) for value, cond in node.args))
+
+    return expr.replace(lambda e: isinstance(e, sympy.Piecewise), scaled)
 
 
 def _paired_hypot_powers(expr: sympy.Expr) -> sympy.Expr:
@@ -669,6 +698,10 @@ class _TorchPlanner:
         self.uses_math = False
         self.uses_where = False
         self.helpers: set[str] = set()
+        # upstream gradients: of the outputs, and of each VJP (the double backward's)
+        self.upstream = frozenset(derived.grads) | frozenset(
+            sympy.Symbol(f"grad_grad_{i}", real=True) for i in derived.diff_inputs
+        )
         self.reduce = _broadcasts(derived)
         self.out_syms = {name: sympy.Symbol(name, real=True) for name, _ in derived.outputs}
         self._second: dict[str, dict[str, sympy.Expr]] = {}
@@ -713,7 +746,12 @@ class _TorchPlanner:
         printer = self.printer()
         buffers = self.buffers() if in_place else None
         result = emit(
-            assignments, printer, copy_inputs=copy_inputs, buffers=buffers, group_scalars=True
+            assignments,
+            printer,
+            copy_inputs=copy_inputs,
+            buffers=buffers,
+            group_scalars=True,
+            upstream=self.upstream,
         )
         self.uses_math = self.uses_math or result.uses_math
         self.uses_where = self.uses_where or any(f"{WHERE_HELPER}(" in s for s in result.lines)

@@ -460,3 +460,21 @@ def test_compiled_forms_of_log1p_and_softplus_match_the_eager_ops(generate_modul
     buffer = u.clone()
     assert m._log1p(buffer, overwrite=True) is buffer
     torch.testing.assert_close(buffer, torch.log1p(u), equal_nan=True)
+
+
+def test_upstream_gradient_multiplies_after_the_select_unless_a_branch_is_zero():
+    import sympy
+
+    from symgrad.plan import _select_then_scale
+
+    x, grad, y = sympy.symbols("x grad y", real=True)
+    both = sympy.Piecewise((grad * x, x > 0), (grad * sympy.exp(x), True))
+    assert _select_then_scale(both, frozenset({grad})) == grad * sympy.Piecewise(
+        (x, x > 0), (sympy.exp(x), True)
+    )
+    # a 0 branch stays 0 whatever the upstream gradient (inf * 0 would be NaN)
+    zero = sympy.Piecewise((0, x < -745), (grad * x, True))
+    assert _select_then_scale(zero, frozenset({grad})) == zero
+    # only upstream gradients move: x * where(...) would be inf * 0 at x = inf
+    inputs = sympy.Piecewise((y * x, x > 0), (y * 2, True))
+    assert _select_then_scale(inputs, frozenset({grad})) == inputs

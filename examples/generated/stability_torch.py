@@ -1006,12 +1006,16 @@ def _mish_grad_x(x, grad):
     t4 = t2.add_(4)
     t5 = t1 + t3
     t6 = t5.mul_(t0).add_(t4)
-    grad_x = _where(
+    grad_x = grad * _where(
         x <= 0,
-        (grad * t0).mul_(t6).div_(t1.add_(8).mul_(t0).add_(8).mul_(t0).add_(4)),
-        (grad * t4.mul_(t0).add_(t3).mul_(t0).add_(4).mul_(t0).add_(1)).div_(
-            (4 * t0).add_(8).mul_(t0).add_(8).mul_(t0).add_(4).mul_(t0).add_(1)
-        ),
+        t6.mul_(t0).div_(t1.add_(8).mul_(t0).add_(8).mul_(t0).add_(4)),
+        t4.mul_(t0)
+        .add_(t3)
+        .mul_(t0)
+        .add_(4)
+        .mul_(t0)
+        .add_(1)
+        .div_((4 * t0).add_(8).mul_(t0).add_(8).mul_(t0).add_(4).mul_(t0).add_(1)),
         overwrite="a",
     )
     return grad_x
@@ -1039,44 +1043,49 @@ def _mish_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
         t14 = t13.mul_(t1).add_(t4)
         t15 = t14.mul_(t1).add_(t5)
         t16 = t15.mul_(t1).add_(t6)
-        x_bar = grad_grad_x * _where(
-            t8,
-            (grad * t7)
-            .mul_(t16)
-            .div_(
-                (t1 + 6)
+        x_bar = (
+            grad
+            * grad_grad_x
+            * _where(
+                t8,
+                t16.mul_(t7).div_(
+                    (t1 + 6)
+                    .mul_(t1)
+                    .add_(18)
+                    .mul_(t1)
+                    .add_(32)
+                    .mul_(t1)
+                    .add_(36)
+                    .mul_(t1)
+                    .add_(24)
+                    .mul_(t1)
+                    .add_(8)
+                ),
+                t6.mul_(t1)
+                .add_(t5)
                 .mul_(t1)
-                .add_(18)
+                .add_(t4)
                 .mul_(t1)
-                .add_(32)
-                .mul_(t1)
-                .add_(36)
-                .mul_(t1)
-                .add_(24)
-                .mul_(t1)
-                .add_(8)
-            ),
-            (
-                4
-                * grad
-                * t6.mul_(t1).add_(t5).mul_(t1).add_(t4).mul_(t1).sub_(t3).add_(2)
+                .sub_(t3)
+                .add_(2)
+                .mul_(4)
+                .mul_(t0.mul_(-2).exp_())
+                .div_(
+                    (8 * t1)
+                    .add_(24)
+                    .mul_(t1)
+                    .add_(36)
+                    .mul_(t1)
+                    .add_(32)
+                    .mul_(t1)
+                    .add_(18)
+                    .mul_(t1)
+                    .add_(6)
+                    .mul_(t1)
+                    .add_(1)
+                ),
+                overwrite="a",
             )
-            .mul_(t0.mul_(-2).exp_())
-            .div_(
-                (8 * t1)
-                .add_(24)
-                .mul_(t1)
-                .add_(36)
-                .mul_(t1)
-                .add_(32)
-                .mul_(t1)
-                .add_(18)
-                .mul_(t1)
-                .add_(6)
-                .mul_(t1)
-                .add_(1)
-            ),
-            overwrite="a",
         )
     if need_grad_bar:
         t17 = t11 + t9
@@ -1133,20 +1142,27 @@ class _MishBackward(torch.autograd.Function):
             t4 = 6 - 3 * t2
             t5 = t3 + 8
             t6 = t3 + 4
-            t7 = 4 * grad
-            x_bar = grad_grad_x * torch.where(
-                x <= 0,
-                t1
-                * t7
-                * (t1 * (t1 * (t1 * (2 - t3) + t4) + t5) + t6)
-                / (t1 * (t1 * (t1 * (t1 * (t1 * (t1 + 6) + 18) + 32) + 36) + 24) + 8),
-                t7
-                * (t1 * (t1 * (t1 * t6 + t5) + t4) - t3 + 2)
-                * torch.exp(-2 * t0)
-                / (
-                    t1 * (t1 * (t1 * (t1 * (t1 * (8 * t1 + 24) + 36) + 32) + 18) + 6)
-                    + 1
-                ),
+            x_bar = (
+                grad
+                * grad_grad_x
+                * torch.where(
+                    x <= 0,
+                    4
+                    * t1
+                    * (t1 * (t1 * (t1 * (2 - t3) + t4) + t5) + t6)
+                    / (
+                        t1 * (t1 * (t1 * (t1 * (t1 * (t1 + 6) + 18) + 32) + 36) + 24)
+                        + 8
+                    ),
+                    4
+                    * (t1 * (t1 * (t1 * t6 + t5) + t4) - t3 + 2)
+                    * torch.exp(-2 * t0)
+                    / (
+                        t1
+                        * (t1 * (t1 * (t1 * (t1 * (8 * t1 + 24) + 36) + 32) + 18) + 6)
+                        + 1
+                    ),
+                )
             )
         grad_bar = None
         if ctx.needs_input_grad[1]:
@@ -1183,22 +1199,20 @@ class MishBackward(_MishBackward):
         t10 = 6 - 3 * t3
         t11 = t9 + 8
         t12 = t9 + 4
-        grad_x_t = grad_t * torch.where(
+        grad_x_t = grad * x_t * torch.where(
+            t7,
+            t8
+            * (t1 * (t1 * (t1 * (2 - t9) + t10) + t11) + t12)
+            / (t1 * (t1 * (t1 * (t1 * (t1 * (t1 + 6) + 18) + 32) + 36) + 24) + 8),
+            4
+            * (t1 * (t1 * (t1 * t12 + t11) + t10) - t9 + 2)
+            * torch.exp(-2 * t0)
+            / (t1 * (t1 * (t1 * (t1 * (t1 * (8 * t1 + 24) + 36) + 32) + 18) + 6) + 1),
+        ) + grad_t * torch.where(
             t7,
             t1 * (t1 * (t2 + t5) + t6) / (t1 * (t1 * (t2 + 8) + 8) + 4),
             (t1 * (t1 * (t1 * t6 + t5) + 4) + 1)
             / (t1 * (t1 * (t1 * (t8 + 8) + 8) + 4) + 1),
-        ) + x_t * torch.where(
-            t7,
-            grad
-            * t8
-            * (t1 * (t1 * (t1 * (2 - t9) + t10) + t11) + t12)
-            / (t1 * (t1 * (t1 * (t1 * (t1 * (t1 + 6) + 18) + 32) + 36) + 24) + 8),
-            4
-            * grad
-            * (t1 * (t1 * (t1 * t12 + t11) + t10) - t9 + 2)
-            * torch.exp(-2 * t0)
-            / (t1 * (t1 * (t1 * (t1 * (t1 * (8 * t1 + 24) + 36) + 32) + 18) + 6) + 1),
         )
         return grad_x_t
 
@@ -1677,13 +1691,12 @@ def _focal_loss_grad_z(z, target, grad, gamma):
     t6 = (t1 * t5).sub_(t3 * t4)
     t7 = t4.mul_(t1.mul_(t0)).mul_(_softplus(t2, threshold=40.0)).add_(t6)
     t8 = t5.mul_(t3.mul_(gamma)).mul_(_softplus(z, threshold=40.0))
-    t9 = grad * t7
-    t10 = t6.add_(t8)
-    grad_z = _where(
+    t9 = t6.add_(t8)
+    grad_z = grad * _where(
         z > 1600.0,
-        t9,
-        _where(z < -1600.0, grad * t10, grad * t7.add_(t8), overwrite="a"),
-        overwrite="a",
+        t7,
+        _where(z < -1600.0, t9, t8.add_(t7), overwrite="a"),
+        overwrite="b",
     )
     return grad_z
 
@@ -1729,37 +1742,39 @@ def _focal_loss_grad_z_backward(
         t26 = t8.mul_(t3.mul_(t1)).add_(t25)
         t27 = t21.mul_(gamma).mul_(t6)
     if need_z_bar:
-        t28 = grad * t15
-        t29 = t16 & t18
-        t30 = t17 & t18
-        t31 = t15.add_(t20)
-        t32 = t20 + t23
-        t33 = grad * t24
-        z_bar = grad_grad_z * _where(
-            t29,
-            t28,
-            _where(
-                t16,
-                grad * t31,
+        t28 = t16 & t18
+        t29 = t17 & t18
+        t30 = t15 + t20
+        t31 = t20 + t23
+        z_bar = (
+            grad
+            * grad_grad_z
+            * _where(
+                t28,
+                t15,
                 _where(
+                    t16,
                     t30,
-                    grad * t23,
                     _where(
-                        t17,
-                        grad * t32,
-                        _where(t18, t33, grad * t20.add_(t24), overwrite="a"),
+                        t29,
+                        t23,
+                        _where(
+                            t17,
+                            t31,
+                            _where(t18, t24, t20.add_(t24), overwrite="b"),
+                            overwrite="a",
+                        ),
                         overwrite="a",
                     ),
                     overwrite="a",
                 ),
                 overwrite="a",
-            ),
-            overwrite="a",
+            )
         )
     if need_grad_bar:
-        t34 = t25.add_(t27)
+        t32 = t25.add_(t27)
         grad_bar = grad_grad_z * _where(
-            t16, t26, _where(t17, t34, t27.add_(t26), overwrite="a"), overwrite="b"
+            t16, t26, _where(t17, t32, t27.add_(t26), overwrite="a"), overwrite="b"
         )
     return z_bar, grad_bar
 
@@ -1823,22 +1838,24 @@ class _FocalLossBackward(torch.autograd.Function):
             t20 = t11 * t18 * t2 * t6**2
             t21 = t13 + t20
             t22 = t14 + t20
-            z_bar = grad_grad_z * torch.where(
-                (t15) & (t17),
-                grad * t14,
-                torch.where(
-                    t15,
-                    grad * (t14 + t19),
+            z_bar = (
+                grad
+                * grad_grad_z
+                * torch.where(
+                    (t15) & (t17),
+                    t14,
                     torch.where(
-                        (t16) & (t17),
-                        grad * t21,
+                        t15,
+                        t14 + t19,
                         torch.where(
-                            t16,
-                            grad * (t19 + t21),
-                            torch.where(t17, grad * t22, grad * (t19 + t22)),
+                            (t16) & (t17),
+                            t21,
+                            torch.where(
+                                t16, t19 + t21, torch.where(t17, t22, t19 + t22)
+                            ),
                         ),
                     ),
-                ),
+                )
             )
             z_bar = z_bar.sum_to_size(z.shape)
         grad_bar = None
@@ -1893,25 +1910,19 @@ class FocalLossBackward(_FocalLossBackward):
         t25 = t13 * t16 * t5**2
         t26 = t21 + t25
         t27 = t22 + t25
-        grad_z_t = grad_t * torch.where(
-            t11, t10, torch.where(t15, t14 + t9, t10 + t14)
-        ) + z_t * torch.where(
+        grad_z_t = grad * z_t * torch.where(
             (t11) & (t23),
-            grad * t22,
+            t22,
             torch.where(
                 t11,
-                grad * (t22 + t24),
+                t22 + t24,
                 torch.where(
                     (t15) & (t23),
-                    grad * t26,
-                    torch.where(
-                        t15,
-                        grad * (t24 + t26),
-                        torch.where(t23, grad * t27, grad * (t24 + t27)),
-                    ),
+                    t26,
+                    torch.where(t15, t24 + t26, torch.where(t23, t27, t24 + t27)),
                 ),
             ),
-        )
+        ) + grad_t * torch.where(t11, t10, torch.where(t15, t14 + t9, t10 + t14))
         return grad_z_t
 
 
@@ -3685,11 +3696,10 @@ def _scaled_erfc_grad_x(x, grad):
     t0 = 1 / math.sqrt(math.pi)
     t1 = x ** (-2)
     t2 = -t0 * t1
-    grad_x = _where(
+    grad_x = grad * _where(
         x < 9,
-        grad * (2 * x).mul_(torch.special.erfcx(x)).add_(-2 * t0),
-        grad
-        * t2.mul_(
+        (2 * x).mul_(torch.special.erfcx(x)).add_(-2 * t0),
+        t2.mul_(
             t1.mul_(-0.5)
             .add_(1)
             .add_(0.75 / x**4)
@@ -3811,36 +3821,39 @@ def _scaled_erfc_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar
         .add_(1)
     )
     if need_x_bar:
-        x_bar = grad_grad_x * _where(
-            t4,
-            grad * t0.add_((2 * t3).mul_(x)),
+        x_bar = (
             grad
-            * (t2 * t27)
-            .mul_(t6)
-            .sub_((t2 * t5).mul_(t7))
-            .add_(
-                t10.mul_(3092119077520923.0)
-                .sub_(t11.mul_(175688583950052.44))
-                .add_(t12.mul_(10579097528175.201))
-                .sub_(t13.mul_(677479152050.6287))
-                .add_(t14.mul_(46323360823.97461))
-                .sub_(t15.mul_(3397046460.4248047))
-                .add_(t16.mul_(268541222.16796875))
-                .sub_(t17.mul_(23017819.04296875))
-                .add_(t18.mul_(2153714.0625))
-                .sub_(t19.mul_(221705.859375))
-                .add_(t20.mul_(25337.8125))
-                .sub_(t21.mul_(3248.4375))
-                .add_(t22.mul_(472.5))
-                .sub_(t23.mul_(78.75))
-                .add_(t24.mul_(15))
-                .sub_(t25.mul_(3))
-                .add_(t8.mul_(1.1262077452658237e18))
-                .sub_(t9.mul_(5.7494089097654664e16))
-                .sub_(2.3181109423388205e19 / x**40)
-                .mul_(t26)
-            ),
-            overwrite="a",
+            * grad_grad_x
+            * _where(
+                t4,
+                t0.add_((2 * t3).mul_(x)),
+                (t2 * t27)
+                .mul_(t6)
+                .sub_((t2 * t5).mul_(t7))
+                .add_(
+                    t10.mul_(3092119077520923.0)
+                    .sub_(t11.mul_(175688583950052.44))
+                    .add_(t12.mul_(10579097528175.201))
+                    .sub_(t13.mul_(677479152050.6287))
+                    .add_(t14.mul_(46323360823.97461))
+                    .sub_(t15.mul_(3397046460.4248047))
+                    .add_(t16.mul_(268541222.16796875))
+                    .sub_(t17.mul_(23017819.04296875))
+                    .add_(t18.mul_(2153714.0625))
+                    .sub_(t19.mul_(221705.859375))
+                    .add_(t20.mul_(25337.8125))
+                    .sub_(t21.mul_(3248.4375))
+                    .add_(t22.mul_(472.5))
+                    .sub_(t23.mul_(78.75))
+                    .add_(t24.mul_(15))
+                    .sub_(t25.mul_(3))
+                    .add_(t8.mul_(1.1262077452658237e18))
+                    .sub_(t9.mul_(5.7494089097654664e16))
+                    .sub_(2.3181109423388205e19 / x**40)
+                    .mul_(t26)
+                ),
+                overwrite="a",
+            )
         )
     if need_grad_bar:
         grad_bar = grad_grad_x * _where(
@@ -3902,11 +3915,12 @@ class _ScaledErfcBackward(torch.autograd.Function):
             t20 = x ** (-8)
             t21 = x ** (-6)
             t22 = x ** (-4)
-            x_bar = grad_grad_x * torch.where(
-                x < 9,
-                grad * (t0 + 2 * x * (t0 * x - t2)),
+            x_bar = (
                 grad
-                * (
+                * grad_grad_x
+                * torch.where(
+                    x < 9,
+                    t0 + 2 * x * (t0 * x - t2),
                     t1
                     * (
                         -677479152050.6287 * t10
@@ -3976,8 +3990,8 @@ class _ScaledErfcBackward(torch.autograd.Function):
                         + 2928143065834.2075 * t8
                         - 188912455860.27145 * t9
                         + 1
-                    )
-                ),
+                    ),
+                )
             )
         grad_bar = None
         if ctx.needs_input_grad[1]:
@@ -4112,39 +4126,34 @@ class ScaledErfcBackward(_ScaledErfcBackward):
             - 1.5641774239803108e16 * t9
             + 1
         )
-        grad_x_t = grad_t * torch.where(
-            t4, t3, -t0 * t27 * t8 + t6 * t7
-        ) + x_t * torch.where(
+        grad_x_t = grad * x_t * torch.where(
             t4,
-            grad * (t2 + 2 * t3 * x),
-            grad
+            t2 + 2 * t3 * x,
+            t1 * t27 * t5
+            - t1 * t6 * t8
+            + t7
             * (
-                t1 * t27 * t5
-                - t1 * t6 * t8
-                + t7
-                * (
-                    -5.7494089097654664e16 * t10
-                    + 3092119077520923.0 * t11
-                    - 175688583950052.44 * t12
-                    + 10579097528175.201 * t13
-                    - 677479152050.6287 * t14
-                    + 46323360823.97461 * t15
-                    - 3397046460.4248047 * t16
-                    + 268541222.16796875 * t17
-                    - 23017819.04296875 * t18
-                    + 2153714.0625 * t19
-                    - 221705.859375 * t20
-                    + 25337.8125 * t21
-                    - 3248.4375 * t22
-                    + 472.5 * t23
-                    - 78.75 * t24
-                    + 15 * t25
-                    - 3 * t26
-                    + 1.1262077452658237e18 * t9
-                    - 2.3181109423388205e19 / x**40
-                )
+                -5.7494089097654664e16 * t10
+                + 3092119077520923.0 * t11
+                - 175688583950052.44 * t12
+                + 10579097528175.201 * t13
+                - 677479152050.6287 * t14
+                + 46323360823.97461 * t15
+                - 3397046460.4248047 * t16
+                + 268541222.16796875 * t17
+                - 23017819.04296875 * t18
+                + 2153714.0625 * t19
+                - 221705.859375 * t20
+                + 25337.8125 * t21
+                - 3248.4375 * t22
+                + 472.5 * t23
+                - 78.75 * t24
+                + 15 * t25
+                - 3 * t26
+                + 1.1262077452658237e18 * t9
+                - 2.3181109423388205e19 / x**40
             ),
-        )
+        ) + grad_t * torch.where(t4, t3, -t0 * t27 * t8 + t6 * t7)
         return grad_x_t
 
 
