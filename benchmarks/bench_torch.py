@@ -515,6 +515,20 @@ def report_hvp(results: dict[str, Result], dtype_name: str, n: int) -> dict:
 QUICK = ("softplus", "mish", "gated_mix", "bce_with_logits", "huber")
 
 
+#: glibc malloc settings for --keep-freed-memory: no trimming of the heap top, and every
+#: allocation up to glibc's ceiling for the mmap threshold (32 MiB) from the heap.
+KEEP_FREED = {"MALLOC_TRIM_THRESHOLD_": "1099511627776", "MALLOC_MMAP_THRESHOLD_": "33554432"}
+
+
+def keep_freed_memory(argv: list[str]) -> None:
+    """Re-execute this script with :data:`KEEP_FREED` in the environment (glibc reads it
+    at start-up only), unless it is there already."""
+    if all(os.environ.get(k) == v for k, v in KEEP_FREED.items()):
+        return
+    env = {**os.environ, **KEEP_FREED}
+    os.execve(sys.executable, [sys.executable, os.path.abspath(__file__), *argv], env)
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--sizes", type=int, nargs="+", default=[1_000_000, 8_000_000])
@@ -537,6 +551,14 @@ def parse_args(argv=None):
         "with any other load on the machine, multi-threaded timings measure scheduler stalls",
     )
     p.add_argument(
+        "--keep-freed-memory",
+        action="store_true",
+        help="rerun under glibc settings that keep freed memory in the process\n"
+        f"({' '.join(f'{k}={v}' for k, v in KEEP_FREED.items())}): allocations up to\n"
+        "32 MiB reuse pages instead of faulting in fresh ones, as a caching allocator\n"
+        "(jemalloc, tcmalloc, CUDA's) would. Larger ones (float64 8M) still fault",
+    )
+    p.add_argument(
         "--quick",
         action="store_true",
         help=f"smoke run: n = 100,000, float32, 3 repeats, functions {' '.join(QUICK)}\n"
@@ -556,6 +578,8 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.keep_freed_memory:
+        keep_freed_memory(sys.argv[1:] if argv is None else list(argv))
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     dev = Device(args.device)
@@ -568,6 +592,8 @@ def main(argv=None) -> int:
         f"sizes {args.sizes}, dtypes {args.dtypes}, HVP sizes {args.hvp_sizes}; "
         f"medians of {args.repeats} timed calls per variant, interleaved, after 3 untimed"
     )
+    kept = {k: os.environ[k] for k in KEEP_FREED if k in os.environ}
+    print(f"allocator: glibc {'with ' + str(kept) if kept else 'defaults'}")
     with tempfile.TemporaryDirectory(prefix="symgrad-bench-") as tmp:
         gen = generate_module("torch", Path(tmp), args.functions)
         print_codegen_times(gen)
