@@ -17,7 +17,13 @@ from symgrad.errors import DerivationError, SpecError
 from symgrad.expr import parse_formula
 from symgrad.functions import dsigmoid, heaviside_as_piecewise, hypot, hypot_ratio, sigmoid
 from symgrad.spec import Function, Spec
-from symgrad.stabilize import exp_rational, guard_tails, split_regimes, stabilize
+from symgrad.stabilize import (
+    exp_rational,
+    guard_tails,
+    rational_scaled,
+    split_regimes,
+    stabilize,
+)
 
 #: Formulas larger than this (SymPy op count) are not given to simplify: the bound is on
 #: size, not time, so that output never depends on how fast or loaded the machine is.
@@ -149,7 +155,8 @@ def finish(
     simplify (also one per sign of x where it has |x|, and one through hypot's naive form),
     and each with its regime branches (:func:`~symgrad.stabilize.split_regimes`); with
     ``points``, also the formula as a rational function of one exponential
-    (:func:`~symgrad.stabilize.exp_rational`). With ``points``, the choice is by measured
+    (:func:`~symgrad.stabilize.exp_rational`) and as a rational function with the
+    numerator's power divided out (:func:`~symgrad.stabilize.rational_scaled`). With ``points``, the choice is by measured
     error (fewest non-finite results in float64 and float32, then float64 bits; ties to the
     cheaper by :func:`~symgrad.cost.op_cost`); ``record`` gets the
     chosen form's :class:`~symgrad.choose.Accuracy`. Without, the cheapest stable form.
@@ -208,17 +215,19 @@ def finish(
     else:
         from symgrad.choose import choose
 
-        # One exponential for the whole formula: offered only where its error is measured
-        # (its polynomials may cancel); differentiated, if chosen, as the formula it came from.
+        # One exponential for the whole formula, a rational function without powers: offered
+        # only where their error is measured (polynomials may cancel, x/x**2 may overflow);
+        # differentiated, if chosen, as the formula they came from.
         if _cost(stable[0]) <= SIMPLIFY_MAX_OPS:
-            try:
-                with _time_limit(SIMPLIFY_SECONDS):
-                    rational = exp_rational(stable[0])
-            except TimeoutError:
-                rational = None
-            if rational is not None:
-                candidates.append(rational)
-                sources.setdefault(rational, stable[0])
+            for rewrite in (exp_rational, rational_scaled):
+                try:
+                    with _time_limit(SIMPLIFY_SECONDS):
+                        rewritten = rewrite(stable[0])
+                except TimeoutError:
+                    rewritten = None
+                if rewritten is not None and rewritten not in candidates:
+                    candidates.append(rewritten)
+                    sources.setdefault(rewritten, stable[0])
         # The formula as written is the reference and a candidate in its own right.
         best, accuracy = choose([expr, *candidates], points, op_cost)
         if record is not None:

@@ -938,3 +938,40 @@ def exp_rational(expr: sympy.Expr) -> sympy.Expr | None:
             *branches,
         ]
     return factor * sympy.Piecewise(*branches)
+
+
+def rational_scaled(expr: sympy.Expr) -> sympy.Expr | None:
+    """A rational function of one tensor symbol with its numerator's degree divided out:
+    -(nu + 1)*x/(nu + x**2) -> -(nu + 1)/(x + nu/x).
+
+    No power of x is formed, so nothing overflows for large |x| (nor, where the numerator
+    is x, for small |x|: nu/x -> inf gives 0), and there is no branch: Student-t's gradient
+    in three passes instead of two regimes. ``None`` where ``expr`` is not such a function
+    or the numerator has degree 0 or no less than the denominator's.
+    """
+    if expr.has(sympy.Piecewise) or any(
+        not isinstance(f, sympy.Abs) for f in expr.atoms(sympy.Function)
+    ):
+        return None
+    symbols = [s for s in expr.free_symbols if not s.is_positive]
+    for x in sorted(symbols, key=sympy.default_sort_key):
+        # the factor free of x (an upstream gradient, -(nu + 1)) multiplies the result once
+        factor, rest = expr.as_independent(x, as_Add=False)
+        num, den = sympy.fraction(sympy.cancel(sympy.together(rest)))
+        try:
+            num, den = sympy.Poly(num, x), sympy.Poly(den, x)
+        except sympy.PolynomialError:
+            continue
+        if any(c.has(x) for c in (*num.coeffs(), *den.coeffs())):
+            continue
+        low = min(m[0] for m in num.monoms())
+        if not 1 <= low < num.degree() + 1 <= den.degree():
+            continue
+        (num_content, num), (den_content, den) = num.primitive(), den.primitive()
+        factor *= sympy.factor_terms(num_content / den_content)
+        terms = [
+            sympy.Add(*(c * x ** (m[0] - low) for c, m in zip(p.coeffs(), p.monoms())))
+            for p in (num, den)
+        ]
+        return factor * terms[0] / terms[1]
+    return None

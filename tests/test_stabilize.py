@@ -416,3 +416,25 @@ def test_op_cost_weighs_transcendentals_and_counts_shared_work_once():
     # exp(-|x|) four times costs what it costs once, plus the arithmetic around it
     assert op_cost(shared * (shared + 1) * (shared + 2)) == op_cost(shared) + 2 + 1 + 1
     assert op_cost(x ** sympy.Rational(1, 3)) > op_cost(sympy.sqrt(x)) > op_cost(x**2)
+
+
+def test_rational_scaled_divides_out_the_numerator_power():
+    from symgrad.choose import _evaluator
+    from symgrad.stabilize import rational_scaled
+
+    nu = sympy.Symbol("nu", positive=True)
+    grad = sympy.Symbol("grad", real=True)
+    student_grad = -grad * x * (nu + 1) / (nu + x**2)  # Student-t's gradient
+    scaled = rational_scaled(student_grad)
+    assert scaled == -grad * (nu + 1) / (x + nu / x)
+    fn = _evaluator(scaled, sorted(scaled.free_symbols, key=lambda s: s.name))
+    import numpy as np
+
+    with np.errstate(divide="ignore"):
+        for value in (0.0, 1e-300, 2.0, 1e200, -1e300):
+            got = float(fn(np.float64(1.0), np.float64(3.0), np.float64(value)))  # grad, nu, x
+            want = -4.0 * value / (3.0 + value**2) if abs(value) < 1e100 else -4.0 / value
+            assert got == pytest.approx(want, rel=1e-15, abs=0.0)
+    # not a rational function with a lower numerator degree: left alone
+    assert rational_scaled(x / (1 + x)) is None
+    assert rational_scaled(sympy.exp(x) / (1 + x**2)) is None
