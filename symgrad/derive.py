@@ -153,11 +153,11 @@ def finish(
 
     Candidates: the formula as written, stabilised, stabilised after a (size-bounded)
     simplify (also one per sign of x where it has |x|, and one through hypot's naive form),
-    and each with its regime branches (:func:`~symgrad.stabilize.split_regimes`); with
+    and each with its regime branches (:func:`~symgrad.stabilize.split_regimes`). With
     ``points``, also the formula as a rational function of one exponential
-    (:func:`~symgrad.stabilize.exp_rational`) and as a rational function with the
-    numerator's power divided out (:func:`~symgrad.stabilize.rational_scaled`). With ``points``, the choice is by measured
-    error (fewest non-finite results in float64 and float32, then float64 bits; ties to the
+    (:func:`~symgrad.stabilize.exp_rational`) and with its numerator's power divided out
+    (:func:`~symgrad.stabilize.rational_scaled`), and the choice is by measured error
+    (fewest non-finite results in float64 and float32, then float64 bits; ties to the
     cheaper by :func:`~symgrad.cost.op_cost`); ``record`` gets the
     chosen form's :class:`~symgrad.choose.Accuracy`. Without, the cheapest stable form.
     ``unsplit`` gets the chosen form before its regime branches (what to differentiate:

@@ -27,7 +27,6 @@ def _module(
         functions=plans,
         uses_math=any(p.uses_math for p in plans),
         needs_reduce=any(p.needs_reduce for p in plans),
-        uses_where=any(p.uses_where for p in plans),
         helpers=set().union(*(p.helpers for p in plans)),
     )
     return GeneratedFile(name, ruff_format(text, name))

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 import sympy
 
 from symgrad.derive import Derived, differentiate
-from symgrad.functions import StableFunction, hypot_ratio
+from symgrad.functions import StableFunction, hypot, hypot_ratio
 from symgrad.printers import PRINTERS, FrameworkPrinter
-from symgrad.printers.base import hypot_power_parts
+from symgrad.stabilize import hypot_power_ratio, stabilize
 
 
 @dataclass
@@ -128,19 +128,11 @@ def _select_then_scale(expr: sympy.Expr, upstream: frozenset[sympy.Symbol]) -> s
 def _paired_hypot_powers(expr: sympy.Expr) -> sympy.Expr:
     """x*y / hypot(x, y)**3 as hypot_ratio(x, x, y) * hypot_ratio(y, x, y) / hypot(x, y).
 
-    The printers pair the powers themselves (:func:`hypot_power_parts`), but only where they
-    see hypot: once CSE has named hypot(x, y) t0, x*y / t0**3 overflows for |x| > 1e102.
+    The printers pair the powers themselves, but only where they see hypot: once CSE has
+    named hypot(x, y) t0, x*y / t0**3 overflows for |x| > 1e102. So the pairing rule of
+    :mod:`symgrad.stabilize` is applied before CSE, whatever form the choice took.
     """
-
-    def paired(node: sympy.Expr) -> sympy.Expr:
-        parts = hypot_power_parts(node)
-        if parts is None or not parts[3]:
-            return node
-        rest, h, k, pairs = parts
-        ratios = [hypot_ratio(b, *h.args) ** m for b, m in pairs]
-        return sympy.Mul(rest, h ** (-k), *ratios)
-
-    return expr.replace(lambda e: isinstance(e, sympy.Mul), paired)
+    return stabilize(expr, (hypot_power_ratio,)) if expr.has(hypot) else expr
 
 
 @functools.cache
@@ -248,6 +240,8 @@ WHERE_HELPER = "_where"
 #: that run the op itself eagerly and an equally accurate, cheaper form when compiled
 #: (the fused path): inductor's log1p costs twice its log.
 COMPILED_FORMS = {"torch.log1p": "_log1p", "torch.nn.functional.softplus": "_softplus"}
+#: The module helpers graph-free code may call; the template emits those it does.
+HELPERS = (WHERE_HELPER, *COMPILED_FORMS.values())
 
 
 class _Buffers:
@@ -630,8 +624,7 @@ class FunctionPlan:
     kernels: list[Kernel] = field(default_factory=list)
     uses_math: bool = False
     needs_reduce: bool = False
-    uses_where: bool = False
-    helpers: frozenset[str] = frozenset()  # of COMPILED_FORMS' helpers, those it calls
+    helpers: frozenset[str] = frozenset()  # of HELPERS, those its code calls
 
 
 def _camel(name: str) -> str:
@@ -696,7 +689,6 @@ class _TorchPlanner:
         self.sym = derived.symbols
         self.scalars = derived.scalars
         self.uses_math = False
-        self.uses_where = False
         self.helpers: set[str] = set()
         # upstream gradients: of the outputs, and of each VJP (the double backward's)
         self.upstream = frozenset(derived.grads) | frozenset(
@@ -754,10 +746,7 @@ class _TorchPlanner:
             upstream=self.upstream,
         )
         self.uses_math = self.uses_math or result.uses_math
-        self.uses_where = self.uses_where or any(f"{WHERE_HELPER}(" in s for s in result.lines)
-        self.helpers |= {
-            h for h in COMPILED_FORMS.values() if any(f"{h}(" in s for s in result.lines)
-        }
+        self.helpers |= {h for h in HELPERS if any(f"{h}(" in s for s in result.lines)}
         return result.lines
 
     def buffers(self) -> dict[str, _Value]:
@@ -1137,7 +1126,6 @@ def plan_torch(derived: Derived) -> FunctionPlan:
         kernels=kernels,
         uses_math=planner.uses_math,
         needs_reduce=planner.reduce,
-        uses_where=planner.uses_where,
         helpers=frozenset(planner.helpers),
     )
 

@@ -861,9 +861,9 @@ def exp_rational(expr: sympy.Expr) -> sympy.Expr | None:
     ``P(u)/Q(u)`` with ``u = exp(b)``: mish's gradient, softplus then tanh then sigmoid and
     a squared sech, is one exp and a dozen multiplies. Evaluated as ``P(t)/Q(t)`` for
     ``b < 0`` and, multiplied through by ``t**deg``, as the reversed polynomials of ``t``
-    for ``b >= 0``, no power overflows. ``None`` where ``expr`` is not such a function or
-    the sign of ``b`` is fixed, or where ``expr`` makes a single call. Whether the result is accurate (the polynomials may cancel)
-    is for the measured choice to say.
+    for ``b >= 0``, no power overflows. ``None`` where ``expr`` is not such a function,
+    the sign of ``b`` is fixed, or ``expr`` makes a single call. Whether the result is
+    accurate (the polynomials may cancel) is for the measured choice to say.
     """
     calls = {f for f in expr.atoms(sympy.Function) if not isinstance(f, sympy.Abs)}
     if expr.has(sympy.Piecewise) or len(calls) < 2:
@@ -918,13 +918,14 @@ def exp_rational(expr: sympy.Expr) -> sympy.Expr | None:
             limits = True
 
     def horner(poly: sympy.Poly, reverse: bool) -> sympy.Expr:
-        *outer, last = [sympy.S.Zero] * (degree + 1 - len(poly.all_coeffs())) + poly.all_coeffs()
+        coeffs = poly.all_coeffs()  # highest power first
+        coeffs = [sympy.S.Zero] * (degree + 1 - len(coeffs)) + coeffs
         if reverse:  # u = 1/t, times t**degree
-            *outer, last = [*outer, last][::-1]
+            coeffs.reverse()
         value = sympy.S.Zero
-        for c in outer:  # highest power first
+        for c in coeffs[:-1]:  # those that meet a power of t
             value = (value + c.xreplace(bounded)) * t
-        return value + last
+        return value + coeffs[-1]
 
     def at(small: sympy.Expr, reverse: bool) -> sympy.Expr:
         return (horner(num, reverse) / horner(den, reverse)).xreplace({t: small})
@@ -953,7 +954,7 @@ def rational_scaled(expr: sympy.Expr) -> sympy.Expr | None:
         not isinstance(f, sympy.Abs) for f in expr.atoms(sympy.Function)
     ):
         return None
-    symbols = [s for s in expr.free_symbols if not s.is_positive]
+    symbols = [s for s in expr.free_symbols if not s.is_positive]  # not nu-like parameters
     for x in sorted(symbols, key=sympy.default_sort_key):
         # the factor free of x (an upstream gradient, -(nu + 1)) multiplies the result once
         factor, rest = expr.as_independent(x, as_Add=False)
