@@ -112,7 +112,16 @@ def _stable_numpy() -> dict[str, object]:
     # primitives the printers write out by regime are evaluated from the same regimes
     by_regimes = {
         cls.__name__: _by_regimes(cls)
-        for cls in (F.dsigmoid, F.erfcx_inv, F.exprel, F.exprel_d, F.hypot_ratio, F.logcosh)
+        for cls in (
+            F.dsigmoid,
+            F.erfcx_inv,
+            F.exprel,
+            F.exprel_d,
+            F.hypot_ratio,
+            F.logcosh,
+            F.log1p_square,
+            F.tan_half_atan,
+        )
     }
     return {
         **by_regimes,

@@ -46,6 +46,8 @@ OP_COST: dict[str, float] = {
     "xlogy": 25,
     "atan": 28,
     "hypot_ratio": 12,
+    "log1p_square": 8,  # its log1p and a multiply
+    "tan_half_atan": 12,  # a clamp, a sqrt, a division
     "loggamma": 45,
     "gamma": 45,
     "xlog1py": 90,

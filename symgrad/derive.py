@@ -148,6 +148,7 @@ def finish(
     record: list | None = None,
     params: frozenset = frozenset(),
     unsplit: list | None = None,
+    positive: frozenset = frozenset(),
 ) -> sympy.Expr:
     """Clean up, stabilise and simplify one formula; pick the most accurate candidate.
 
@@ -161,7 +162,8 @@ def finish(
     cheaper by :func:`~symgrad.cost.op_cost`); ``record`` gets the
     chosen form's :class:`~symgrad.choose.Accuracy`. Without, the cheapest stable form.
     ``unsplit`` gets the chosen form before its regime branches (what to differentiate:
-    the branches are float tricks, and their conditions have no derivative).
+    the branches are float tricks, and their conditions have no derivative). ``params``:
+    the scalar inputs' symbols; ``positive``: those known to be positive.
     """
     expr = _drop_dirac(expr)
     if expr.has(sympy.Heaviside):
@@ -204,7 +206,7 @@ def finish(
     for c in stable:
         try:
             with _time_limit(SIMPLIFY_SECONDS):
-                split = split_regimes(c, params)
+                split = split_regimes(c, params, positive)
         except TimeoutError:
             split = c
         candidates += [split, c] if split != c else [c]
@@ -329,13 +331,16 @@ def derive_function(fn: Function, measure: bool = True) -> Derived:
     )
     accuracy: dict[str, Accuracy] = {}
     params = frozenset(symbols[i.name] for i in fn.inputs if not i.is_tensor)
+    # scalars whose domain is positive (x / sqrt(nu) needs to know, and nu's symbol makes
+    # no assumption the spec did not)
+    positive = frozenset(symbols[i.name] for i in fn.inputs if not i.is_tensor and i.domain[0] > 0)
 
     unsplit: dict[str, sympy.Expr] = {}
 
     def chosen(label: str, expr: sympy.Expr) -> sympy.Expr:
         record: list[Accuracy] = []
         before: list[sympy.Expr] = []
-        result = finish(expr, points, record, params, before)
+        result = finish(expr, points, record, params, before, positive)
         if record:
             accuracy[label] = record[0]
         unsplit[label] = before[0]

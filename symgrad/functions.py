@@ -172,6 +172,75 @@ class log1p(StableFunction):
         return log(1 + x)
 
 
+class log1p_square(StableFunction):
+    """log(1 + q**2) without overflow, as ``2 log1p(q * tan_half_atan(q))``.
+
+    1 + q**2 = h**2 for h = sqrt(1 + q**2), so the value is 2 log1p(h - 1), and h - 1 =
+    q**2 / (1 + h) is evaluated as q times a ratio below 1 in magnitude: accurate near 0
+    and finite for every finite q, where log1p(q**2) is inf once q**2 overflows (|q| >
+    1.3e154, 1.8e19 in float32). One log1p, one sqrt and one division (a Student-t or
+    Cauchy log density).
+    """
+
+    nargs = 1
+
+    @classmethod
+    def eval(cls, q):
+        if q.is_zero:
+            return sympy.S.Zero
+        return None
+
+    def fdiff(self, argindex=1):
+        if argindex != 1:
+            raise ArgumentIndexError(self, argindex)
+        q = self.args[0]
+        return 2 * q / (1 + q**2)
+
+    @staticmethod
+    def mp(q):
+        return mpmath.log1p(q**2)
+
+    @classmethod
+    def naive(cls, q):
+        return log(1 + q**2)
+
+    def regimes(self) -> sympy.Expr:
+        q = self.args[0]
+        return 2 * log1p(q * tan_half_atan(q))
+
+
+class tan_half_atan(StableFunction):
+    """q / (1 + sqrt(1 + q**2)) = tan(atan(q) / 2), in (-1, 1); computed with q clamped to
+    +-1e19, where q**2 is finite in float32 and the value is +-1 to the last bit of
+    float64. (torch's and inductor's hypot(q, 1), the textbook way, costs 7 multiplies
+    more per element on CPU.) A function of its own so that q * tan_half_atan(q) is not
+    merged into q**2 / (1 + ...), which overflows. Half precision is not covered.
+    """
+
+    nargs = 1
+
+    def fdiff(self, argindex=1):
+        if argindex != 1:
+            raise ArgumentIndexError(self, argindex)
+        h = sqrt(1 + self.args[0] ** 2)
+        return 1 / (h * (1 + h))
+
+    @staticmethod
+    def mp(q):
+        return q / (1 + mpmath.sqrt(1 + q**2))
+
+    @classmethod
+    def naive(cls, q):
+        return q / (1 + sqrt(1 + q**2))
+
+    def regimes(self) -> sympy.Expr:
+        c = sympy.Min(sympy.Max(self.args[0], -_TAN_HALF_ATAN_CLAMP), _TAN_HALF_ATAN_CLAMP)
+        return c / (1 + sqrt(1 + c**2))
+
+
+_TAN_HALF_ATAN_CLAMP = sympy.Float(1e19)
+
+
 class expm1(StableFunction):
     """exp(x) - 1, accurate for tiny x."""
 

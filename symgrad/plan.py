@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import sympy
 
 from symgrad.derive import Derived, differentiate
-from symgrad.functions import StableFunction, hypot, hypot_ratio
+from symgrad.functions import StableFunction, hypot, hypot_ratio, tan_half_atan
 from symgrad.printers import PRINTERS, FrameworkPrinter
 from symgrad.stabilize import hypot_power_ratio, stabilize
 
@@ -90,11 +90,12 @@ def _expand_regimes(expr: sympy.Expr) -> sympy.Expr:
     (exprel's exp(x/2) * (exp(x/2) * P) must not become exp(x/2)**2 * P: CSE rebuilds
     every node). hypot_ratio stays too: its b/hypot(x, y) would merge with the powers
     around it (hypot_ratio(y, x, y)**2 / hypot(x, y) -> y**2 / hypot(x, y)**3), and
-    hypot(x, y)**3 overflows where the ratios the printer writes do not."""
+    hypot(x, y)**3 overflows where the ratios the printer writes do not; tan_half_atan
+    likewise (q * tan_half_atan(q) would become q * c / (1 + ...), whose q * c overflows)."""
     return expr.replace(
         lambda e: (
             isinstance(e, StableFunction)
-            and not isinstance(e, hypot_ratio)
+            and not isinstance(e, (hypot_ratio, tan_half_atan))
             and _regime_form(e) is not None
         ),
         _regime_form,
@@ -238,8 +239,14 @@ def _method(owner: ast.expr, name: str, *args: ast.expr, **kwargs: ast.expr) -> 
 WHERE_HELPER = "_where"
 #: Calls that inductor compiles slowly, routed in graph-free code through module helpers
 #: that run the op itself eagerly and an equally accurate, cheaper form when compiled
-#: (the fused path): inductor's log1p costs twice its log.
-COMPILED_FORMS = {"torch.log1p": "_log1p", "torch.nn.functional.softplus": "_softplus"}
+#: (the fused path): inductor's log1p costs twice its log, and its sigmoid computes an
+#: exp(-x) of its own where the code (a dsigmoid) already has exp(-|x|): sigmoid is
+#: routed only there (on its own, inductor's is the cheaper).
+COMPILED_FORMS = {
+    "torch.log1p": "_log1p",
+    "torch.nn.functional.softplus": "_softplus",
+    "torch.sigmoid": "_sigmoid",
+}
 #: The module helpers graph-free code may call; the template emits those it does.
 HELPERS = (WHERE_HELPER, *COMPILED_FORMS.values())
 
@@ -261,8 +268,10 @@ class _Buffers:
         self.keep = set(keep)
         self.numbers = set(numbers) | {"math", "torch"}
         self.floats = {n for n, v in tensors.items() if v.kind == "float"}
+        self.source = ""  # the code being rewritten
 
     def rewrite(self, lines: list[str]) -> list[str]:
+        self.source = "\n".join(lines)
         trees = [ast.parse(line).body[0] for line in lines]
         trees = _single_reads(trees, self.keep | self.numbers)
         last_use: dict[str, int] = {}
@@ -394,7 +403,10 @@ class _Buffers:
         if func not in _TORCH_FRESH:
             return new, _Value(result.shape, result.dtype, "other", False)
         first, first_info = args[0] if args else (None, None)
-        if func in COMPILED_FORMS:
+        if func in COMPILED_FORMS and (
+            func != "torch.sigmoid"
+            or f"torch.exp(-torch.abs({ast.unparse(node.args[0])}))" in self.source
+        ):
             new.func = ast.Name(COMPILED_FORMS[func], ast.Load())
             if func in _TORCH_INPLACE and self.can_update(first_info, result):
                 new.keywords.append(ast.keyword("overwrite", ast.Constant(True)))

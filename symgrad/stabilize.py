@@ -24,6 +24,7 @@ from symgrad.functions import (
     hypot_ratio,
     log1mexp,
     log1p,
+    log1p_square,
     logaddexp,
     logcosh,
     one_plus_erf,
@@ -657,8 +658,9 @@ def _rational_tail(node: sympy.Basic, params: frozenset) -> sympy.Basic | None:
 _LOG1P_TAIL_FROM = 2**20
 
 
-def _log1p_tail(node: sympy.Basic, params: frozenset) -> sympy.Basic | None:
-    """log1p(c * x**k) -> log(c) + k log|x| + log1p(1/u) where u = c * x**k is large.
+def _log1p_tail(node: sympy.Basic, params: frozenset, positive: frozenset) -> sympy.Basic | None:
+    """log1p(c * x**k) -> log(c) + k log|x| + log1p(1/u) where u = c * x**k is large;
+    log1p(c * x**2) -> :class:`~symgrad.functions.log1p_square` (sqrt(c) * x), no branch.
 
     log1p(x**2/nu) is inf once x**2 overflows (|x| > 1e154, 1.8e19 in float32) although
     the exact value is about 2 log|x|. ``c`` may hold scalar inputs (``params``) and numbers.
@@ -681,8 +683,28 @@ def _log1p_tail(node: sympy.Basic, params: frozenset) -> sympy.Basic | None:
             logs.append(sympy.expand_log(log(factor), force=True))
     if not has_power:
         return None
+    q = _square_root(u, params, positive)
+    if q is not None:
+        return log1p_square(q)
     tail = Add(*logs) + log1p(1 / u)
     return sympy.Piecewise((node, u < _LOG1P_TAIL_FROM), (tail, True))
+
+
+def _square_root(u: sympy.Expr, params: frozenset, positive: frozenset) -> sympy.Expr | None:
+    """q with q**2 = u for u = c * x**2 (one tensor symbol x, c > 0 of numbers and
+    ``params``, the ``positive`` ones known to be); else None."""
+    c, x = sympy.S.One, None
+    for factor in Mul.make_args(u):
+        base, power = factor.as_base_exp()
+        if base.free_symbols - params:
+            if x is not None or not (base.is_Symbol and power == 2):
+                return None
+            x = base
+        else:
+            c *= factor
+    if x is None or not c.subs({p: sympy.Dummy(positive=True) for p in positive}).is_positive:
+        return None
+    return sympy.sqrt(c) * x
 
 
 def _sigmoid_tail(node: sympy.Basic) -> sympy.Basic | None:
@@ -819,7 +841,9 @@ def guard_tails(expr: sympy.Expr) -> sympy.Expr:
     return visit(expr)
 
 
-def split_regimes(expr: sympy.Expr, params: frozenset = frozenset()) -> sympy.Expr:
+def split_regimes(
+    expr: sympy.Expr, params: frozenset = frozenset(), positive: frozenset = frozenset()
+) -> sympy.Expr:
     """Branches by input regime: a Taylor polynomial where a sum cancels near 0, zero where a
     Gaussian factor underflows, rational functions rescaled where their powers overflow.
 
@@ -832,14 +856,14 @@ def split_regimes(expr: sympy.Expr, params: frozenset = frozenset()) -> sympy.Ex
     whole = _rational_tail(expr, params)
     if whole is not None:
         return whole
-    args = tuple(split_regimes(a, params) for a in expr.args)
+    args = tuple(split_regimes(a, params, positive) for a in expr.args)
     node = expr.func(*args) if args != expr.args else expr
     return (
         _series_regime(node)
         or _gaussian_tail(node)
         or _sigmoid_tail(node)
         or _rational_tail(node, params)
-        or _log1p_tail(node, params)
+        or _log1p_tail(node, params, positive)
         or _hypot_minus_one(node)
         or _log_erfc_tail(node)
         or _log_ratio(node)

@@ -424,13 +424,16 @@ functions:
   log_x_plus_one:
     inputs: {x: {domain: [0, inf]}}
     output: log(1 + x)
+  silu:
+    inputs: {x: {}}
+    output: x / (1 + exp(-x))
 """
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_compiled_forms_of_log1p_and_softplus_match_the_eager_ops(generate_module, dtype):
-    """The fused path compiles log1p as Kahan's log(w) * u / (w - 1), softplus through it:
-    within 2 ulp of torch's ops, with the same special values."""
+def test_compiled_forms_of_log1p_softplus_and_sigmoid_match_the_eager_ops(generate_module, dtype):
+    """The fused path compiles log1p as Kahan's log(w) * u / (w - 1), softplus and sigmoid
+    from exp(-|x|): within 2 ulp of torch's ops, with the same special values."""
     m = generate_module(SOFTPLUS_SPEC)
     assert "_log1p(" in Path(m.__file__).read_text()  # the graph-free code calls them
     gen = torch.Generator().manual_seed(0)
@@ -456,10 +459,18 @@ def test_compiled_forms_of_log1p_and_softplus_match_the_eager_ops(generate_modul
     # (compiled float32 exp flushes subnormal results to 0: compared absolutely down there)
     tiny = torch.finfo(dtype).smallest_normal
     torch.testing.assert_close(softplus(x).double(), want, rtol=4 * eps, atol=tiny)
+    assert "_sigmoid(" in Path(m.__file__).read_text()
+    sigmoid = torch.compile(m._sigmoid, dynamic=True, fullgraph=True)
+    x = torch.cat([x, torch.tensor([-math.inf, math.nan, -0.0, -100.0], dtype=dtype)])
+    want = torch.sigmoid(x.double())
+    torch.testing.assert_close(sigmoid(x).double(), want, rtol=2 * eps, atol=tiny, equal_nan=True)
     # eagerly they are the ops themselves, in place where the caller owns the buffer
     buffer = u.clone()
     assert m._log1p(buffer, overwrite=True) is buffer
     torch.testing.assert_close(buffer, torch.log1p(u), equal_nan=True)
+    buffer = x.clone()
+    assert m._sigmoid(buffer, overwrite=True) is buffer
+    torch.testing.assert_close(buffer, torch.sigmoid(x), equal_nan=True)
 
 
 def test_upstream_gradient_multiplies_after_the_select_unless_a_branch_is_zero():

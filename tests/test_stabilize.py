@@ -208,6 +208,37 @@ def test_log1p_tail_keeps_log1p_of_overflowing_squares_finite():
         assert run_torch(stable, {"x": value, "nu": 3.0}) == pytest.approx(want, rel=1e-15)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_log1p_of_a_scaled_square_is_one_log1p_that_does_not_overflow(dtype):
+    """log1p(x**2/nu), nu known positive: log1p_square(x/sqrt(nu)), no branch. Finite where
+    x**2 overflows (1.8e19 in float32), within 4 ulp everywhere (3 logs became 1)."""
+    import mpmath
+
+    from symgrad.stabilize import split_regimes
+
+    nu = sympy.Symbol("nu", real=True)
+    expr = stabilize(sympy.log(1 + x**2 / nu))
+    # nu's sign unknown: sqrt(1/nu) may not exist, the regime branches stay
+    assert split_regimes(expr, frozenset({nu})).has(sympy.Piecewise)
+    stable = split_regimes(expr, frozenset({nu}), positive=frozenset({nu}))
+    assert stable.has(F.log1p_square) and not stable.has(sympy.Piecewise)
+    values = [0.0, 1e-30, -1e-8, 0.5, -3.0, 1e5, 1e18, -1e19, 1e20, 3e38]
+    if dtype == torch.float64:
+        values += [1e150, -1e200, 1.7e308]
+    xs = torch.tensor(values, dtype=dtype)
+    code = TorchPrinter(scalars={nu}).doprint(stable)
+    got = eval(code, {"torch": torch, "math": math, "x": xs, "nu": 3.0})
+    with mpmath.workdps(50):
+        want = [float(mpmath.log1p(mpmath.mpf(float(v)) ** 2 / 3)) for v in xs]
+    eps = torch.finfo(dtype).eps
+    torch.testing.assert_close(
+        got.double(),
+        torch.tensor(want, dtype=torch.float64).to(dtype).double(),
+        rtol=4 * eps,
+        atol=0,
+    )
+
+
 def test_polygamma_difference_is_a_power():
     stable = stabilize(sympy.polygamma(1, x + 1) - sympy.polygamma(1, x))
     assert stable == -1 / x**2

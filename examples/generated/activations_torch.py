@@ -126,24 +126,33 @@ def _where(cond: torch.Tensor, a, b, overwrite: str | None = None) -> torch.Tens
     return out.view(ref.dtype)
 
 
-def _kahan_log1p(u: torch.Tensor) -> torch.Tensor:
-    """log1p(u) for finite u as Kahan's ``log(w) * u / (w - 1)``, ``w = 1 + u`` rounded.
-
-    The quotient corrects log(w) for the rounding: within 2 ulp of log1p (Goldberg, "What
-    every computer scientist should know about floating-point arithmetic", theorem 4), at
-    half the cost of inductor's log1p. Where w == 1, u is below half an ulp of 1 and is
-    its own log1p.
-    """
-    w = 1 + u
-    return torch.where(w == 1, u, torch.log(w) * (u / (w - 1)))
-
-
 def _softplus(x: torch.Tensor, threshold: float = 40.0) -> torch.Tensor:
-    """``F.softplus(x, threshold=threshold)``; compiled, ``relu(x) + log1p(exp(-|x|))``
-    with :func:`_kahan_log1p` (as accurate, and exact past the threshold too)."""
+    """``F.softplus(x, threshold=threshold)``; compiled, ``relu(x) + log1p(t)``,
+    ``t = exp(-|x|)``, as accurate (and exact past the threshold too).
+
+    log1p(t) is ``log(w) + (t - (w - 1)) / w`` with ``w = 1 + t`` rounded: ``t - (w - 1)``
+    is exactly what rounding w lost, and log(w + c) = log(w) + c / w to first order.
+    For t in [0, 1] that is within 2 ulp of log1p without a select.
+    """
     if torch.compiler.is_compiling():
-        return torch.relu(x) + _kahan_log1p(torch.exp(-torch.abs(x)))
+        t = torch.exp(-torch.abs(x))
+        w = 1 + t
+        return torch.relu(x) + (torch.log(w) + (t - (w - 1)) / w)
     return torch.nn.functional.softplus(x, threshold=threshold)
+
+
+def _sigmoid(x: torch.Tensor, overwrite: bool = False) -> torch.Tensor:
+    """``torch.sigmoid(x)``; compiled, from ``t = exp(-|x|)``: 1 / (1 + t) for x >= 0,
+    t / (1 + t) below. As accurate, and inductor computes exp(-|x|) once for this and
+    the dsigmoid beside it (a sigmoid of its own would be a second exp).
+
+    ``overwrite``: the caller owns ``x`` and no longer needs it.
+    """
+    if torch.compiler.is_compiling():
+        t = torch.exp(-torch.abs(x))
+        r = 1 / (1 + t)
+        return torch.where(x >= 0, r, t * r)
+    return x.sigmoid_() if overwrite else torch.sigmoid(x)
 
 
 # --- softplus --------------------------------------------------------------
@@ -1317,7 +1326,7 @@ def _weighted_bce_grad_z_backward(
         z_bar = t1.div_(t0.add_(1).pow_(2))
     if need_grad_bar:
         grad_bar = grad_grad_z * (-target * (-z).sigmoid_()).sub_(
-            (target - 1) * torch.sigmoid(z)
+            (target - 1) * _sigmoid(z)
         )
     return z_bar, grad_bar
 

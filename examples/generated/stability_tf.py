@@ -721,11 +721,11 @@ def student_t_logpdf(x: tf.Tensor, nu: float = 3.0) -> tf.Tensor:
 
     Forward::
 
-        out = Piecewise((-(nu/2 + 1/2)*log1p(x**2/nu) - log(pi*nu)/2 - loggamma(nu/2) + loggamma(nu/2 + 1/2), x**2/nu < 1048576), (-(nu/2 + 1/2)*(-log(nu) + 2*log(Abs(x)) + log1p(nu/x**2)) - log(pi*nu)/2 - loggamma(nu/2) + loggamma(nu/2 + 1/2), True))
+        out = -(nu/2 + 1/2)*log1p_square(x*sqrt(1/nu)) - log(pi*nu)/2 - loggamma(nu/2) + loggamma(nu/2 + 1/2)
 
     Measured float64 error of the chosen forms vs mpmath::
 
-        out: 0.6 bits mean, 2 max over 67 points
+        out: 0.7 bits mean, 1 max over 67 points
         grad_x: 0.2 bits mean, 1 max over 67 points
         d grad_x / d x: 0.5 bits mean, 27 max over 67 points
         d grad_x / d grad: 0.2 bits mean, 1 max over 67 points
@@ -744,15 +744,25 @@ def student_t_logpdf(x: tf.Tensor, nu: float = 3.0) -> tf.Tensor:
     def forward(x):
         t0 = nu / 2
         t1 = t0 + 0.5
-        t2 = x**2
-        t3 = t2 / nu
-        t4 = math.log(math.pi * nu) / 2 + math.lgamma(t0) - math.lgamma(t1)
-        out = tf.where(
-            t3 < 1048576,
-            -t1 * tf.math.log1p(t3) - t4,
-            -t1
-            * (-math.log(nu) + 2 * tf.math.log(tf.math.abs(x)) + tf.math.log1p(nu / t2))
-            - t4,
+        t2 = x * math.sqrt(1 / nu)
+        out = (
+            -2
+            * t1
+            * tf.math.log1p(
+                t2
+                * (
+                    tf.math.minimum(tf.math.maximum(t2, -1e19), 1e19)
+                    / (
+                        tf.math.sqrt(
+                            tf.math.minimum(tf.math.maximum(t2, -1e19), 1e19) ** 2 + 1
+                        )
+                        + 1
+                    )
+                )
+            )
+            - math.log(math.pi * nu) / 2
+            - math.lgamma(t0)
+            + math.lgamma(t1)
         )
 
         def backward(grad):

@@ -126,23 +126,18 @@ def _where(cond: torch.Tensor, a, b, overwrite: str | None = None) -> torch.Tens
     return out.view(ref.dtype)
 
 
-def _kahan_log1p(u: torch.Tensor) -> torch.Tensor:
-    """log1p(u) for finite u as Kahan's ``log(w) * u / (w - 1)``, ``w = 1 + u`` rounded.
-
-    The quotient corrects log(w) for the rounding: within 2 ulp of log1p (Goldberg, "What
-    every computer scientist should know about floating-point arithmetic", theorem 4), at
-    half the cost of inductor's log1p. Where w == 1, u is below half an ulp of 1 and is
-    its own log1p.
-    """
-    w = 1 + u
-    return torch.where(w == 1, u, torch.log(w) * (u / (w - 1)))
-
-
 def _softplus(x: torch.Tensor, threshold: float = 40.0) -> torch.Tensor:
-    """``F.softplus(x, threshold=threshold)``; compiled, ``relu(x) + log1p(exp(-|x|))``
-    with :func:`_kahan_log1p` (as accurate, and exact past the threshold too)."""
+    """``F.softplus(x, threshold=threshold)``; compiled, ``relu(x) + log1p(t)``,
+    ``t = exp(-|x|)``, as accurate (and exact past the threshold too).
+
+    log1p(t) is ``log(w) + (t - (w - 1)) / w`` with ``w = 1 + t`` rounded: ``t - (w - 1)``
+    is exactly what rounding w lost, and log(w + c) = log(w) + c / w to first order.
+    For t in [0, 1] that is within 2 ulp of log1p without a select.
+    """
     if torch.compiler.is_compiling():
-        return torch.relu(x) + _kahan_log1p(torch.exp(-torch.abs(x)))
+        t = torch.exp(-torch.abs(x))
+        w = 1 + t
+        return torch.relu(x) + (torch.log(w) + (t - (w - 1)) / w)
     return torch.nn.functional.softplus(x, threshold=threshold)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sympy
+from sympy.printing.precedence import PRECEDENCE
 
 from symgrad.printers.base import FrameworkPrinter
 
@@ -90,7 +91,7 @@ class TorchPrinter(FrameworkPrinter):
         # torch.hypot takes tensors only: a number becomes a 0-d tensor of the other's dtype.
         tensor = next(a for a in expr.args if not self.is_scalar(a))
         args = [
-            f"{self._print(tensor)}.new_tensor({self._print(a)})"
+            f"{self.parenthesize(tensor, PRECEDENCE['Atom'])}.new_tensor({self._print(a)})"
             if self.is_scalar(a)
             else self._print(a)
             for a in expr.args
