@@ -40,6 +40,17 @@ PINNED = [
     (sympy.pi * x, "math.pi*x", "math.pi*x"),
 ]
 
+TORCH_ONLY = [
+    # torch.hypot takes tensors: the number becomes a tensor of the other argument's dtype
+    (F.hypot(x, 1), "torch.hypot(x, x.new_tensor(1))"),
+    (F.hypot(2 * x, 1), "torch.hypot(2*x, (2*x).new_tensor(1))"),
+]
+
+
+@pytest.mark.parametrize(("expr", "torch_src"), TORCH_ONLY, ids=[str(p[0]) for p in TORCH_ONLY])
+def test_pinned_torch(expr, torch_src):
+    assert TorchPrinter().doprint(expr) == torch_src
+
 
 @pytest.mark.parametrize(("expr", "torch_src", "tf_src"), PINNED, ids=[str(p[0]) for p in PINNED])
 def test_pinned(expr, torch_src, tf_src):

@@ -91,7 +91,7 @@ class TorchPrinter(FrameworkPrinter):
         # torch.hypot takes tensors only: a number becomes a 0-d tensor of the other's dtype.
         tensor = next(a for a in expr.args if not self.is_scalar(a))
         args = [
-            f"{self.parenthesize(tensor, PRECEDENCE['Atom'])}.new_tensor({self._print(a)})"
+            f"{self.parenthesize(tensor, PRECEDENCE['Atom'], strict=True)}.new_tensor({self._print(a)})"
             if self.is_scalar(a)
             else self._print(a)
             for a in expr.args
