@@ -220,12 +220,12 @@ def measure(
     return Accuracy(sum(errors) / len(errors), max(errors), non_finite, len(errors))
 
 
-def choose(
-    candidates: Sequence[sympy.Expr],
-    points: Sequence[Mapping[sympy.Symbol, float]],
-    cost,
-) -> tuple[sympy.Expr, Accuracy]:
-    """The most accurate candidate (mean bits; within 1/2 bit the cheaper one)."""
+def most_accurate(
+    candidates: Sequence[sympy.Expr], points: Sequence[Mapping[sympy.Symbol, float]]
+) -> list[tuple[sympy.Expr, Accuracy]]:
+    """The candidates as accurate as the best (fewest non-finite results, then mean bits
+    within 1/2 bit), with their measured accuracy, in the given order. The first
+    candidate is the reference; [] where none can be evaluated with NumPy."""
     reference_expr = candidates[0]
     references = [exact(reference_expr, p) for p in points]
     scored = []
@@ -236,13 +236,24 @@ def choose(
             continue  # cannot be evaluated with NumPy: not measurable, not chosen
         scored.append((candidate, accuracy))
     if not scored:
-        return candidates[0], Accuracy(math.nan, math.nan, 0, 0)
-    best = min(scored, key=lambda c: (c[1].non_finite, c[1].mean_bits))
-    close = [
+        return []
+    best = min(scored, key=lambda c: (c[1].non_finite, c[1].mean_bits))[1]
+    return [
         c
         for c in scored
-        if c[1].non_finite == best[1].non_finite and c[1].mean_bits <= best[1].mean_bits + 0.5
+        if c[1].non_finite == best.non_finite and c[1].mean_bits <= best.mean_bits + 0.5
     ]
+
+
+def choose(
+    candidates: Sequence[sympy.Expr],
+    points: Sequence[Mapping[sympy.Symbol, float]],
+    cost,
+) -> tuple[sympy.Expr, Accuracy]:
+    """The most accurate candidate (mean bits; within 1/2 bit the cheaper by ``cost``)."""
+    close = most_accurate(candidates, points)
+    if not close:
+        return candidates[0], Accuracy(math.nan, math.nan, 0, 0)
     return min(close, key=lambda c: cost(c[0]))
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
+import math
 import signal
 import threading
 from collections.abc import Iterator
@@ -12,7 +14,7 @@ from dataclasses import dataclass, field
 import sympy
 
 from symgrad.choose import Accuracy, symbol_points
-from symgrad.cost import op_cost
+from symgrad.cost import eager_cost, op_cost
 from symgrad.errors import DerivationError, SpecError
 from symgrad.expr import parse_formula
 from symgrad.functions import dsigmoid, heaviside_as_piecewise, hypot, hypot_ratio, sigmoid
@@ -54,6 +56,9 @@ class Derived:
     second: dict[str, dict[str, sympy.Expr]]
     overridden: frozenset[str]
     accuracy: dict[str, Accuracy] = field(default_factory=dict)  # label -> measured error
+    # label -> the fused path's form, where the cheapest for compiled code (arithmetic
+    # only) is another than the eager one (passes over memory too); as accurate
+    fused: dict[str, sympy.Expr] = field(default_factory=dict)
 
     @property
     def diff_inputs(self) -> tuple[str, ...]:
@@ -62,6 +67,26 @@ class Derived:
     @property
     def scalars(self) -> frozenset[sympy.Symbol]:
         return frozenset(self.symbols[i.name] for i in self.function.inputs if not i.is_tensor)
+
+    def for_fused(self) -> Derived:
+        """These formulas with the fused path's forms (see ``fused``)."""
+        forms = self.fused
+
+        def pick(label: str, expr: sympy.Expr) -> sympy.Expr:
+            return forms.get(label, expr)
+
+        return dataclasses.replace(
+            self,
+            outputs=tuple((name, pick(name, e)) for name, e in self.outputs),
+            vjps={
+                i: e if i in self.overridden else pick(f"grad_{i}", e) for i, e in self.vjps.items()
+            },
+            second={
+                i: {w: pick(f"d grad_{i} / d {w}", e) for w, e in by_w.items()}
+                for i, by_w in self.second.items()
+            },
+            fused={},
+        )
 
     def differentiable_outputs(self) -> tuple[str, ...]:
         """Outputs with a nonzero derivative w.r.t. some input (others are marked so)."""
@@ -149,6 +174,7 @@ def finish(
     params: frozenset = frozenset(),
     unsplit: list | None = None,
     positive: frozenset = frozenset(),
+    fused: list | None = None,
 ) -> sympy.Expr:
     """Clean up, stabilise and simplify one formula; pick the most accurate candidate.
 
@@ -159,8 +185,10 @@ def finish(
     (:func:`~symgrad.stabilize.exp_rational`) and with its numerator's power divided out
     (:func:`~symgrad.stabilize.rational_scaled`), and the choice is by measured error
     (fewest non-finite results in float64 and float32, then float64 bits; ties to the
-    cheaper by :func:`~symgrad.cost.op_cost`); ``record`` gets the
-    chosen form's :class:`~symgrad.choose.Accuracy`. Without, the cheapest stable form.
+    cheaper for eager code by :func:`~symgrad.cost.eager_cost`); ``record`` gets the
+    chosen form's :class:`~symgrad.choose.Accuracy`, ``fused`` the tie's cheapest for
+    compiled code (:func:`~symgrad.cost.op_cost`: arithmetic only, the passes fuse).
+    Without points, the cheapest stable form for both.
     ``unsplit`` gets the chosen form before its regime branches (what to differentiate:
     the branches are float tricks, and their conditions have no derivative). ``params``:
     the scalar inputs' symbols; ``positive``: those known to be positive.
@@ -215,7 +243,7 @@ def finish(
     if points is None:
         best = candidates[0]
     else:
-        from symgrad.choose import choose
+        from symgrad.choose import most_accurate
 
         # One exponential for the whole formula, a rational function without powers: offered
         # only where their error is measured (polynomials may cancel, x/x**2 may overflow);
@@ -231,11 +259,23 @@ def finish(
                     candidates.append(rewritten)
                     sources.setdefault(rewritten, stable[0])
         # The formula as written is the reference and a candidate in its own right.
-        best, accuracy = choose([expr, *candidates], points, op_cost)
+        close = most_accurate([expr, *candidates], points)
+        if close:
+            best, accuracy = min(close, key=lambda c: eager_cost(c[0]))
+            fused_best = min(close, key=lambda c: op_cost(c[0]))[0]
+        else:
+            best, accuracy = expr, Accuracy(math.nan, math.nan, 0, 0)
         if record is not None:
             record.append(accuracy)
     if unsplit is not None:
         unsplit.append(sources[best])
+    if fused is not None:
+        fused.append(_finished(fused_best if points is not None else best))
+    return _finished(best)
+
+
+def _finished(best: sympy.Expr) -> sympy.Expr:
+    """The chosen form with its sigmoid tails guarded and impossible branches dropped."""
     if best.has(sigmoid, dsigmoid):
         best = guard_tails(best)
     if best.has(sympy.Piecewise):
@@ -337,13 +377,18 @@ def derive_function(fn: Function, measure: bool = True) -> Derived:
 
     unsplit: dict[str, sympy.Expr] = {}
 
+    fused: dict[str, sympy.Expr] = {}
+
     def chosen(label: str, expr: sympy.Expr) -> sympy.Expr:
         record: list[Accuracy] = []
         before: list[sympy.Expr] = []
-        result = finish(expr, points, record, params, before, positive)
+        compiled: list[sympy.Expr] = []
+        result = finish(expr, points, record, params, before, positive, compiled)
         if record:
             accuracy[label] = record[0]
         unsplit[label] = before[0]
+        if compiled[0] != result:
+            fused[label] = compiled[0]
         return result
 
     outputs = tuple((name, chosen(name, expr)) for name, expr in naive)
@@ -405,6 +450,10 @@ def derive_function(fn: Function, measure: bool = True) -> Derived:
         },
         overridden=frozenset(overrides),
         accuracy=accuracy,
+        fused={  # gradients masked like the eager ones below
+            label: e if label in env else _mask_unused_outputs(e, grads)
+            for label, e in fused.items()
+        },
     )
 
 

@@ -620,6 +620,8 @@ class Kernel:
     jvp: Method | None = None
     math_name: str = ""  # torch: the module-level function holding the forward's math
     extra_math: list[MathFn] = field(default_factory=list)  # torch: e.g. the joint backward
+    # torch: (eager math function, its fused-path version) where the forms differ
+    fused_math: list[tuple[str, MathFn]] = field(default_factory=list)
 
 
 @dataclass
@@ -1117,15 +1119,44 @@ class _TorchPlanner:
         )
 
 
+def _torch_kernels(planner: _TorchPlanner) -> list[Kernel]:
+    d = planner.d
+    kernels = [planner.main()]
+    if d.function.order >= 2:
+        kernels += [planner.grad_kernel(i) for i in d.diff_inputs if not is_zero(d.vjps[i])]
+    return kernels
+
+
+def _fused_versions(kernels: list[Kernel], fused: list[Kernel]) -> None:
+    """Attach to ``kernels`` the math functions of ``fused`` (the same plan from the fused
+    path's forms) that differ, as ``<name>_fused``; only where the arguments agree (the
+    Functions around them save and pass what the eager forms need)."""
+    for kernel, other in zip(kernels, fused):
+        pairs = [
+            (
+                MathFn(kernel.math_name, kernel.forward.args, kernel.forward.lines),
+                MathFn(other.math_name, other.forward.args, other.forward.lines),
+            ),
+            *zip(kernel.extra_math, other.extra_math),
+        ]
+        for eager, compiled in pairs:
+            if eager.name == compiled.name and eager.args == compiled.args:
+                if eager.lines != compiled.lines:
+                    kernel.fused_math.append(
+                        (eager.name, MathFn(f"{eager.name}_fused", eager.args, compiled.lines))
+                    )
+
+
 def plan_torch(derived: Derived) -> FunctionPlan:
     """The PyTorch code of one function."""
     planner = _TorchPlanner(derived)
     fn = derived.function
-    kernels = [planner.main()]
-    if fn.order >= 2:
-        kernels += [
-            planner.grad_kernel(i) for i in derived.diff_inputs if not is_zero(derived.vjps[i])
-        ]
+    kernels = _torch_kernels(planner)
+    if derived.fused:
+        _fused_versions(kernels, _torch_kernels(_TorchPlanner(derived.for_fused())))
+        lines = [line for k in kernels for _, math in k.fused_math for line in math.lines]
+        planner.uses_math |= any("math." in line for line in lines)
+        planner.helpers |= {h for h in HELPERS if any(f"{h}(" in line for line in lines)}
     outputs = [name for name, _ in derived.outputs]
     return FunctionPlan(
         name=fn.name,

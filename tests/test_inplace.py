@@ -489,3 +489,39 @@ def test_upstream_gradient_multiplies_after_the_select_unless_a_branch_is_zero()
     # only upstream gradients move: x * where(...) would be inf * 0 at x = inf
     inputs = sympy.Piecewise((y * x, x > 0), (y * 2, True))
     assert _select_then_scale(inputs, frozenset({grad})) == inputs
+
+
+MISH_SPEC = """\
+module: mi
+functions:
+  mish:
+    inputs: {x: {}}
+    output: x * tanh(log(1 + exp(x)))
+"""
+
+
+def test_fused_path_computes_its_own_form_where_the_cheapest_compiled_differs(
+    generate_module,
+):
+    """Eager, mish is tanh(softplus(x)) * x (three passes); compiled, the polynomial in
+    exp(-|x|) (less arithmetic, one loop either way). Both as accurate; the fused path
+    compiles the second, registered for the first."""
+    m = generate_module(MISH_SPEC)
+    source = Path(m.__file__).read_text()
+    assert "_FUSED_FORMS[_mish_forward] = _mish_forward_fused" in source
+    assert m._FUSED_FORMS[m._mish_forward] is m._mish_forward_fused
+    x = torch.cat(
+        [torch.linspace(-30, 30, 601, dtype=torch.float64), torch.tensor([-800.0, 800.0])]
+    )
+    eager, fused = m._mish_forward(x), m._mish_forward_fused(x)
+    torch.testing.assert_close(fused, eager, rtol=1e-15, atol=0)  # each within 2 ulp
+    m.use_fused(True)
+    try:
+        xr = x.clone().requires_grad_()
+        out = m.mish(xr)
+        assert m._compiled[m._mish_forward] is not m._mish_forward  # compiled, no fallback
+        torch.testing.assert_close(out, fused, rtol=1e-15, atol=0)
+        (grad,) = torch.autograd.grad(out.sum(), xr)
+        torch.testing.assert_close(grad, m._mish_grad_x(x, torch.ones_like(x)))
+    finally:
+        m.use_fused(False)

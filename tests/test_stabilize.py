@@ -449,6 +449,24 @@ def test_op_cost_weighs_transcendentals_and_counts_shared_work_once():
     assert op_cost(x ** sympy.Rational(1, 3)) > op_cost(sympy.sqrt(x)) > op_cost(x**2)
 
 
+def test_eager_cost_adds_a_pass_per_operation():
+    """mish's forward: a polynomial in exp(-|x|) is less arithmetic than tanh(softplus(x))
+    (what the fused path wants), but twelve passes over memory eagerly against three."""
+    from symgrad.cost import PASS_COST, eager_cost, op_cost
+
+    t = sympy.exp(-sympy.Abs(x))
+    polynomial = sympy.Piecewise(
+        (x * (1 + 2 * t) / ((2 + 2 * t) * t + 1), x >= 0),
+        (x * (2 + t) * t / ((2 + t) * t + 2), True),
+    )
+    calls = x * sympy.tanh(F.softplus(x))
+    assert op_cost(polynomial) < op_cost(calls)
+    assert eager_cost(polynomial) > eager_cost(calls)
+    assert eager_cost(calls) == op_cost(calls) + 3 * PASS_COST
+    # a primitive printed as several operations counts them (dsigmoid: exp(-|x|) / (1 + ...)**2)
+    assert eager_cost(F.dsigmoid(x)) - op_cost(F.dsigmoid(x)) == 6 * PASS_COST
+
+
 def test_rational_scaled_divides_out_the_numerator_power():
     from symgrad.choose import _evaluator
     from symgrad.stabilize import rational_scaled

@@ -53,6 +53,9 @@ __all__ = [
 # unchanged. Off by default; `use_fused()` turns it on.
 _fused_enabled = False
 _compiled: dict[Callable, Callable] = {}
+# Math functions with a form of their own for the fused path: as accurate, but chosen for
+# fewest operations (compiled, an operation is no pass over memory of its own).
+_FUSED_FORMS: dict[Callable, Callable] = {}
 
 
 def use_fused(enabled: bool = True) -> None:
@@ -72,7 +75,7 @@ def _run(math_fn: Callable, *args):
     compiled = _compiled.get(math_fn)
     if compiled is None:
         compiled = _compiled[math_fn] = torch.compile(
-            math_fn, dynamic=True, fullgraph=True
+            _FUSED_FORMS.get(math_fn, math_fn), dynamic=True, fullgraph=True
         )
     if compiled is math_fn:
         return math_fn(*args)
@@ -943,6 +946,12 @@ def log1mexp(x: torch.Tensor) -> torch.Tensor:
 
 
 def _mish_forward(x):
+    out = _softplus(x, threshold=40.0).tanh_().mul_(x)
+    return out
+
+
+def _mish_forward_fused(x):
+    """``_mish_forward`` for the fused path: as accurate, fewer operations compiled."""
     t0 = torch.abs(x).neg_().exp_()
     t1 = 2 * t0
     t2 = (t0 + 2).mul_(t0)
@@ -955,6 +964,9 @@ def _mish_forward(x):
         overwrite="a",
     )
     return out
+
+
+_FUSED_FORMS[_mish_forward] = _mish_forward_fused
 
 
 class _Mish(torch.autograd.Function):
@@ -992,13 +1004,13 @@ class Mish(_Mish):
 
     Forward::
 
-        out = Piecewise((x*(1 + 2*exp(-Abs(x)))/((2 + 2*exp(-Abs(x)))*exp(-Abs(x)) + 1), x >= 0), (x*(2 + exp(-Abs(x)))*exp(-Abs(x))/((2 + exp(-Abs(x)))*exp(-Abs(x)) + 2), True))
+        out = x*tanh(softplus(x))
 
     Measured float64 error of the chosen forms vs mpmath::
 
         out: 0.9 bits mean, 55 max over 67 points
         grad_x: 0.1 bits mean, 2 max over 67 points
-        d grad_x / d x: 0.0 bits mean, 1 max over 67 points
+        d grad_x / d x: 0.2 bits mean, 4 max over 67 points
         d grad_x / d grad: 0.1 bits mean, 2 max over 67 points
 
     Gradients (VJP)::
@@ -1007,7 +1019,7 @@ class Mish(_Mish):
 
     Second order (d grad_<input> / d <w>)::
 
-        d grad_x / d x = Piecewise((4*grad*((((2 - 2*Min(745.2, Max(-745.2, x)))*exp(-Abs(x)) - 3*Min(745.2, Max(-745.2, x)) + 6)*exp(-Abs(x)) + 2*Min(745.2, Max(-745.2, x)) + 8)*exp(-Abs(x)) + 2*Min(745.2, Max(-745.2, x)) + 4)*exp(-Abs(x))/((((((6 + exp(-Abs(x)))*exp(-Abs(x)) + 18)*exp(-Abs(x)) + 32)*exp(-Abs(x)) + 36)*exp(-Abs(x)) + 24)*exp(-Abs(x)) + 8), x <= 0), (4*grad*((((2*Min(745.2, Max(-745.2, x)) + 4)*exp(-Abs(x)) + 2*Min(745.2, Max(-745.2, x)) + 8)*exp(-Abs(x)) - 3*Min(745.2, Max(-745.2, x)) + 6)*exp(-Abs(x)) - 2*Min(745.2, Max(-745.2, x)) + 2)*exp(-2*Abs(x))/((((((24 + 8*exp(-Abs(x)))*exp(-Abs(x)) + 36)*exp(-Abs(x)) + 32)*exp(-Abs(x)) + 18)*exp(-Abs(x)) + 6)*exp(-Abs(x)) + 1), True))
+        d grad_x / d x = Piecewise((8*grad*dsigmoid(2*softplus(x))*sigmoid(x), (x < -1.6e+3) & ((x > 1.6e+3) | (x < -1.6e+3))), (grad*(4*x*dsigmoid(x)*dsigmoid(2*softplus(x)) + 8*dsigmoid(2*softplus(x))*sigmoid(x)), x < -1.6e+3), (grad*(-8*x*tanh(softplus(x))*dsigmoid(2*softplus(x))*sigmoid(x)**2 + 8*dsigmoid(2*softplus(x))*sigmoid(x)), (x > 1.6e+3) | (x < -1.6e+3)), (grad*(-8*x*tanh(softplus(x))*dsigmoid(2*softplus(x))*sigmoid(x)**2 + 4*x*dsigmoid(x)*dsigmoid(2*softplus(x)) + 8*dsigmoid(2*softplus(x))*sigmoid(x)), True))
         d grad_x / d grad = Piecewise(((((4 + exp(-Abs(x)))*exp(-Abs(x)) + 4*Min(745.2, Max(-745.2, x)) + 6)*exp(-Abs(x)) + 4*Min(745.2, Max(-745.2, x)) + 4)*exp(-Abs(x))/((((4 + exp(-Abs(x)))*exp(-Abs(x)) + 8)*exp(-Abs(x)) + 8)*exp(-Abs(x)) + 4), x <= 0), (((((4*Min(745.2, Max(-745.2, x)) + 4)*exp(-Abs(x)) + 4*Min(745.2, Max(-745.2, x)) + 6)*exp(-Abs(x)) + 4)*exp(-Abs(x)) + 1)/((((8 + 4*exp(-Abs(x)))*exp(-Abs(x)) + 8)*exp(-Abs(x)) + 4)*exp(-Abs(x)) + 1), True))
     """
 
@@ -1047,6 +1059,64 @@ def _mish_grad_x(x, grad):
 
 
 def _mish_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
+    x_bar = grad_bar = None
+    if need_x_bar:
+        t0 = _sigmoid(x)
+        t1 = _softplus(x, threshold=40.0)
+        t2 = torch.abs(t1).mul_(-2).exp_()
+        t3 = (t2 + 1).pow_(-2)
+        t4 = t2 * t3
+        t5 = 8 * t4
+        t6 = t0 * t5
+        t7 = x < -1600.0
+        t8 = t7 | (x > 1600.0)
+    t9 = torch.abs(x).neg_().exp_()
+    t10 = 4 * t9
+    if need_x_bar:
+        t11 = t4.mul_(t10).mul_(x).div_((t9 + 1).pow_(2)).add_(t6)
+        t12 = (t0**2).mul_(t5).mul_(x).mul_(t1.tanh_())
+    if need_grad_bar:
+        t13 = (t9 + 4).mul_(t9)
+        t14 = torch.clamp(x, min=-745.2, max=745.2).mul_(4)
+        t15 = t14 + 6
+        t16 = t14.add_(4)
+    if need_x_bar:
+        t17 = t0.mul_(8).mul_(t2).mul_(t3).sub_(t12)
+        t18 = t7 & t8
+        x_bar = (
+            grad
+            * grad_grad_x
+            * _where(
+                t18,
+                t6,
+                _where(
+                    t7,
+                    t11,
+                    _where(t8, t17, t12.neg_().add_(t11), overwrite="a"),
+                    overwrite="b",
+                ),
+                overwrite="a",
+            )
+        )
+    if need_grad_bar:
+        t19 = t13 + t15
+        t20 = t19.mul_(t9).add_(t16)
+        grad_bar = grad_grad_x * _where(
+            x <= 0,
+            t20.mul_(t9).div_(t13.add_(8).mul_(t9).add_(8).mul_(t9).add_(4)),
+            t15.add_(t16.mul_(t9))
+            .mul_(t9)
+            .add_(4)
+            .mul_(t9)
+            .add_(1)
+            .div_(t10.add_(8).mul_(t9).add_(8).mul_(t9).add_(4).mul_(t9).add_(1)),
+            overwrite="a",
+        )
+    return x_bar, grad_bar
+
+
+def _mish_grad_x_backward_fused(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
+    """``_mish_grad_x_backward`` for the fused path: as accurate, fewer operations compiled."""
     x_bar = grad_bar = None
     t0 = torch.abs(x)
     t1 = (-t0).exp_()
@@ -1130,6 +1200,9 @@ def _mish_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
     return x_bar, grad_bar
 
 
+_FUSED_FORMS[_mish_grad_x_backward] = _mish_grad_x_backward_fused
+
+
 class _MishBackward(torch.autograd.Function):
     """The gradient of mish: forward is the VJP, backward the derived second order."""
 
@@ -1160,32 +1233,26 @@ class _MishBackward(torch.autograd.Function):
             return x_bar, grad_bar
         x_bar = None
         if ctx.needs_input_grad[0]:
-            t0 = torch.abs(x)
-            t1 = torch.exp(-t0)
-            t2 = torch.clamp(x, min=-745.2, max=745.2)
-            t3 = 2 * t2
-            t4 = 6 - 3 * t2
-            t5 = t3 + 8
-            t6 = t3 + 4
+            t0 = torch.sigmoid(x)
+            t1 = torch.nn.functional.softplus(x, threshold=40.0)
+            t2 = torch.exp(-2 * torch.abs(t1))
+            t3 = (t2 + 1) ** (-2)
+            t4 = t2 * t3
+            t5 = 8 * t4
+            t6 = t0 * t5
+            t7 = x < -1600.0
+            t8 = (t7) | (x > 1600.0)
+            t9 = torch.exp(-torch.abs(x))
+            t10 = 4 * t4 * t9 * x / (t9 + 1) ** 2 + t6
+            t11 = t0**2 * t5 * x * torch.tanh(t1)
             x_bar = (
                 grad
                 * grad_grad_x
                 * torch.where(
-                    x <= 0,
-                    4
-                    * t1
-                    * (t1 * (t1 * (t1 * (2 - t3) + t4) + t5) + t6)
-                    / (
-                        t1 * (t1 * (t1 * (t1 * (t1 * (t1 + 6) + 18) + 32) + 36) + 24)
-                        + 8
-                    ),
-                    4
-                    * (t1 * (t1 * (t1 * t6 + t5) + t4) - t3 + 2)
-                    * torch.exp(-2 * t0)
-                    / (
-                        t1
-                        * (t1 * (t1 * (t1 * (t1 * (8 * t1 + 24) + 36) + 32) + 18) + 6)
-                        + 1
+                    (t7) & (t8),
+                    t6,
+                    torch.where(
+                        t7, t10, torch.where(t8, 8 * t0 * t2 * t3 - t11, t10 - t11)
                     ),
                 )
             )
@@ -1211,33 +1278,32 @@ class MishBackward(_MishBackward):
     @staticmethod
     def jvp(ctx, x_t, grad_t):
         x, grad = ctx.saved_tensors
-        t0 = torch.abs(x)
-        t1 = torch.exp(-t0)
-        t2 = t1 * (t1 + 4)
-        t3 = torch.clamp(x, min=-745.2, max=745.2)
-        t4 = 4 * t3
-        t5 = t4 + 6
-        t6 = t4 + 4
-        t7 = x <= 0
-        t8 = 4 * t1
-        t9 = 2 * t3
-        t10 = 6 - 3 * t3
-        t11 = t9 + 8
-        t12 = t9 + 4
+        t0 = torch.exp(-torch.abs(x))
+        t1 = t0 * (t0 + 4)
+        t2 = 4 * torch.clamp(x, min=-745.2, max=745.2)
+        t3 = t2 + 6
+        t4 = t2 + 4
+        t5 = 4 * t0
+        t6 = torch.sigmoid(x)
+        t7 = torch.nn.functional.softplus(x, threshold=40.0)
+        t8 = torch.exp(-2 * torch.abs(t7))
+        t9 = (t8 + 1) ** (-2)
+        t10 = t8 * t9
+        t11 = 8 * t10
+        t12 = t11 * t6
+        t13 = x < -1600.0
+        t14 = (t13) | (x > 1600.0)
+        t15 = t10 * t5 * x / (t0 + 1) ** 2 + t12
+        t16 = t11 * t6**2 * x * torch.tanh(t7)
         grad_x_t = grad * x_t * torch.where(
-            t7,
-            t8
-            * (t1 * (t1 * (t1 * (2 - t9) + t10) + t11) + t12)
-            / (t1 * (t1 * (t1 * (t1 * (t1 * (t1 + 6) + 18) + 32) + 36) + 24) + 8),
-            4
-            * (t1 * (t1 * (t1 * t12 + t11) + t10) - t9 + 2)
-            * torch.exp(-2 * t0)
-            / (t1 * (t1 * (t1 * (t1 * (t1 * (8 * t1 + 24) + 36) + 32) + 18) + 6) + 1),
+            (t13) & (t14),
+            t12,
+            torch.where(t13, t15, torch.where(t14, -t16 + 8 * t6 * t8 * t9, t15 - t16)),
         ) + grad_t * torch.where(
-            t7,
-            t1 * (t1 * (t2 + t5) + t6) / (t1 * (t1 * (t2 + 8) + 8) + 4),
-            (t1 * (t1 * (t1 * t6 + t5) + 4) + 1)
-            / (t1 * (t1 * (t1 * (t8 + 8) + 8) + 4) + 1),
+            x <= 0,
+            t0 * (t0 * (t1 + t3) + t4) / (t0 * (t0 * (t1 + 8) + 8) + 4),
+            (t0 * (t0 * (t0 * t4 + t3) + 4) + 1)
+            / (t0 * (t0 * (t0 * (t5 + 8) + 8) + 4) + 1),
         )
         return grad_x_t
 
