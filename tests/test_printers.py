@@ -99,6 +99,30 @@ def test_tensorflow_source_runs(expr, dtype):
         assert got == pytest.approx(exact, rel=1e-6)
 
 
+INTEGER_POWERS = [
+    (x**2, "tf.math.square(x)"),
+    ((x + 1) ** -2, "1 / tf.math.square(x + 1)"),
+    ((x - y) ** 3, "(tf.math.square(x - y) * (x - y))"),
+    (x**5, "(tf.math.square(tf.math.square(x)) * x)"),
+    (2 * (x + y) ** 2 / (x - 1) ** 3, "2*tf.math.square(x + y)/(tf.math.square(x - 1) * (x - 1))"),
+    (x**17, "x**17"),  # past 16: TF's pow
+]
+
+
+@pytest.mark.parametrize(
+    ("expr", "tf_src"), INTEGER_POWERS, ids=[str(p[0]) for p in INTEGER_POWERS]
+)
+def test_tensorflow_integer_powers_are_squares_and_products(expr, tf_src):
+    """TF's pow is libm's, 50x a multiply even for x**2: integer powers square instead."""
+    tf = pytest.importorskip("tensorflow")
+    assert TensorFlowPrinter().doprint(expr) == tf_src
+    xs, ys = [1.7, -0.3, 2.5, -1.25], [0.4, 1.1, -2.0, 3.0]
+    env = {"tf": tf, "x": tf.constant(xs, tf.float64), "y": tf.constant(ys, tf.float64)}
+    got = eval(tf_src, env).numpy()
+    for value, a, b in zip(got, xs, ys):
+        assert value == pytest.approx(float(expr.subs({x: a, y: b})), rel=1e-15)
+
+
 def test_max_with_zero_is_not_torch_max():
     assert "torch.max(" not in TorchPrinter().doprint(sympy.Max(x, 0))
 

@@ -421,7 +421,7 @@ def _log_ratio_grad_x(x, grad):
         grad_x = grad / x
 
         def backward(grad_grad_x):
-            x_bar = -grad * grad_grad_x / x**2
+            x_bar = -grad * grad_grad_x / tf.math.square(x)
             x_bar = _reduce_to(x_bar, x)
             grad_bar = grad_grad_x / x
             grad_bar = _reduce_to(grad_bar, grad)
@@ -440,7 +440,7 @@ def _log_ratio_grad_y(y, grad):
         grad_y = -grad / y
 
         def backward(grad_grad_y):
-            y_bar = grad * grad_grad_y / y**2
+            y_bar = grad * grad_grad_y / tf.math.square(y)
             y_bar = _reduce_to(y_bar, y)
             grad_bar = -grad_grad_y / y
             grad_bar = _reduce_to(grad_bar, grad)
@@ -503,7 +503,7 @@ def _weighted_bce_grad_z(z, target, grad):
 
         def backward(grad_grad_z):
             t0 = tf.math.exp(-tf.math.abs(z))
-            z_bar = grad * grad_grad_z * t0 / (t0 + 1) ** 2
+            z_bar = grad * grad_grad_z * t0 / tf.math.square(t0 + 1)
             z_bar = _reduce_to(z_bar, z)
             grad_bar = grad_grad_z * (
                 -target * tf.math.sigmoid(-z) - (target - 1) * tf.math.sigmoid(z)
@@ -603,12 +603,15 @@ def tanh_shrink_order1(x: tf.Tensor) -> tf.Tensor:
     def forward(x):
         out = tf.where(
             tf.math.abs(x) < 0.015899658203125,
-            -62 * x**9 / 2835 + 17 * x**7 / 315 - 2 * x**5 / 15 + x**3 / 3,
+            -62 * (tf.math.square(tf.math.square(tf.math.square(x))) * x) / 2835
+            + 17 * (tf.math.square((tf.math.square(x) * x)) * x) / 315
+            - 2 * (tf.math.square(tf.math.square(x)) * x) / 15
+            + (tf.math.square(x) * x) / 3,
             x - tf.math.tanh(x),
         )
 
         def backward(grad):
-            grad_x = grad * tf.math.tanh(x) ** 2
+            grad_x = grad * tf.math.square(tf.math.tanh(x))
             return grad_x
 
         return out, backward

@@ -203,7 +203,7 @@ def _bce_sigmoid_grad_z(z, target, grad):
 
         def backward(grad_grad_z):
             t0 = tf.math.exp(-tf.math.abs(z))
-            z_bar = grad * grad_grad_z * t0 / (t0 + 1) ** 2
+            z_bar = grad * grad_grad_z * t0 / tf.math.square(t0 + 1)
             z_bar = _reduce_to(z_bar, z)
             grad_bar = grad_grad_z * (
                 -target * tf.math.sigmoid(-z) - (target - 1) * tf.math.sigmoid(z)
@@ -264,7 +264,12 @@ def _logit_grad_p(p, grad):
         grad_p = -grad / (p * (p - 1))
 
         def backward(grad_grad_p):
-            p_bar = grad * grad_grad_p * (2 * p - 1) / (p**2 * (p - 1) ** 2)
+            p_bar = (
+                grad
+                * grad_grad_p
+                * (2 * p - 1)
+                / (tf.math.square(p) * tf.math.square(p - 1))
+            )
             grad_bar = -grad_grad_p / (p * (p - 1))
             return p_bar, grad_bar
 
@@ -396,15 +401,15 @@ def _mish_grad_x(x, grad):
             t0 = tf.math.sigmoid(x)
             t1 = tf.math.softplus(x)
             t2 = tf.math.exp(-2 * tf.math.abs(t1))
-            t3 = (t2 + 1) ** (-2)
+            t3 = 1 / tf.math.square(t2 + 1)
             t4 = t2 * t3
             t5 = 8 * t4
             t6 = t0 * t5
             t7 = x < -1600.0
             t8 = (t7) | (x > 1600.0)
             t9 = tf.math.exp(-tf.math.abs(x))
-            t10 = 4 * t4 * t9 * x / (t9 + 1) ** 2 + t6
-            t11 = t0**2 * t5 * x * tf.math.tanh(t1)
+            t10 = 4 * t4 * t9 * x / tf.math.square(t9 + 1) + t6
+            t11 = tf.math.square(t0) * t5 * x * tf.math.tanh(t1)
             x_bar = grad_grad_x * tf.where(
                 (t7) & (t8),
                 grad * t6,
@@ -480,11 +485,12 @@ def _gelu_grad_x(x, grad):
     def forward(x, grad):
         t0 = 0.7071067811865476 * x
         grad_x = grad * (
-            t0 * tf.math.exp(-(x**2) / 2) / math.sqrt(math.pi) + tf.math.erfc(-t0) / 2
+            t0 * tf.math.exp(-tf.math.square(x) / 2) / math.sqrt(math.pi)
+            + tf.math.erfc(-t0) / 2
         )
 
         def backward(grad_grad_x):
-            t0 = x**2
+            t0 = tf.math.square(x)
             x_bar = grad_grad_x * tf.where(
                 tf.math.abs(x) < 40.0,
                 0.3989422804014327 * (grad * (2 - t0) * tf.math.exp(-t0 / 2)),
@@ -492,7 +498,7 @@ def _gelu_grad_x(x, grad):
             )
             t0 = 0.7071067811865476 * x
             grad_bar = grad_grad_x * (
-                t0 * tf.math.exp(-(x**2) / 2) / math.sqrt(math.pi)
+                t0 * tf.math.exp(-tf.math.square(x) / 2) / math.sqrt(math.pi)
                 + tf.math.erfc(-t0) / 2
             )
             return x_bar, grad_bar
@@ -549,7 +555,7 @@ def _swish_grad_x(x, grad, beta):
     def forward(x, grad):
         t0 = beta * x
         t1 = tf.math.exp(-tf.math.abs(t0))
-        grad_x = grad * (t0 * t1 / (t1 + 1) ** 2 + tf.math.sigmoid(t0))
+        grad_x = grad * (t0 * t1 / tf.math.square(t1 + 1) + tf.math.sigmoid(t0))
 
         def backward(grad_grad_x):
             t0 = beta * x
@@ -560,11 +566,13 @@ def _swish_grad_x(x, grad, beta):
                 * grad_grad_x
                 * t1
                 * (t0 * tf.math.tanh(t0 / 2) - 2)
-                / (t1 + 1) ** 2
+                / tf.math.square(t1 + 1)
             )
             t0 = beta * x
             t1 = tf.math.exp(-tf.math.abs(t0))
-            grad_bar = grad_grad_x * (t0 * t1 / (t1 + 1) ** 2 + tf.math.sigmoid(t0))
+            grad_bar = grad_grad_x * (
+                t0 * t1 / tf.math.square(t1 + 1) + tf.math.sigmoid(t0)
+            )
             return x_bar, grad_bar
 
         return grad_x, backward
@@ -649,19 +657,19 @@ def _focal_loss_grad_z(z, target, grad, gamma):
             t4 = tf.math.sigmoid(t2)
             t5 = t4**gamma * target
             t6 = tf.math.exp(-tf.math.abs(z))
-            t7 = t6 / (t6 + 1) ** 2
+            t7 = t6 / tf.math.square(t6 + 1)
             t8 = t5 * t7
             t9 = t1**gamma * (1 - target)
             t10 = t7 * t9
             t11 = 2 * gamma
             t12 = t10 * t11 + t10 + t11 * t8 + t8
-            t13 = t0 * t1**2 * t3 * t5 + t12
+            t13 = t0 * tf.math.square(t1) * t3 * t5 + t12
             t14 = z > 1600.0
             t15 = z < -1600.0
             t16 = (t14) | (t15)
             t17 = tf.math.softplus(z)
             t18 = -gamma * t10 * t17 - gamma * t3 * t8
-            t19 = t0 * t17 * t4**2 * t9
+            t19 = t0 * t17 * tf.math.square(t4) * t9
             t20 = t12 + t19
             t21 = t13 + t19
             z_bar = grad_grad_z * tf.where(
@@ -750,7 +758,10 @@ def student_t_logpdf(x: tf.Tensor, nu: float = 3.0) -> tf.Tensor:
                     tf.math.minimum(tf.math.maximum(t2, -1e19), 1e19)
                     / (
                         tf.math.sqrt(
-                            tf.math.minimum(tf.math.maximum(t2, -1e19), 1e19) ** 2 + 1
+                            tf.math.square(
+                                tf.math.minimum(tf.math.maximum(t2, -1e19), 1e19)
+                            )
+                            + 1
                         )
                         + 1
                     )
@@ -778,13 +789,13 @@ def _student_t_logpdf_grad_x(x, grad, nu):
         grad_x = -grad * (nu + 1) / (nu / x + x)
 
         def backward(grad_grad_x):
-            t0 = x**2
+            t0 = tf.math.square(x)
             t1 = 1 / t0
-            t2 = x ** (-4)
+            t2 = 1 / tf.math.square(tf.math.square(x))
             t3 = nu**2 * t2
             x_bar = grad_grad_x * tf.where(
                 tf.math.abs(x) < 1,
-                grad * (-nu + t0) * (nu + 1) / (nu + t0) ** 2,
+                grad * (-nu + t0) * (nu + 1) / tf.math.square(nu + t0),
                 (grad * nu * t1 - grad * nu * t2 + grad * t1 - grad * t3)
                 / (2 * nu * t1 + t3 + 1),
             )
@@ -910,7 +921,7 @@ def _sqrt_diff_grad_x(x, grad):
                 -grad
                 * grad_grad_x
                 * (-3 * t0 - t2 - x / t1 - 1 / t0)
-                / (2 * t0 + t2 * x + 2 * x ** (1.5)) ** 2
+                / tf.math.square(2 * t0 + t2 * x + 2 * x ** (1.5))
             )
             grad_bar = -grad_grad_x / (
                 2 * x ** (1.5) + 2 * tf.math.sqrt(x) + 2 * x * tf.math.sqrt(x + 1)
@@ -1129,7 +1140,8 @@ def _exprel_grad_x(x, grad):
                 + 0.5,
                 tf.where(
                     x > 80,
-                    ((1 / x - 1 / x**2) * tf.math.exp(x / 2)) * tf.math.exp(x / 2),
+                    ((1 / x - 1 / tf.math.square(x)) * tf.math.exp(x / 2))
+                    * tf.math.exp(x / 2),
                     (tf.math.exp(x) - tf.math.expm1(x) / x) / x,
                 ),
             )
@@ -1219,7 +1231,14 @@ def _exprel_grad_x(x, grad):
                         + 0.3333333333333333,
                         tf.where(
                             x > 80,
-                            ((1 / x - 2 / x**2 + 2 / x**3) * tf.math.exp(x / 2))
+                            (
+                                (
+                                    1 / x
+                                    - 2 / tf.math.square(x)
+                                    + 2 / (tf.math.square(x) * x)
+                                )
+                                * tf.math.exp(x / 2)
+                            )
                             * tf.math.exp(x / 2),
                             (
                                 tf.math.exp(x)
@@ -1310,7 +1329,8 @@ def _exprel_grad_x(x, grad):
                     + 0.5,
                     tf.where(
                         x > 80,
-                        ((1 / x - 1 / x**2) * tf.math.exp(x / 2)) * tf.math.exp(x / 2),
+                        ((1 / x - 1 / tf.math.square(x)) * tf.math.exp(x / 2))
+                        * tf.math.exp(x / 2),
                         (tf.math.exp(x) - tf.math.expm1(x) / x) / x,
                     ),
                 )
@@ -1452,18 +1472,72 @@ def scaled_erfc(x: tf.Tensor) -> tf.Tensor:
     def forward(x):
         out = tf.where(
             x < 9,
-            tf.math.exp(tf.math.minimum(x, 9.0) ** 2)
+            tf.math.exp(tf.math.square(tf.math.minimum(x, 9.0)))
             * tf.math.erfc(tf.math.minimum(x, 9.0)),
             (
                 1
-                - 1 / (2 * tf.math.maximum(x, 9.0) ** 2)
-                + 3 / (4 * tf.math.maximum(x, 9.0) ** 4)
-                - 15 / (8 * tf.math.maximum(x, 9.0) ** 6)
-                + 105 / (16 * tf.math.maximum(x, 9.0) ** 8)
-                - 945 / (32 * tf.math.maximum(x, 9.0) ** 10)
-                + 10395 / (64 * tf.math.maximum(x, 9.0) ** 12)
-                - 135135 / (128 * tf.math.maximum(x, 9.0) ** 14)
-                + 7918.06640625 / tf.math.maximum(x, 9.0) ** 16
+                - 1 / (2 * tf.math.square(tf.math.maximum(x, 9.0)))
+                + 3 / (4 * tf.math.square(tf.math.square(tf.math.maximum(x, 9.0))))
+                - 15
+                / (
+                    8
+                    * tf.math.square(
+                        (
+                            tf.math.square(tf.math.maximum(x, 9.0))
+                            * tf.math.maximum(x, 9.0)
+                        )
+                    )
+                )
+                + 105
+                / (
+                    16
+                    * tf.math.square(
+                        tf.math.square(tf.math.square(tf.math.maximum(x, 9.0)))
+                    )
+                )
+                - 945
+                / (
+                    32
+                    * tf.math.square(
+                        (
+                            tf.math.square(tf.math.square(tf.math.maximum(x, 9.0)))
+                            * tf.math.maximum(x, 9.0)
+                        )
+                    )
+                )
+                + 10395
+                / (
+                    64
+                    * tf.math.square(
+                        tf.math.square(
+                            (
+                                tf.math.square(tf.math.maximum(x, 9.0))
+                                * tf.math.maximum(x, 9.0)
+                            )
+                        )
+                    )
+                )
+                - 135135
+                / (
+                    128
+                    * tf.math.square(
+                        (
+                            tf.math.square(
+                                (
+                                    tf.math.square(tf.math.maximum(x, 9.0))
+                                    * tf.math.maximum(x, 9.0)
+                                )
+                            )
+                            * tf.math.maximum(x, 9.0)
+                        )
+                    )
+                )
+                + 7918.06640625
+                / tf.math.square(
+                    tf.math.square(
+                        tf.math.square(tf.math.square(tf.math.maximum(x, 9.0)))
+                    )
+                )
                 - 67303.564453125 / tf.math.maximum(x, 9.0) ** 18
                 + 639383.8623046875 / tf.math.maximum(x, 9.0) ** 20
                 - 6713530.554199219 / tf.math.maximum(x, 9.0) ** 22
@@ -1494,7 +1568,7 @@ def _scaled_erfc_grad_x(x, grad):
     @tf.custom_gradient
     def forward(x, grad):
         t0 = 1 / math.sqrt(math.pi)
-        t1 = x ** (-2)
+        t1 = 1 / tf.math.square(x)
         grad_x = tf.where(
             x < 9,
             grad
@@ -1504,18 +1578,75 @@ def _scaled_erfc_grad_x(x, grad):
                 * x
                 * tf.where(
                     x < 9,
-                    tf.math.exp(tf.math.minimum(x, 9.0) ** 2)
+                    tf.math.exp(tf.math.square(tf.math.minimum(x, 9.0)))
                     * tf.math.erfc(tf.math.minimum(x, 9.0)),
                     (
                         1
-                        - 1 / (2 * tf.math.maximum(x, 9.0) ** 2)
-                        + 3 / (4 * tf.math.maximum(x, 9.0) ** 4)
-                        - 15 / (8 * tf.math.maximum(x, 9.0) ** 6)
-                        + 105 / (16 * tf.math.maximum(x, 9.0) ** 8)
-                        - 945 / (32 * tf.math.maximum(x, 9.0) ** 10)
-                        + 10395 / (64 * tf.math.maximum(x, 9.0) ** 12)
-                        - 135135 / (128 * tf.math.maximum(x, 9.0) ** 14)
-                        + 7918.06640625 / tf.math.maximum(x, 9.0) ** 16
+                        - 1 / (2 * tf.math.square(tf.math.maximum(x, 9.0)))
+                        + 3
+                        / (4 * tf.math.square(tf.math.square(tf.math.maximum(x, 9.0))))
+                        - 15
+                        / (
+                            8
+                            * tf.math.square(
+                                (
+                                    tf.math.square(tf.math.maximum(x, 9.0))
+                                    * tf.math.maximum(x, 9.0)
+                                )
+                            )
+                        )
+                        + 105
+                        / (
+                            16
+                            * tf.math.square(
+                                tf.math.square(tf.math.square(tf.math.maximum(x, 9.0)))
+                            )
+                        )
+                        - 945
+                        / (
+                            32
+                            * tf.math.square(
+                                (
+                                    tf.math.square(
+                                        tf.math.square(tf.math.maximum(x, 9.0))
+                                    )
+                                    * tf.math.maximum(x, 9.0)
+                                )
+                            )
+                        )
+                        + 10395
+                        / (
+                            64
+                            * tf.math.square(
+                                tf.math.square(
+                                    (
+                                        tf.math.square(tf.math.maximum(x, 9.0))
+                                        * tf.math.maximum(x, 9.0)
+                                    )
+                                )
+                            )
+                        )
+                        - 135135
+                        / (
+                            128
+                            * tf.math.square(
+                                (
+                                    tf.math.square(
+                                        (
+                                            tf.math.square(tf.math.maximum(x, 9.0))
+                                            * tf.math.maximum(x, 9.0)
+                                        )
+                                    )
+                                    * tf.math.maximum(x, 9.0)
+                                )
+                            )
+                        )
+                        + 7918.06640625
+                        / tf.math.square(
+                            tf.math.square(
+                                tf.math.square(tf.math.square(tf.math.maximum(x, 9.0)))
+                            )
+                        )
                         - 67303.564453125 / tf.math.maximum(x, 9.0) ** 18
                         + 639383.8623046875 / tf.math.maximum(x, 9.0) ** 20
                         - 6713530.554199219 / tf.math.maximum(x, 9.0) ** 22
@@ -1538,13 +1669,20 @@ def _scaled_erfc_grad_x(x, grad):
                 * (
                     -t1 / 2
                     + 1
-                    + 3 / (4 * x**4)
-                    - 15 / (8 * x**6)
-                    + 105 / (16 * x**8)
-                    - 945 / (32 * x**10)
-                    + 10395 / (64 * x**12)
-                    - 135135 / (128 * x**14)
-                    + 7918.06640625 / x**16
+                    + 3 / (4 * tf.math.square(tf.math.square(x)))
+                    - 15 / (8 * tf.math.square((tf.math.square(x) * x)))
+                    + 105 / (16 * tf.math.square(tf.math.square(tf.math.square(x))))
+                    - 945
+                    / (32 * tf.math.square((tf.math.square(tf.math.square(x)) * x)))
+                    + 10395
+                    / (64 * tf.math.square(tf.math.square((tf.math.square(x) * x))))
+                    - 135135
+                    / (
+                        128
+                        * tf.math.square((tf.math.square((tf.math.square(x) * x)) * x))
+                    )
+                    + 7918.06640625
+                    / tf.math.square(tf.math.square(tf.math.square(tf.math.square(x))))
                     - 67303.564453125 / x**18
                     + 639383.8623046875 / x**20
                     - 6713530.554199219 / x**22
@@ -1559,13 +1697,31 @@ def _scaled_erfc_grad_x(x, grad):
                 )
                 + t0
                 * (
-                    x ** (-3)
-                    - 3 / x**5
-                    + 45 / (4 * x**7)
-                    - 105 / (2 * x**9)
-                    + 4725 / (16 * x**11)
-                    - 31185 / (16 * x**13)
-                    + 945945 / (64 * x**15)
+                    1 / (tf.math.square(x) * x)
+                    - 3 / (tf.math.square(tf.math.square(x)) * x)
+                    + 45 / (4 * (tf.math.square((tf.math.square(x) * x)) * x))
+                    - 105
+                    / (2 * (tf.math.square(tf.math.square(tf.math.square(x))) * x))
+                    + 4725
+                    / (
+                        16
+                        * (tf.math.square((tf.math.square(tf.math.square(x)) * x)) * x)
+                    )
+                    - 31185
+                    / (
+                        16
+                        * (tf.math.square(tf.math.square((tf.math.square(x) * x))) * x)
+                    )
+                    + 945945
+                    / (
+                        64
+                        * (
+                            tf.math.square(
+                                (tf.math.square((tf.math.square(x) * x)) * x)
+                            )
+                            * x
+                        )
+                    )
                     - 126689.0625 / x**17
                     + 1211464.16015625 / x**19
                     - 12787677.24609375 / x**21
@@ -1586,18 +1742,72 @@ def _scaled_erfc_grad_x(x, grad):
         def backward(grad_grad_x):
             t0 = 2 * tf.where(
                 x < 9,
-                tf.math.exp(tf.math.minimum(x, 9.0) ** 2)
+                tf.math.exp(tf.math.square(tf.math.minimum(x, 9.0)))
                 * tf.math.erfc(tf.math.minimum(x, 9.0)),
                 (
                     1
-                    - 1 / (2 * tf.math.maximum(x, 9.0) ** 2)
-                    + 3 / (4 * tf.math.maximum(x, 9.0) ** 4)
-                    - 15 / (8 * tf.math.maximum(x, 9.0) ** 6)
-                    + 105 / (16 * tf.math.maximum(x, 9.0) ** 8)
-                    - 945 / (32 * tf.math.maximum(x, 9.0) ** 10)
-                    + 10395 / (64 * tf.math.maximum(x, 9.0) ** 12)
-                    - 135135 / (128 * tf.math.maximum(x, 9.0) ** 14)
-                    + 7918.06640625 / tf.math.maximum(x, 9.0) ** 16
+                    - 1 / (2 * tf.math.square(tf.math.maximum(x, 9.0)))
+                    + 3 / (4 * tf.math.square(tf.math.square(tf.math.maximum(x, 9.0))))
+                    - 15
+                    / (
+                        8
+                        * tf.math.square(
+                            (
+                                tf.math.square(tf.math.maximum(x, 9.0))
+                                * tf.math.maximum(x, 9.0)
+                            )
+                        )
+                    )
+                    + 105
+                    / (
+                        16
+                        * tf.math.square(
+                            tf.math.square(tf.math.square(tf.math.maximum(x, 9.0)))
+                        )
+                    )
+                    - 945
+                    / (
+                        32
+                        * tf.math.square(
+                            (
+                                tf.math.square(tf.math.square(tf.math.maximum(x, 9.0)))
+                                * tf.math.maximum(x, 9.0)
+                            )
+                        )
+                    )
+                    + 10395
+                    / (
+                        64
+                        * tf.math.square(
+                            tf.math.square(
+                                (
+                                    tf.math.square(tf.math.maximum(x, 9.0))
+                                    * tf.math.maximum(x, 9.0)
+                                )
+                            )
+                        )
+                    )
+                    - 135135
+                    / (
+                        128
+                        * tf.math.square(
+                            (
+                                tf.math.square(
+                                    (
+                                        tf.math.square(tf.math.maximum(x, 9.0))
+                                        * tf.math.maximum(x, 9.0)
+                                    )
+                                )
+                                * tf.math.maximum(x, 9.0)
+                            )
+                        )
+                    )
+                    + 7918.06640625
+                    / tf.math.square(
+                        tf.math.square(
+                            tf.math.square(tf.math.square(tf.math.maximum(x, 9.0)))
+                        )
+                    )
                     - 67303.564453125 / tf.math.maximum(x, 9.0) ** 18
                     + 639383.8623046875 / tf.math.maximum(x, 9.0) ** 20
                     - 6713530.554199219 / tf.math.maximum(x, 9.0) ** 22
@@ -1614,8 +1824,8 @@ def _scaled_erfc_grad_x(x, grad):
             )
             t1 = 1 / math.sqrt(math.pi)
             t2 = 2 * t1
-            t3 = x ** (-2)
-            t4 = x ** (-3)
+            t3 = 1 / tf.math.square(x)
+            t4 = 1 / (tf.math.square(x) * x)
             t5 = x ** (-38)
             t6 = x ** (-36)
             t7 = x ** (-34)
@@ -1627,13 +1837,13 @@ def _scaled_erfc_grad_x(x, grad):
             t13 = x ** (-22)
             t14 = x ** (-20)
             t15 = x ** (-18)
-            t16 = x ** (-16)
-            t17 = x ** (-14)
-            t18 = x ** (-12)
-            t19 = x ** (-10)
-            t20 = x ** (-8)
-            t21 = x ** (-6)
-            t22 = x ** (-4)
+            t16 = 1 / tf.math.square(tf.math.square(tf.math.square(tf.math.square(x))))
+            t17 = 1 / tf.math.square((tf.math.square((tf.math.square(x) * x)) * x))
+            t18 = 1 / tf.math.square(tf.math.square((tf.math.square(x) * x)))
+            t19 = 1 / tf.math.square((tf.math.square(tf.math.square(x)) * x))
+            t20 = 1 / tf.math.square(tf.math.square(tf.math.square(x)))
+            t21 = 1 / tf.math.square((tf.math.square(x) * x))
+            t22 = 1 / tf.math.square(tf.math.square(x))
             x_bar = grad_grad_x * tf.where(
                 x < 9,
                 grad * (t0 + 2 * x * (t0 * x - t2)),
@@ -1666,12 +1876,36 @@ def _scaled_erfc_grad_x(x, grad):
                     * t3
                     * (
                         t4
-                        - 3 / x**5
-                        + 45 / (4 * x**7)
-                        - 105 / (2 * x**9)
-                        + 4725 / (16 * x**11)
-                        - 31185 / (16 * x**13)
-                        + 945945 / (64 * x**15)
+                        - 3 / (tf.math.square(tf.math.square(x)) * x)
+                        + 45 / (4 * (tf.math.square((tf.math.square(x) * x)) * x))
+                        - 105
+                        / (2 * (tf.math.square(tf.math.square(tf.math.square(x))) * x))
+                        + 4725
+                        / (
+                            16
+                            * (
+                                tf.math.square((tf.math.square(tf.math.square(x)) * x))
+                                * x
+                            )
+                        )
+                        - 31185
+                        / (
+                            16
+                            * (
+                                tf.math.square(tf.math.square((tf.math.square(x) * x)))
+                                * x
+                            )
+                        )
+                        + 945945
+                        / (
+                            64
+                            * (
+                                tf.math.square(
+                                    (tf.math.square((tf.math.square(x) * x)) * x)
+                                )
+                                * x
+                            )
+                        )
                         - 126689.0625 / x**17
                         + 1211464.16015625 / x**19
                         - 12787677.24609375 / x**21
@@ -1712,7 +1946,7 @@ def _scaled_erfc_grad_x(x, grad):
                 ),
             )
             t0 = 1 / math.sqrt(math.pi)
-            t1 = x ** (-2)
+            t1 = 1 / tf.math.square(x)
             grad_bar = grad_grad_x * tf.where(
                 x < 9,
                 -2 * t0
@@ -1720,18 +1954,75 @@ def _scaled_erfc_grad_x(x, grad):
                 * x
                 * tf.where(
                     x < 9,
-                    tf.math.exp(tf.math.minimum(x, 9.0) ** 2)
+                    tf.math.exp(tf.math.square(tf.math.minimum(x, 9.0)))
                     * tf.math.erfc(tf.math.minimum(x, 9.0)),
                     (
                         1
-                        - 1 / (2 * tf.math.maximum(x, 9.0) ** 2)
-                        + 3 / (4 * tf.math.maximum(x, 9.0) ** 4)
-                        - 15 / (8 * tf.math.maximum(x, 9.0) ** 6)
-                        + 105 / (16 * tf.math.maximum(x, 9.0) ** 8)
-                        - 945 / (32 * tf.math.maximum(x, 9.0) ** 10)
-                        + 10395 / (64 * tf.math.maximum(x, 9.0) ** 12)
-                        - 135135 / (128 * tf.math.maximum(x, 9.0) ** 14)
-                        + 7918.06640625 / tf.math.maximum(x, 9.0) ** 16
+                        - 1 / (2 * tf.math.square(tf.math.maximum(x, 9.0)))
+                        + 3
+                        / (4 * tf.math.square(tf.math.square(tf.math.maximum(x, 9.0))))
+                        - 15
+                        / (
+                            8
+                            * tf.math.square(
+                                (
+                                    tf.math.square(tf.math.maximum(x, 9.0))
+                                    * tf.math.maximum(x, 9.0)
+                                )
+                            )
+                        )
+                        + 105
+                        / (
+                            16
+                            * tf.math.square(
+                                tf.math.square(tf.math.square(tf.math.maximum(x, 9.0)))
+                            )
+                        )
+                        - 945
+                        / (
+                            32
+                            * tf.math.square(
+                                (
+                                    tf.math.square(
+                                        tf.math.square(tf.math.maximum(x, 9.0))
+                                    )
+                                    * tf.math.maximum(x, 9.0)
+                                )
+                            )
+                        )
+                        + 10395
+                        / (
+                            64
+                            * tf.math.square(
+                                tf.math.square(
+                                    (
+                                        tf.math.square(tf.math.maximum(x, 9.0))
+                                        * tf.math.maximum(x, 9.0)
+                                    )
+                                )
+                            )
+                        )
+                        - 135135
+                        / (
+                            128
+                            * tf.math.square(
+                                (
+                                    tf.math.square(
+                                        (
+                                            tf.math.square(tf.math.maximum(x, 9.0))
+                                            * tf.math.maximum(x, 9.0)
+                                        )
+                                    )
+                                    * tf.math.maximum(x, 9.0)
+                                )
+                            )
+                        )
+                        + 7918.06640625
+                        / tf.math.square(
+                            tf.math.square(
+                                tf.math.square(tf.math.square(tf.math.maximum(x, 9.0)))
+                            )
+                        )
                         - 67303.564453125 / tf.math.maximum(x, 9.0) ** 18
                         + 639383.8623046875 / tf.math.maximum(x, 9.0) ** 20
                         - 6713530.554199219 / tf.math.maximum(x, 9.0) ** 22
@@ -1751,13 +2042,20 @@ def _scaled_erfc_grad_x(x, grad):
                 * (
                     -t1 / 2
                     + 1
-                    + 3 / (4 * x**4)
-                    - 15 / (8 * x**6)
-                    + 105 / (16 * x**8)
-                    - 945 / (32 * x**10)
-                    + 10395 / (64 * x**12)
-                    - 135135 / (128 * x**14)
-                    + 7918.06640625 / x**16
+                    + 3 / (4 * tf.math.square(tf.math.square(x)))
+                    - 15 / (8 * tf.math.square((tf.math.square(x) * x)))
+                    + 105 / (16 * tf.math.square(tf.math.square(tf.math.square(x))))
+                    - 945
+                    / (32 * tf.math.square((tf.math.square(tf.math.square(x)) * x)))
+                    + 10395
+                    / (64 * tf.math.square(tf.math.square((tf.math.square(x) * x))))
+                    - 135135
+                    / (
+                        128
+                        * tf.math.square((tf.math.square((tf.math.square(x) * x)) * x))
+                    )
+                    + 7918.06640625
+                    / tf.math.square(tf.math.square(tf.math.square(tf.math.square(x))))
                     - 67303.564453125 / x**18
                     + 639383.8623046875 / x**20
                     - 6713530.554199219 / x**22
@@ -1772,13 +2070,31 @@ def _scaled_erfc_grad_x(x, grad):
                 )
                 + t0
                 * (
-                    x ** (-3)
-                    - 3 / x**5
-                    + 45 / (4 * x**7)
-                    - 105 / (2 * x**9)
-                    + 4725 / (16 * x**11)
-                    - 31185 / (16 * x**13)
-                    + 945945 / (64 * x**15)
+                    1 / (tf.math.square(x) * x)
+                    - 3 / (tf.math.square(tf.math.square(x)) * x)
+                    + 45 / (4 * (tf.math.square((tf.math.square(x) * x)) * x))
+                    - 105
+                    / (2 * (tf.math.square(tf.math.square(tf.math.square(x))) * x))
+                    + 4725
+                    / (
+                        16
+                        * (tf.math.square((tf.math.square(tf.math.square(x)) * x)) * x)
+                    )
+                    - 31185
+                    / (
+                        16
+                        * (tf.math.square(tf.math.square((tf.math.square(x) * x))) * x)
+                    )
+                    + 945945
+                    / (
+                        64
+                        * (
+                            tf.math.square(
+                                (tf.math.square((tf.math.square(x) * x)) * x)
+                            )
+                            * x
+                        )
+                    )
                     - 126689.0625 / x**17
                     + 1211464.16015625 / x**19
                     - 12787677.24609375 / x**21

@@ -174,7 +174,7 @@ def square(x: tf.Tensor) -> tf.Tensor:
 
     @tf.custom_gradient
     def forward(x):
-        out = x**2
+        out = tf.math.square(x)
 
         def backward(grad):
             grad_x = _square_grad_x(x, grad)
@@ -231,7 +231,7 @@ def cube(x: tf.Tensor) -> tf.Tensor:
 
     @tf.custom_gradient
     def forward(x):
-        out = x**3
+        out = tf.math.square(x) * x
 
         def backward(grad):
             grad_x = _cube_grad_x(x, grad)
@@ -247,11 +247,11 @@ def _cube_grad_x(x, grad):
 
     @tf.custom_gradient
     def forward(x, grad):
-        grad_x = 3 * grad * x**2
+        grad_x = 3 * grad * tf.math.square(x)
 
         def backward(grad_grad_x):
             x_bar = 6 * grad * grad_grad_x * x
-            grad_bar = 3 * grad_grad_x * x**2
+            grad_bar = 3 * grad_grad_x * tf.math.square(x)
             return x_bar, grad_bar
 
         return grad_x, backward
