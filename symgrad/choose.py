@@ -245,18 +245,6 @@ def most_accurate(
     ]
 
 
-def choose(
-    candidates: Sequence[sympy.Expr],
-    points: Sequence[Mapping[sympy.Symbol, float]],
-    cost,
-) -> tuple[sympy.Expr, Accuracy]:
-    """The most accurate candidate (mean bits; within 1/2 bit the cheaper by ``cost``)."""
-    close = most_accurate(candidates, points)
-    if not close:
-        return candidates[0], Accuracy(math.nan, math.nan, 0, 0)
-    return min(close, key=lambda c: cost(c[0]))
-
-
 def symbol_points(
     inputs: Sequence[Input],
     symbols: Mapping[str, sympy.Symbol],

@@ -46,8 +46,8 @@ OP_COST: dict[str, float] = {
     "xlogy": 25,
     "atan": 28,
     "hypot_ratio": 12,
-    "log1p_square": 8,  # its log1p and a multiply
-    "tan_half_atan": 12,  # a clamp, a sqrt, a division
+    "log1p_square": 21,  # a log1p, two multiplies and its tan_half_atan
+    "tan_half_atan": 12,  # a hypot and a division
     "loggamma": 45,
     "gamma": 45,
     "xlog1py": 90,
@@ -106,8 +106,8 @@ def eager_cost(expr: sympy.Basic) -> float:
 REGIME_OPS: dict[str, int] = {
     "dsigmoid": 6,
     "hypot_ratio": 2,
-    "log1p_square": 3,
-    "tan_half_atan": 6,
+    "log1p_square": 6,
+    "tan_half_atan": 3,
     "one_plus_erf": 2,
     "exprel": 8,
     "erfcx_inv": 10,

@@ -263,15 +263,18 @@ def finish(
         if close:
             best, accuracy = min(close, key=lambda c: eager_cost(c[0]))
             fused_best = min(close, key=lambda c: op_cost(c[0]))[0]
-        else:
+        else:  # nothing measurable: the formula as written
             best, accuracy = expr, Accuracy(math.nan, math.nan, 0, 0)
+            fused_best = best
         if record is not None:
             record.append(accuracy)
     if unsplit is not None:
         unsplit.append(sources[best])
+    finished = _finished(best)
     if fused is not None:
-        fused.append(_finished(fused_best if points is not None else best))
-    return _finished(best)
+        compiled = fused_best if points is not None else best
+        fused.append(finished if compiled is best else _finished(compiled))
+    return finished
 
 
 def _finished(best: sympy.Expr) -> sympy.Expr:

@@ -178,8 +178,8 @@ class log1p_square(StableFunction):
     1 + q**2 = h**2 for h = sqrt(1 + q**2), so the value is 2 log1p(h - 1), and h - 1 =
     q**2 / (1 + h) is evaluated as q times a ratio below 1 in magnitude: accurate near 0
     and finite for every finite q, where log1p(q**2) is inf once q**2 overflows (|q| >
-    1.3e154, 1.8e19 in float32). One log1p, one sqrt and one division (a Student-t or
-    Cauchy log density).
+    1.3e154, 1.8e19 in float32). One log1p, one hypot and one division (a Student-t or
+    Cauchy log density) where the regimes of log1p(q**2) cost two logs and a log1p more.
     """
 
     nargs = 1
@@ -210,35 +210,29 @@ class log1p_square(StableFunction):
 
 
 class tan_half_atan(StableFunction):
-    """q / (1 + sqrt(1 + q**2)) = tan(atan(q) / 2), in (-1, 1); computed with q clamped to
-    +-1e19, where q**2 is finite in float32 and the value is +-1 to the last bit of
-    float64. (torch's and inductor's hypot(q, 1), the textbook way, costs 7 multiplies
-    more per element on CPU.) A function of its own so that q * tan_half_atan(q) is not
-    merged into q**2 / (1 + ...), which overflows. Half precision is not covered.
-    """
+    """q / (1 + hypot(q, 1)) = tan(atan(q) / 2), in (-1, 1), finite for every q in every
+    dtype (hypot does not square q). A function of its own so that q * tan_half_atan(q)
+    (log1p_square's argument) is not merged into q**2 / (1 + ...), which overflows."""
 
     nargs = 1
 
     def fdiff(self, argindex=1):
         if argindex != 1:
             raise ArgumentIndexError(self, argindex)
-        h = sqrt(1 + self.args[0] ** 2)
+        h = hypot(self.args[0], 1)
         return 1 / (h * (1 + h))
 
     @staticmethod
     def mp(q):
-        return q / (1 + mpmath.sqrt(1 + q**2))
+        return q / (1 + mpmath.hypot(q, 1))
 
     @classmethod
     def naive(cls, q):
-        return q / (1 + sqrt(1 + q**2))
+        return q / (1 + sqrt(q**2 + 1))
 
     def regimes(self) -> sympy.Expr:
-        c = sympy.Min(sympy.Max(self.args[0], -_TAN_HALF_ATAN_CLAMP), _TAN_HALF_ATAN_CLAMP)
-        return c / (1 + sqrt(1 + c**2))
-
-
-_TAN_HALF_ATAN_CLAMP = sympy.Float(1e19)
+        q = self.args[0]
+        return q / (1 + hypot(q, 1))
 
 
 class expm1(StableFunction):

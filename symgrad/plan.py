@@ -268,12 +268,12 @@ class _Buffers:
         self.keep = set(keep)
         self.numbers = set(numbers) | {"math", "torch"}
         self.floats = {n for n, v in tensors.items() if v.kind == "float"}
-        self.source = ""  # the code being rewritten
+        self.exp_neg_abs: set[str] = set()  # ast.dump of a in each exp(-|a|) of the code
 
     def rewrite(self, lines: list[str]) -> list[str]:
-        self.source = "\n".join(lines)
         trees = [ast.parse(line).body[0] for line in lines]
         trees = _single_reads(trees, self.keep | self.numbers)
+        self.exp_neg_abs = _exp_neg_abs_arguments(trees)
         last_use: dict[str, int] = {}
         for k, tree in enumerate(trees):
             for node in ast.walk(tree.value):
@@ -404,8 +404,7 @@ class _Buffers:
             return new, _Value(result.shape, result.dtype, "other", False)
         first, first_info = args[0] if args else (None, None)
         if func in COMPILED_FORMS and (
-            func != "torch.sigmoid"
-            or f"torch.exp(-torch.abs({ast.unparse(node.args[0])}))" in self.source
+            func != "torch.sigmoid" or ast.dump(node.args[0]) in self.exp_neg_abs
         ):
             new.func = ast.Name(COMPILED_FORMS[func], ast.Load())
             if func in _TORCH_INPLACE and self.can_update(first_info, result):
@@ -448,6 +447,21 @@ class _Buffers:
 
 
 _OPERATIONS = (ast.BinOp, ast.UnaryOp, ast.Compare, ast.Call)
+
+
+def _exp_neg_abs_arguments(trees: list[ast.Assign]) -> set[str]:
+    """``ast.dump(a)`` for every ``torch.exp(-torch.abs(a))`` in ``trees``."""
+    found = set()
+    for tree in trees:
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Call) and _dotted(node.func) == "torch.exp"):
+                continue
+            (arg,) = node.args or (None,)
+            if isinstance(arg, ast.UnaryOp) and isinstance(arg.op, ast.USub):
+                inner = arg.operand
+                if isinstance(inner, ast.Call) and _dotted(inner.func) == "torch.abs":
+                    found.add(ast.dump(inner.args[0]))
+    return found
 
 
 def _in_order(node: ast.AST, parent: ast.AST | None = None):

@@ -501,7 +501,7 @@ functions:
 
 
 def test_fused_path_computes_its_own_form_where_the_cheapest_compiled_differs(
-    generate_module,
+    generate_module, monkeypatch
 ):
     """Eager, mish is tanh(softplus(x)) * x (three passes); compiled, the polynomial in
     exp(-|x|) (less arithmetic, one loop either way). Both as accurate; the fused path
@@ -515,11 +515,16 @@ def test_fused_path_computes_its_own_form_where_the_cheapest_compiled_differs(
     )
     eager, fused = m._mish_forward(x), m._mish_forward_fused(x)
     torch.testing.assert_close(fused, eager, rtol=1e-15, atol=0)  # each within 2 ulp
+    compiled, real_compile = [], torch.compile
+    monkeypatch.setattr(
+        torch, "compile", lambda fn, **kw: compiled.append(fn) or real_compile(fn, **kw)
+    )
     m.use_fused(True)
     try:
         xr = x.clone().requires_grad_()
         out = m.mish(xr)
-        assert m._compiled[m._mish_forward] is not m._mish_forward  # compiled, no fallback
+        assert compiled[0] is m._mish_forward_fused  # what the fused path compiled
+        assert m._compiled[m._mish_forward] is not m._mish_forward  # and no fallback
         torch.testing.assert_close(out, fused, rtol=1e-15, atol=0)
         (grad,) = torch.autograd.grad(out.sum(), xr)
         torch.testing.assert_close(grad, m._mish_grad_x(x, torch.ones_like(x)))

@@ -123,6 +123,14 @@ def test_tensorflow_integer_powers_are_squares_and_products(expr, tf_src):
         assert value == pytest.approx(float(expr.subs({x: a, y: b})), rel=1e-15)
 
 
+def test_tensorflow_hypot_powers_stay_ratios():
+    """hypot(x, y)**-3 as (1/h)**3, like torch and the accuracy choice: h**3 overflows in
+    float32 from h = 7e12 where (1/h)**3 is still a float."""
+    printed = TensorFlowPrinter().doprint(F.hypot(x, y) ** -3)
+    assert printed.startswith("(1 / tf.where(") and printed.endswith(")**3")
+    assert "tf.math.square(tf.where" not in printed
+
+
 def test_max_with_zero_is_not_torch_max():
     assert "torch.max(" not in TorchPrinter().doprint(sympy.Max(x, 0))
 

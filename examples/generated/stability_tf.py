@@ -755,13 +755,19 @@ def student_t_logpdf(x: tf.Tensor, nu: float = 3.0) -> tf.Tensor:
             * tf.math.log1p(
                 t2
                 * (
-                    tf.math.minimum(tf.math.maximum(t2, -1e19), 1e19)
+                    t2
                     / (
-                        tf.math.sqrt(
-                            tf.math.square(
-                                tf.math.minimum(tf.math.maximum(t2, -1e19), 1e19)
-                            )
-                            + 1
+                        tf.where(
+                            tf.math.maximum(tf.math.abs(t2), 1.0) > 0,
+                            tf.math.maximum(tf.math.abs(t2), 1.0)
+                            * tf.math.sqrt(
+                                1
+                                + tf.math.square(
+                                    tf.math.minimum(tf.math.abs(t2), 1.0)
+                                    / tf.math.maximum(tf.math.abs(t2), 1.0)
+                                )
+                            ),
+                            tf.math.maximum(tf.math.abs(t2), 1.0),
                         )
                         + 1
                     )

@@ -69,8 +69,11 @@ def use_fused(enabled: bool = True) -> None:
 
 
 def _run(math_fn: Callable, *args):
-    """``math_fn(*args)``, through its compiled version when the fused path is on."""
-    if not _fused_enabled or torch.compiler.is_compiling():
+    """``math_fn(*args)``, through its compiled version when the fused path is on (and its
+    fused form, if it has one, wherever it is compiled: a user's torch.compile too)."""
+    if torch.compiler.is_compiling():
+        return _FUSED_FORMS.get(math_fn, math_fn)(*args)
+    if not _fused_enabled:
         return math_fn(*args)
     compiled = _compiled.get(math_fn)
     if compiled is None:
@@ -2038,10 +2041,7 @@ def _student_t_logpdf_forward(x, nu):
     t2 = x * math.sqrt(1 / nu)
     out = (
         _log1p(
-            torch.clamp(t2, min=-1e19, max=1e19)
-            .div_(torch.clamp(t2, min=-1e19, max=1e19).pow_(2).add_(1).sqrt_().add_(1))
-            .mul_(t2),
-            overwrite=True,
+            (t2 / torch.hypot(t2, t2.new_tensor(1)).add_(1)).mul_(t2), overwrite=True
         )
         .mul_(t0)
         .add_(t1)

@@ -54,8 +54,11 @@ def use_fused(enabled: bool = True) -> None:
 
 
 def _run(math_fn: Callable, *args):
-    """``math_fn(*args)``, through its compiled version when the fused path is on."""
-    if not _fused_enabled or torch.compiler.is_compiling():
+    """``math_fn(*args)``, through its compiled version when the fused path is on (and its
+    fused form, if it has one, wherever it is compiled: a user's torch.compile too)."""
+    if torch.compiler.is_compiling():
+        return _FUSED_FORMS.get(math_fn, math_fn)(*args)
+    if not _fused_enabled:
         return math_fn(*args)
     compiled = _compiled.get(math_fn)
     if compiled is None:
