@@ -247,8 +247,9 @@ COMPILED_FORMS = {
     "torch.nn.functional.softplus": "_softplus",
     "torch.sigmoid": "_sigmoid",
 }
-#: The module helpers graph-free code may call; the template emits those it does.
-HELPERS = (WHERE_HELPER, *COMPILED_FORMS.values())
+#: The module helpers generated code may call (the printer writes tan_half_atan as one);
+#: the template emits those it does.
+HELPERS = (WHERE_HELPER, *COMPILED_FORMS.values(), "_tan_half_atan")
 
 
 class _Buffers:

@@ -530,3 +530,38 @@ def test_fused_path_computes_its_own_form_where_the_cheapest_compiled_differs(
         torch.testing.assert_close(grad, m._mish_grad_x(x, torch.ones_like(x)))
     finally:
         m.use_fused(False)
+
+
+STUDENT_SPEC = """\
+module: st
+functions:
+  student_t:
+    inputs:
+      x: {}
+      nu: {kind: scalar, default: 3.0, domain: [1, 100]}
+    output: loggamma((nu + 1)/2) - loggamma(nu/2) - log(nu*pi)/2 - (nu + 1)/2*log(1 + x**2/nu)
+"""
+
+
+def test_log1p_square_ratio_is_finite_in_every_dtype_and_compiles_without_hypot(generate_module):
+    """Student-t's log1p(x**2/nu) is 2 log1p(q * _tan_half_atan(q)): hypot eagerly (any
+    dtype, float16 too), a clamp and a sqrt compiled in float32/float64; both agree."""
+    m = generate_module(STUDENT_SPEC)
+    assert "_tan_half_atan(" in Path(m.__file__).read_text()
+    q = torch.tensor([0.0, -1e-30, 1e-4, 0.7, -3.0, 1e8, 3e19, -1e30, 1e300, math.inf, math.nan])
+    q = q.double()
+    want = torch.where(q.isinf(), q.sign(), q / (1 + torch.hypot(q, torch.ones(()).double())))
+    compiled = torch.compile(m._tan_half_atan, dynamic=True, fullgraph=True)
+    for dtype in (torch.float32, torch.float64):
+        eps = torch.finfo(dtype).eps
+        exact = want.to(dtype)
+        for got in (m._tan_half_atan(q.to(dtype)), compiled(q.to(dtype))):
+            torch.testing.assert_close(got, exact, rtol=2 * eps, atol=0, equal_nan=True)
+    # half precision: no clamp bound to overflow it, and the density stays finite
+    x = torch.tensor([0.0, 2.0, 300.0, 6e4], dtype=torch.float16)
+    got = m.student_t(x)
+    torch.testing.assert_close(got, m.student_t(x.double()).half(), rtol=2e-3, atol=0)
+    # x = +-inf: the log-density is -inf (q * tan_half_atan(q) = inf), not NaN
+    assert torch.equal(
+        m.student_t(torch.tensor([math.inf, -math.inf])), -torch.full((2,), math.inf)
+    )

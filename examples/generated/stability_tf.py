@@ -754,23 +754,27 @@ def student_t_logpdf(x: tf.Tensor, nu: float = 3.0) -> tf.Tensor:
             * t1
             * tf.math.log1p(
                 t2
-                * (
-                    t2
-                    / (
-                        tf.where(
-                            tf.math.maximum(tf.math.abs(t2), 1.0) > 0,
-                            tf.math.maximum(tf.math.abs(t2), 1.0)
-                            * tf.math.sqrt(
-                                1
-                                + tf.math.square(
-                                    tf.math.minimum(tf.math.abs(t2), 1.0)
-                                    / tf.math.maximum(tf.math.abs(t2), 1.0)
-                                )
-                            ),
-                            tf.math.maximum(tf.math.abs(t2), 1.0),
+                * tf.where(
+                    tf.math.is_inf(t2),
+                    tf.math.sign(t2),
+                    (
+                        t2
+                        / (
+                            tf.where(
+                                tf.math.maximum(tf.math.abs(t2), 1.0) > 0,
+                                tf.math.maximum(tf.math.abs(t2), 1.0)
+                                * tf.math.sqrt(
+                                    1
+                                    + tf.math.square(
+                                        tf.math.minimum(tf.math.abs(t2), 1.0)
+                                        / tf.math.maximum(tf.math.abs(t2), 1.0)
+                                    )
+                                ),
+                                tf.math.maximum(tf.math.abs(t2), 1.0),
+                            )
+                            + 1
                         )
-                        + 1
-                    )
+                    ),
                 )
             )
             - math.log(math.pi * nu) / 2

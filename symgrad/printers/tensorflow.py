@@ -71,6 +71,15 @@ class TensorFlowPrinter(FrameworkPrinter):
         half = f"tf.math.square({base if k < 4 else self._integer_power(base, factor, k // 2)})"
         return f"({half} * {factor})" if k % 2 else half
 
+    def _print_tan_half_atan(self, expr):
+        if self.is_scalar(expr):
+            return super()._print_Function(expr)
+        # q / (1 + hypot(q, 1)) is inf / inf at q = +-inf, where the value is +-1
+        q = self._print(expr.args[0])
+        return self.where(
+            f"tf.math.is_inf({q})", f"tf.math.sign({q})", super()._print_Function(expr)
+        )
+
     def _print_erfcx(self, expr):
         if self.is_scalar(expr):
             return super()._print_Function(expr)

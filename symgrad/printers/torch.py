@@ -85,6 +85,12 @@ class TorchPrinter(FrameworkPrinter):
         # in float64; above 40 the two agree to the last bit in every dtype.
         return f"torch.nn.functional.softplus({self._print(expr.args[0])}, threshold=40.0)"
 
+    def _print_tan_half_atan(self, expr):
+        if self.is_scalar(expr):
+            return super()._print_Function(expr)
+        # the generated module's helper: q / (1 + hypot(q, 1)), compiled without hypot
+        return f"_tan_half_atan({self._print(expr.args[0])})"
+
     def _print_hypot(self, expr):
         if self.is_scalar(expr):
             return super()._print_Function(expr)
