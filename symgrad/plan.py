@@ -660,8 +660,9 @@ def _camel(name: str) -> str:
     return "".join(p[:1].upper() + p[1:] for p in name.split("_") if p)
 
 
-def formula_doc(derived: Derived) -> list[str]:
-    """The formulas, as text for the generated docstrings."""
+def formula_doc(derived: Derived, fused: bool = False) -> list[str]:
+    """The formulas, as text for the generated docstrings; with ``fused``, also the forms
+    the fused path compiles instead."""
     lines = ["Forward::", ""]
     for name, expr in derived.outputs:
         lines.append(f"    {name} = {sympy.sstr(expr)}")
@@ -678,6 +679,9 @@ def formula_doc(derived: Derived) -> list[str]:
         for i, row in derived.second.items():
             for w, expr in row.items():
                 lines.append(f"    d grad_{i} / d {w} = {sympy.sstr(expr)}")
+    if fused and derived.fused:
+        lines += ["", "Compiled instead by the fused path (as accurate, less arithmetic)::", ""]
+        lines += [f"    {label}: {sympy.sstr(expr)}" for label, expr in derived.fused.items()]
     return lines
 
 
@@ -1177,7 +1181,7 @@ def plan_torch(derived: Derived) -> FunctionPlan:
         name=fn.name,
         class_name=fn.class_name,
         summary=_summary(derived),
-        doc_lines=formula_doc(derived),
+        doc_lines=formula_doc(derived, fused=any(k.fused_math for k in kernels)),
         params=_params(derived, "torch"),
         returns=_returns(len(outputs), "torch.Tensor"),
         call_args=[i.name for i in fn.inputs],

@@ -509,6 +509,7 @@ def test_fused_path_computes_its_own_form_where_the_cheapest_compiled_differs(
     m = generate_module(MISH_SPEC)
     source = Path(m.__file__).read_text()
     assert "_FUSED_FORMS[_mish_forward] = _mish_forward_fused" in source
+    assert "Compiled instead by the fused path" in m.Mish.__doc__  # the docstring says so
     assert m._FUSED_FORMS[m._mish_forward] is m._mish_forward_fused
     x = torch.cat(
         [torch.linspace(-30, 30, 601, dtype=torch.float64), torch.tensor([-800.0, 800.0])]

@@ -1040,6 +1040,11 @@ class Mish(_Mish):
 
         d grad_x / d x = Piecewise((8*grad*dsigmoid(2*softplus(x))*sigmoid(x), (x < -1.6e+3) & ((x > 1.6e+3) | (x < -1.6e+3))), (grad*(4*x*dsigmoid(x)*dsigmoid(2*softplus(x)) + 8*dsigmoid(2*softplus(x))*sigmoid(x)), x < -1.6e+3), (grad*(-8*x*tanh(softplus(x))*dsigmoid(2*softplus(x))*sigmoid(x)**2 + 8*dsigmoid(2*softplus(x))*sigmoid(x)), (x > 1.6e+3) | (x < -1.6e+3)), (grad*(-8*x*tanh(softplus(x))*dsigmoid(2*softplus(x))*sigmoid(x)**2 + 4*x*dsigmoid(x)*dsigmoid(2*softplus(x)) + 8*dsigmoid(2*softplus(x))*sigmoid(x)), True))
         d grad_x / d grad = Piecewise(((((4 + exp(-Abs(x)))*exp(-Abs(x)) + 4*Min(745.2, Max(-745.2, x)) + 6)*exp(-Abs(x)) + 4*Min(745.2, Max(-745.2, x)) + 4)*exp(-Abs(x))/((((4 + exp(-Abs(x)))*exp(-Abs(x)) + 8)*exp(-Abs(x)) + 8)*exp(-Abs(x)) + 4), x <= 0), (((((4*Min(745.2, Max(-745.2, x)) + 4)*exp(-Abs(x)) + 4*Min(745.2, Max(-745.2, x)) + 6)*exp(-Abs(x)) + 4)*exp(-Abs(x)) + 1)/((((8 + 4*exp(-Abs(x)))*exp(-Abs(x)) + 8)*exp(-Abs(x)) + 4)*exp(-Abs(x)) + 1), True))
+
+    Compiled instead by the fused path (as accurate, less arithmetic)::
+
+        out: Piecewise((x*(1 + 2*exp(-Abs(x)))/((2 + 2*exp(-Abs(x)))*exp(-Abs(x)) + 1), x >= 0), (x*(2 + exp(-Abs(x)))*exp(-Abs(x))/((2 + exp(-Abs(x)))*exp(-Abs(x)) + 2), True))
+        d grad_x / d x: Piecewise((4*grad*((((2 - 2*Min(745.2, Max(-745.2, x)))*exp(-Abs(x)) - 3*Min(745.2, Max(-745.2, x)) + 6)*exp(-Abs(x)) + 2*Min(745.2, Max(-745.2, x)) + 8)*exp(-Abs(x)) + 2*Min(745.2, Max(-745.2, x)) + 4)*exp(-Abs(x))/((((((6 + exp(-Abs(x)))*exp(-Abs(x)) + 18)*exp(-Abs(x)) + 32)*exp(-Abs(x)) + 36)*exp(-Abs(x)) + 24)*exp(-Abs(x)) + 8), x <= 0), (4*grad*((((2*Min(745.2, Max(-745.2, x)) + 4)*exp(-Abs(x)) + 2*Min(745.2, Max(-745.2, x)) + 8)*exp(-Abs(x)) - 3*Min(745.2, Max(-745.2, x)) + 6)*exp(-Abs(x)) - 2*Min(745.2, Max(-745.2, x)) + 2)*exp(-2*Abs(x))/((((((24 + 8*exp(-Abs(x)))*exp(-Abs(x)) + 36)*exp(-Abs(x)) + 32)*exp(-Abs(x)) + 18)*exp(-Abs(x)) + 6)*exp(-Abs(x)) + 1), True))
     """
 
     @staticmethod
