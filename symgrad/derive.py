@@ -241,7 +241,7 @@ def finish(
         sources.setdefault(split, c)
         sources.setdefault(c, c)
     if points is None:
-        best = candidates[0]
+        best = fused_best = candidates[0]
     else:
         from symgrad.choose import most_accurate
 
@@ -272,8 +272,7 @@ def finish(
         unsplit.append(sources[best])
     finished = _finished(best)
     if fused is not None:
-        compiled = fused_best if points is not None else best
-        fused.append(finished if compiled is best else _finished(compiled))
+        fused.append(finished if fused_best is best else _finished(fused_best))
     return finished
 
 

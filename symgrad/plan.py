@@ -91,7 +91,8 @@ def _expand_regimes(expr: sympy.Expr) -> sympy.Expr:
     every node). hypot_ratio stays too: its b/hypot(x, y) would merge with the powers
     around it (hypot_ratio(y, x, y)**2 / hypot(x, y) -> y**2 / hypot(x, y)**3), and
     hypot(x, y)**3 overflows where the ratios the printer writes do not; tan_half_atan
-    likewise (q * tan_half_atan(q) would become q * c / (1 + ...), whose q * c overflows)."""
+    likewise (q * tan_half_atan(q) would become q**2 / (1 + hypot(q, 1)), whose q**2
+    overflows)."""
     return expr.replace(
         lambda e: (
             isinstance(e, StableFunction)
@@ -250,6 +251,11 @@ COMPILED_FORMS = {
 #: The module helpers generated code may call (the printer writes tan_half_atan as one);
 #: the template emits those it does.
 HELPERS = (WHERE_HELPER, *COMPILED_FORMS.values(), "_tan_half_atan")
+
+
+def _helpers_in(lines: list[str]) -> set[str]:
+    """The module helpers (:data:`HELPERS`) that ``lines`` call."""
+    return {h for h in HELPERS if any(f"{h}(" in line for line in lines)}
 
 
 class _Buffers:
@@ -457,7 +463,7 @@ def _exp_neg_abs_arguments(trees: list[ast.Assign]) -> set[str]:
         for node in ast.walk(tree):
             if not (isinstance(node, ast.Call) and _dotted(node.func) == "torch.exp"):
                 continue
-            (arg,) = node.args or (None,)
+            arg = node.args[0] if len(node.args) == 1 else None
             if isinstance(arg, ast.UnaryOp) and isinstance(arg.op, ast.USub):
                 inner = arg.operand
                 if isinstance(inner, ast.Call) and _dotted(inner.func) == "torch.abs":
@@ -779,7 +785,7 @@ class _TorchPlanner:
             upstream=self.upstream,
         )
         self.uses_math = self.uses_math or result.uses_math
-        self.helpers |= {h for h in HELPERS if any(f"{h}(" in s for s in result.lines)}
+        self.helpers |= _helpers_in(result.lines)
         return result.lines
 
     def buffers(self) -> dict[str, _Value]:
@@ -1175,7 +1181,7 @@ def plan_torch(derived: Derived) -> FunctionPlan:
         _fused_versions(kernels, _torch_kernels(_TorchPlanner(derived.for_fused())))
         lines = [line for k in kernels for _, math in k.fused_math for line in math.lines]
         planner.uses_math |= any("math." in line for line in lines)
-        planner.helpers |= {h for h in HELPERS if any(f"{h}(" in line for line in lines)}
+        planner.helpers |= _helpers_in(lines)
     outputs = [name for name, _ in derived.outputs]
     return FunctionPlan(
         name=fn.name,
