@@ -238,13 +238,16 @@ def _method(owner: ast.expr, name: str, *args: ast.expr, **kwargs: ast.expr) -> 
 #: The select helper of the generated torch module (templates/torch_module.py.jinja): code
 #: that records no autograd graph calls it instead of torch.where.
 WHERE_HELPER = "_where"
-#: Calls that inductor compiles slowly, routed in graph-free code through module helpers
-#: that run the op itself eagerly and an equally accurate, cheaper form when compiled
-#: (the fused path): inductor's log1p costs twice its log, and its sigmoid computes an
-#: exp(-x) of its own where the code (a dsigmoid) already has exp(-|x|): sigmoid is
-#: routed only there (on its own, inductor's is the cheaper).
+#: Calls that inductor compiles slowly or inaccurately, routed in graph-free code through
+#: module helpers that run the op itself eagerly and an accurate form when compiled (the
+#: fused path): inductor's log1p costs twice its log; its vectorised CPU expm1 and atanh
+#: are exp(x) - 1 and log((1 + x) / (1 - x)) / 2, which lose every digit near 0; its
+#: sigmoid computes an exp(-x) of its own where the code (a dsigmoid, a softplus) already
+#: has exp(-|x|): sigmoid is routed only there (on its own, inductor's is the cheaper).
 COMPILED_FORMS = {
     "torch.log1p": "_log1p",
+    "torch.expm1": "_expm1",
+    "torch.atanh": "_atanh",
     "torch.nn.functional.softplus": "_softplus",
     "torch.sigmoid": "_sigmoid",
 }
@@ -275,12 +278,12 @@ class _Buffers:
         self.keep = set(keep)
         self.numbers = set(numbers) | {"math", "torch"}
         self.floats = {n for n, v in tensors.items() if v.kind == "float"}
-        self.exp_neg_abs: set[str] = set()  # ast.dump of a in each exp(-|a|) of the code
+        self.routed: set[int] = set()  # id() of the sigmoid calls sent to _sigmoid
 
     def rewrite(self, lines: list[str]) -> list[str]:
         trees = [ast.parse(line).body[0] for line in lines]
         trees = _single_reads(trees, self.keep | self.numbers)
-        self.exp_neg_abs = _exp_neg_abs_arguments(trees)
+        self.routed = _share_exp_neg_abs(trees)
         last_use: dict[str, int] = {}
         for k, tree in enumerate(trees):
             for node in ast.walk(tree.value):
@@ -410,9 +413,7 @@ class _Buffers:
         if func not in _TORCH_FRESH:
             return new, _Value(result.shape, result.dtype, "other", False)
         first, first_info = args[0] if args else (None, None)
-        if func in COMPILED_FORMS and (
-            func != "torch.sigmoid" or ast.dump(node.args[0]) in self.exp_neg_abs
-        ):
+        if func in COMPILED_FORMS and (func != "torch.sigmoid" or id(node) in self.routed):
             new.func = ast.Name(COMPILED_FORMS[func], ast.Load())
             if func in _TORCH_INPLACE and self.can_update(first_info, result):
                 new.keywords.append(ast.keyword("overwrite", ast.Constant(True)))
@@ -456,19 +457,66 @@ class _Buffers:
 _OPERATIONS = (ast.BinOp, ast.UnaryOp, ast.Compare, ast.Call)
 
 
-def _exp_neg_abs_arguments(trees: list[ast.Assign]) -> set[str]:
-    """``ast.dump(a)`` for every ``torch.exp(-torch.abs(a))`` in ``trees``."""
-    found = set()
+#: The calls whose compiled forms compute ``t = exp(-|a|)`` of their argument a.
+_EXP_NEG_ABS_USERS = ("torch.sigmoid", "torch.nn.functional.softplus")
+
+
+def _share_exp_neg_abs(trees: list[ast.Assign]) -> set[int]:
+    """Lets the compiled forms of sigmoid and softplus share one ``exp(-|a|)``.
+
+    Compiled, ``_sigmoid`` and ``_softplus`` compute ``t = exp(-|a|)`` of their argument,
+    and inductor computes each distinct expression once per kernel. Where the code also
+    needs ``t`` of the same a elsewhere (a dsigmoid's ``exp(-|a|)``, softplus(a) next to
+    sigmoid(a)), sigmoid goes through ``_sigmoid`` too (on its own, inductor's sigmoid is
+    the cheaper): returned, the ``id()`` of those calls. A call on ``-a`` (or on a name
+    bound to ``-a``) of an input name a with such company gets ``negative_of=a``, so its
+    compiled form takes ``t`` from ``|a|`` as well: ``bce(z)`` then costs one exp and one
+    log, not two of each. Eagerly the hint is ignored.
+    """
+    negations = {
+        tree.targets[0].id: tree.value.operand
+        for tree in trees
+        if isinstance(tree.value, ast.UnaryOp)
+        and isinstance(tree.value.op, ast.USub)
+        and isinstance(tree.value.operand, ast.Name)
+    }
+    users: dict[str, list[tuple[ast.Call | None, ast.Name | None]]] = {}
     for tree in trees:
-        for node in ast.walk(tree):
-            if not (isinstance(node, ast.Call) and _dotted(node.func) == "torch.exp"):
+        for node in ast.walk(tree.value):
+            if not isinstance(node, ast.Call) or len(node.args) != 1:
                 continue
-            arg = node.args[0] if len(node.args) == 1 else None
-            if isinstance(arg, ast.UnaryOp) and isinstance(arg.op, ast.USub):
+            func, (arg,) = _dotted(node.func), node.args
+            if func == "torch.exp":
+                if not (isinstance(arg, ast.UnaryOp) and isinstance(arg.op, ast.USub)):
+                    continue
                 inner = arg.operand
                 if isinstance(inner, ast.Call) and _dotted(inner.func) == "torch.abs":
-                    found.add(ast.dump(inner.args[0]))
-    return found
+                    users.setdefault(ast.dump(inner.args[0]), []).append((None, None))
+            elif func in _EXP_NEG_ABS_USERS:
+                base = None
+                if isinstance(arg, ast.UnaryOp) and isinstance(arg.op, ast.USub):
+                    base = arg.operand
+                elif isinstance(arg, ast.Name):
+                    base = negations.get(arg.id)
+                key = ast.dump(arg if base is None else base)
+                users.setdefault(key, []).append((node, base))
+    routed = set()
+    for group in users.values():
+        kinds = {
+            (None if call is None else _dotted(call.func), base is not None) for call, base in group
+        }
+        if len(kinds) < 2:
+            continue
+        positive = any(base is None for _, base in group)
+        for call, base in group:
+            if call is None:
+                continue
+            if _dotted(call.func) == "torch.sigmoid":
+                routed.add(id(call))
+            if positive and isinstance(base, ast.Name):
+                hint = ast.Name(base.id, ast.Load())
+                call.keywords.append(ast.keyword("negative_of", hint))
+    return routed
 
 
 def _in_order(node: ast.AST, parent: ast.AST | None = None):

@@ -132,30 +132,38 @@ def _where(cond: torch.Tensor, a, b, overwrite: str | None = None) -> torch.Tens
     return out.view(ref.dtype)
 
 
-def _softplus(x: torch.Tensor, threshold: float = 40.0) -> torch.Tensor:
+def _softplus(
+    x: torch.Tensor, threshold: float = 40.0, negative_of: torch.Tensor | None = None
+) -> torch.Tensor:
     """``F.softplus(x, threshold=threshold)``; compiled, ``relu(x) + log1p(t)``,
     ``t = exp(-|x|)``, as accurate (and exact past the threshold too).
 
     log1p(t) is ``log(w) + (t - (w - 1)) / w`` with ``w = 1 + t`` rounded: ``t - (w - 1)``
     is exactly what rounding w lost, and log(w + c) = log(w) + c / w to first order.
     For t in [0, 1] that is within 2 ulp of log1p without a select.
+
+    ``negative_of``: a tensor equal to ``-x``, whose ``exp(-|.|)`` the caller's compiled
+    code computes anyway; t is taken from it, so inductor computes one exp for both.
     """
     if torch.compiler.is_compiling():
-        t = torch.exp(-torch.abs(x))
+        t = torch.exp(-torch.abs(x if negative_of is None else negative_of))
         w = 1 + t
         return torch.relu(x) + (torch.log(w) + (t - (w - 1)) / w)
     return torch.nn.functional.softplus(x, threshold=threshold)
 
 
-def _sigmoid(x: torch.Tensor, overwrite: bool = False) -> torch.Tensor:
+def _sigmoid(
+    x: torch.Tensor, overwrite: bool = False, negative_of: torch.Tensor | None = None
+) -> torch.Tensor:
     """``torch.sigmoid(x)``; compiled, from ``t = exp(-|x|)``: 1 / (1 + t) for x >= 0,
     t / (1 + t) below. As accurate, and inductor computes exp(-|x|) once for this and
-    the dsigmoid beside it (a sigmoid of its own would be a second exp).
+    the dsigmoid or softplus beside it (a sigmoid of its own would be a second exp).
 
-    ``overwrite``: the caller owns ``x`` and no longer needs it.
+    ``overwrite``: the caller owns ``x`` and no longer needs it. ``negative_of``: a tensor
+    equal to ``-x``, whose ``exp(-|.|)`` the caller's compiled code computes anyway.
     """
     if torch.compiler.is_compiling():
-        t = torch.exp(-torch.abs(x))
+        t = torch.exp(-torch.abs(x if negative_of is None else negative_of))
         r = 1 / (1 + t)
         return torch.where(x >= 0, r, t * r)
     return x.sigmoid_() if overwrite else torch.sigmoid(x)
@@ -239,9 +247,9 @@ def _softplus_grad_x(x, grad):
 
 def _softplus_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
     x_bar = grad_bar = None
-    t0 = grad_grad_x * torch.sigmoid(x)
+    t0 = grad_grad_x * _sigmoid(x)
     if need_x_bar:
-        x_bar = (grad * t0).mul_((-x).sigmoid_())
+        x_bar = (grad * t0).mul_(_sigmoid(-x, negative_of=x, overwrite=True))
     if need_grad_bar:
         grad_bar = t0
     return x_bar, grad_bar
@@ -1244,7 +1252,7 @@ def log_ratio(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 
 def _weighted_bce_forward(z, target):
-    out = (target * _softplus(-z, threshold=40.0)).add_(
+    out = (target * _softplus(-z, threshold=40.0, negative_of=z)).add_(
         (1 - target) * _softplus(z, threshold=40.0)
     )
     return out
@@ -1318,7 +1326,9 @@ class WeightedBce(_WeightedBce):
 
 
 def _weighted_bce_grad_z(z, target, grad):
-    grad_z = -grad * (target * (-z).sigmoid_()).add_((target - 1) * torch.sigmoid(z))
+    grad_z = -grad * (target * _sigmoid(-z, negative_of=z, overwrite=True)).add_(
+        (target - 1) * _sigmoid(z)
+    )
     return grad_z
 
 
@@ -1331,9 +1341,9 @@ def _weighted_bce_grad_z_backward(
         t1 = grad * grad_grad_z * t0
         z_bar = t1.div_(t0.add_(1).pow_(2))
     if need_grad_bar:
-        grad_bar = grad_grad_z * (-target * (-z).sigmoid_()).sub_(
-            (target - 1) * _sigmoid(z)
-        )
+        grad_bar = grad_grad_z * (
+            -target * _sigmoid(-z, negative_of=z, overwrite=True)
+        ).sub_((target - 1) * _sigmoid(z))
     return z_bar, grad_bar
 
 

@@ -169,16 +169,39 @@ def _log1p(u: torch.Tensor, overwrite: bool = False) -> torch.Tensor:
     return u.log1p_() if overwrite else torch.log1p(u)
 
 
-def _softplus(x: torch.Tensor, threshold: float = 40.0) -> torch.Tensor:
+def _expm1(x: torch.Tensor, overwrite: bool = False) -> torch.Tensor:
+    """``torch.expm1(x)``; compiled (the fused path), Kahan's ``(u - 1) * x / log(u)``
+    with ``u = exp(x)`` rounded.
+
+    Inductor's vectorised CPU expm1 is ``exp(x) - 1``, which loses every digit near 0
+    (expm1(-1e-10) comes out 0). The factor x / log(u) corrects u - 1 for the rounding of
+    u (Higham, "Accuracy and stability of numerical algorithms", section 1.14.1). Where
+    u == 1, x is below half an ulp and is its own expm1; where u - 1 is -1 or inf, so is
+    expm1. ``overwrite``: the caller owns ``x`` and no longer needs it.
+    """
+    if torch.compiler.is_compiling():
+        u = torch.exp(x)
+        um1 = u - 1
+        exact = (um1 == -1) | (um1 == torch.inf)
+        return torch.where(u == 1, x, torch.where(exact, um1, um1 * (x / torch.log(u))))
+    return x.expm1_() if overwrite else torch.expm1(x)
+
+
+def _softplus(
+    x: torch.Tensor, threshold: float = 40.0, negative_of: torch.Tensor | None = None
+) -> torch.Tensor:
     """``F.softplus(x, threshold=threshold)``; compiled, ``relu(x) + log1p(t)``,
     ``t = exp(-|x|)``, as accurate (and exact past the threshold too).
 
     log1p(t) is ``log(w) + (t - (w - 1)) / w`` with ``w = 1 + t`` rounded: ``t - (w - 1)``
     is exactly what rounding w lost, and log(w + c) = log(w) + c / w to first order.
     For t in [0, 1] that is within 2 ulp of log1p without a select.
+
+    ``negative_of``: a tensor equal to ``-x``, whose ``exp(-|.|)`` the caller's compiled
+    code computes anyway; t is taken from it, so inductor computes one exp for both.
     """
     if torch.compiler.is_compiling():
-        t = torch.exp(-torch.abs(x))
+        t = torch.exp(-torch.abs(x if negative_of is None else negative_of))
         w = 1 + t
         return torch.relu(x) + (torch.log(w) + (t - (w - 1)) / w)
     return torch.nn.functional.softplus(x, threshold=threshold)
@@ -200,15 +223,18 @@ def _tan_half_atan(q: torch.Tensor) -> torch.Tensor:
     return c / (1 + torch.hypot(c, c.new_tensor(1)))
 
 
-def _sigmoid(x: torch.Tensor, overwrite: bool = False) -> torch.Tensor:
+def _sigmoid(
+    x: torch.Tensor, overwrite: bool = False, negative_of: torch.Tensor | None = None
+) -> torch.Tensor:
     """``torch.sigmoid(x)``; compiled, from ``t = exp(-|x|)``: 1 / (1 + t) for x >= 0,
     t / (1 + t) below. As accurate, and inductor computes exp(-|x|) once for this and
-    the dsigmoid beside it (a sigmoid of its own would be a second exp).
+    the dsigmoid or softplus beside it (a sigmoid of its own would be a second exp).
 
-    ``overwrite``: the caller owns ``x`` and no longer needs it.
+    ``overwrite``: the caller owns ``x`` and no longer needs it. ``negative_of``: a tensor
+    equal to ``-x``, whose ``exp(-|.|)`` the caller's compiled code computes anyway.
     """
     if torch.compiler.is_compiling():
-        t = torch.exp(-torch.abs(x))
+        t = torch.exp(-torch.abs(x if negative_of is None else negative_of))
         r = 1 / (1 + t)
         return torch.where(x >= 0, r, t * r)
     return x.sigmoid_() if overwrite else torch.sigmoid(x)
@@ -292,9 +318,9 @@ def _softplus_grad_x(x, grad):
 
 def _softplus_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
     x_bar = grad_bar = None
-    t0 = grad_grad_x * torch.sigmoid(x)
+    t0 = grad_grad_x * _sigmoid(x)
     if need_x_bar:
-        x_bar = (grad * t0).mul_((-x).sigmoid_())
+        x_bar = (grad * t0).mul_(_sigmoid(-x, negative_of=x, overwrite=True))
     if need_grad_bar:
         grad_bar = t0
     return x_bar, grad_bar
@@ -438,9 +464,9 @@ def _log_sigmoid_grad_x(x, grad):
 
 def _log_sigmoid_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
     x_bar = grad_bar = None
-    t0 = grad_grad_x * (-x).sigmoid_()
+    t0 = grad_grad_x * _sigmoid(-x, negative_of=x, overwrite=True)
     if need_x_bar:
-        x_bar = (-grad * t0).mul_(torch.sigmoid(x))
+        x_bar = (-grad * t0).mul_(_sigmoid(x))
     if need_grad_bar:
         grad_bar = t0
     return x_bar, grad_bar
@@ -508,7 +534,7 @@ def log_sigmoid(x: torch.Tensor) -> torch.Tensor:
 
 
 def _bce_sigmoid_forward(z, target):
-    out = (target * _softplus(-z, threshold=40.0)).add_(
+    out = (target * _softplus(-z, threshold=40.0, negative_of=z)).add_(
         (1 - target) * _softplus(z, threshold=40.0)
     )
     return out
@@ -582,7 +608,9 @@ class BceSigmoid(_BceSigmoid):
 
 
 def _bce_sigmoid_grad_z(z, target, grad):
-    grad_z = -grad * (target * (-z).sigmoid_()).add_((target - 1) * torch.sigmoid(z))
+    grad_z = -grad * (target * _sigmoid(-z, negative_of=z, overwrite=True)).add_(
+        (target - 1) * _sigmoid(z)
+    )
     return grad_z
 
 
@@ -595,9 +623,9 @@ def _bce_sigmoid_grad_z_backward(
         t1 = grad * grad_grad_z * t0
         z_bar = t1.div_(t0.add_(1).pow_(2))
     if need_grad_bar:
-        grad_bar = grad_grad_z * (-target * (-z).sigmoid_()).sub_(
-            (target - 1) * _sigmoid(z)
-        )
+        grad_bar = grad_grad_z * (
+            -target * _sigmoid(-z, negative_of=z, overwrite=True)
+        ).sub_((target - 1) * _sigmoid(z))
     return z_bar, grad_bar
 
 
@@ -818,7 +846,7 @@ def logit(p: torch.Tensor) -> torch.Tensor:
 def _log1mexp_forward(x):
     out = _where(
         x > -math.log(2),
-        torch.expm1(x).neg_().log_(),
+        _expm1(x).neg_().log_(),
         _log1p(torch.exp(x).neg_(), overwrite=True),
         overwrite="a",
     )
@@ -889,15 +917,15 @@ class Log1mexp(_Log1mexp):
 
 
 def _log1mexp_grad_x(x, grad):
-    grad_x = -grad / (-x).expm1_()
+    grad_x = -grad / _expm1(-x, overwrite=True)
     return grad_x
 
 
 def _log1mexp_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
     x_bar = grad_bar = None
-    t0 = grad_grad_x / (-x).expm1_()
+    t0 = grad_grad_x / _expm1(-x, overwrite=True)
     if need_x_bar:
-        x_bar = (grad * t0).div_(torch.expm1(x))
+        x_bar = (grad * t0).div_(_expm1(x))
     if need_grad_bar:
         grad_bar = t0.neg_()
     return x_bar, grad_bar
@@ -1703,14 +1731,12 @@ def swish(x: torch.Tensor, beta: float = 1.0) -> torch.Tensor:
 
 def _focal_loss_forward(z, target, gamma):
     t0 = -z
-    t1 = torch.sigmoid(t0)
+    t1 = _sigmoid(t0, negative_of=z)
     out = (
         (target * t1.pow_(gamma))
-        .mul_(_softplus(t0, threshold=40.0))
+        .mul_(_softplus(t0, threshold=40.0, negative_of=z))
         .add_(
-            ((1 - target) * torch.sigmoid(z).pow_(gamma)).mul_(
-                _softplus(z, threshold=40.0)
-            )
+            ((1 - target) * _sigmoid(z).pow_(gamma)).mul_(_softplus(z, threshold=40.0))
         )
     )
     return out
@@ -1798,13 +1824,15 @@ class FocalLoss(_FocalLoss):
 
 def _focal_loss_grad_z(z, target, grad, gamma):
     t0 = -gamma
-    t1 = torch.sigmoid(z)
+    t1 = _sigmoid(z)
     t2 = -z
-    t3 = torch.sigmoid(t2)
+    t3 = _sigmoid(t2, negative_of=z)
     t4 = t3**gamma * target
     t5 = t1**gamma * (1 - target)
     t6 = (t1 * t5).sub_(t3 * t4)
-    t7 = t4.mul_(t1.mul_(t0)).mul_(_softplus(t2, threshold=40.0)).add_(t6)
+    t7 = (
+        t4.mul_(t1.mul_(t0)).mul_(_softplus(t2, threshold=40.0, negative_of=z)).add_(t6)
+    )
     t8 = t5.mul_(t3.mul_(gamma)).mul_(_softplus(z, threshold=40.0))
     t9 = t6.add_(t8)
     grad_z = grad * _where(
@@ -1827,8 +1855,8 @@ def _focal_loss_grad_z_backward(
         t2 = gamma**2
     t3 = _sigmoid(z)
     t4 = -z
-    t5 = _softplus(t4, threshold=40.0)
-    t6 = t4.sigmoid_()
+    t5 = _softplus(t4, threshold=40.0, negative_of=z)
+    t6 = _sigmoid(t4, negative_of=z, overwrite=True)
     t7 = t6**gamma * target
     t8 = t5 * t7
     if need_z_bar:
@@ -2617,7 +2645,7 @@ def _exprel_forward(x):
         _where(
             x > 80,
             (x / 2).exp_().div_(x).mul_((x / 2).exp_()),
-            torch.expm1(x).div_(x),
+            _expm1(x).div_(x),
             overwrite="a",
         ),
         overwrite="a",
@@ -2819,7 +2847,7 @@ def _exprel_grad_x(x, grad):
             .sub_((x**2).reciprocal_())
             .mul_((x / 2).exp_())
             .mul_((x / 2).exp_()),
-            torch.exp(x).sub_(torch.expm1(x).div_(x)).div_(x),
+            torch.exp(x).sub_(_expm1(x).div_(x)).div_(x),
             overwrite="a",
         ),
         overwrite="a",
@@ -2881,7 +2909,7 @@ def _exprel_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
                     .mul_((x / 2).exp_())
                     .mul_((x / 2).exp_()),
                     torch.exp(x)
-                    .sub_(torch.exp(x).sub_(torch.expm1(x).div_(x)).mul_(2).div_(x))
+                    .sub_(torch.exp(x).sub_(_expm1(x).div_(x)).mul_(2).div_(x))
                     .div_(x),
                     overwrite="a",
                 ),
@@ -2935,7 +2963,7 @@ def _exprel_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
                 .sub_((x**2).reciprocal_())
                 .mul_((x / 2).exp_())
                 .mul_((x / 2).exp_()),
-                torch.exp(x).sub_(torch.expm1(x).div_(x)).div_(x),
+                torch.exp(x).sub_(_expm1(x).div_(x)).div_(x),
                 overwrite="a",
             ),
             overwrite="a",
@@ -3355,9 +3383,9 @@ def _logaddexp_backward(a, b, grad, need_grad_a, need_grad_b):
     grad_a = grad_b = None
     t0 = a - b
     if need_grad_a:
-        grad_a = grad * torch.sigmoid(t0)
+        grad_a = grad * _sigmoid(t0)
     if need_grad_b:
-        grad_b = grad * t0.neg_().sigmoid_()
+        grad_b = grad * _sigmoid(-t0, negative_of=t0, overwrite=True)
     return grad_a, grad_b
 
 
@@ -3466,9 +3494,9 @@ def _logaddexp_grad_a_backward(
 ):
     a_bar = b_bar = grad_bar = None
     t0 = a - b
-    t1 = grad_grad_a * torch.sigmoid(t0)
+    t1 = grad_grad_a * _sigmoid(t0)
     if need_a_bar or need_b_bar:
-        t2 = (grad * t1).mul_(t0.neg_().sigmoid_())
+        t2 = (grad * t1).mul_(_sigmoid(-t0, negative_of=t0, overwrite=True))
     if need_a_bar:
         a_bar = t2
     if need_b_bar:
@@ -3551,9 +3579,9 @@ def _logaddexp_grad_b_backward(
 ):
     a_bar = b_bar = grad_bar = None
     t0 = a - b
-    t1 = grad_grad_b * (-t0).sigmoid_()
+    t1 = grad_grad_b * _sigmoid(-t0, negative_of=t0, overwrite=True)
     if need_a_bar or need_b_bar:
-        t2 = (grad * t1).mul_(t0.sigmoid_())
+        t2 = (grad * t1).mul_(_sigmoid(t0, overwrite=True))
     if need_a_bar:
         a_bar = -t2
     if need_b_bar:
