@@ -484,6 +484,25 @@ def test_softplus_fused_path_matches_eager(monkeypatch):
     assert generated._compiled[math_fn] is not math_fn
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_softplus_fused_path_stable_at_extremes(dtype, monkeypatch):
+    """The compiled forward and first-order backward at the extreme points: the compiler's
+    own forms of an op (exp(x) - 1 for expm1) must not undo the stable ones."""
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    _check_cases(
+        generated.softplus,
+        SOFTPLUS_EXTREME if dtype == DOUBLE else SOFTPLUS_EXTREME32,
+        ["x"],
+        ["out"],
+        ["x"],
+        SOFTPLUS_SCALARS,
+        1,
+        dtype,
+        "cpu",
+        EXTREME_RTOL[dtype],
+    )
+
+
 # --- scaled_softplus -------------------------------------------------------
 
 SCALED_SOFTPLUS_SCALARS = {"beta": 1.0}
@@ -838,6 +857,25 @@ def test_scaled_softplus_fused_path_matches_eager(monkeypatch):
     # it really ran compiled (no fallback to the eager code)
     math_fn = generated._scaled_softplus_forward
     assert generated._compiled[math_fn] is not math_fn
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_scaled_softplus_fused_path_stable_at_extremes(dtype, monkeypatch):
+    """The compiled forward and first-order backward at the extreme points: the compiler's
+    own forms of an op (exp(x) - 1 for expm1) must not undo the stable ones."""
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    _check_cases(
+        generated.scaled_softplus,
+        SCALED_SOFTPLUS_EXTREME if dtype == DOUBLE else SCALED_SOFTPLUS_EXTREME32,
+        ["x"],
+        ["out"],
+        ["x"],
+        SCALED_SOFTPLUS_SCALARS,
+        1,
+        dtype,
+        "cpu",
+        EXTREME_RTOL[dtype],
+    )
 
 
 # --- mul -------------------------------------------------------------------
@@ -1495,6 +1533,25 @@ def test_mul_fused_path_matches_eager(monkeypatch):
     assert generated._compiled[math_fn] is not math_fn
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_mul_fused_path_stable_at_extremes(dtype, monkeypatch):
+    """The compiled forward and first-order backward at the extreme points: the compiler's
+    own forms of an op (exp(x) - 1 for expm1) must not undo the stable ones."""
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    _check_cases(
+        generated.mul,
+        MUL_EXTREME if dtype == DOUBLE else MUL_EXTREME32,
+        ["x", "y"],
+        ["out"],
+        ["x", "y"],
+        MUL_SCALARS,
+        1,
+        dtype,
+        "cpu",
+        EXTREME_RTOL[dtype],
+    )
+
+
 # --- sinh_cosh -------------------------------------------------------------
 
 SINH_COSH_SCALARS = {}
@@ -1987,6 +2044,25 @@ def test_sinh_cosh_fused_path_matches_eager(monkeypatch):
     assert generated._compiled[math_fn] is not math_fn
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_sinh_cosh_fused_path_stable_at_extremes(dtype, monkeypatch):
+    """The compiled forward and first-order backward at the extreme points: the compiler's
+    own forms of an op (exp(x) - 1 for expm1) must not undo the stable ones."""
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    _check_cases(
+        generated.sinh_cosh,
+        SINH_COSH_EXTREME if dtype == DOUBLE else SINH_COSH_EXTREME32,
+        ["x"],
+        ["s", "c"],
+        ["x"],
+        SINH_COSH_SCALARS,
+        1,
+        dtype,
+        "cpu",
+        EXTREME_RTOL[dtype],
+    )
+
+
 # --- log_ratio -------------------------------------------------------------
 
 LOG_RATIO_SCALARS = {}
@@ -2449,6 +2525,25 @@ def test_log_ratio_fused_path_matches_eager(monkeypatch):
     assert generated._compiled[math_fn] is not math_fn
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_log_ratio_fused_path_stable_at_extremes(dtype, monkeypatch):
+    """The compiled forward and first-order backward at the extreme points: the compiler's
+    own forms of an op (exp(x) - 1 for expm1) must not undo the stable ones."""
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    _check_cases(
+        generated.log_ratio,
+        LOG_RATIO_EXTREME if dtype == DOUBLE else LOG_RATIO_EXTREME32,
+        ["x", "y"],
+        ["out"],
+        ["x", "y"],
+        LOG_RATIO_SCALARS,
+        1,
+        dtype,
+        "cpu",
+        EXTREME_RTOL[dtype],
+    )
+
+
 # --- weighted_bce ----------------------------------------------------------
 
 WEIGHTED_BCE_SCALARS = {}
@@ -2848,6 +2943,25 @@ def test_weighted_bce_fused_path_matches_eager(monkeypatch):
     assert generated._compiled[math_fn] is not math_fn
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_weighted_bce_fused_path_stable_at_extremes(dtype, monkeypatch):
+    """The compiled forward and first-order backward at the extreme points: the compiler's
+    own forms of an op (exp(x) - 1 for expm1) must not undo the stable ones."""
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    _check_cases(
+        generated.weighted_bce,
+        WEIGHTED_BCE_EXTREME if dtype == DOUBLE else WEIGHTED_BCE_EXTREME32,
+        ["z", "target"],
+        ["out"],
+        ["z"],
+        WEIGHTED_BCE_SCALARS,
+        1,
+        dtype,
+        "cpu",
+        EXTREME_RTOL[dtype],
+    )
+
+
 # --- binarize --------------------------------------------------------------
 
 BINARIZE_SCALARS = {}
@@ -3102,6 +3216,25 @@ def test_binarize_fused_path_matches_eager(monkeypatch):
     # it really ran compiled (no fallback to the eager code)
     math_fn = generated._binarize_forward
     assert generated._compiled[math_fn] is not math_fn
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_binarize_fused_path_stable_at_extremes(dtype, monkeypatch):
+    """The compiled forward and first-order backward at the extreme points: the compiler's
+    own forms of an op (exp(x) - 1 for expm1) must not undo the stable ones."""
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    _check_cases(
+        generated.binarize,
+        BINARIZE_EXTREME if dtype == DOUBLE else BINARIZE_EXTREME32,
+        ["x"],
+        ["out"],
+        ["x"],
+        BINARIZE_SCALARS,
+        1,
+        dtype,
+        "cpu",
+        EXTREME_RTOL[dtype],
+    )
 
 
 # --- tanh_shrink_order1 ----------------------------------------------------
@@ -3382,3 +3515,22 @@ def test_tanh_shrink_order1_fused_path_matches_eager(monkeypatch):
     # it really ran compiled (no fallback to the eager code)
     math_fn = generated._tanh_shrink_order1_forward
     assert generated._compiled[math_fn] is not math_fn
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_tanh_shrink_order1_fused_path_stable_at_extremes(dtype, monkeypatch):
+    """The compiled forward and first-order backward at the extreme points: the compiler's
+    own forms of an op (exp(x) - 1 for expm1) must not undo the stable ones."""
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    _check_cases(
+        generated.tanh_shrink_order1,
+        TANH_SHRINK_ORDER1_EXTREME if dtype == DOUBLE else TANH_SHRINK_ORDER1_EXTREME32,
+        ["x"],
+        ["out"],
+        ["x"],
+        TANH_SHRINK_ORDER1_SCALARS,
+        1,
+        dtype,
+        "cpu",
+        EXTREME_RTOL[dtype],
+    )

@@ -484,6 +484,25 @@ def test_softplus_fused_path_matches_eager(monkeypatch):
     assert generated._compiled[math_fn] is not math_fn
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_softplus_fused_path_stable_at_extremes(dtype, monkeypatch):
+    """The compiled forward and first-order backward at the extreme points: the compiler's
+    own forms of an op (exp(x) - 1 for expm1) must not undo the stable ones."""
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    _check_cases(
+        generated.softplus,
+        SOFTPLUS_EXTREME if dtype == DOUBLE else SOFTPLUS_EXTREME32,
+        ["x"],
+        ["out"],
+        ["x"],
+        SOFTPLUS_SCALARS,
+        1,
+        dtype,
+        "cpu",
+        EXTREME_RTOL[dtype],
+    )
+
+
 # --- log_sigmoid -----------------------------------------------------------
 
 LOG_SIGMOID_SCALARS = {}
@@ -835,6 +854,25 @@ def test_log_sigmoid_fused_path_matches_eager(monkeypatch):
     # it really ran compiled (no fallback to the eager code)
     math_fn = generated._log_sigmoid_forward
     assert generated._compiled[math_fn] is not math_fn
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_log_sigmoid_fused_path_stable_at_extremes(dtype, monkeypatch):
+    """The compiled forward and first-order backward at the extreme points: the compiler's
+    own forms of an op (exp(x) - 1 for expm1) must not undo the stable ones."""
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    _check_cases(
+        generated.log_sigmoid,
+        LOG_SIGMOID_EXTREME if dtype == DOUBLE else LOG_SIGMOID_EXTREME32,
+        ["x"],
+        ["out"],
+        ["x"],
+        LOG_SIGMOID_SCALARS,
+        1,
+        dtype,
+        "cpu",
+        EXTREME_RTOL[dtype],
+    )
 
 
 # --- bce_sigmoid -----------------------------------------------------------
@@ -1235,6 +1273,25 @@ def test_bce_sigmoid_fused_path_matches_eager(monkeypatch):
     assert generated._compiled[math_fn] is not math_fn
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_bce_sigmoid_fused_path_stable_at_extremes(dtype, monkeypatch):
+    """The compiled forward and first-order backward at the extreme points: the compiler's
+    own forms of an op (exp(x) - 1 for expm1) must not undo the stable ones."""
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    _check_cases(
+        generated.bce_sigmoid,
+        BCE_SIGMOID_EXTREME if dtype == DOUBLE else BCE_SIGMOID_EXTREME32,
+        ["z", "target"],
+        ["out"],
+        ["z"],
+        BCE_SIGMOID_SCALARS,
+        1,
+        dtype,
+        "cpu",
+        EXTREME_RTOL[dtype],
+    )
+
+
 # --- logit -----------------------------------------------------------------
 
 LOGIT_SCALARS = {}
@@ -1436,6 +1493,25 @@ def test_logit_fused_path_matches_eager(monkeypatch):
     # it really ran compiled (no fallback to the eager code)
     math_fn = generated._logit_forward
     assert generated._compiled[math_fn] is not math_fn
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_logit_fused_path_stable_at_extremes(dtype, monkeypatch):
+    """The compiled forward and first-order backward at the extreme points: the compiler's
+    own forms of an op (exp(x) - 1 for expm1) must not undo the stable ones."""
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    _check_cases(
+        generated.logit,
+        LOGIT_EXTREME if dtype == DOUBLE else LOGIT_EXTREME32,
+        ["p"],
+        ["out"],
+        ["p"],
+        LOGIT_SCALARS,
+        1,
+        dtype,
+        "cpu",
+        EXTREME_RTOL[dtype],
+    )
 
 
 # --- log1mexp --------------------------------------------------------------
@@ -1713,6 +1789,25 @@ def test_log1mexp_fused_path_matches_eager(monkeypatch):
     # it really ran compiled (no fallback to the eager code)
     math_fn = generated._log1mexp_forward
     assert generated._compiled[math_fn] is not math_fn
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_log1mexp_fused_path_stable_at_extremes(dtype, monkeypatch):
+    """The compiled forward and first-order backward at the extreme points: the compiler's
+    own forms of an op (exp(x) - 1 for expm1) must not undo the stable ones."""
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    _check_cases(
+        generated.log1mexp,
+        LOG1MEXP_EXTREME if dtype == DOUBLE else LOG1MEXP_EXTREME32,
+        ["x"],
+        ["out"],
+        ["x"],
+        LOG1MEXP_SCALARS,
+        1,
+        dtype,
+        "cpu",
+        EXTREME_RTOL[dtype],
+    )
 
 
 # --- mish ------------------------------------------------------------------
@@ -2062,6 +2157,25 @@ def test_mish_fused_path_matches_eager(monkeypatch):
     assert generated._compiled[math_fn] is not math_fn
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_mish_fused_path_stable_at_extremes(dtype, monkeypatch):
+    """The compiled forward and first-order backward at the extreme points: the compiler's
+    own forms of an op (exp(x) - 1 for expm1) must not undo the stable ones."""
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    _check_cases(
+        generated.mish,
+        MISH_EXTREME if dtype == DOUBLE else MISH_EXTREME32,
+        ["x"],
+        ["out"],
+        ["x"],
+        MISH_SCALARS,
+        1,
+        dtype,
+        "cpu",
+        EXTREME_RTOL[dtype],
+    )
+
+
 # --- gelu ------------------------------------------------------------------
 
 GELU_SCALARS = {}
@@ -2409,6 +2523,25 @@ def test_gelu_fused_path_matches_eager(monkeypatch):
     assert generated._compiled[math_fn] is not math_fn
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_gelu_fused_path_stable_at_extremes(dtype, monkeypatch):
+    """The compiled forward and first-order backward at the extreme points: the compiler's
+    own forms of an op (exp(x) - 1 for expm1) must not undo the stable ones."""
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    _check_cases(
+        generated.gelu,
+        GELU_EXTREME if dtype == DOUBLE else GELU_EXTREME32,
+        ["x"],
+        ["out"],
+        ["x"],
+        GELU_SCALARS,
+        1,
+        dtype,
+        "cpu",
+        EXTREME_RTOL[dtype],
+    )
+
+
 # --- swish -----------------------------------------------------------------
 
 SWISH_SCALARS = {"beta": 1.0}
@@ -2754,6 +2887,25 @@ def test_swish_fused_path_matches_eager(monkeypatch):
     # it really ran compiled (no fallback to the eager code)
     math_fn = generated._swish_forward
     assert generated._compiled[math_fn] is not math_fn
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_swish_fused_path_stable_at_extremes(dtype, monkeypatch):
+    """The compiled forward and first-order backward at the extreme points: the compiler's
+    own forms of an op (exp(x) - 1 for expm1) must not undo the stable ones."""
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    _check_cases(
+        generated.swish,
+        SWISH_EXTREME if dtype == DOUBLE else SWISH_EXTREME32,
+        ["x"],
+        ["out"],
+        ["x"],
+        SWISH_SCALARS,
+        1,
+        dtype,
+        "cpu",
+        EXTREME_RTOL[dtype],
+    )
 
 
 # --- focal_loss ------------------------------------------------------------
@@ -3154,6 +3306,25 @@ def test_focal_loss_fused_path_matches_eager(monkeypatch):
     assert generated._compiled[math_fn] is not math_fn
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_focal_loss_fused_path_stable_at_extremes(dtype, monkeypatch):
+    """The compiled forward and first-order backward at the extreme points: the compiler's
+    own forms of an op (exp(x) - 1 for expm1) must not undo the stable ones."""
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    _check_cases(
+        generated.focal_loss,
+        FOCAL_LOSS_EXTREME if dtype == DOUBLE else FOCAL_LOSS_EXTREME32,
+        ["z", "target"],
+        ["out"],
+        ["z"],
+        FOCAL_LOSS_SCALARS,
+        1,
+        dtype,
+        "cpu",
+        EXTREME_RTOL[dtype],
+    )
+
+
 # --- student_t_logpdf ------------------------------------------------------
 
 STUDENT_T_LOGPDF_SCALARS = {"nu": 3.0}
@@ -3517,6 +3688,25 @@ def test_student_t_logpdf_fused_path_matches_eager(monkeypatch):
     assert generated._compiled[math_fn] is not math_fn
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_student_t_logpdf_fused_path_stable_at_extremes(dtype, monkeypatch):
+    """The compiled forward and first-order backward at the extreme points: the compiler's
+    own forms of an op (exp(x) - 1 for expm1) must not undo the stable ones."""
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    _check_cases(
+        generated.student_t_logpdf,
+        STUDENT_T_LOGPDF_EXTREME if dtype == DOUBLE else STUDENT_T_LOGPDF_EXTREME32,
+        ["x"],
+        ["out"],
+        ["x"],
+        STUDENT_T_LOGPDF_SCALARS,
+        1,
+        dtype,
+        "cpu",
+        EXTREME_RTOL[dtype],
+    )
+
+
 # --- entropy_term ----------------------------------------------------------
 
 ENTROPY_TERM_SCALARS = {}
@@ -3795,6 +3985,25 @@ def test_entropy_term_fused_path_matches_eager(monkeypatch):
     assert generated._compiled[math_fn] is not math_fn
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_entropy_term_fused_path_stable_at_extremes(dtype, monkeypatch):
+    """The compiled forward and first-order backward at the extreme points: the compiler's
+    own forms of an op (exp(x) - 1 for expm1) must not undo the stable ones."""
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    _check_cases(
+        generated.entropy_term,
+        ENTROPY_TERM_EXTREME if dtype == DOUBLE else ENTROPY_TERM_EXTREME32,
+        ["x"],
+        ["out"],
+        ["x"],
+        ENTROPY_TERM_SCALARS,
+        1,
+        dtype,
+        "cpu",
+        EXTREME_RTOL[dtype],
+    )
+
+
 # --- sqrt_diff -------------------------------------------------------------
 
 SQRT_DIFF_SCALARS = {}
@@ -4070,6 +4279,25 @@ def test_sqrt_diff_fused_path_matches_eager(monkeypatch):
     # it really ran compiled (no fallback to the eager code)
     math_fn = generated._sqrt_diff_forward
     assert generated._compiled[math_fn] is not math_fn
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_sqrt_diff_fused_path_stable_at_extremes(dtype, monkeypatch):
+    """The compiled forward and first-order backward at the extreme points: the compiler's
+    own forms of an op (exp(x) - 1 for expm1) must not undo the stable ones."""
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    _check_cases(
+        generated.sqrt_diff,
+        SQRT_DIFF_EXTREME if dtype == DOUBLE else SQRT_DIFF_EXTREME32,
+        ["x"],
+        ["out"],
+        ["x"],
+        SQRT_DIFF_SCALARS,
+        1,
+        dtype,
+        "cpu",
+        EXTREME_RTOL[dtype],
+    )
 
 
 # --- exprel ----------------------------------------------------------------
@@ -4419,6 +4647,25 @@ def test_exprel_fused_path_matches_eager(monkeypatch):
     # it really ran compiled (no fallback to the eager code)
     math_fn = generated._exprel_forward
     assert generated._compiled[math_fn] is not math_fn
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_exprel_fused_path_stable_at_extremes(dtype, monkeypatch):
+    """The compiled forward and first-order backward at the extreme points: the compiler's
+    own forms of an op (exp(x) - 1 for expm1) must not undo the stable ones."""
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    _check_cases(
+        generated.exprel,
+        EXPREL_EXTREME if dtype == DOUBLE else EXPREL_EXTREME32,
+        ["x"],
+        ["out"],
+        ["x"],
+        EXPREL_SCALARS,
+        1,
+        dtype,
+        "cpu",
+        EXTREME_RTOL[dtype],
+    )
 
 
 # --- logaddexp -------------------------------------------------------------
@@ -5110,6 +5357,25 @@ def test_logaddexp_fused_path_matches_eager(monkeypatch):
     assert generated._compiled[math_fn] is not math_fn
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_logaddexp_fused_path_stable_at_extremes(dtype, monkeypatch):
+    """The compiled forward and first-order backward at the extreme points: the compiler's
+    own forms of an op (exp(x) - 1 for expm1) must not undo the stable ones."""
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    _check_cases(
+        generated.logaddexp,
+        LOGADDEXP_EXTREME if dtype == DOUBLE else LOGADDEXP_EXTREME32,
+        ["a", "b"],
+        ["out"],
+        ["a", "b"],
+        LOGADDEXP_SCALARS,
+        1,
+        dtype,
+        "cpu",
+        EXTREME_RTOL[dtype],
+    )
+
+
 # --- scaled_erfc -----------------------------------------------------------
 
 SCALED_ERFC_SCALARS = {}
@@ -5461,3 +5727,22 @@ def test_scaled_erfc_fused_path_matches_eager(monkeypatch):
     # it really ran compiled (no fallback to the eager code)
     math_fn = generated._scaled_erfc_forward
     assert generated._compiled[math_fn] is not math_fn
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_scaled_erfc_fused_path_stable_at_extremes(dtype, monkeypatch):
+    """The compiled forward and first-order backward at the extreme points: the compiler's
+    own forms of an op (exp(x) - 1 for expm1) must not undo the stable ones."""
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    _check_cases(
+        generated.scaled_erfc,
+        SCALED_ERFC_EXTREME if dtype == DOUBLE else SCALED_ERFC_EXTREME32,
+        ["x"],
+        ["out"],
+        ["x"],
+        SCALED_ERFC_SCALARS,
+        1,
+        dtype,
+        "cpu",
+        EXTREME_RTOL[dtype],
+    )

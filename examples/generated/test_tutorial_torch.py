@@ -453,6 +453,25 @@ def test_my_relu_fused_path_matches_eager(monkeypatch):
     assert generated._compiled[math_fn] is not math_fn
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_my_relu_fused_path_stable_at_extremes(dtype, monkeypatch):
+    """The compiled forward and first-order backward at the extreme points: the compiler's
+    own forms of an op (exp(x) - 1 for expm1) must not undo the stable ones."""
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    _check_cases(
+        generated.my_relu,
+        MY_RELU_EXTREME if dtype == DOUBLE else MY_RELU_EXTREME32,
+        ["x"],
+        ["out"],
+        ["x"],
+        MY_RELU_SCALARS,
+        1,
+        dtype,
+        "cpu",
+        EXTREME_RTOL[dtype],
+    )
+
+
 # --- exp -------------------------------------------------------------------
 
 EXP_SCALARS = {}
@@ -800,6 +819,25 @@ def test_exp_fused_path_matches_eager(monkeypatch):
     assert generated._compiled[math_fn] is not math_fn
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_exp_fused_path_stable_at_extremes(dtype, monkeypatch):
+    """The compiled forward and first-order backward at the extreme points: the compiler's
+    own forms of an op (exp(x) - 1 for expm1) must not undo the stable ones."""
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    _check_cases(
+        generated.exp,
+        EXP_EXTREME if dtype == DOUBLE else EXP_EXTREME32,
+        ["x"],
+        ["out"],
+        ["x"],
+        EXP_SCALARS,
+        1,
+        dtype,
+        "cpu",
+        EXTREME_RTOL[dtype],
+    )
+
+
 # --- square ----------------------------------------------------------------
 
 SQUARE_SCALARS = {}
@@ -1129,6 +1167,25 @@ def test_square_fused_path_matches_eager(monkeypatch):
     # it really ran compiled (no fallback to the eager code)
     math_fn = generated._square_forward
     assert generated._compiled[math_fn] is not math_fn
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_square_fused_path_stable_at_extremes(dtype, monkeypatch):
+    """The compiled forward and first-order backward at the extreme points: the compiler's
+    own forms of an op (exp(x) - 1 for expm1) must not undo the stable ones."""
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    _check_cases(
+        generated.square,
+        SQUARE_EXTREME if dtype == DOUBLE else SQUARE_EXTREME32,
+        ["x"],
+        ["out"],
+        ["x"],
+        SQUARE_SCALARS,
+        1,
+        dtype,
+        "cpu",
+        EXTREME_RTOL[dtype],
+    )
 
 
 # --- cube ------------------------------------------------------------------
@@ -1476,6 +1533,25 @@ def test_cube_fused_path_matches_eager(monkeypatch):
     # it really ran compiled (no fallback to the eager code)
     math_fn = generated._cube_forward
     assert generated._compiled[math_fn] is not math_fn
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_cube_fused_path_stable_at_extremes(dtype, monkeypatch):
+    """The compiled forward and first-order backward at the extreme points: the compiler's
+    own forms of an op (exp(x) - 1 for expm1) must not undo the stable ones."""
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    _check_cases(
+        generated.cube,
+        CUBE_EXTREME if dtype == DOUBLE else CUBE_EXTREME32,
+        ["x"],
+        ["out"],
+        ["x"],
+        CUBE_SCALARS,
+        1,
+        dtype,
+        "cpu",
+        EXTREME_RTOL[dtype],
+    )
 
 
 # --- sinh ------------------------------------------------------------------
@@ -1833,6 +1909,25 @@ def test_sinh_fused_path_matches_eager(monkeypatch):
     assert generated._compiled[math_fn] is not math_fn
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_sinh_fused_path_stable_at_extremes(dtype, monkeypatch):
+    """The compiled forward and first-order backward at the extreme points: the compiler's
+    own forms of an op (exp(x) - 1 for expm1) must not undo the stable ones."""
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    _check_cases(
+        generated.sinh,
+        SINH_EXTREME if dtype == DOUBLE else SINH_EXTREME32,
+        ["x"],
+        ["out"],
+        ["x"],
+        SINH_SCALARS,
+        1,
+        dtype,
+        "cpu",
+        EXTREME_RTOL[dtype],
+    )
+
+
 # --- log1pexp --------------------------------------------------------------
 
 LOG1PEXP_SCALARS = {}
@@ -2184,6 +2279,25 @@ def test_log1pexp_fused_path_matches_eager(monkeypatch):
     # it really ran compiled (no fallback to the eager code)
     math_fn = generated._log1pexp_forward
     assert generated._compiled[math_fn] is not math_fn
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_log1pexp_fused_path_stable_at_extremes(dtype, monkeypatch):
+    """The compiled forward and first-order backward at the extreme points: the compiler's
+    own forms of an op (exp(x) - 1 for expm1) must not undo the stable ones."""
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    _check_cases(
+        generated.log1pexp,
+        LOG1PEXP_EXTREME if dtype == DOUBLE else LOG1PEXP_EXTREME32,
+        ["x"],
+        ["out"],
+        ["x"],
+        LOG1PEXP_SCALARS,
+        1,
+        dtype,
+        "cpu",
+        EXTREME_RTOL[dtype],
+    )
 
 
 # --- mul -------------------------------------------------------------------
@@ -2841,6 +2955,25 @@ def test_mul_fused_path_matches_eager(monkeypatch):
     assert generated._compiled[math_fn] is not math_fn
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_mul_fused_path_stable_at_extremes(dtype, monkeypatch):
+    """The compiled forward and first-order backward at the extreme points: the compiler's
+    own forms of an op (exp(x) - 1 for expm1) must not undo the stable ones."""
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    _check_cases(
+        generated.mul,
+        MUL_EXTREME if dtype == DOUBLE else MUL_EXTREME32,
+        ["x", "y"],
+        ["out"],
+        ["x", "y"],
+        MUL_SCALARS,
+        1,
+        dtype,
+        "cpu",
+        EXTREME_RTOL[dtype],
+    )
+
+
 # --- quantize --------------------------------------------------------------
 
 QUANTIZE_SCALARS = {"step": 0.25}
@@ -3127,3 +3260,22 @@ def test_quantize_fused_path_matches_eager(monkeypatch):
     # it really ran compiled (no fallback to the eager code)
     math_fn = generated._quantize_forward
     assert generated._compiled[math_fn] is not math_fn
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_quantize_fused_path_stable_at_extremes(dtype, monkeypatch):
+    """The compiled forward and first-order backward at the extreme points: the compiler's
+    own forms of an op (exp(x) - 1 for expm1) must not undo the stable ones."""
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    _check_cases(
+        generated.quantize,
+        QUANTIZE_EXTREME if dtype == DOUBLE else QUANTIZE_EXTREME32,
+        ["x"],
+        ["out"],
+        ["x"],
+        QUANTIZE_SCALARS,
+        1,
+        dtype,
+        "cpu",
+        EXTREME_RTOL[dtype],
+    )
