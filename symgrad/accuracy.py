@@ -678,6 +678,7 @@ def measure_spec(
     workers: int = 1,
     functions: Sequence[str] | None = None,
     progress: Callable[[str], None] | None = None,
+    fused: bool = False,
 ) -> list[Row]:
     """Accuracy rows for every function of ``spec`` (or only those named in ``functions``).
 
@@ -687,6 +688,8 @@ def measure_spec(
     evaluates exact values in that many processes. A function that fails to derive,
     generate or run gets a row with ``error`` set instead of stopping the report.
     ``progress`` is called with a line after each function (for a CLI's stderr).
+    ``fused`` measures the generated module with ``use_fused()`` on: its math compiled by
+    torch.compile (the compiler's own forms of an op included), first and second order.
     """
     _check_dtype(dtype)
     chosen = [f for f in spec.functions if functions is None or f.name in functions]
@@ -703,10 +706,12 @@ def measure_spec(
             if derived:
                 whole = generated_module(spec, derived)
                 modules = {d.function.name: whole for d in derived}
+                whole.use_fused(fused)
         except Exception:  # noqa: BLE001 - retried per function below, which reports it
             for d in derived:  # find which function breaks generation; keep the others
                 try:
                     modules[d.function.name] = generated_module(spec, [d])
+                    modules[d.function.name].use_fused(fused)
                 except Exception as exc:  # noqa: BLE001
                     error = f"{type(exc).__name__}: {exc}"
                     rows.append(_failed(d.function, "generate", dtype, error))

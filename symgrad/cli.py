@@ -187,6 +187,11 @@ def show(spec_path: Path, function_name: str | None, latex: bool) -> None:
     type=click.Path(file_okay=False, path_type=Path),
     help="Write per-point error data (CSV) per function into DIR.",
 )
+@click.option(
+    "--fused",
+    is_flag=True,
+    help="Measure the fused path (use_fused(): the math compiled by torch.compile).",
+)
 def accuracy(
     spec_path: Path,
     dtype: str,
@@ -195,6 +200,7 @@ def accuracy(
     budget: float,
     workers: int,
     plot_dir: Path | None,
+    fused: bool,
 ) -> None:
     """Bits of error of the generated torch code vs plain autograd of the naive formula."""
     from symgrad import accuracy as acc
@@ -209,6 +215,7 @@ def accuracy(
             workers=workers,
             functions=function_names or None,
             progress=lambda message: click.echo(message, err=True),
+            fused=fused,
         )
     except SpecError as error:
         _fail(error)

@@ -176,6 +176,26 @@ def test_float32_rows(tiny_spec):
     assert grad.symgrad_max_bits <= 32
 
 
+def test_fused_rows_measure_the_compiled_code(tmp_path, monkeypatch):
+    """``fused=True`` measures the module with use_fused() on: what torch.compile built.
+    Compiled expm1 near 0 (inductor's own is exp(x) - 1) keeps its digits."""
+    torch = pytest.importorskip("torch")
+    path = tmp_path / "em.yaml"
+    path.write_text(
+        "module: em\nfunctions:\n  elu:\n    inputs: {x: {}}\n"
+        "    output: Piecewise((x, x > 0), (exp(x) - 1, True))\n"
+    )
+    compiled, real_compile = [], torch.compile
+    monkeypatch.setattr(
+        torch, "compile", lambda fn, **kw: compiled.append(fn.__name__) or real_compile(fn, **kw)
+    )
+    rows = acc.measure_spec(load_spec(path), "float32", points=16, budget=None, fused=True)
+    assert "_elu_forward" in compiled and "_elu_grad_x" in compiled
+    for row in rows:
+        assert row.error is None and row.symgrad_nonfinite == 0
+        assert row.symgrad_max_bits <= 2, row  # within 2 ulp: a few bits at most
+
+
 def test_table_formats(tiny_rows):
     nan = math.nan
     failed = acc.Row("broken", "derive", "float64", 0, nan, nan, 0, None, None, None, error="bad")
