@@ -584,18 +584,22 @@ functions:
   artanh:
     inputs: {x: {domain: [-0.99, 0.99]}}
     output: atanh(x)
+  log_erfc:
+    inputs: {x: {}}
+    output: log(1 - erf(x))
 """
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_compiled_expm1_and_atanh_keep_their_digits_near_zero(generate_module, dtype):
+def test_compiled_expm1_atanh_and_erf_keep_their_digits_near_zero(generate_module, dtype):
     """Inductor's vectorised CPU expm1 is exp(x) - 1 and its atanh log((1+x)/(1-x))/2:
-    both give 0 at x = -1e-10. The fused path compiles Kahan's forms instead, within 2 ulp
-    of the correctly rounded values, special values included; end to end, fused elu and
-    atanh keep the digits of tiny inputs."""
+    both give 0 at x = -1e-10; its float32 erf is within 1.5e-7 absolute only. The fused
+    path compiles Kahan's forms instead (within 2 ulp of the correctly rounded values,
+    special values included) and erf in float64; end to end, fused elu, atanh and
+    log(1 - erf(x)) keep the digits of tiny inputs."""
     m = generate_module(EXPM1_SPEC)
     source = Path(m.__file__).read_text()
-    assert "_expm1(x" in source and "_atanh(x" in source
+    assert "_expm1(x" in source and "_atanh(x" in source and "_erf(x" in source
     eps = torch.finfo(dtype).eps
     gen = torch.Generator().manual_seed(1)
     exponents = torch.rand(20000, generator=gen, dtype=torch.float64) * 40 - 38
@@ -619,11 +623,15 @@ def test_compiled_expm1_and_atanh_keep_their_digits_near_zero(generate_module, d
     buffer = x.clone()
     assert m._expm1(buffer, overwrite=True) is buffer
     torch.testing.assert_close(buffer, torch.expm1(x), equal_nan=True)
-    tiny = torch.tensor([-1e-10, -3e-30, 1e-20], dtype=dtype)
+    erf = torch.compile(m._erf, dynamic=True, fullgraph=True)
+    got, want = erf(x), torch.erf(x.double()).to(dtype)  # (torch's float64 erf: 2 ulp)
+    torch.testing.assert_close(got, want, rtol=2 * eps, atol=0, equal_nan=True)
+    tiny = torch.tensor([-1e-10, -3e-30, 1e-20, 2.2e-7], dtype=dtype)
     m.use_fused(True)
     try:
         torch.testing.assert_close(m.elu(tiny), torch.expm1(tiny).where(tiny < 0, tiny))
         torch.testing.assert_close(m.artanh(tiny), torch.atanh(tiny))
+        torch.testing.assert_close(m.log_erfc(tiny), torch.log1p(-torch.erf(tiny)))
     finally:
         m.use_fused(False)
 
