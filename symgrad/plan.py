@@ -238,6 +238,9 @@ def _method(owner: ast.expr, name: str, *args: ast.expr, **kwargs: ast.expr) -> 
 #: The select helper of the generated torch module (templates/torch_module.py.jinja): code
 #: that records no autograd graph calls it instead of torch.where.
 WHERE_HELPER = "_where"
+#: The module helper that multiplies into an owned buffer where a check at run time shows
+#: the product fits it (the upstream gradient's shape is only known then).
+MUL_HELPER = "_mul_into"
 #: Calls that inductor compiles slowly or inaccurately, routed in graph-free code through
 #: module helpers that run the op itself eagerly and an accurate form when compiled (the
 #: fused path): inductor's log1p costs twice its log; its vectorised CPU expm1 and atanh
@@ -255,7 +258,7 @@ COMPILED_FORMS = {
 }
 #: The module helpers generated code may call (the printer writes tan_half_atan as one);
 #: the template emits those it does.
-HELPERS = (WHERE_HELPER, *COMPILED_FORMS.values(), "_tan_half_atan")
+HELPERS = (WHERE_HELPER, MUL_HELPER, *COMPILED_FORMS.values(), "_tan_half_atan")
 
 
 def _helpers_in(lines: list[str]) -> set[str]:
@@ -386,6 +389,10 @@ class _Buffers:
             return _method(_method(right, "neg_"), "add_", left), result
         if right_ok and isinstance(op, ast.Div) and _is_one(left):
             return _method(right, "reciprocal_"), result
+        if isinstance(op, ast.Mult) and result.kind == "float":
+            for owner, info, other in ((left, li, right), (right, ri, left)):
+                if info is not None and info.owned and info.kind == "float":
+                    return ast.Call(ast.Name(MUL_HELPER, ast.Load()), [owner, other], []), result
         return ast.BinOp(left, op, right), result
 
     def call(self, node: ast.Call) -> tuple[ast.expr, _Value | None]:

@@ -21,15 +21,16 @@ def _rewrite(lines: list[str], keep: set[str], **kinds: str) -> list[str]:
 
 # ----------------------------------------------------------------------------- strings
 def test_a_chain_of_fresh_values_is_updated_in_place():
+    # (the upstream gradient may be batched where x is not: multiplied in after a check)
     lines = ["grad_x = grad * (x * torch.sigmoid(-x) + 1) * torch.tanh(x)"]
     assert _rewrite(lines, {"grad_x"}, x="float", grad="float") == [
-        "grad_x = (grad * (-x).sigmoid_().mul_(x).add_(1)).mul_(torch.tanh(x))"
+        "grad_x = _mul_into((-x).sigmoid_().mul_(x).add_(1), grad).mul_(torch.tanh(x))"
     ]
     # with sigmoid(x) beside sigmoid(-x), both go through _sigmoid, which compiled takes
     # exp(-|x|) from x for both (one exp)
     lines = ["grad_x = grad * (x * torch.sigmoid(-x) + 1) * torch.sigmoid(x)"]
     assert _rewrite(lines, {"grad_x"}, x="float", grad="float") == [
-        "grad_x = (grad * _sigmoid(-x, negative_of=x, overwrite=True).mul_(x).add_(1))"
+        "grad_x = _mul_into(_sigmoid(-x, negative_of=x, overwrite=True).mul_(x).add_(1), grad)"
         ".mul_(_sigmoid(x))"
     ]
 
@@ -75,9 +76,10 @@ def test_results_and_their_aliases_are_kept():
 
 
 def test_broadcasting_never_grows_a_buffer_in_place():
-    # exp(x) has x's shape; exp(x) * y may be larger (x: [3, 1], y: [4])
+    # exp(x) has x's shape; exp(x) * y may be larger (x: [3, 1], y: [4]): the helper
+    # checks at run time
     assert _rewrite(["out = torch.exp(x) * y"], {"out"}, x="float", y="float") == [
-        "out = torch.exp(x) * y"
+        "out = _mul_into(torch.exp(x), y)"
     ]
     # x * y covers y's shape: updating it with exp(y) is safe
     assert _rewrite(["out = x * y * torch.exp(y)"], {"out"}, x="float", y="float") == [
@@ -94,7 +96,7 @@ def test_dtypes_integer_and_boolean_values_are_not_updated():
     assert _rewrite(["out = (x > 0) * 2.0"], {"out"}, x="float") == ["out = (x > 0) * 2.0"]
     # where() takes its dtype from its branches, not from its condition: x may be wider
     assert _rewrite(["out = torch.where(x > 0, y, 1.0) * x"], {"out"}, x="float", y="float") == [
-        "out = _where(x > 0, y, 1.0) * x"
+        "out = _mul_into(_where(x > 0, y, 1.0), x)"
     ]
     assert _rewrite(["out = torch.where(x > 0, y, 1.0) * y"], {"out"}, x="float", y="float") == [
         "out = _where(x > 0, y, 1.0).mul_(y)"
@@ -683,3 +685,35 @@ def test_sigmoid_and_softplus_of_a_and_minus_a_share_one_exp_when_compiled(gener
         # most 1 in size, which cancel where sigmoid(z) is near the target
         for got, want, atol in zip(compiled, eager, (tiny, 4 * eps)):
             torch.testing.assert_close(got, want, rtol=4 * eps, atol=atol, equal_nan=True)
+
+
+def test_mul_into_writes_into_the_buffer_only_where_the_product_fits(generate_module):
+    """Graph-free code multiplies the upstream gradient into a buffer it owns after a run-
+    time check: same shape and dtype, no autograd recording, no transform. Anywhere else
+    (a wider dtype, a larger operand, vmap, batched gradients) a fresh product."""
+    m = generate_module(SOFTPLUS_SPEC)
+    assert "_mul_into(torch.sigmoid(x), grad)" in Path(m.__file__).read_text()
+    x, grad = torch.randn(5), torch.randn(5)
+    buffer = torch.sigmoid(x)
+    want = buffer * grad
+    with torch.no_grad():
+        got = m._mul_into(buffer, grad)
+        assert got is buffer  # in place
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+        for other in (grad.double(), torch.randn(3, 5), 2.0):  # wider, larger, a number
+            buffer = torch.sigmoid(x)
+            got = m._mul_into(buffer, other)
+            assert got is not buffer and torch.equal(buffer, torch.sigmoid(x))
+            assert got.dtype == torch.result_type(buffer, other)
+            torch.testing.assert_close(got, torch.sigmoid(x) * other)
+    buffer = torch.sigmoid(x)
+    assert m._mul_into(buffer, grad) is not buffer  # grad mode records: never in place
+    # vmap over the gradient (functorch), and autograd's batched gradients
+    xr = x.clone().requires_grad_()
+    out = m.softplus(xr)
+    grads = torch.randn(4, 5)
+    (batched,) = torch.autograd.grad(out, xr, grads, is_grads_batched=True, retain_graph=True)
+    torch.testing.assert_close(batched, grads * torch.sigmoid(x))
+    vjp = torch.func.vjp(m.softplus, x)[1]
+    (mapped,) = torch.func.vmap(vjp)(grads)
+    torch.testing.assert_close(mapped, grads * torch.sigmoid(x))

@@ -86,6 +86,36 @@ def _run(math_fn: Callable, *args):
         return math_fn(*args)
 
 
+#: Whether a functorch transform (vmap, grad, ...) is running: no in-place tricks then.
+_transforms_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: True)
+
+
+def _mul_into(buffer: torch.Tensor, other) -> torch.Tensor:
+    """``buffer * other``, written into ``buffer`` (a temporary the caller owns and no
+    longer needs) where the product has its shape and dtype.
+
+    Code generation cannot know that: the upstream gradient has the output's shape, but
+    ``autograd.grad(is_grads_batched=True)`` and torch.func batch it where the inputs are
+    not. On this check a fresh product (an allocation and its page faults, the largest
+    cost of a pass over a large tensor) is saved in the common case.
+    """
+    if (
+        torch.compiler.is_compiling()
+        or torch.is_grad_enabled()
+        or _transforms_active()
+        or not isinstance(other, torch.Tensor)
+        or torch.result_type(buffer, other) != buffer.dtype
+        or (other.shape != buffer.shape and other.dim() > 0)  # (a 0-dim one broadcasts)
+    ):
+        return buffer * other
+    try:
+        return buffer.mul_(other)
+    except (
+        RuntimeError
+    ):  # other batched by autograd.grad(is_grads_batched=True): refused
+        return buffer * other  # before anything was written
+
+
 #: Integer dtypes as wide as the floating ones, for the select below.
 _BITS = {
     torch.float16: torch.int16,
@@ -93,7 +123,6 @@ _BITS = {
     torch.float32: torch.int32,
     torch.float64: torch.int64,
 }
-_transforms_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: True)
 
 
 def _where(cond: torch.Tensor, a, b, overwrite: str | None = None) -> torch.Tensor:
@@ -251,13 +280,13 @@ class Softplus(_Softplus):
 
 
 def _softplus_grad_x(x, grad):
-    grad_x = grad * torch.sigmoid(x)
+    grad_x = _mul_into(torch.sigmoid(x), grad)
     return grad_x
 
 
 def _softplus_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
     x_bar = grad_bar = None
-    t0 = grad_grad_x * _sigmoid(x)
+    t0 = _mul_into(_sigmoid(x), grad_grad_x)
     if need_x_bar:
         x_bar = (grad * t0).mul_(_sigmoid(-x, negative_of=x, overwrite=True))
     if need_grad_bar:
@@ -401,7 +430,7 @@ class ScaledSoftplus(_ScaledSoftplus):
 
 
 def _scaled_softplus_grad_x(x, grad, beta):
-    grad_x = grad * (beta * x).sigmoid_()
+    grad_x = _mul_into((beta * x).sigmoid_(), grad)
     return grad_x
 
 
@@ -411,9 +440,9 @@ def _scaled_softplus_grad_x_backward(
     x_bar = grad_bar = None
     if need_x_bar:
         t0 = -beta
-    t1 = grad_grad_x * (beta * x).sigmoid_()
+    t1 = _mul_into((beta * x).sigmoid_(), grad_grad_x)
     if need_x_bar:
-        x_bar = (beta * grad * t1).mul_((t0 * x).sigmoid_())
+        x_bar = _mul_into(beta * grad, t1).mul_((t0 * x).sigmoid_())
     if need_grad_bar:
         grad_bar = t1
     return x_bar, grad_bar
@@ -837,19 +866,25 @@ class SinhCosh(_SinhCosh):
 def _sinh_cosh_grad_x(x, grad_s, grad_c):
     t0 = grad_c == 0
     t1 = grad_s == 0
-    t2 = grad_c * _where(
-        torch.abs(x) < 88,
-        torch.sinh(x),
-        torch.sign(x)
-        .mul_(torch.abs(x).div_(2).exp_())
-        .mul_(torch.abs(x).div_(2).exp_().div_(2)),
-        overwrite="a",
+    t2 = _mul_into(
+        _where(
+            torch.abs(x) < 88,
+            torch.sinh(x),
+            torch.sign(x)
+            .mul_(torch.abs(x).div_(2).exp_())
+            .mul_(torch.abs(x).div_(2).exp_().div_(2)),
+            overwrite="a",
+        ),
+        grad_c,
     )
-    t3 = grad_s * _where(
-        torch.abs(x) < 88,
-        torch.cosh(x),
-        torch.abs(x).div_(2).exp_().mul_(torch.abs(x).div_(2).exp_().div_(2)),
-        overwrite="a",
+    t3 = _mul_into(
+        _where(
+            torch.abs(x) < 88,
+            torch.cosh(x),
+            torch.abs(x).div_(2).exp_().mul_(torch.abs(x).div_(2).exp_().div_(2)),
+            overwrite="a",
+        ),
+        grad_s,
     )
     t4 = t0 & t1
     grad_x = _where(
@@ -889,16 +924,19 @@ def _sinh_cosh_grad_x_backward(
     if need_x_bar:
         t5 = grad_s * t4
         t6 = t0 & t1
-        x_bar = grad_grad_x * _where(
-            t6,
-            0.0,
-            _where(t1, t3, _where(t0, t5, t3 + t5, overwrite="b"), overwrite="b"),
-            overwrite="b",
+        x_bar = _mul_into(
+            _where(
+                t6,
+                0.0,
+                _where(t1, t3, _where(t0, t5, t3 + t5, overwrite="b"), overwrite="b"),
+                overwrite="b",
+            ),
+            grad_grad_x,
         )
     if need_grad_s_bar:
-        grad_s_bar = grad_grad_x * t2
+        grad_s_bar = _mul_into(t2, grad_grad_x)
     if need_grad_c_bar:
-        grad_c_bar = grad_grad_x * t4
+        grad_c_bar = _mul_into(t4, grad_grad_x)
     return x_bar, grad_s_bar, grad_c_bar
 
 
@@ -1137,7 +1175,7 @@ def _log_ratio_grad_x(x, grad):
 def _log_ratio_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
     x_bar = grad_bar = None
     if need_x_bar:
-        x_bar = -grad * grad_grad_x / x**2
+        x_bar = _mul_into(-grad, grad_grad_x) / x**2
     if need_grad_bar:
         grad_bar = grad_grad_x / x
     return x_bar, grad_bar
@@ -1273,8 +1311,8 @@ def log_ratio(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 
 def _weighted_bce_forward(z, target):
-    out = (target * _softplus(-z, threshold=40.0, negative_of=z)).add_(
-        (1 - target) * _softplus(z, threshold=40.0)
+    out = _mul_into(_softplus(-z, threshold=40.0, negative_of=z), target).add_(
+        _mul_into(_softplus(z, threshold=40.0), 1 - target)
     )
     return out
 
@@ -1348,8 +1386,11 @@ class WeightedBce(_WeightedBce):
 
 
 def _weighted_bce_grad_z(z, target, grad):
-    grad_z = -grad * (target * _sigmoid(-z, negative_of=z, overwrite=True)).add_(
-        (target - 1) * _sigmoid(z)
+    grad_z = _mul_into(
+        -grad,
+        _mul_into(_sigmoid(-z, negative_of=z, overwrite=True), target).add_(
+            _mul_into(_sigmoid(z), target - 1)
+        ),
     )
     return grad_z
 
@@ -1360,12 +1401,15 @@ def _weighted_bce_grad_z_backward(
     z_bar = grad_bar = None
     if need_z_bar:
         t0 = torch.abs(z).neg_().exp_()
-        t1 = grad * grad_grad_z * t0
+        t1 = _mul_into(grad * grad_grad_z, t0)
         z_bar = t1.div_(t0.add_(1).pow_(2))
     if need_grad_bar:
-        grad_bar = grad_grad_z * (
-            -target * _sigmoid(-z, negative_of=z, overwrite=True)
-        ).sub_((target - 1) * _sigmoid(z))
+        grad_bar = _mul_into(
+            _mul_into(_sigmoid(-z, negative_of=z, overwrite=True), -target).sub_(
+                _mul_into(_sigmoid(z), target - 1)
+            ),
+            grad_grad_z,
+        )
     return z_bar, grad_bar
 
 
@@ -1514,8 +1558,9 @@ def _binarize_grad_x(x, grad):
 
 
 def _binarize_grad_x_backward(x, grad_grad_x):
-    grad_bar = grad_grad_x * _where(
-        (x <= 1) & (x >= -1), 1.0, torch.full_like(x, 0), overwrite="b"
+    grad_bar = _mul_into(
+        _where((x <= 1) & (x >= -1), 1.0, torch.full_like(x, 0), overwrite="b"),
+        grad_grad_x,
     )
     return grad_bar
 
@@ -1592,7 +1637,7 @@ def _tanh_shrink_order1_forward(x):
 
 
 def _tanh_shrink_order1_backward(x, grad):
-    grad_x = grad * torch.tanh(x).pow_(2)
+    grad_x = _mul_into(torch.tanh(x).pow_(2), grad)
     return grad_x
 
 

@@ -101,6 +101,36 @@ def _run(math_fn: Callable, *args):
         return math_fn(*args)
 
 
+#: Whether a functorch transform (vmap, grad, ...) is running: no in-place tricks then.
+_transforms_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: True)
+
+
+def _mul_into(buffer: torch.Tensor, other) -> torch.Tensor:
+    """``buffer * other``, written into ``buffer`` (a temporary the caller owns and no
+    longer needs) where the product has its shape and dtype.
+
+    Code generation cannot know that: the upstream gradient has the output's shape, but
+    ``autograd.grad(is_grads_batched=True)`` and torch.func batch it where the inputs are
+    not. On this check a fresh product (an allocation and its page faults, the largest
+    cost of a pass over a large tensor) is saved in the common case.
+    """
+    if (
+        torch.compiler.is_compiling()
+        or torch.is_grad_enabled()
+        or _transforms_active()
+        or not isinstance(other, torch.Tensor)
+        or torch.result_type(buffer, other) != buffer.dtype
+        or (other.shape != buffer.shape and other.dim() > 0)  # (a 0-dim one broadcasts)
+    ):
+        return buffer * other
+    try:
+        return buffer.mul_(other)
+    except (
+        RuntimeError
+    ):  # other batched by autograd.grad(is_grads_batched=True): refused
+        return buffer * other  # before anything was written
+
+
 #: Integer dtypes as wide as the floating ones, for the select below.
 _BITS = {
     torch.float16: torch.int16,
@@ -108,7 +138,6 @@ _BITS = {
     torch.float32: torch.int32,
     torch.float64: torch.int64,
 }
-_transforms_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: True)
 
 
 def _where(cond: torch.Tensor, a, b, overwrite: str | None = None) -> torch.Tensor:
@@ -322,13 +351,13 @@ class Softplus(_Softplus):
 
 
 def _softplus_grad_x(x, grad):
-    grad_x = grad * torch.sigmoid(x)
+    grad_x = _mul_into(torch.sigmoid(x), grad)
     return grad_x
 
 
 def _softplus_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
     x_bar = grad_bar = None
-    t0 = grad_grad_x * _sigmoid(x)
+    t0 = _mul_into(_sigmoid(x), grad_grad_x)
     if need_x_bar:
         x_bar = (grad * t0).mul_(_sigmoid(-x, negative_of=x, overwrite=True))
     if need_grad_bar:
@@ -470,15 +499,15 @@ class LogSigmoid(_LogSigmoid):
 
 
 def _log_sigmoid_grad_x(x, grad):
-    grad_x = grad * (-x).sigmoid_()
+    grad_x = _mul_into((-x).sigmoid_(), grad)
     return grad_x
 
 
 def _log_sigmoid_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
     x_bar = grad_bar = None
-    t0 = grad_grad_x * _sigmoid(-x, negative_of=x, overwrite=True)
+    t0 = _mul_into(_sigmoid(-x, negative_of=x, overwrite=True), grad_grad_x)
     if need_x_bar:
-        x_bar = (-grad * t0).mul_(_sigmoid(x))
+        x_bar = _mul_into(-grad, t0).mul_(_sigmoid(x))
     if need_grad_bar:
         grad_bar = t0
     return x_bar, grad_bar
@@ -547,8 +576,8 @@ def log_sigmoid(x: torch.Tensor) -> torch.Tensor:
 
 
 def _bce_sigmoid_forward(z, target):
-    out = (target * _softplus(-z, threshold=40.0, negative_of=z)).add_(
-        (1 - target) * _softplus(z, threshold=40.0)
+    out = _mul_into(_softplus(-z, threshold=40.0, negative_of=z), target).add_(
+        _mul_into(_softplus(z, threshold=40.0), 1 - target)
     )
     return out
 
@@ -622,8 +651,11 @@ class BceSigmoid(_BceSigmoid):
 
 
 def _bce_sigmoid_grad_z(z, target, grad):
-    grad_z = -grad * (target * _sigmoid(-z, negative_of=z, overwrite=True)).add_(
-        (target - 1) * _sigmoid(z)
+    grad_z = _mul_into(
+        -grad,
+        _mul_into(_sigmoid(-z, negative_of=z, overwrite=True), target).add_(
+            _mul_into(_sigmoid(z), target - 1)
+        ),
     )
     return grad_z
 
@@ -634,12 +666,15 @@ def _bce_sigmoid_grad_z_backward(
     z_bar = grad_bar = None
     if need_z_bar:
         t0 = torch.abs(z).neg_().exp_()
-        t1 = grad * grad_grad_z * t0
+        t1 = _mul_into(grad * grad_grad_z, t0)
         z_bar = t1.div_(t0.add_(1).pow_(2))
     if need_grad_bar:
-        grad_bar = grad_grad_z * (
-            -target * _sigmoid(-z, negative_of=z, overwrite=True)
-        ).sub_((target - 1) * _sigmoid(z))
+        grad_bar = _mul_into(
+            _mul_into(_sigmoid(-z, negative_of=z, overwrite=True), -target).sub_(
+                _mul_into(_sigmoid(z), target - 1)
+            ),
+            grad_grad_z,
+        )
     return z_bar, grad_bar
 
 
@@ -792,7 +827,7 @@ def _logit_grad_p_backward(p, grad, grad_grad_p, need_p_bar, need_grad_bar):
     p_bar = grad_bar = None
     t0 = p - 1
     if need_p_bar:
-        p_bar = (grad * grad_grad_p * (2 * p).sub_(1)).div_((p**2).mul_(t0**2))
+        p_bar = _mul_into(grad * grad_grad_p, (2 * p).sub_(1)).div_((p**2).mul_(t0**2))
     if need_grad_bar:
         grad_bar = -grad_grad_p / t0.mul_(p)
     return p_bar, grad_bar
@@ -1115,17 +1150,20 @@ def _mish_grad_x(x, grad):
     t4 = t2.add_(4)
     t5 = t1 + t3
     t6 = t5.mul_(t0).add_(t4)
-    grad_x = grad * _where(
-        x <= 0,
-        t6.mul_(t0).div_(t1.add_(8).mul_(t0).add_(8).mul_(t0).add_(4)),
-        t4.mul_(t0)
-        .add_(t3)
-        .mul_(t0)
-        .add_(4)
-        .mul_(t0)
-        .add_(1)
-        .div_((4 * t0).add_(8).mul_(t0).add_(8).mul_(t0).add_(4).mul_(t0).add_(1)),
-        overwrite="a",
+    grad_x = _mul_into(
+        _where(
+            x <= 0,
+            t6.mul_(t0).div_(t1.add_(8).mul_(t0).add_(8).mul_(t0).add_(4)),
+            t4.mul_(t0)
+            .add_(t3)
+            .mul_(t0)
+            .add_(4)
+            .mul_(t0)
+            .add_(1)
+            .div_((4 * t0).add_(8).mul_(t0).add_(8).mul_(t0).add_(4).mul_(t0).add_(1)),
+            overwrite="a",
+        ),
+        grad,
     )
     return grad_x
 
@@ -1155,10 +1193,9 @@ def _mish_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
     if need_x_bar:
         t17 = t0.mul_(8).mul_(t2).mul_(t3).sub_(t12)
         t18 = t7 & t8
-        x_bar = (
-            grad
-            * grad_grad_x
-            * _where(
+        x_bar = _mul_into(
+            grad * grad_grad_x,
+            _where(
                 t18,
                 t6,
                 _where(
@@ -1168,21 +1205,24 @@ def _mish_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
                     overwrite="b",
                 ),
                 overwrite="a",
-            )
+            ),
         )
     if need_grad_bar:
         t19 = t13 + t15
         t20 = t19.mul_(t9).add_(t16)
-        grad_bar = grad_grad_x * _where(
-            x <= 0,
-            t20.mul_(t9).div_(t13.add_(8).mul_(t9).add_(8).mul_(t9).add_(4)),
-            t15.add_(t16.mul_(t9))
-            .mul_(t9)
-            .add_(4)
-            .mul_(t9)
-            .add_(1)
-            .div_(t10.add_(8).mul_(t9).add_(8).mul_(t9).add_(4).mul_(t9).add_(1)),
-            overwrite="a",
+        grad_bar = _mul_into(
+            _where(
+                x <= 0,
+                t20.mul_(t9).div_(t13.add_(8).mul_(t9).add_(8).mul_(t9).add_(4)),
+                t15.add_(t16.mul_(t9))
+                .mul_(t9)
+                .add_(4)
+                .mul_(t9)
+                .add_(1)
+                .div_(t10.add_(8).mul_(t9).add_(8).mul_(t9).add_(4).mul_(t9).add_(1)),
+                overwrite="a",
+            ),
+            grad_grad_x,
         )
     return x_bar, grad_bar
 
@@ -1210,10 +1250,9 @@ def _mish_grad_x_backward_fused(x, grad, grad_grad_x, need_x_bar, need_grad_bar)
         t14 = t13.mul_(t1).add_(t4)
         t15 = t14.mul_(t1).add_(t5)
         t16 = t15.mul_(t1).add_(t6)
-        x_bar = (
-            grad
-            * grad_grad_x
-            * _where(
+        x_bar = _mul_into(
+            grad * grad_grad_x,
+            _where(
                 t8,
                 t16.mul_(t7).div_(
                     (t1 + 6)
@@ -1252,22 +1291,25 @@ def _mish_grad_x_backward_fused(x, grad, grad_grad_x, need_x_bar, need_grad_bar)
                     .add_(1)
                 ),
                 overwrite="a",
-            )
+            ),
         )
     if need_grad_bar:
         t17 = t11 + t9
         t18 = t17.mul_(t1).add_(t12)
-        grad_bar = grad_grad_x * _where(
-            t8,
-            t18.mul_(t1).div_(t9.add_(8).mul_(t1).add_(8).mul_(t1).add_(4)),
-            t12.mul_(t1)
-            .add_(t11)
-            .mul_(t1)
-            .add_(4)
-            .mul_(t1)
-            .add_(1)
-            .div_(t7.add_(8).mul_(t1).add_(8).mul_(t1).add_(4).mul_(t1).add_(1)),
-            overwrite="a",
+        grad_bar = _mul_into(
+            _where(
+                t8,
+                t18.mul_(t1).div_(t9.add_(8).mul_(t1).add_(8).mul_(t1).add_(4)),
+                t12.mul_(t1)
+                .add_(t11)
+                .mul_(t1)
+                .add_(4)
+                .mul_(t1)
+                .add_(1)
+                .div_(t7.add_(8).mul_(t1).add_(8).mul_(t1).add_(4).mul_(t1).add_(1)),
+                overwrite="a",
+            ),
+            grad_grad_x,
         )
     return x_bar, grad_bar
 
@@ -1471,7 +1513,9 @@ class Gelu(_Gelu):
 def _gelu_grad_x(x, grad):
     t0 = 0.7071067811865476 * x
     t1 = (x**2).mul_(-0.5).exp_().mul_(t0)
-    grad_x = grad * t1.div_(math.sqrt(math.pi)).add_(t0.neg_().erfc_().div_(2))
+    grad_x = _mul_into(
+        t1.div_(math.sqrt(math.pi)).add_(t0.neg_().erfc_().div_(2)), grad
+    )
     return grad_x
 
 
@@ -1483,15 +1527,18 @@ def _gelu_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
     if need_grad_bar:
         t3 = t1 * x
     if need_x_bar:
-        x_bar = grad_grad_x * _where(
-            (x < 40.0) & (x > -40.0),
-            (grad * t1 * t2).mul_(t0.neg_().add_(2)),
-            0.0,
-            overwrite="a",
+        x_bar = _mul_into(
+            _where(
+                (x < 40.0) & (x > -40.0),
+                _mul_into(grad * t1, t2).mul_(t0.neg_().add_(2)),
+                0.0,
+                overwrite="a",
+            ),
+            grad_grad_x,
         )
     if need_grad_bar:
         t4 = t2.mul_(t3)
-        grad_bar = grad_grad_x * t4.add_(t3.neg_().erfc_().div_(2))
+        grad_bar = _mul_into(t4.add_(t3.neg_().erfc_().div_(2)), grad_grad_x)
     return x_bar, grad_bar
 
 
@@ -1647,7 +1694,9 @@ def _swish_grad_x(x, grad, beta):
     t0 = beta * x
     t1 = torch.abs(t0).neg_().exp_()
     t2 = t0 * t1
-    grad_x = grad * t2.div_(t1.add_(1).pow_(2)).add_(_sigmoid(t0, overwrite=True))
+    grad_x = _mul_into(
+        t2.div_(t1.add_(1).pow_(2)).add_(_sigmoid(t0, overwrite=True)), grad
+    )
     return grad_x
 
 
@@ -1660,12 +1709,12 @@ def _swish_grad_x_backward(x, grad, grad_grad_x, beta, need_x_bar, need_grad_bar
     t3 = torch.abs(t2).neg_().exp_()
     t4 = t3 / (t3 + 1).pow_(2)
     if need_x_bar:
-        x_bar = ((grad * grad_grad_x).mul_(t1) * t4).mul_(
+        x_bar = _mul_into((grad * grad_grad_x).mul_(t1), t4).mul_(
             (t0 * x).tanh_().mul_(t2).sub_(2)
         )
     if need_grad_bar:
         t5 = t4.mul_(t2)
-        grad_bar = grad_grad_x * t5.add_(_sigmoid(t2, overwrite=True))
+        grad_bar = _mul_into(t5.add_(_sigmoid(t2, overwrite=True)), grad_grad_x)
     return x_bar, grad_bar
 
 
@@ -1758,10 +1807,12 @@ def _focal_loss_forward(z, target, gamma):
     t0 = -z
     t1 = _sigmoid(t0, negative_of=z)
     out = (
-        (target * t1.pow_(gamma))
+        _mul_into(t1.pow_(gamma), target)
         .mul_(_softplus(t0, threshold=40.0, negative_of=z))
         .add_(
-            ((1 - target) * _sigmoid(z).pow_(gamma)).mul_(_softplus(z, threshold=40.0))
+            _mul_into(_sigmoid(z).pow_(gamma), 1 - target).mul_(
+                _softplus(z, threshold=40.0)
+            )
         )
     )
     return out
@@ -1853,19 +1904,22 @@ def _focal_loss_grad_z(z, target, grad, gamma):
     t1 = _sigmoid(z)
     t2 = -z
     t3 = _sigmoid(t2, negative_of=z)
-    t4 = t3**gamma * target
-    t5 = t1**gamma * (1 - target)
+    t4 = _mul_into(t3**gamma, target)
+    t5 = _mul_into(t1**gamma, 1 - target)
     t6 = (t1 * t5).sub_(t3 * t4)
     t7 = (
         t4.mul_(t1.mul_(t0)).mul_(_softplus(t2, threshold=40.0, negative_of=z)).add_(t6)
     )
     t8 = t5.mul_(t3.mul_(gamma)).mul_(_softplus(z, threshold=40.0))
     t9 = t6.add_(t8)
-    grad_z = grad * _where(
-        z > 1600.0,
-        t7,
-        _where(z < -1600.0, t9, t8.add_(t7), overwrite="a"),
-        overwrite="b",
+    grad_z = _mul_into(
+        _where(
+            z > 1600.0,
+            t7,
+            _where(z < -1600.0, t9, t8.add_(t7), overwrite="a"),
+            overwrite="b",
+        ),
+        grad,
     )
     return grad_z
 
@@ -1883,17 +1937,17 @@ def _focal_loss_grad_z_backward(
     t4 = -z
     t5 = _softplus(t4, threshold=40.0, negative_of=z)
     t6 = _sigmoid(t4, negative_of=z, overwrite=True)
-    t7 = t6**gamma * target
+    t7 = _mul_into(t6**gamma, target)
     t8 = t5 * t7
     if need_z_bar:
         t9 = torch.abs(z).neg_().exp_()
         t10 = t9 / (t9 + 1).pow_(2)
         t11 = t10 * t7
-    t12 = t3**gamma * (1 - target)
+    t12 = _mul_into(t3**gamma, 1 - target)
     if need_z_bar:
-        t13 = t10 * t12
+        t13 = _mul_into(t10, t12)
         t14 = (t0 * t11).add_(t0 * t13).add_(t11).add_(t13)
-        t15 = ((t3**2).mul_(t2) * t8).add_(t14)
+        t15 = _mul_into((t3**2).mul_(t2), t8).add_(t14)
     t16 = z > 1600.0
     t17 = z < -1600.0
     if need_z_bar:
@@ -1901,7 +1955,7 @@ def _focal_loss_grad_z_backward(
     t19 = _softplus(z, threshold=40.0)
     if need_z_bar:
         t20 = t11.mul_(t1).mul_(t5).add_(t13.mul_(t1).mul_(t19))
-    t21 = t12 * t19
+    t21 = _mul_into(t19, t12)
     if need_z_bar:
         t22 = (t2 * t21).mul_(t6**2)
         t23 = t14.add_(t22)
@@ -1915,10 +1969,9 @@ def _focal_loss_grad_z_backward(
         t29 = t17 & t18
         t30 = t15 + t20
         t31 = t20 + t23
-        z_bar = (
-            grad
-            * grad_grad_z
-            * _where(
+        z_bar = _mul_into(
+            grad * grad_grad_z,
+            _where(
                 t28,
                 t15,
                 _where(
@@ -1938,12 +1991,15 @@ def _focal_loss_grad_z_backward(
                     overwrite="a",
                 ),
                 overwrite="a",
-            )
+            ),
         )
     if need_grad_bar:
         t32 = t25.add_(t27)
-        grad_bar = grad_grad_z * _where(
-            t16, t26, _where(t17, t32, t27.add_(t26), overwrite="a"), overwrite="b"
+        grad_bar = _mul_into(
+            _where(
+                t16, t26, _where(t17, t32, t27.add_(t26), overwrite="a"), overwrite="b"
+            ),
+            grad_grad_z,
         )
     return z_bar, grad_bar
 
@@ -2217,14 +2273,17 @@ def _student_t_logpdf_grad_x_backward(
         t9 = -nu + t4
         t10 = nu * t7
         t11 = t1 * t8
-        x_bar = grad_grad_x * _where(
-            (x < 1) & (x > -1),
-            (grad * t3 * t9).div_(t4.add_(nu).pow_(2)),
-            t10.add_(t11)
-            .add_(t8.mul_(t2))
-            .add_(t7)
-            .div_(t6.mul_(nu**2).add_(t5.mul_(t0)).add_(1)),
-            overwrite="a",
+        x_bar = _mul_into(
+            _where(
+                (x < 1) & (x > -1),
+                _mul_into(grad * t3, t9).div_(t4.add_(nu).pow_(2)),
+                t10.add_(t11)
+                .add_(t8.mul_(t2))
+                .add_(t7)
+                .div_(t6.mul_(nu**2).add_(t5.mul_(t0)).add_(1)),
+                overwrite="a",
+            ),
+            grad_grad_x,
         )
     if need_grad_bar:
         grad_bar = (-grad_grad_x).mul_(t3) / (nu / x).add_(x)
@@ -2393,7 +2452,7 @@ class EntropyTerm(_EntropyTerm):
 
 
 def _entropy_term_grad_x(x, grad):
-    grad_x = grad * torch.log(x).add_(1)
+    grad_x = _mul_into(torch.log(x).add_(1), grad)
     return grad_x
 
 
@@ -2402,7 +2461,7 @@ def _entropy_term_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_ba
     if need_x_bar:
         x_bar = grad * grad_grad_x / x
     if need_grad_bar:
-        grad_bar = grad_grad_x * torch.log(x).add_(1)
+        grad_bar = _mul_into(torch.log(x).add_(1), grad_grad_x)
     return x_bar, grad_bar
 
 
@@ -2551,8 +2610,9 @@ def _sqrt_diff_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
     t3 = (2 * t0).add_(t2 * x).add_((x**1.5).mul_(2))
     if need_x_bar:
         t4 = -3 * t0
-        x_bar = (
-            -grad * grad_grad_x * t4.sub_(t2).sub_(x / t1).sub_(t0.reciprocal_())
+        x_bar = _mul_into(
+            _mul_into(-grad, grad_grad_x),
+            t4.sub_(t2).sub_(x / t1).sub_(t0.reciprocal_()),
         ).div_(t3**2)
     if need_grad_bar:
         grad_bar = -grad_grad_x / t3
@@ -2835,56 +2895,59 @@ class Exprel(_Exprel):
 
 
 def _exprel_grad_x(x, grad):
-    grad_x = grad * _where(
-        (x < 1) & (x > -1),
-        (3.9145882126782523e-19 * x)
-        .add_(7.809603484293113e-18)
-        .mul_(x)
-        .add_(1.4797143443923793e-16)
-        .mul_(x)
-        .add_(2.6552651846596585e-15)
-        .mul_(x)
-        .add_(4.498331606952833e-14)
-        .mul_(x)
-        .add_(7.169215998581078e-13)
-        .mul_(x)
-        .add_(1.0706029224547743e-11)
-        .mul_(x)
-        .add_(1.4911969277048643e-10)
-        .mul_(x)
-        .add_(1.9270852604185937e-09)
-        .mul_(x)
-        .add_(2.296443268665491e-08)
-        .mul_(x)
-        .add_(2.505210838544172e-07)
-        .mul_(x)
-        .add_(2.48015873015873e-06)
-        .mul_(x)
-        .add_(2.2045855379188714e-05)
-        .mul_(x)
-        .add_(0.00017361111111111112)
-        .mul_(x)
-        .add_(0.0011904761904761906)
-        .mul_(x)
-        .add_(0.006944444444444444)
-        .mul_(x)
-        .add_(0.03333333333333333)
-        .mul_(x)
-        .add_(0.125)
-        .mul_(x)
-        .add_(0.3333333333333333)
-        .mul_(x)
-        .add_(0.5),
+    grad_x = _mul_into(
         _where(
-            x > 80,
-            (1 / x)
-            .sub_((x**2).reciprocal_())
-            .mul_((x / 2).exp_())
-            .mul_((x / 2).exp_()),
-            torch.exp(x).sub_(_expm1(x).div_(x)).div_(x),
+            (x < 1) & (x > -1),
+            (3.9145882126782523e-19 * x)
+            .add_(7.809603484293113e-18)
+            .mul_(x)
+            .add_(1.4797143443923793e-16)
+            .mul_(x)
+            .add_(2.6552651846596585e-15)
+            .mul_(x)
+            .add_(4.498331606952833e-14)
+            .mul_(x)
+            .add_(7.169215998581078e-13)
+            .mul_(x)
+            .add_(1.0706029224547743e-11)
+            .mul_(x)
+            .add_(1.4911969277048643e-10)
+            .mul_(x)
+            .add_(1.9270852604185937e-09)
+            .mul_(x)
+            .add_(2.296443268665491e-08)
+            .mul_(x)
+            .add_(2.505210838544172e-07)
+            .mul_(x)
+            .add_(2.48015873015873e-06)
+            .mul_(x)
+            .add_(2.2045855379188714e-05)
+            .mul_(x)
+            .add_(0.00017361111111111112)
+            .mul_(x)
+            .add_(0.0011904761904761906)
+            .mul_(x)
+            .add_(0.006944444444444444)
+            .mul_(x)
+            .add_(0.03333333333333333)
+            .mul_(x)
+            .add_(0.125)
+            .mul_(x)
+            .add_(0.3333333333333333)
+            .mul_(x)
+            .add_(0.5),
+            _where(
+                x > 80,
+                (1 / x)
+                .sub_((x**2).reciprocal_())
+                .mul_((x / 2).exp_())
+                .mul_((x / 2).exp_()),
+                torch.exp(x).sub_(_expm1(x).div_(x)).div_(x),
+                overwrite="a",
+            ),
             overwrite="a",
         ),
-        overwrite="a",
+        grad,
     )
     return grad_x
 
@@ -2892,10 +2955,9 @@ def _exprel_grad_x(x, grad):
 def _exprel_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
     x_bar = grad_bar = None
     if need_x_bar:
-        x_bar = (
-            grad
-            * grad_grad_x
-            * _where(
+        x_bar = _mul_into(
+            grad * grad_grad_x,
+            _where(
                 (x < 1) & (x > -1),
                 (3.7366523848292405e-19 * x)
                 .add_(7.437717604088679e-18)
@@ -2948,59 +3010,62 @@ def _exprel_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
                     overwrite="a",
                 ),
                 overwrite="a",
-            )
+            ),
         )
     if need_grad_bar:
-        grad_bar = grad_grad_x * _where(
-            (x < 1) & (x > -1),
-            (3.9145882126782523e-19 * x)
-            .add_(7.809603484293113e-18)
-            .mul_(x)
-            .add_(1.4797143443923793e-16)
-            .mul_(x)
-            .add_(2.6552651846596585e-15)
-            .mul_(x)
-            .add_(4.498331606952833e-14)
-            .mul_(x)
-            .add_(7.169215998581078e-13)
-            .mul_(x)
-            .add_(1.0706029224547743e-11)
-            .mul_(x)
-            .add_(1.4911969277048643e-10)
-            .mul_(x)
-            .add_(1.9270852604185937e-09)
-            .mul_(x)
-            .add_(2.296443268665491e-08)
-            .mul_(x)
-            .add_(2.505210838544172e-07)
-            .mul_(x)
-            .add_(2.48015873015873e-06)
-            .mul_(x)
-            .add_(2.2045855379188714e-05)
-            .mul_(x)
-            .add_(0.00017361111111111112)
-            .mul_(x)
-            .add_(0.0011904761904761906)
-            .mul_(x)
-            .add_(0.006944444444444444)
-            .mul_(x)
-            .add_(0.03333333333333333)
-            .mul_(x)
-            .add_(0.125)
-            .mul_(x)
-            .add_(0.3333333333333333)
-            .mul_(x)
-            .add_(0.5),
+        grad_bar = _mul_into(
             _where(
-                x > 80,
-                (1 / x)
-                .sub_((x**2).reciprocal_())
-                .mul_((x / 2).exp_())
-                .mul_((x / 2).exp_()),
-                torch.exp(x).sub_(_expm1(x).div_(x)).div_(x),
+                (x < 1) & (x > -1),
+                (3.9145882126782523e-19 * x)
+                .add_(7.809603484293113e-18)
+                .mul_(x)
+                .add_(1.4797143443923793e-16)
+                .mul_(x)
+                .add_(2.6552651846596585e-15)
+                .mul_(x)
+                .add_(4.498331606952833e-14)
+                .mul_(x)
+                .add_(7.169215998581078e-13)
+                .mul_(x)
+                .add_(1.0706029224547743e-11)
+                .mul_(x)
+                .add_(1.4911969277048643e-10)
+                .mul_(x)
+                .add_(1.9270852604185937e-09)
+                .mul_(x)
+                .add_(2.296443268665491e-08)
+                .mul_(x)
+                .add_(2.505210838544172e-07)
+                .mul_(x)
+                .add_(2.48015873015873e-06)
+                .mul_(x)
+                .add_(2.2045855379188714e-05)
+                .mul_(x)
+                .add_(0.00017361111111111112)
+                .mul_(x)
+                .add_(0.0011904761904761906)
+                .mul_(x)
+                .add_(0.006944444444444444)
+                .mul_(x)
+                .add_(0.03333333333333333)
+                .mul_(x)
+                .add_(0.125)
+                .mul_(x)
+                .add_(0.3333333333333333)
+                .mul_(x)
+                .add_(0.5),
+                _where(
+                    x > 80,
+                    (1 / x)
+                    .sub_((x**2).reciprocal_())
+                    .mul_((x / 2).exp_())
+                    .mul_((x / 2).exp_()),
+                    torch.exp(x).sub_(_expm1(x).div_(x)).div_(x),
+                    overwrite="a",
+                ),
                 overwrite="a",
             ),
-            overwrite="a",
+            grad_grad_x,
         )
     return x_bar, grad_bar
 
@@ -3418,9 +3483,9 @@ def _logaddexp_backward(a, b, grad, need_grad_a, need_grad_b):
     grad_a = grad_b = None
     t0 = a - b
     if need_grad_a:
-        grad_a = grad * _sigmoid(t0)
+        grad_a = _mul_into(_sigmoid(t0), grad)
     if need_grad_b:
-        grad_b = grad * _sigmoid(-t0, negative_of=t0, overwrite=True)
+        grad_b = _mul_into(_sigmoid(-t0, negative_of=t0, overwrite=True), grad)
     return grad_a, grad_b
 
 
@@ -3521,7 +3586,7 @@ class Logaddexp(_Logaddexp):
 
 
 def _logaddexp_grad_a(a, b, grad):
-    grad_a = grad * (a - b).sigmoid_()
+    grad_a = _mul_into((a - b).sigmoid_(), grad)
     return grad_a
 
 
@@ -3530,7 +3595,7 @@ def _logaddexp_grad_a_backward(
 ):
     a_bar = b_bar = grad_bar = None
     t0 = a - b
-    t1 = grad_grad_a * _sigmoid(t0)
+    t1 = _mul_into(_sigmoid(t0), grad_grad_a)
     if need_a_bar or need_b_bar:
         t2 = (grad * t1).mul_(_sigmoid(-t0, negative_of=t0, overwrite=True))
     if need_a_bar:
@@ -3607,7 +3672,7 @@ class LogaddexpBackwardA(_LogaddexpBackwardA):
 
 
 def _logaddexp_grad_b(a, b, grad):
-    grad_b = grad * (-a + b).sigmoid_()
+    grad_b = _mul_into((-a + b).sigmoid_(), grad)
     return grad_b
 
 
@@ -3616,7 +3681,7 @@ def _logaddexp_grad_b_backward(
 ):
     a_bar = b_bar = grad_bar = None
     t0 = a - b
-    t1 = grad_grad_b * _sigmoid(-t0, negative_of=t0, overwrite=True)
+    t1 = _mul_into(_sigmoid(-t0, negative_of=t0, overwrite=True), grad_grad_b)
     if need_a_bar or need_b_bar:
         t2 = (grad * t1).mul_(_sigmoid(t0, overwrite=True))
     if need_a_bar:
@@ -3832,54 +3897,57 @@ def _scaled_erfc_grad_x(x, grad):
     t0 = 1 / math.sqrt(math.pi)
     t1 = x ** (-2)
     t2 = -t0 * t1
-    grad_x = grad * _where(
-        x < 9,
-        (2 * x).mul_(torch.special.erfcx(x)).add_(-2 * t0),
-        t2.mul_(
-            t1.mul_(-0.5)
-            .add_(1)
-            .add_(0.75 / x**4)
-            .sub_(1.875 / x**6)
-            .add_(6.5625 / x**8)
-            .sub_(29.53125 / x**10)
-            .add_(162.421875 / x**12)
-            .sub_(1055.7421875 / x**14)
-            .add_(7918.06640625 / x**16)
-            .sub_(67303.564453125 / x**18)
-            .add_(639383.8623046875 / x**20)
-            .sub_(6713530.554199219 / x**22)
-            .add_(77205601.37329102 / x**24)
-            .sub_(965070017.1661377 / x**26)
-            .add_(13028445231.742859 / x**28)
-            .sub_(188912455860.27145 / x**30)
-            .add_(2928143065834.2075 / x**32)
-            .sub_(48314360586264.42 / x**34)
-            .add_(845501310259627.4 / x**36)
-            .sub_(1.5641774239803108e16 / x**38)
-        ).add_(
-            (x ** (-3))
-            .sub_(3 / x**5)
-            .add_(11.25 / x**7)
-            .sub_(52.5 / x**9)
-            .add_(295.3125 / x**11)
-            .sub_(1949.0625 / x**13)
-            .add_(14780.390625 / x**15)
-            .sub_(126689.0625 / x**17)
-            .add_(1211464.16015625 / x**19)
-            .sub_(12787677.24609375 / x**21)
-            .add_(147697672.1923828 / x**23)
-            .sub_(1852934432.9589844 / x**25)
-            .add_(25091820446.31958 / x**27)
-            .sub_(364796466488.80005 / x**29)
-            .add_(5667373675808.144 / x**31)
-            .sub_(93700578106694.64 / x**33)
-            .add_(1642688259932990.5 / x**35)
-            .sub_(3.0438047169346588e16 / x**37)
-            .add_(5.943874211125181e17 / x**39)
-            .mul_(t0)
-            .div_(x)
+    grad_x = _mul_into(
+        _where(
+            x < 9,
+            (2 * x).mul_(torch.special.erfcx(x)).add_(-2 * t0),
+            t2.mul_(
+                t1.mul_(-0.5)
+                .add_(1)
+                .add_(0.75 / x**4)
+                .sub_(1.875 / x**6)
+                .add_(6.5625 / x**8)
+                .sub_(29.53125 / x**10)
+                .add_(162.421875 / x**12)
+                .sub_(1055.7421875 / x**14)
+                .add_(7918.06640625 / x**16)
+                .sub_(67303.564453125 / x**18)
+                .add_(639383.8623046875 / x**20)
+                .sub_(6713530.554199219 / x**22)
+                .add_(77205601.37329102 / x**24)
+                .sub_(965070017.1661377 / x**26)
+                .add_(13028445231.742859 / x**28)
+                .sub_(188912455860.27145 / x**30)
+                .add_(2928143065834.2075 / x**32)
+                .sub_(48314360586264.42 / x**34)
+                .add_(845501310259627.4 / x**36)
+                .sub_(1.5641774239803108e16 / x**38)
+            ).add_(
+                (x ** (-3))
+                .sub_(3 / x**5)
+                .add_(11.25 / x**7)
+                .sub_(52.5 / x**9)
+                .add_(295.3125 / x**11)
+                .sub_(1949.0625 / x**13)
+                .add_(14780.390625 / x**15)
+                .sub_(126689.0625 / x**17)
+                .add_(1211464.16015625 / x**19)
+                .sub_(12787677.24609375 / x**21)
+                .add_(147697672.1923828 / x**23)
+                .sub_(1852934432.9589844 / x**25)
+                .add_(25091820446.31958 / x**27)
+                .sub_(364796466488.80005 / x**29)
+                .add_(5667373675808.144 / x**31)
+                .sub_(93700578106694.64 / x**33)
+                .add_(1642688259932990.5 / x**35)
+                .sub_(3.0438047169346588e16 / x**37)
+                .add_(5.943874211125181e17 / x**39)
+                .mul_(t0)
+                .div_(x)
+            ),
+            overwrite="a",
         ),
-        overwrite="a",
+        grad,
     )
     return grad_x
 
@@ -3957,10 +4025,9 @@ def _scaled_erfc_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar
         .add_(1)
     )
     if need_x_bar:
-        x_bar = (
-            grad
-            * grad_grad_x
-            * _where(
+        x_bar = _mul_into(
+            grad * grad_grad_x,
+            _where(
                 t4,
                 t0.add_((2 * t3).mul_(x)),
                 (t2 * t27)
@@ -3989,11 +4056,12 @@ def _scaled_erfc_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar
                     .mul_(t26)
                 ),
                 overwrite="a",
-            )
+            ),
         )
     if need_grad_bar:
-        grad_bar = grad_grad_x * _where(
-            t4, t3, t27.mul_(-t1).mul_(t5).add_(t26.mul_(t7)), overwrite="a"
+        grad_bar = _mul_into(
+            _where(t4, t3, t27.mul_(-t1).mul_(t5).add_(t26.mul_(t7)), overwrite="a"),
+            grad_grad_x,
         )
     return x_bar, grad_bar
 

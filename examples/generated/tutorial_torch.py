@@ -86,6 +86,36 @@ def _run(math_fn: Callable, *args):
         return math_fn(*args)
 
 
+#: Whether a functorch transform (vmap, grad, ...) is running: no in-place tricks then.
+_transforms_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: True)
+
+
+def _mul_into(buffer: torch.Tensor, other) -> torch.Tensor:
+    """``buffer * other``, written into ``buffer`` (a temporary the caller owns and no
+    longer needs) where the product has its shape and dtype.
+
+    Code generation cannot know that: the upstream gradient has the output's shape, but
+    ``autograd.grad(is_grads_batched=True)`` and torch.func batch it where the inputs are
+    not. On this check a fresh product (an allocation and its page faults, the largest
+    cost of a pass over a large tensor) is saved in the common case.
+    """
+    if (
+        torch.compiler.is_compiling()
+        or torch.is_grad_enabled()
+        or _transforms_active()
+        or not isinstance(other, torch.Tensor)
+        or torch.result_type(buffer, other) != buffer.dtype
+        or (other.shape != buffer.shape and other.dim() > 0)  # (a 0-dim one broadcasts)
+    ):
+        return buffer * other
+    try:
+        return buffer.mul_(other)
+    except (
+        RuntimeError
+    ):  # other batched by autograd.grad(is_grads_batched=True): refused
+        return buffer * other  # before anything was written
+
+
 #: Integer dtypes as wide as the floating ones, for the select below.
 _BITS = {
     torch.float16: torch.int16,
@@ -93,7 +123,6 @@ _BITS = {
     torch.float32: torch.int32,
     torch.float64: torch.int64,
 }
-_transforms_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: True)
 
 
 def _where(cond: torch.Tensor, a, b, overwrite: str | None = None) -> torch.Tensor:
@@ -256,7 +285,9 @@ def _my_relu_grad_x(x, grad):
 
 
 def _my_relu_grad_x_backward(x, grad_grad_x):
-    grad_bar = grad_grad_x * _where(x > 0, 1.0, torch.full_like(x, 0), overwrite="b")
+    grad_bar = _mul_into(
+        _where(x > 0, 1.0, torch.full_like(x, 0), overwrite="b"), grad_grad_x
+    )
     return grad_bar
 
 
@@ -525,7 +556,7 @@ class Square(_Square):
 
 
 def _square_grad_x(x, grad):
-    grad_x = 2 * grad * x
+    grad_x = _mul_into(2 * grad, x)
     return grad_x
 
 
@@ -535,7 +566,7 @@ def _square_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
     if need_x_bar:
         x_bar = grad * t0
     if need_grad_bar:
-        grad_bar = t0 * x
+        grad_bar = _mul_into(t0, x)
     return x_bar, grad_bar
 
 
@@ -668,16 +699,16 @@ class Cube(_Cube):
 
 
 def _cube_grad_x(x, grad):
-    grad_x = 3 * grad * x**2
+    grad_x = _mul_into(3 * grad, x**2)
     return grad_x
 
 
 def _cube_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
     x_bar = grad_bar = None
     if need_x_bar:
-        x_bar = 6 * grad * grad_grad_x * x
+        x_bar = _mul_into(_mul_into(6 * grad, grad_grad_x), x)
     if need_grad_bar:
-        grad_bar = 3 * grad_grad_x * x**2
+        grad_bar = _mul_into(3 * grad_grad_x, x**2)
     return x_bar, grad_bar
 
 
@@ -821,11 +852,14 @@ class Sinh(_Sinh):
 
 
 def _sinh_grad_x(x, grad):
-    grad_x = grad * _where(
-        torch.abs(x) < 88,
-        torch.cosh(x),
-        torch.abs(x).div_(2).exp_().mul_(torch.abs(x).div_(2).exp_().div_(2)),
-        overwrite="a",
+    grad_x = _mul_into(
+        _where(
+            torch.abs(x) < 88,
+            torch.cosh(x),
+            torch.abs(x).div_(2).exp_().mul_(torch.abs(x).div_(2).exp_().div_(2)),
+            overwrite="a",
+        ),
+        grad,
     )
     return grad_x
 
@@ -833,24 +867,26 @@ def _sinh_grad_x(x, grad):
 def _sinh_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
     x_bar = grad_bar = None
     if need_x_bar:
-        x_bar = (
-            grad
-            * grad_grad_x
-            * _where(
+        x_bar = _mul_into(
+            grad * grad_grad_x,
+            _where(
                 torch.abs(x) < 88,
                 torch.sinh(x),
                 torch.sign(x)
                 .mul_(torch.abs(x).div_(2).exp_())
                 .mul_(torch.abs(x).div_(2).exp_().div_(2)),
                 overwrite="a",
-            )
+            ),
         )
     if need_grad_bar:
-        grad_bar = grad_grad_x * _where(
-            torch.abs(x) < 88,
-            torch.cosh(x),
-            torch.abs(x).div_(2).exp_().mul_(torch.abs(x).div_(2).exp_().div_(2)),
-            overwrite="a",
+        grad_bar = _mul_into(
+            _where(
+                torch.abs(x) < 88,
+                torch.cosh(x),
+                torch.abs(x).div_(2).exp_().mul_(torch.abs(x).div_(2).exp_().div_(2)),
+                overwrite="a",
+            ),
+            grad_grad_x,
         )
     return x_bar, grad_bar
 
@@ -1010,13 +1046,13 @@ class Log1pexp(_Log1pexp):
 
 
 def _log1pexp_grad_x(x, grad):
-    grad_x = grad * torch.sigmoid(x)
+    grad_x = _mul_into(torch.sigmoid(x), grad)
     return grad_x
 
 
 def _log1pexp_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
     x_bar = grad_bar = None
-    t0 = grad_grad_x * _sigmoid(x)
+    t0 = _mul_into(_sigmoid(x), grad_grad_x)
     if need_x_bar:
         x_bar = (grad * t0).mul_(_sigmoid(-x, negative_of=x, overwrite=True))
     if need_grad_bar:
