@@ -628,6 +628,8 @@ def test_compiled_expm1_atanh_and_erf_keep_their_digits_near_zero(generate_modul
     erf = torch.compile(m._erf, dynamic=True, fullgraph=True)
     got, want = erf(x), torch.erf(x.double()).to(dtype)  # (torch's float64 erf: 2 ulp)
     torch.testing.assert_close(got, want, rtol=2 * eps, atol=0, equal_nan=True)
+    integers = torch.tensor([0, 1, 2, -3])  # erf of an integer tensor: the default dtype
+    torch.testing.assert_close(erf(integers), torch.erf(integers))
     tiny = torch.tensor([-1e-10, -3e-30, 1e-20, 2.2e-7], dtype=dtype)
     m.use_fused(True)
     try:
