@@ -556,6 +556,10 @@ def _single_reads(trees: list[ast.Assign], keep: set[str]) -> list[ast.Assign]:
                 continue
             last = reads[-1][0]
             earlier = list({id(p): p for _, p in reads[:-1]}.values())
+            # an operation inside another one that becomes a statement goes with it
+            earlier = [
+                p for p in earlier if not any(q is not p and p in set(ast.walk(q)) for q in earlier)
+            ]
             if not all(
                 isinstance(p, _OPERATIONS) and last not in set(ast.walk(p)) for p in earlier
             ):

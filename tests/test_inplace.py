@@ -55,6 +55,12 @@ def test_a_temporary_is_updated_at_its_last_use_only():
         "t1 = t0 <= 1",
         "out = _where(t1, x, t0.sub_(0.5), overwrite='b')",
     ]
+    # an earlier read inside another earlier read goes with it (no orphan `t2 = -t0`)
+    lines = ["t0 = torch.exp(x)", "out = t0 * (grad * torch.tanh(-t0)) * torch.tanh(t0)"]
+    assert _rewrite(lines, {"out"}, x="float", grad="float")[1:] == [
+        "t1 = _mul_into((-t0).tanh_(), grad).mul_(t0)",
+        "out = t1.mul_(t0.tanh_())",
+    ]
     # where() itself reads t0: never updated while where() still needs it; the fresh
     # t0 * 2 may take the result
     lines = ["t0 = torch.exp(x)", "out = torch.where(t0 > 1, t0, t0 * 2)"]
