@@ -359,12 +359,16 @@ class _Buffers:
             kind = "float" if dtype & self.floats else "other"
         return _Value(self.union(infos, "shape"), dtype, kind, True)
 
+    def may_update(self, owner: _Value | None, result: _Value) -> bool:
+        """``owner`` is a floating buffer this code owns and ``result`` floating: updating
+        it is right wherever the result fits (known here, or checked at run time)."""
+        return (
+            owner is not None and owner.owned and owner.kind == "float" and result.kind == "float"
+        )
+
     def can_update(self, owner: _Value | None, result: _Value) -> bool:
         return (
-            owner is not None
-            and owner.owned
-            and owner.kind == "float"
-            and result.kind == "float"
+            self.may_update(owner, result)
             and result.shape <= owner.shape
             and result.dtype <= owner.dtype
         )
@@ -389,9 +393,9 @@ class _Buffers:
             return _method(_method(right, "neg_"), "add_", left), result
         if right_ok and isinstance(op, ast.Div) and _is_one(left):
             return _method(right, "reciprocal_"), result
-        if isinstance(op, ast.Mult) and result.kind == "float":
+        if isinstance(op, ast.Mult):
             for owner, info, other in ((left, li, right), (right, ri, left)):
-                if info is not None and info.owned and info.kind == "float":
+                if self.may_update(info, result):
                     return ast.Call(ast.Name(MUL_HELPER, ast.Load()), [owner, other], []), result
         return ast.BinOp(left, op, right), result
 

@@ -501,6 +501,9 @@ def test_softplus_fused_path_stable_at_extremes(dtype, monkeypatch):
         "cpu",
         EXTREME_RTOL[dtype],
     )
+    # compiled, not the eager fallback
+    math_fn = generated._softplus_forward
+    assert generated._compiled[math_fn] is not math_fn
 
 
 # --- scaled_softplus -------------------------------------------------------
@@ -876,6 +879,9 @@ def test_scaled_softplus_fused_path_stable_at_extremes(dtype, monkeypatch):
         "cpu",
         EXTREME_RTOL[dtype],
     )
+    # compiled, not the eager fallback
+    math_fn = generated._scaled_softplus_forward
+    assert generated._compiled[math_fn] is not math_fn
 
 
 # --- mul -------------------------------------------------------------------
@@ -1550,6 +1556,9 @@ def test_mul_fused_path_stable_at_extremes(dtype, monkeypatch):
         "cpu",
         EXTREME_RTOL[dtype],
     )
+    # compiled, not the eager fallback
+    math_fn = generated._mul_forward
+    assert generated._compiled[math_fn] is not math_fn
 
 
 # --- sinh_cosh -------------------------------------------------------------
@@ -2061,6 +2070,9 @@ def test_sinh_cosh_fused_path_stable_at_extremes(dtype, monkeypatch):
         "cpu",
         EXTREME_RTOL[dtype],
     )
+    # compiled, not the eager fallback
+    math_fn = generated._sinh_cosh_forward
+    assert generated._compiled[math_fn] is not math_fn
 
 
 # --- log_ratio -------------------------------------------------------------
@@ -2542,6 +2554,9 @@ def test_log_ratio_fused_path_stable_at_extremes(dtype, monkeypatch):
         "cpu",
         EXTREME_RTOL[dtype],
     )
+    # compiled, not the eager fallback
+    math_fn = generated._log_ratio_forward
+    assert generated._compiled[math_fn] is not math_fn
 
 
 # --- weighted_bce ----------------------------------------------------------
@@ -2960,6 +2975,9 @@ def test_weighted_bce_fused_path_stable_at_extremes(dtype, monkeypatch):
         "cpu",
         EXTREME_RTOL[dtype],
     )
+    # compiled, not the eager fallback
+    math_fn = generated._weighted_bce_forward
+    assert generated._compiled[math_fn] is not math_fn
 
 
 # --- binarize --------------------------------------------------------------
@@ -3235,6 +3253,9 @@ def test_binarize_fused_path_stable_at_extremes(dtype, monkeypatch):
         "cpu",
         EXTREME_RTOL[dtype],
     )
+    # compiled, not the eager fallback
+    math_fn = generated._binarize_forward
+    assert generated._compiled[math_fn] is not math_fn
 
 
 # --- tanh_shrink_order1 ----------------------------------------------------
@@ -3534,3 +3555,6 @@ def test_tanh_shrink_order1_fused_path_stable_at_extremes(dtype, monkeypatch):
         "cpu",
         EXTREME_RTOL[dtype],
     )
+    # compiled, not the eager fallback
+    math_fn = generated._tanh_shrink_order1_forward
+    assert generated._compiled[math_fn] is not math_fn

@@ -501,6 +501,9 @@ def test_softplus_fused_path_stable_at_extremes(dtype, monkeypatch):
         "cpu",
         EXTREME_RTOL[dtype],
     )
+    # compiled, not the eager fallback
+    math_fn = generated._softplus_forward
+    assert generated._compiled[math_fn] is not math_fn
 
 
 # --- log_sigmoid -----------------------------------------------------------
@@ -873,6 +876,9 @@ def test_log_sigmoid_fused_path_stable_at_extremes(dtype, monkeypatch):
         "cpu",
         EXTREME_RTOL[dtype],
     )
+    # compiled, not the eager fallback
+    math_fn = generated._log_sigmoid_forward
+    assert generated._compiled[math_fn] is not math_fn
 
 
 # --- bce_sigmoid -----------------------------------------------------------
@@ -1290,6 +1296,9 @@ def test_bce_sigmoid_fused_path_stable_at_extremes(dtype, monkeypatch):
         "cpu",
         EXTREME_RTOL[dtype],
     )
+    # compiled, not the eager fallback
+    math_fn = generated._bce_sigmoid_forward
+    assert generated._compiled[math_fn] is not math_fn
 
 
 # --- logit -----------------------------------------------------------------
@@ -1512,6 +1521,9 @@ def test_logit_fused_path_stable_at_extremes(dtype, monkeypatch):
         "cpu",
         EXTREME_RTOL[dtype],
     )
+    # compiled, not the eager fallback
+    math_fn = generated._logit_forward
+    assert generated._compiled[math_fn] is not math_fn
 
 
 # --- log1mexp --------------------------------------------------------------
@@ -1808,6 +1820,9 @@ def test_log1mexp_fused_path_stable_at_extremes(dtype, monkeypatch):
         "cpu",
         EXTREME_RTOL[dtype],
     )
+    # compiled, not the eager fallback
+    math_fn = generated._log1mexp_forward
+    assert generated._compiled[math_fn] is not math_fn
 
 
 # --- mish ------------------------------------------------------------------
@@ -2174,6 +2189,9 @@ def test_mish_fused_path_stable_at_extremes(dtype, monkeypatch):
         "cpu",
         EXTREME_RTOL[dtype],
     )
+    # compiled, not the eager fallback
+    math_fn = generated._mish_forward
+    assert generated._compiled[math_fn] is not math_fn
 
 
 # --- gelu ------------------------------------------------------------------
@@ -2540,6 +2558,9 @@ def test_gelu_fused_path_stable_at_extremes(dtype, monkeypatch):
         "cpu",
         EXTREME_RTOL[dtype],
     )
+    # compiled, not the eager fallback
+    math_fn = generated._gelu_forward
+    assert generated._compiled[math_fn] is not math_fn
 
 
 # --- swish -----------------------------------------------------------------
@@ -2906,6 +2927,9 @@ def test_swish_fused_path_stable_at_extremes(dtype, monkeypatch):
         "cpu",
         EXTREME_RTOL[dtype],
     )
+    # compiled, not the eager fallback
+    math_fn = generated._swish_forward
+    assert generated._compiled[math_fn] is not math_fn
 
 
 # --- focal_loss ------------------------------------------------------------
@@ -3323,6 +3347,9 @@ def test_focal_loss_fused_path_stable_at_extremes(dtype, monkeypatch):
         "cpu",
         EXTREME_RTOL[dtype],
     )
+    # compiled, not the eager fallback
+    math_fn = generated._focal_loss_forward
+    assert generated._compiled[math_fn] is not math_fn
 
 
 # --- student_t_logpdf ------------------------------------------------------
@@ -3705,6 +3732,9 @@ def test_student_t_logpdf_fused_path_stable_at_extremes(dtype, monkeypatch):
         "cpu",
         EXTREME_RTOL[dtype],
     )
+    # compiled, not the eager fallback
+    math_fn = generated._student_t_logpdf_forward
+    assert generated._compiled[math_fn] is not math_fn
 
 
 # --- entropy_term ----------------------------------------------------------
@@ -4002,6 +4032,9 @@ def test_entropy_term_fused_path_stable_at_extremes(dtype, monkeypatch):
         "cpu",
         EXTREME_RTOL[dtype],
     )
+    # compiled, not the eager fallback
+    math_fn = generated._entropy_term_forward
+    assert generated._compiled[math_fn] is not math_fn
 
 
 # --- sqrt_diff -------------------------------------------------------------
@@ -4298,6 +4331,9 @@ def test_sqrt_diff_fused_path_stable_at_extremes(dtype, monkeypatch):
         "cpu",
         EXTREME_RTOL[dtype],
     )
+    # compiled, not the eager fallback
+    math_fn = generated._sqrt_diff_forward
+    assert generated._compiled[math_fn] is not math_fn
 
 
 # --- exprel ----------------------------------------------------------------
@@ -4666,6 +4702,9 @@ def test_exprel_fused_path_stable_at_extremes(dtype, monkeypatch):
         "cpu",
         EXTREME_RTOL[dtype],
     )
+    # compiled, not the eager fallback
+    math_fn = generated._exprel_forward
+    assert generated._compiled[math_fn] is not math_fn
 
 
 # --- logaddexp -------------------------------------------------------------
@@ -5374,6 +5413,9 @@ def test_logaddexp_fused_path_stable_at_extremes(dtype, monkeypatch):
         "cpu",
         EXTREME_RTOL[dtype],
     )
+    # compiled, not the eager fallback
+    math_fn = generated._logaddexp_forward
+    assert generated._compiled[math_fn] is not math_fn
 
 
 # --- scaled_erfc -----------------------------------------------------------
@@ -5746,3 +5788,6 @@ def test_scaled_erfc_fused_path_stable_at_extremes(dtype, monkeypatch):
         "cpu",
         EXTREME_RTOL[dtype],
     )
+    # compiled, not the eager fallback
+    math_fn = generated._scaled_erfc_forward
+    assert generated._compiled[math_fn] is not math_fn

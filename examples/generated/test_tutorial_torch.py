@@ -470,6 +470,9 @@ def test_my_relu_fused_path_stable_at_extremes(dtype, monkeypatch):
         "cpu",
         EXTREME_RTOL[dtype],
     )
+    # compiled, not the eager fallback
+    math_fn = generated._my_relu_forward
+    assert generated._compiled[math_fn] is not math_fn
 
 
 # --- exp -------------------------------------------------------------------
@@ -836,6 +839,9 @@ def test_exp_fused_path_stable_at_extremes(dtype, monkeypatch):
         "cpu",
         EXTREME_RTOL[dtype],
     )
+    # compiled, not the eager fallback
+    math_fn = generated._exp_forward
+    assert generated._compiled[math_fn] is not math_fn
 
 
 # --- square ----------------------------------------------------------------
@@ -1186,6 +1192,9 @@ def test_square_fused_path_stable_at_extremes(dtype, monkeypatch):
         "cpu",
         EXTREME_RTOL[dtype],
     )
+    # compiled, not the eager fallback
+    math_fn = generated._square_forward
+    assert generated._compiled[math_fn] is not math_fn
 
 
 # --- cube ------------------------------------------------------------------
@@ -1552,6 +1561,9 @@ def test_cube_fused_path_stable_at_extremes(dtype, monkeypatch):
         "cpu",
         EXTREME_RTOL[dtype],
     )
+    # compiled, not the eager fallback
+    math_fn = generated._cube_forward
+    assert generated._compiled[math_fn] is not math_fn
 
 
 # --- sinh ------------------------------------------------------------------
@@ -1926,6 +1938,9 @@ def test_sinh_fused_path_stable_at_extremes(dtype, monkeypatch):
         "cpu",
         EXTREME_RTOL[dtype],
     )
+    # compiled, not the eager fallback
+    math_fn = generated._sinh_forward
+    assert generated._compiled[math_fn] is not math_fn
 
 
 # --- log1pexp --------------------------------------------------------------
@@ -2298,6 +2313,9 @@ def test_log1pexp_fused_path_stable_at_extremes(dtype, monkeypatch):
         "cpu",
         EXTREME_RTOL[dtype],
     )
+    # compiled, not the eager fallback
+    math_fn = generated._log1pexp_forward
+    assert generated._compiled[math_fn] is not math_fn
 
 
 # --- mul -------------------------------------------------------------------
@@ -2972,6 +2990,9 @@ def test_mul_fused_path_stable_at_extremes(dtype, monkeypatch):
         "cpu",
         EXTREME_RTOL[dtype],
     )
+    # compiled, not the eager fallback
+    math_fn = generated._mul_forward
+    assert generated._compiled[math_fn] is not math_fn
 
 
 # --- quantize --------------------------------------------------------------
@@ -3279,3 +3300,6 @@ def test_quantize_fused_path_stable_at_extremes(dtype, monkeypatch):
         "cpu",
         EXTREME_RTOL[dtype],
     )
+    # compiled, not the eager fallback
+    math_fn = generated._quantize_forward
+    assert generated._compiled[math_fn] is not math_fn
