@@ -403,13 +403,25 @@ def naive_outputs(derived: Derived) -> Outputs:
         outs = []
         for code in codes:
             out = eval(code, scope, dict(values))  # our own printed source
-            out = torch.as_tensor(out, dtype=ref.dtype)
+            out = torch.as_tensor(out, dtype=ref.dtype, device=ref.device)
             if out.shape != ref.shape:
                 out = out.expand(ref.shape)
             outs.append(out)
         return outs
 
     return call
+
+
+def device_problem(device: str) -> str | None:
+    """Why torch cannot run on ``device`` here (None: it can), e.g. "cuda" without a GPU."""
+    import torch
+
+    try:
+        torch.empty(1, device=device)
+    except (RuntimeError, AssertionError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return f"{first} (use cpu, or a device this machine has)"
+    return None
 
 
 def _grad(y: Any, x: Any, create_graph: bool) -> Any:
@@ -430,13 +442,14 @@ def torch_values(
     qs: Sequence[Quantity],
     points: Sequence[Mapping[str, float]],
     dtype: str,
+    device: str = "cpu",
 ) -> dict[str, list[float] | str]:
     """Every quantity of ``qs`` computed with torch at ``points`` (one batched call each).
 
     Gradients of output ``o`` take upstream gradient 1 for ``o`` and none for the other
     outputs; second derivatives differentiate that gradient again (``order: 2`` only).
     A quantity whose computation raises gets the error message instead of values (and so
-    does everything after a failing forward).
+    does everything after a failing forward). The tensors live on ``device``.
     """
     import torch
 
@@ -445,7 +458,9 @@ def torch_values(
     for inp in fn.inputs:
         column = [p[inp.name] for p in points]
         if inp.is_tensor:
-            values[inp.name] = torch.tensor(column, dtype=tdtype, requires_grad=inp.gets_gradient)
+            values[inp.name] = torch.tensor(
+                column, dtype=tdtype, device=device, requires_grad=inp.gets_gradient
+            )
         else:
             values[inp.name] = column[0]
     second_order = fn.order >= 2
@@ -468,7 +483,7 @@ def torch_values(
                     t = firsts[key]
                     if q.kind == "second":
                         t = _grad(t, values[q.input], False)
-                result[q.label] = t.detach().to(torch.float64).reshape(-1).tolist()
+                result[q.label] = t.detach().to("cpu", torch.float64).reshape(-1).tolist()
             except Exception as exc:  # noqa: BLE001 - reported in the row
                 result[q.label] = f"{type(exc).__name__}: {exc}"
     return result
@@ -640,8 +655,10 @@ def measure_function(
     seed: int = 0,
     budget: float | None = 30.0,
     pool: ProcessPoolExecutor | None = None,
+    device: str = "cpu",
 ) -> list[Row]:
-    """Rows for one derived function, with symgrad's code taken from ``module``."""
+    """Rows for one derived function, with symgrad's code taken from ``module``, run on
+    ``device`` (both sides: symgrad's code and autograd of the naive formula)."""
     fn = derived.function
     qs = quantities(derived)
     rng = random.Random(f"symgrad-accuracy:{seed}:{fn.name}:{dtype}")
@@ -659,13 +676,13 @@ def measure_function(
         return [
             _failed(fn, q.label, dtype, "no point evaluated within the time budget") for q in qs
         ]
-    mine = torch_values(symgrad_outputs(module, fn), fn, qs, pts, dtype)
+    mine = torch_values(symgrad_outputs(module, fn), fn, qs, pts, dtype, device)
     try:
         naive_call = naive_outputs(derived)
     except Exception as exc:  # noqa: BLE001 - e.g. a formula the printer cannot print
         naive: dict[str, list[float] | str] = {q.label: f"{type(exc).__name__}: {exc}" for q in qs}
     else:
-        naive = torch_values(naive_call, fn, qs, pts, dtype)
+        naive = torch_values(naive_call, fn, qs, pts, dtype, device)
     return _rows_for(fn, qs, pts, refs, mine, naive, dtype)
 
 
@@ -679,6 +696,7 @@ def measure_spec(
     functions: Sequence[str] | None = None,
     progress: Callable[[str], None] | None = None,
     fused: bool = False,
+    device: str = "cpu",
 ) -> list[Row]:
     """Accuracy rows for every function of ``spec`` (or only those named in ``functions``).
 
@@ -690,6 +708,8 @@ def measure_spec(
     ``progress`` is called with a line after each function (for a CLI's stderr).
     ``fused`` measures the generated module with ``use_fused()`` on: its math compiled by
     torch.compile (the compiler's own forms of an op included), first and second order.
+    ``device`` is where the torch code runs ("cuda": the GPU's kernels, and Triton's when
+    ``fused``); the exact values are always computed on the host.
     """
     _check_dtype(dtype)
     chosen = [f for f in spec.functions if functions is None or f.name in functions]
@@ -719,7 +739,7 @@ def measure_spec(
             if d.function.name in modules:
                 start = time.monotonic()
                 new = measure_function(
-                    d, modules[d.function.name], dtype, points, seed, budget, pool
+                    d, modules[d.function.name], dtype, points, seed, budget, pool, device
                 )
                 rows += new
                 if progress is not None:

@@ -192,6 +192,12 @@ def show(spec_path: Path, function_name: str | None, latex: bool) -> None:
     is_flag=True,
     help="Measure the fused path (use_fused(): the math compiled by torch.compile).",
 )
+@click.option(
+    "--device",
+    default="cpu",
+    show_default=True,
+    help="Torch device the generated and naive code run on (e.g. cuda).",
+)
 def accuracy(
     spec_path: Path,
     dtype: str,
@@ -201,11 +207,16 @@ def accuracy(
     workers: int,
     plot_dir: Path | None,
     fused: bool,
+    device: str,
 ) -> None:
     """Bits of error of the generated torch code vs plain autograd of the naive formula."""
     from symgrad import accuracy as acc
 
     spec = _load(spec_path)
+    problem = acc.device_problem(device)
+    if problem is not None:
+        click.echo(f"error: --device {device}: {problem}", err=True)
+        sys.exit(1)
     try:
         rows = acc.measure_spec(
             spec,
@@ -216,6 +227,7 @@ def accuracy(
             functions=function_names or None,
             progress=lambda message: click.echo(message, err=True),
             fused=fused,
+            device=device,
         )
     except SpecError as error:
         _fail(error)

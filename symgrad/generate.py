@@ -20,14 +20,16 @@ class GeneratedFile:
 def _module(
     spec: Spec, plans: list[FunctionPlan], template: str, name: str, spec_path: str
 ) -> GeneratedFile:
+    helpers = set().union(*(p.helpers for p in plans))
     text = render(
         template,
         spec=spec,
         spec_path=spec_path,
         functions=plans,
-        uses_math=any(p.uses_math for p in plans),
+        # (the torch template's _where helper uses math.copysign)
+        uses_math=any(p.uses_math for p in plans) or "_where" in helpers,
         needs_reduce=any(p.needs_reduce for p in plans),
-        helpers=set().union(*(p.helpers for p in plans)),
+        helpers=helpers,
     )
     return GeneratedFile(name, ruff_format(text, name))
 

@@ -8,6 +8,7 @@ Do not edit: change the spec and run `symgrad gen`.
 from __future__ import annotations
 
 import inspect
+import math
 import warnings
 from collections.abc import Callable
 
@@ -66,7 +67,13 @@ def _run(math_fn: Callable, *args):
     """``math_fn(*args)``, through its compiled version when the fused path is on (and its
     fused form, if it has one, wherever it is compiled: a user's torch.compile too)."""
     if torch.compiler.is_compiling():
-        return _FUSED_FORMS.get(math_fn, math_fn)(*args)
+        # Fresh tensors, not ones an in-place op of math_fn wrote: torch 2.11's dynamo
+        # routes the gradient of such an output of an autograd.Function to the wrong slot
+        # (pytorch/pytorch#180642, fixed in 2.12). Inductor fuses the copies away.
+        result = _FUSED_FORMS.get(math_fn, math_fn)(*args)
+        if isinstance(result, tuple):
+            return tuple(None if t is None else t.clone() for t in result)
+        return result.clone()
     if not _fused_enabled:
         return math_fn(*args)
     compiled = _compiled.get(math_fn)
@@ -147,10 +154,12 @@ def _where(cond: torch.Tensor, a, b, overwrite: str | None = None) -> torch.Tens
         or _transforms_active()
     ):
         return torch.where(cond, a, b)
-    a, b = (
-        t if isinstance(t, torch.Tensor) else torch.tensor(t, dtype=ref.dtype)
+    # (+0.0 has no bits to add; a number is checked here, a tensor's value would be read)
+    plus_zero = [
+        not isinstance(t, torch.Tensor) and t == 0 and math.copysign(1, t) > 0
         for t in (a, b)
-    )
+    ]
+    a, b = (t if isinstance(t, torch.Tensor) else ref.new_full((), t) for t in (a, b))
     if a.dtype != b.dtype or any(t.dim() and t.shape != cond.shape for t in (a, b)):
         return torch.where(cond, a, b)
     try:  # the batched gradients of autograd.grad(is_grads_batched=True) have no such view
@@ -165,7 +174,7 @@ def _where(cond: torch.Tensor, a, b, overwrite: str | None = None) -> torch.Tens
         if overwrite and keep.shape == cond.shape
         else keep & mask
     )
-    if other.dim() or other.item() != 0:  # (+0.0 has no bits to add)
+    if not plus_zero[0 if overwrite == "b" else 1]:
         out.bitwise_or_(mask.bitwise_not_().bitwise_and_(other))
     return out.view(ref.dtype)
 

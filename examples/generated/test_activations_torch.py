@@ -7,12 +7,14 @@ Do not edit: change the spec and run `symgrad gen`.
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import activations_torch as generated
 import pytest
 import torch
 from torch.autograd import gradcheck, gradgradcheck
+from torch.utils._python_dispatch import TorchDispatchMode
 
 DEVICES = [
     "cpu",
@@ -119,6 +121,63 @@ def _check_cases(
                         g.sum(), x, retain_graph=True, allow_unused=True
                     )
                 _assert_matches(h, cases["second"][key], dtype, rtol, f"d2 {key}")
+
+
+#: Ops that copy a number from the host into a tensor, or read a tensor's value on the host.
+_HOST_OPS = {
+    "lift_fresh",
+    "lift_fresh_copy",
+    "_local_scalar_dense",
+    "nonzero",
+    "masked_select",
+}
+
+
+class _HostTransfers(TorchDispatchMode):
+    """Records the ops of ``_HOST_OPS`` that run under it."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.overloadpacket.__name__ in _HOST_OPS:
+            self.seen.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+@contextlib.contextmanager
+def _no_host_transfers(device, watch_ops=True):
+    """Fails if the code under it copies to or from the host: seen as ops on any device,
+    and on CUDA also by its sync debug mode (which raises at a synchronising call)."""
+    mode = _HostTransfers() if watch_ops else contextlib.nullcontext()
+    cuda = torch.device(device).type == "cuda"
+    previous = torch.cuda.get_sync_debug_mode() if cuda else None
+    if cuda:
+        torch.cuda.set_sync_debug_mode("error")
+    try:
+        with mode:
+            yield
+    finally:
+        if cuda:
+            torch.cuda.set_sync_debug_mode(previous)
+    if watch_ops:
+        assert not mode.seen, f"host transfers: {mode.seen}"
+
+
+def _all_orders(fn, inputs, scalars, order):
+    """Forward, backward and (order 2) double backward of ``fn`` at ``inputs``."""
+    outputs = _outputs(fn(*inputs, **scalars))
+    wrt = [x for x in inputs if x.requires_grad]
+    if not wrt or not any(o.requires_grad for o in outputs):
+        return
+    total = torch.stack([o.sum() for o in outputs if o.requires_grad]).sum()
+    torch.autograd.grad(total, wrt, retain_graph=True, allow_unused=True)
+    if order >= 2:
+        grads = torch.autograd.grad(total, wrt, create_graph=True, allow_unused=True)
+        second = [g.sum() for g in grads if g is not None and g.requires_grad]
+        if second:
+            torch.autograd.grad(torch.stack(second).sum(), wrt, allow_unused=True)
 
 
 def _random_inputs(domains, shapes, diff, device):
@@ -342,7 +401,8 @@ def test_softplus_matches_exact_values(device):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_softplus_stable_at_extremes(dtype):
+@pytest.mark.parametrize("device", DEVICES)
+def test_softplus_stable_at_extremes(device, dtype):
     _check_cases(
         generated.softplus,
         SOFTPLUS_EXTREME if dtype == DOUBLE else SOFTPLUS_EXTREME32,
@@ -352,7 +412,7 @@ def test_softplus_stable_at_extremes(dtype):
         SOFTPLUS_SCALARS,
         2,
         dtype,
-        "cpu",
+        device,
         EXTREME_RTOL[dtype],
     )
 
@@ -449,7 +509,8 @@ def test_softplus_compiles_without_graph_breaks():
     )
 
 
-def test_softplus_fused_path_matches_eager(monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_softplus_fused_path_matches_eager(device, monkeypatch):
     gen = torch.Generator().manual_seed(3)
 
     def run(fused, inputs):
@@ -472,9 +533,9 @@ def test_softplus_fused_path_matches_eager(monkeypatch):
 
     for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
         inputs = [
-            (
-                torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo
-            ).requires_grad_(n in ["x"])
+            (torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo)
+            .to(device)
+            .requires_grad_(n in ["x"])
             for n, (lo, hi) in {"x": (-2.0, 2.0)}.items()
         ]
         for a, b in zip(run(True, inputs), run(False, inputs)):
@@ -485,7 +546,8 @@ def test_softplus_fused_path_matches_eager(monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_softplus_fused_path_stable_at_extremes(dtype, monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_softplus_fused_path_stable_at_extremes(device, dtype, monkeypatch):
     """The compiled forward and first-order backward at the extreme points: the compiler's
     own forms of an op (exp(x) - 1 for expm1) must not undo the stable ones."""
     monkeypatch.setattr(generated, "_fused_enabled", True)
@@ -498,12 +560,33 @@ def test_softplus_fused_path_stable_at_extremes(dtype, monkeypatch):
         SOFTPLUS_SCALARS,
         1,
         dtype,
-        "cpu",
+        device,
         EXTREME_RTOL[dtype],
     )
     # compiled, not the eager fallback
     math_fn = generated._softplus_forward
     assert generated._compiled[math_fn] is not math_fn
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_softplus_never_waits_for_the_device(device):
+    """Forward, backward and double backward copy nothing from the host and read
+    no tensor's value there: on a GPU either would make the host wait for the device."""
+    inputs = _random_inputs({"x": (-2.0, 2.0)}, {"x": (3, 1)}, ["x"], device)
+    with _no_host_transfers(device):
+        _all_orders(generated.softplus, inputs, SOFTPLUS_SCALARS, 2)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA not available")
+def test_softplus_fused_path_never_waits_for_the_device(monkeypatch):
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    inputs = _random_inputs({"x": (-2.0, 2.0)}, {"x": (3, 1)}, ["x"], "cuda")
+    _all_orders(generated.softplus, inputs, SOFTPLUS_SCALARS, 2)
+    torch.cuda.synchronize()  # compiling may synchronise; the calls after it must not
+    with _no_host_transfers(
+        "cuda", watch_ops=False
+    ):  # (compiled code runs no aten ops)
+        _all_orders(generated.softplus, inputs, SOFTPLUS_SCALARS, 2)
 
 
 # --- scaled_softplus -------------------------------------------------------
@@ -717,7 +800,8 @@ def test_scaled_softplus_matches_exact_values(device):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_scaled_softplus_stable_at_extremes(dtype):
+@pytest.mark.parametrize("device", DEVICES)
+def test_scaled_softplus_stable_at_extremes(device, dtype):
     _check_cases(
         generated.scaled_softplus,
         SCALED_SOFTPLUS_EXTREME if dtype == DOUBLE else SCALED_SOFTPLUS_EXTREME32,
@@ -727,7 +811,7 @@ def test_scaled_softplus_stable_at_extremes(dtype):
         SCALED_SOFTPLUS_SCALARS,
         2,
         dtype,
-        "cpu",
+        device,
         EXTREME_RTOL[dtype],
     )
 
@@ -825,7 +909,8 @@ def test_scaled_softplus_compiles_without_graph_breaks():
     )
 
 
-def test_scaled_softplus_fused_path_matches_eager(monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_scaled_softplus_fused_path_matches_eager(device, monkeypatch):
     gen = torch.Generator().manual_seed(3)
 
     def run(fused, inputs):
@@ -850,9 +935,9 @@ def test_scaled_softplus_fused_path_matches_eager(monkeypatch):
 
     for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
         inputs = [
-            (
-                torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo
-            ).requires_grad_(n in ["x"])
+            (torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo)
+            .to(device)
+            .requires_grad_(n in ["x"])
             for n, (lo, hi) in {"x": (-2.0, 2.0)}.items()
         ]
         for a, b in zip(run(True, inputs), run(False, inputs)):
@@ -863,7 +948,8 @@ def test_scaled_softplus_fused_path_matches_eager(monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_scaled_softplus_fused_path_stable_at_extremes(dtype, monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_scaled_softplus_fused_path_stable_at_extremes(device, dtype, monkeypatch):
     """The compiled forward and first-order backward at the extreme points: the compiler's
     own forms of an op (exp(x) - 1 for expm1) must not undo the stable ones."""
     monkeypatch.setattr(generated, "_fused_enabled", True)
@@ -876,12 +962,33 @@ def test_scaled_softplus_fused_path_stable_at_extremes(dtype, monkeypatch):
         SCALED_SOFTPLUS_SCALARS,
         1,
         dtype,
-        "cpu",
+        device,
         EXTREME_RTOL[dtype],
     )
     # compiled, not the eager fallback
     math_fn = generated._scaled_softplus_forward
     assert generated._compiled[math_fn] is not math_fn
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_scaled_softplus_never_waits_for_the_device(device):
+    """Forward, backward and double backward copy nothing from the host and read
+    no tensor's value there: on a GPU either would make the host wait for the device."""
+    inputs = _random_inputs({"x": (-2.0, 2.0)}, {"x": (3, 1)}, ["x"], device)
+    with _no_host_transfers(device):
+        _all_orders(generated.scaled_softplus, inputs, SCALED_SOFTPLUS_SCALARS, 2)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA not available")
+def test_scaled_softplus_fused_path_never_waits_for_the_device(monkeypatch):
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    inputs = _random_inputs({"x": (-2.0, 2.0)}, {"x": (3, 1)}, ["x"], "cuda")
+    _all_orders(generated.scaled_softplus, inputs, SCALED_SOFTPLUS_SCALARS, 2)
+    torch.cuda.synchronize()  # compiling may synchronise; the calls after it must not
+    with _no_host_transfers(
+        "cuda", watch_ops=False
+    ):  # (compiled code runs no aten ops)
+        _all_orders(generated.scaled_softplus, inputs, SCALED_SOFTPLUS_SCALARS, 2)
 
 
 # --- mul -------------------------------------------------------------------
@@ -1398,7 +1505,8 @@ def test_mul_matches_exact_values(device):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_mul_stable_at_extremes(dtype):
+@pytest.mark.parametrize("device", DEVICES)
+def test_mul_stable_at_extremes(device, dtype):
     _check_cases(
         generated.mul,
         MUL_EXTREME if dtype == DOUBLE else MUL_EXTREME32,
@@ -1408,7 +1516,7 @@ def test_mul_stable_at_extremes(dtype):
         MUL_SCALARS,
         2,
         dtype,
-        "cpu",
+        device,
         EXTREME_RTOL[dtype],
     )
 
@@ -1504,7 +1612,8 @@ def test_mul_compiles_without_graph_breaks():
     )
 
 
-def test_mul_fused_path_matches_eager(monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_mul_fused_path_matches_eager(device, monkeypatch):
     gen = torch.Generator().manual_seed(3)
 
     def run(fused, inputs):
@@ -1527,9 +1636,9 @@ def test_mul_fused_path_matches_eager(monkeypatch):
 
     for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
         inputs = [
-            (
-                torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo
-            ).requires_grad_(n in ["x", "y"])
+            (torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo)
+            .to(device)
+            .requires_grad_(n in ["x", "y"])
             for n, (lo, hi) in {"x": (-2.0, 2.0), "y": (-2.0, 2.0)}.items()
         ]
         for a, b in zip(run(True, inputs), run(False, inputs)):
@@ -1540,7 +1649,8 @@ def test_mul_fused_path_matches_eager(monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_mul_fused_path_stable_at_extremes(dtype, monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_mul_fused_path_stable_at_extremes(device, dtype, monkeypatch):
     """The compiled forward and first-order backward at the extreme points: the compiler's
     own forms of an op (exp(x) - 1 for expm1) must not undo the stable ones."""
     monkeypatch.setattr(generated, "_fused_enabled", True)
@@ -1553,12 +1663,43 @@ def test_mul_fused_path_stable_at_extremes(dtype, monkeypatch):
         MUL_SCALARS,
         1,
         dtype,
-        "cpu",
+        device,
         EXTREME_RTOL[dtype],
     )
     # compiled, not the eager fallback
     math_fn = generated._mul_forward
     assert generated._compiled[math_fn] is not math_fn
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_mul_never_waits_for_the_device(device):
+    """Forward, backward and double backward copy nothing from the host and read
+    no tensor's value there: on a GPU either would make the host wait for the device."""
+    inputs = _random_inputs(
+        {"x": (-2.0, 2.0), "y": (-2.0, 2.0)},
+        {"x": (3, 1), "y": (4,)},
+        ["x", "y"],
+        device,
+    )
+    with _no_host_transfers(device):
+        _all_orders(generated.mul, inputs, MUL_SCALARS, 2)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA not available")
+def test_mul_fused_path_never_waits_for_the_device(monkeypatch):
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    inputs = _random_inputs(
+        {"x": (-2.0, 2.0), "y": (-2.0, 2.0)},
+        {"x": (3, 1), "y": (4,)},
+        ["x", "y"],
+        "cuda",
+    )
+    _all_orders(generated.mul, inputs, MUL_SCALARS, 2)
+    torch.cuda.synchronize()  # compiling may synchronise; the calls after it must not
+    with _no_host_transfers(
+        "cuda", watch_ops=False
+    ):  # (compiled code runs no aten ops)
+        _all_orders(generated.mul, inputs, MUL_SCALARS, 2)
 
 
 # --- sinh_cosh -------------------------------------------------------------
@@ -1898,7 +2039,8 @@ def test_sinh_cosh_matches_exact_values(device):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_sinh_cosh_stable_at_extremes(dtype):
+@pytest.mark.parametrize("device", DEVICES)
+def test_sinh_cosh_stable_at_extremes(device, dtype):
     _check_cases(
         generated.sinh_cosh,
         SINH_COSH_EXTREME if dtype == DOUBLE else SINH_COSH_EXTREME32,
@@ -1908,7 +2050,7 @@ def test_sinh_cosh_stable_at_extremes(dtype):
         SINH_COSH_SCALARS,
         2,
         dtype,
-        "cpu",
+        device,
         EXTREME_RTOL[dtype],
     )
 
@@ -2018,7 +2160,8 @@ def test_sinh_cosh_compiles_without_graph_breaks():
     )
 
 
-def test_sinh_cosh_fused_path_matches_eager(monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_sinh_cosh_fused_path_matches_eager(device, monkeypatch):
     gen = torch.Generator().manual_seed(3)
 
     def run(fused, inputs):
@@ -2041,9 +2184,9 @@ def test_sinh_cosh_fused_path_matches_eager(monkeypatch):
 
     for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
         inputs = [
-            (
-                torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo
-            ).requires_grad_(n in ["x"])
+            (torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo)
+            .to(device)
+            .requires_grad_(n in ["x"])
             for n, (lo, hi) in {"x": (-2.0, 2.0)}.items()
         ]
         for a, b in zip(run(True, inputs), run(False, inputs)):
@@ -2054,7 +2197,8 @@ def test_sinh_cosh_fused_path_matches_eager(monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_sinh_cosh_fused_path_stable_at_extremes(dtype, monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_sinh_cosh_fused_path_stable_at_extremes(device, dtype, monkeypatch):
     """The compiled forward and first-order backward at the extreme points: the compiler's
     own forms of an op (exp(x) - 1 for expm1) must not undo the stable ones."""
     monkeypatch.setattr(generated, "_fused_enabled", True)
@@ -2067,12 +2211,33 @@ def test_sinh_cosh_fused_path_stable_at_extremes(dtype, monkeypatch):
         SINH_COSH_SCALARS,
         1,
         dtype,
-        "cpu",
+        device,
         EXTREME_RTOL[dtype],
     )
     # compiled, not the eager fallback
     math_fn = generated._sinh_cosh_forward
     assert generated._compiled[math_fn] is not math_fn
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_sinh_cosh_never_waits_for_the_device(device):
+    """Forward, backward and double backward copy nothing from the host and read
+    no tensor's value there: on a GPU either would make the host wait for the device."""
+    inputs = _random_inputs({"x": (-2.0, 2.0)}, {"x": (3, 1)}, ["x"], device)
+    with _no_host_transfers(device):
+        _all_orders(generated.sinh_cosh, inputs, SINH_COSH_SCALARS, 2)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA not available")
+def test_sinh_cosh_fused_path_never_waits_for_the_device(monkeypatch):
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    inputs = _random_inputs({"x": (-2.0, 2.0)}, {"x": (3, 1)}, ["x"], "cuda")
+    _all_orders(generated.sinh_cosh, inputs, SINH_COSH_SCALARS, 2)
+    torch.cuda.synchronize()  # compiling may synchronise; the calls after it must not
+    with _no_host_transfers(
+        "cuda", watch_ops=False
+    ):  # (compiled code runs no aten ops)
+        _all_orders(generated.sinh_cosh, inputs, SINH_COSH_SCALARS, 2)
 
 
 # --- log_ratio -------------------------------------------------------------
@@ -2393,7 +2558,8 @@ def test_log_ratio_matches_exact_values(device):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_log_ratio_stable_at_extremes(dtype):
+@pytest.mark.parametrize("device", DEVICES)
+def test_log_ratio_stable_at_extremes(device, dtype):
     _check_cases(
         generated.log_ratio,
         LOG_RATIO_EXTREME if dtype == DOUBLE else LOG_RATIO_EXTREME32,
@@ -2403,7 +2569,7 @@ def test_log_ratio_stable_at_extremes(dtype):
         LOG_RATIO_SCALARS,
         2,
         dtype,
-        "cpu",
+        device,
         EXTREME_RTOL[dtype],
     )
 
@@ -2502,7 +2668,8 @@ def test_log_ratio_compiles_without_graph_breaks():
     )
 
 
-def test_log_ratio_fused_path_matches_eager(monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_log_ratio_fused_path_matches_eager(device, monkeypatch):
     gen = torch.Generator().manual_seed(3)
 
     def run(fused, inputs):
@@ -2525,9 +2692,9 @@ def test_log_ratio_fused_path_matches_eager(monkeypatch):
 
     for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
         inputs = [
-            (
-                torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo
-            ).requires_grad_(n in ["x", "y"])
+            (torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo)
+            .to(device)
+            .requires_grad_(n in ["x", "y"])
             for n, (lo, hi) in {"x": (0.2, 3.0), "y": (0.2, 3.0)}.items()
         ]
         for a, b in zip(run(True, inputs), run(False, inputs)):
@@ -2538,7 +2705,8 @@ def test_log_ratio_fused_path_matches_eager(monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_log_ratio_fused_path_stable_at_extremes(dtype, monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_log_ratio_fused_path_stable_at_extremes(device, dtype, monkeypatch):
     """The compiled forward and first-order backward at the extreme points: the compiler's
     own forms of an op (exp(x) - 1 for expm1) must not undo the stable ones."""
     monkeypatch.setattr(generated, "_fused_enabled", True)
@@ -2551,12 +2719,37 @@ def test_log_ratio_fused_path_stable_at_extremes(dtype, monkeypatch):
         LOG_RATIO_SCALARS,
         1,
         dtype,
-        "cpu",
+        device,
         EXTREME_RTOL[dtype],
     )
     # compiled, not the eager fallback
     math_fn = generated._log_ratio_forward
     assert generated._compiled[math_fn] is not math_fn
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_log_ratio_never_waits_for_the_device(device):
+    """Forward, backward and double backward copy nothing from the host and read
+    no tensor's value there: on a GPU either would make the host wait for the device."""
+    inputs = _random_inputs(
+        {"x": (0.2, 3.0), "y": (0.2, 3.0)}, {"x": (3, 1), "y": (4,)}, ["x", "y"], device
+    )
+    with _no_host_transfers(device):
+        _all_orders(generated.log_ratio, inputs, LOG_RATIO_SCALARS, 2)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA not available")
+def test_log_ratio_fused_path_never_waits_for_the_device(monkeypatch):
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    inputs = _random_inputs(
+        {"x": (0.2, 3.0), "y": (0.2, 3.0)}, {"x": (3, 1), "y": (4,)}, ["x", "y"], "cuda"
+    )
+    _all_orders(generated.log_ratio, inputs, LOG_RATIO_SCALARS, 2)
+    torch.cuda.synchronize()  # compiling may synchronise; the calls after it must not
+    with _no_host_transfers(
+        "cuda", watch_ops=False
+    ):  # (compiled code runs no aten ops)
+        _all_orders(generated.log_ratio, inputs, LOG_RATIO_SCALARS, 2)
 
 
 # --- weighted_bce ----------------------------------------------------------
@@ -2807,7 +3000,8 @@ def test_weighted_bce_matches_exact_values(device):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_weighted_bce_stable_at_extremes(dtype):
+@pytest.mark.parametrize("device", DEVICES)
+def test_weighted_bce_stable_at_extremes(device, dtype):
     _check_cases(
         generated.weighted_bce,
         WEIGHTED_BCE_EXTREME if dtype == DOUBLE else WEIGHTED_BCE_EXTREME32,
@@ -2817,7 +3011,7 @@ def test_weighted_bce_stable_at_extremes(dtype):
         WEIGHTED_BCE_SCALARS,
         2,
         dtype,
-        "cpu",
+        device,
         EXTREME_RTOL[dtype],
     )
 
@@ -2923,7 +3117,8 @@ def test_weighted_bce_compiles_without_graph_breaks():
     )
 
 
-def test_weighted_bce_fused_path_matches_eager(monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_weighted_bce_fused_path_matches_eager(device, monkeypatch):
     gen = torch.Generator().manual_seed(3)
 
     def run(fused, inputs):
@@ -2946,9 +3141,9 @@ def test_weighted_bce_fused_path_matches_eager(monkeypatch):
 
     for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
         inputs = [
-            (
-                torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo
-            ).requires_grad_(n in ["z"])
+            (torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo)
+            .to(device)
+            .requires_grad_(n in ["z"])
             for n, (lo, hi) in {"z": (-2.0, 2.0), "target": (0.1, 0.9)}.items()
         ]
         for a, b in zip(run(True, inputs), run(False, inputs)):
@@ -2959,7 +3154,8 @@ def test_weighted_bce_fused_path_matches_eager(monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_weighted_bce_fused_path_stable_at_extremes(dtype, monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_weighted_bce_fused_path_stable_at_extremes(device, dtype, monkeypatch):
     """The compiled forward and first-order backward at the extreme points: the compiler's
     own forms of an op (exp(x) - 1 for expm1) must not undo the stable ones."""
     monkeypatch.setattr(generated, "_fused_enabled", True)
@@ -2972,12 +3168,43 @@ def test_weighted_bce_fused_path_stable_at_extremes(dtype, monkeypatch):
         WEIGHTED_BCE_SCALARS,
         1,
         dtype,
-        "cpu",
+        device,
         EXTREME_RTOL[dtype],
     )
     # compiled, not the eager fallback
     math_fn = generated._weighted_bce_forward
     assert generated._compiled[math_fn] is not math_fn
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_weighted_bce_never_waits_for_the_device(device):
+    """Forward, backward and double backward copy nothing from the host and read
+    no tensor's value there: on a GPU either would make the host wait for the device."""
+    inputs = _random_inputs(
+        {"z": (-2.0, 2.0), "target": (0.1, 0.9)},
+        {"z": (3, 1), "target": (4,)},
+        ["z"],
+        device,
+    )
+    with _no_host_transfers(device):
+        _all_orders(generated.weighted_bce, inputs, WEIGHTED_BCE_SCALARS, 2)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA not available")
+def test_weighted_bce_fused_path_never_waits_for_the_device(monkeypatch):
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    inputs = _random_inputs(
+        {"z": (-2.0, 2.0), "target": (0.1, 0.9)},
+        {"z": (3, 1), "target": (4,)},
+        ["z"],
+        "cuda",
+    )
+    _all_orders(generated.weighted_bce, inputs, WEIGHTED_BCE_SCALARS, 2)
+    torch.cuda.synchronize()  # compiling may synchronise; the calls after it must not
+    with _no_host_transfers(
+        "cuda", watch_ops=False
+    ):  # (compiled code runs no aten ops)
+        _all_orders(generated.weighted_bce, inputs, WEIGHTED_BCE_SCALARS, 2)
 
 
 # --- binarize --------------------------------------------------------------
@@ -3132,7 +3359,8 @@ def test_binarize_matches_exact_values(device):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_binarize_stable_at_extremes(dtype):
+@pytest.mark.parametrize("device", DEVICES)
+def test_binarize_stable_at_extremes(device, dtype):
     _check_cases(
         generated.binarize,
         BINARIZE_EXTREME if dtype == DOUBLE else BINARIZE_EXTREME32,
@@ -3142,7 +3370,7 @@ def test_binarize_stable_at_extremes(dtype):
         BINARIZE_SCALARS,
         2,
         dtype,
-        "cpu",
+        device,
         EXTREME_RTOL[dtype],
     )
 
@@ -3201,7 +3429,8 @@ def test_binarize_compiles_without_graph_breaks():
     )
 
 
-def test_binarize_fused_path_matches_eager(monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_binarize_fused_path_matches_eager(device, monkeypatch):
     gen = torch.Generator().manual_seed(3)
 
     def run(fused, inputs):
@@ -3224,9 +3453,9 @@ def test_binarize_fused_path_matches_eager(monkeypatch):
 
     for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
         inputs = [
-            (
-                torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo
-            ).requires_grad_(n in ["x"])
+            (torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo)
+            .to(device)
+            .requires_grad_(n in ["x"])
             for n, (lo, hi) in {"x": (-2.0, 2.0)}.items()
         ]
         for a, b in zip(run(True, inputs), run(False, inputs)):
@@ -3237,7 +3466,8 @@ def test_binarize_fused_path_matches_eager(monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_binarize_fused_path_stable_at_extremes(dtype, monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_binarize_fused_path_stable_at_extremes(device, dtype, monkeypatch):
     """The compiled forward and first-order backward at the extreme points: the compiler's
     own forms of an op (exp(x) - 1 for expm1) must not undo the stable ones."""
     monkeypatch.setattr(generated, "_fused_enabled", True)
@@ -3250,12 +3480,33 @@ def test_binarize_fused_path_stable_at_extremes(dtype, monkeypatch):
         BINARIZE_SCALARS,
         1,
         dtype,
-        "cpu",
+        device,
         EXTREME_RTOL[dtype],
     )
     # compiled, not the eager fallback
     math_fn = generated._binarize_forward
     assert generated._compiled[math_fn] is not math_fn
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_binarize_never_waits_for_the_device(device):
+    """Forward, backward and double backward copy nothing from the host and read
+    no tensor's value there: on a GPU either would make the host wait for the device."""
+    inputs = _random_inputs({"x": (-2.0, 2.0)}, {"x": (3, 1)}, ["x"], device)
+    with _no_host_transfers(device):
+        _all_orders(generated.binarize, inputs, BINARIZE_SCALARS, 2)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA not available")
+def test_binarize_fused_path_never_waits_for_the_device(monkeypatch):
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    inputs = _random_inputs({"x": (-2.0, 2.0)}, {"x": (3, 1)}, ["x"], "cuda")
+    _all_orders(generated.binarize, inputs, BINARIZE_SCALARS, 2)
+    torch.cuda.synchronize()  # compiling may synchronise; the calls after it must not
+    with _no_host_transfers(
+        "cuda", watch_ops=False
+    ):  # (compiled code runs no aten ops)
+        _all_orders(generated.binarize, inputs, BINARIZE_SCALARS, 2)
 
 
 # --- tanh_shrink_order1 ----------------------------------------------------
@@ -3424,7 +3675,8 @@ def test_tanh_shrink_order1_matches_exact_values(device):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_tanh_shrink_order1_stable_at_extremes(dtype):
+@pytest.mark.parametrize("device", DEVICES)
+def test_tanh_shrink_order1_stable_at_extremes(device, dtype):
     _check_cases(
         generated.tanh_shrink_order1,
         TANH_SHRINK_ORDER1_EXTREME if dtype == DOUBLE else TANH_SHRINK_ORDER1_EXTREME32,
@@ -3434,7 +3686,7 @@ def test_tanh_shrink_order1_stable_at_extremes(dtype):
         TANH_SHRINK_ORDER1_SCALARS,
         1,
         dtype,
-        "cpu",
+        device,
         EXTREME_RTOL[dtype],
     )
 
@@ -3506,7 +3758,8 @@ def test_tanh_shrink_order1_compiles_without_graph_breaks():
     )
 
 
-def test_tanh_shrink_order1_fused_path_matches_eager(monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_tanh_shrink_order1_fused_path_matches_eager(device, monkeypatch):
     gen = torch.Generator().manual_seed(3)
 
     def run(fused, inputs):
@@ -3526,9 +3779,9 @@ def test_tanh_shrink_order1_fused_path_matches_eager(monkeypatch):
 
     for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
         inputs = [
-            (
-                torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo
-            ).requires_grad_(n in ["x"])
+            (torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo)
+            .to(device)
+            .requires_grad_(n in ["x"])
             for n, (lo, hi) in {"x": (-2.0, 2.0)}.items()
         ]
         for a, b in zip(run(True, inputs), run(False, inputs)):
@@ -3539,7 +3792,8 @@ def test_tanh_shrink_order1_fused_path_matches_eager(monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_tanh_shrink_order1_fused_path_stable_at_extremes(dtype, monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_tanh_shrink_order1_fused_path_stable_at_extremes(device, dtype, monkeypatch):
     """The compiled forward and first-order backward at the extreme points: the compiler's
     own forms of an op (exp(x) - 1 for expm1) must not undo the stable ones."""
     monkeypatch.setattr(generated, "_fused_enabled", True)
@@ -3552,9 +3806,30 @@ def test_tanh_shrink_order1_fused_path_stable_at_extremes(dtype, monkeypatch):
         TANH_SHRINK_ORDER1_SCALARS,
         1,
         dtype,
-        "cpu",
+        device,
         EXTREME_RTOL[dtype],
     )
     # compiled, not the eager fallback
     math_fn = generated._tanh_shrink_order1_forward
     assert generated._compiled[math_fn] is not math_fn
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_tanh_shrink_order1_never_waits_for_the_device(device):
+    """Forward, backward copy nothing from the host and read
+    no tensor's value there: on a GPU either would make the host wait for the device."""
+    inputs = _random_inputs({"x": (-2.0, 2.0)}, {"x": (3, 1)}, ["x"], device)
+    with _no_host_transfers(device):
+        _all_orders(generated.tanh_shrink_order1, inputs, TANH_SHRINK_ORDER1_SCALARS, 1)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA not available")
+def test_tanh_shrink_order1_fused_path_never_waits_for_the_device(monkeypatch):
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    inputs = _random_inputs({"x": (-2.0, 2.0)}, {"x": (3, 1)}, ["x"], "cuda")
+    _all_orders(generated.tanh_shrink_order1, inputs, TANH_SHRINK_ORDER1_SCALARS, 1)
+    torch.cuda.synchronize()  # compiling may synchronise; the calls after it must not
+    with _no_host_transfers(
+        "cuda", watch_ops=False
+    ):  # (compiled code runs no aten ops)
+        _all_orders(generated.tanh_shrink_order1, inputs, TANH_SHRINK_ORDER1_SCALARS, 1)

@@ -7,12 +7,14 @@ Do not edit: change the spec and run `symgrad gen`.
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import pytest
 import stability_torch as generated
 import torch
 from torch.autograd import gradcheck, gradgradcheck
+from torch.utils._python_dispatch import TorchDispatchMode
 
 DEVICES = [
     "cpu",
@@ -119,6 +121,63 @@ def _check_cases(
                         g.sum(), x, retain_graph=True, allow_unused=True
                     )
                 _assert_matches(h, cases["second"][key], dtype, rtol, f"d2 {key}")
+
+
+#: Ops that copy a number from the host into a tensor, or read a tensor's value on the host.
+_HOST_OPS = {
+    "lift_fresh",
+    "lift_fresh_copy",
+    "_local_scalar_dense",
+    "nonzero",
+    "masked_select",
+}
+
+
+class _HostTransfers(TorchDispatchMode):
+    """Records the ops of ``_HOST_OPS`` that run under it."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.overloadpacket.__name__ in _HOST_OPS:
+            self.seen.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+@contextlib.contextmanager
+def _no_host_transfers(device, watch_ops=True):
+    """Fails if the code under it copies to or from the host: seen as ops on any device,
+    and on CUDA also by its sync debug mode (which raises at a synchronising call)."""
+    mode = _HostTransfers() if watch_ops else contextlib.nullcontext()
+    cuda = torch.device(device).type == "cuda"
+    previous = torch.cuda.get_sync_debug_mode() if cuda else None
+    if cuda:
+        torch.cuda.set_sync_debug_mode("error")
+    try:
+        with mode:
+            yield
+    finally:
+        if cuda:
+            torch.cuda.set_sync_debug_mode(previous)
+    if watch_ops:
+        assert not mode.seen, f"host transfers: {mode.seen}"
+
+
+def _all_orders(fn, inputs, scalars, order):
+    """Forward, backward and (order 2) double backward of ``fn`` at ``inputs``."""
+    outputs = _outputs(fn(*inputs, **scalars))
+    wrt = [x for x in inputs if x.requires_grad]
+    if not wrt or not any(o.requires_grad for o in outputs):
+        return
+    total = torch.stack([o.sum() for o in outputs if o.requires_grad]).sum()
+    torch.autograd.grad(total, wrt, retain_graph=True, allow_unused=True)
+    if order >= 2:
+        grads = torch.autograd.grad(total, wrt, create_graph=True, allow_unused=True)
+        second = [g.sum() for g in grads if g is not None and g.requires_grad]
+        if second:
+            torch.autograd.grad(torch.stack(second).sum(), wrt, allow_unused=True)
 
 
 def _random_inputs(domains, shapes, diff, device):
@@ -342,7 +401,8 @@ def test_softplus_matches_exact_values(device):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_softplus_stable_at_extremes(dtype):
+@pytest.mark.parametrize("device", DEVICES)
+def test_softplus_stable_at_extremes(device, dtype):
     _check_cases(
         generated.softplus,
         SOFTPLUS_EXTREME if dtype == DOUBLE else SOFTPLUS_EXTREME32,
@@ -352,7 +412,7 @@ def test_softplus_stable_at_extremes(dtype):
         SOFTPLUS_SCALARS,
         2,
         dtype,
-        "cpu",
+        device,
         EXTREME_RTOL[dtype],
     )
 
@@ -449,7 +509,8 @@ def test_softplus_compiles_without_graph_breaks():
     )
 
 
-def test_softplus_fused_path_matches_eager(monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_softplus_fused_path_matches_eager(device, monkeypatch):
     gen = torch.Generator().manual_seed(3)
 
     def run(fused, inputs):
@@ -472,9 +533,9 @@ def test_softplus_fused_path_matches_eager(monkeypatch):
 
     for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
         inputs = [
-            (
-                torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo
-            ).requires_grad_(n in ["x"])
+            (torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo)
+            .to(device)
+            .requires_grad_(n in ["x"])
             for n, (lo, hi) in {"x": (-2.0, 2.0)}.items()
         ]
         for a, b in zip(run(True, inputs), run(False, inputs)):
@@ -485,7 +546,8 @@ def test_softplus_fused_path_matches_eager(monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_softplus_fused_path_stable_at_extremes(dtype, monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_softplus_fused_path_stable_at_extremes(device, dtype, monkeypatch):
     """The compiled forward and first-order backward at the extreme points: the compiler's
     own forms of an op (exp(x) - 1 for expm1) must not undo the stable ones."""
     monkeypatch.setattr(generated, "_fused_enabled", True)
@@ -498,12 +560,33 @@ def test_softplus_fused_path_stable_at_extremes(dtype, monkeypatch):
         SOFTPLUS_SCALARS,
         1,
         dtype,
-        "cpu",
+        device,
         EXTREME_RTOL[dtype],
     )
     # compiled, not the eager fallback
     math_fn = generated._softplus_forward
     assert generated._compiled[math_fn] is not math_fn
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_softplus_never_waits_for_the_device(device):
+    """Forward, backward and double backward copy nothing from the host and read
+    no tensor's value there: on a GPU either would make the host wait for the device."""
+    inputs = _random_inputs({"x": (-2.0, 2.0)}, {"x": (3, 1)}, ["x"], device)
+    with _no_host_transfers(device):
+        _all_orders(generated.softplus, inputs, SOFTPLUS_SCALARS, 2)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA not available")
+def test_softplus_fused_path_never_waits_for_the_device(monkeypatch):
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    inputs = _random_inputs({"x": (-2.0, 2.0)}, {"x": (3, 1)}, ["x"], "cuda")
+    _all_orders(generated.softplus, inputs, SOFTPLUS_SCALARS, 2)
+    torch.cuda.synchronize()  # compiling may synchronise; the calls after it must not
+    with _no_host_transfers(
+        "cuda", watch_ops=False
+    ):  # (compiled code runs no aten ops)
+        _all_orders(generated.softplus, inputs, SOFTPLUS_SCALARS, 2)
 
 
 # --- log_sigmoid -----------------------------------------------------------
@@ -717,7 +800,8 @@ def test_log_sigmoid_matches_exact_values(device):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_log_sigmoid_stable_at_extremes(dtype):
+@pytest.mark.parametrize("device", DEVICES)
+def test_log_sigmoid_stable_at_extremes(device, dtype):
     _check_cases(
         generated.log_sigmoid,
         LOG_SIGMOID_EXTREME if dtype == DOUBLE else LOG_SIGMOID_EXTREME32,
@@ -727,7 +811,7 @@ def test_log_sigmoid_stable_at_extremes(dtype):
         LOG_SIGMOID_SCALARS,
         2,
         dtype,
-        "cpu",
+        device,
         EXTREME_RTOL[dtype],
     )
 
@@ -824,7 +908,8 @@ def test_log_sigmoid_compiles_without_graph_breaks():
     )
 
 
-def test_log_sigmoid_fused_path_matches_eager(monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_log_sigmoid_fused_path_matches_eager(device, monkeypatch):
     gen = torch.Generator().manual_seed(3)
 
     def run(fused, inputs):
@@ -847,9 +932,9 @@ def test_log_sigmoid_fused_path_matches_eager(monkeypatch):
 
     for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
         inputs = [
-            (
-                torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo
-            ).requires_grad_(n in ["x"])
+            (torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo)
+            .to(device)
+            .requires_grad_(n in ["x"])
             for n, (lo, hi) in {"x": (-2.0, 2.0)}.items()
         ]
         for a, b in zip(run(True, inputs), run(False, inputs)):
@@ -860,7 +945,8 @@ def test_log_sigmoid_fused_path_matches_eager(monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_log_sigmoid_fused_path_stable_at_extremes(dtype, monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_log_sigmoid_fused_path_stable_at_extremes(device, dtype, monkeypatch):
     """The compiled forward and first-order backward at the extreme points: the compiler's
     own forms of an op (exp(x) - 1 for expm1) must not undo the stable ones."""
     monkeypatch.setattr(generated, "_fused_enabled", True)
@@ -873,12 +959,33 @@ def test_log_sigmoid_fused_path_stable_at_extremes(dtype, monkeypatch):
         LOG_SIGMOID_SCALARS,
         1,
         dtype,
-        "cpu",
+        device,
         EXTREME_RTOL[dtype],
     )
     # compiled, not the eager fallback
     math_fn = generated._log_sigmoid_forward
     assert generated._compiled[math_fn] is not math_fn
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_log_sigmoid_never_waits_for_the_device(device):
+    """Forward, backward and double backward copy nothing from the host and read
+    no tensor's value there: on a GPU either would make the host wait for the device."""
+    inputs = _random_inputs({"x": (-2.0, 2.0)}, {"x": (3, 1)}, ["x"], device)
+    with _no_host_transfers(device):
+        _all_orders(generated.log_sigmoid, inputs, LOG_SIGMOID_SCALARS, 2)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA not available")
+def test_log_sigmoid_fused_path_never_waits_for_the_device(monkeypatch):
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    inputs = _random_inputs({"x": (-2.0, 2.0)}, {"x": (3, 1)}, ["x"], "cuda")
+    _all_orders(generated.log_sigmoid, inputs, LOG_SIGMOID_SCALARS, 2)
+    torch.cuda.synchronize()  # compiling may synchronise; the calls after it must not
+    with _no_host_transfers(
+        "cuda", watch_ops=False
+    ):  # (compiled code runs no aten ops)
+        _all_orders(generated.log_sigmoid, inputs, LOG_SIGMOID_SCALARS, 2)
 
 
 # --- bce_sigmoid -----------------------------------------------------------
@@ -1129,7 +1236,8 @@ def test_bce_sigmoid_matches_exact_values(device):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_bce_sigmoid_stable_at_extremes(dtype):
+@pytest.mark.parametrize("device", DEVICES)
+def test_bce_sigmoid_stable_at_extremes(device, dtype):
     _check_cases(
         generated.bce_sigmoid,
         BCE_SIGMOID_EXTREME if dtype == DOUBLE else BCE_SIGMOID_EXTREME32,
@@ -1139,7 +1247,7 @@ def test_bce_sigmoid_stable_at_extremes(dtype):
         BCE_SIGMOID_SCALARS,
         2,
         dtype,
-        "cpu",
+        device,
         EXTREME_RTOL[dtype],
     )
 
@@ -1244,7 +1352,8 @@ def test_bce_sigmoid_compiles_without_graph_breaks():
     )
 
 
-def test_bce_sigmoid_fused_path_matches_eager(monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_bce_sigmoid_fused_path_matches_eager(device, monkeypatch):
     gen = torch.Generator().manual_seed(3)
 
     def run(fused, inputs):
@@ -1267,9 +1376,9 @@ def test_bce_sigmoid_fused_path_matches_eager(monkeypatch):
 
     for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
         inputs = [
-            (
-                torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo
-            ).requires_grad_(n in ["z"])
+            (torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo)
+            .to(device)
+            .requires_grad_(n in ["z"])
             for n, (lo, hi) in {"z": (-2.0, 2.0), "target": (0.1, 0.9)}.items()
         ]
         for a, b in zip(run(True, inputs), run(False, inputs)):
@@ -1280,7 +1389,8 @@ def test_bce_sigmoid_fused_path_matches_eager(monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_bce_sigmoid_fused_path_stable_at_extremes(dtype, monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_bce_sigmoid_fused_path_stable_at_extremes(device, dtype, monkeypatch):
     """The compiled forward and first-order backward at the extreme points: the compiler's
     own forms of an op (exp(x) - 1 for expm1) must not undo the stable ones."""
     monkeypatch.setattr(generated, "_fused_enabled", True)
@@ -1293,12 +1403,43 @@ def test_bce_sigmoid_fused_path_stable_at_extremes(dtype, monkeypatch):
         BCE_SIGMOID_SCALARS,
         1,
         dtype,
-        "cpu",
+        device,
         EXTREME_RTOL[dtype],
     )
     # compiled, not the eager fallback
     math_fn = generated._bce_sigmoid_forward
     assert generated._compiled[math_fn] is not math_fn
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_bce_sigmoid_never_waits_for_the_device(device):
+    """Forward, backward and double backward copy nothing from the host and read
+    no tensor's value there: on a GPU either would make the host wait for the device."""
+    inputs = _random_inputs(
+        {"z": (-2.0, 2.0), "target": (0.1, 0.9)},
+        {"z": (3, 1), "target": (4,)},
+        ["z"],
+        device,
+    )
+    with _no_host_transfers(device):
+        _all_orders(generated.bce_sigmoid, inputs, BCE_SIGMOID_SCALARS, 2)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA not available")
+def test_bce_sigmoid_fused_path_never_waits_for_the_device(monkeypatch):
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    inputs = _random_inputs(
+        {"z": (-2.0, 2.0), "target": (0.1, 0.9)},
+        {"z": (3, 1), "target": (4,)},
+        ["z"],
+        "cuda",
+    )
+    _all_orders(generated.bce_sigmoid, inputs, BCE_SIGMOID_SCALARS, 2)
+    torch.cuda.synchronize()  # compiling may synchronise; the calls after it must not
+    with _no_host_transfers(
+        "cuda", watch_ops=False
+    ):  # (compiled code runs no aten ops)
+        _all_orders(generated.bce_sigmoid, inputs, BCE_SIGMOID_SCALARS, 2)
 
 
 # --- logit -----------------------------------------------------------------
@@ -1368,7 +1509,8 @@ def test_logit_matches_exact_values(device):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_logit_stable_at_extremes(dtype):
+@pytest.mark.parametrize("device", DEVICES)
+def test_logit_stable_at_extremes(device, dtype):
     _check_cases(
         generated.logit,
         LOGIT_EXTREME if dtype == DOUBLE else LOGIT_EXTREME32,
@@ -1378,7 +1520,7 @@ def test_logit_stable_at_extremes(dtype):
         LOGIT_SCALARS,
         2,
         dtype,
-        "cpu",
+        device,
         EXTREME_RTOL[dtype],
     )
 
@@ -1469,7 +1611,8 @@ def test_logit_compiles_without_graph_breaks():
     )
 
 
-def test_logit_fused_path_matches_eager(monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_logit_fused_path_matches_eager(device, monkeypatch):
     gen = torch.Generator().manual_seed(3)
 
     def run(fused, inputs):
@@ -1492,9 +1635,9 @@ def test_logit_fused_path_matches_eager(monkeypatch):
 
     for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
         inputs = [
-            (
-                torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo
-            ).requires_grad_(n in ["p"])
+            (torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo)
+            .to(device)
+            .requires_grad_(n in ["p"])
             for n, (lo, hi) in {"p": (0.1, 0.9)}.items()
         ]
         for a, b in zip(run(True, inputs), run(False, inputs)):
@@ -1505,7 +1648,8 @@ def test_logit_fused_path_matches_eager(monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_logit_fused_path_stable_at_extremes(dtype, monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_logit_fused_path_stable_at_extremes(device, dtype, monkeypatch):
     """The compiled forward and first-order backward at the extreme points: the compiler's
     own forms of an op (exp(x) - 1 for expm1) must not undo the stable ones."""
     monkeypatch.setattr(generated, "_fused_enabled", True)
@@ -1518,12 +1662,33 @@ def test_logit_fused_path_stable_at_extremes(dtype, monkeypatch):
         LOGIT_SCALARS,
         1,
         dtype,
-        "cpu",
+        device,
         EXTREME_RTOL[dtype],
     )
     # compiled, not the eager fallback
     math_fn = generated._logit_forward
     assert generated._compiled[math_fn] is not math_fn
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_logit_never_waits_for_the_device(device):
+    """Forward, backward and double backward copy nothing from the host and read
+    no tensor's value there: on a GPU either would make the host wait for the device."""
+    inputs = _random_inputs({"p": (0.1, 0.9)}, {"p": (3, 1)}, ["p"], device)
+    with _no_host_transfers(device):
+        _all_orders(generated.logit, inputs, LOGIT_SCALARS, 2)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA not available")
+def test_logit_fused_path_never_waits_for_the_device(monkeypatch):
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    inputs = _random_inputs({"p": (0.1, 0.9)}, {"p": (3, 1)}, ["p"], "cuda")
+    _all_orders(generated.logit, inputs, LOGIT_SCALARS, 2)
+    torch.cuda.synchronize()  # compiling may synchronise; the calls after it must not
+    with _no_host_transfers(
+        "cuda", watch_ops=False
+    ):  # (compiled code runs no aten ops)
+        _all_orders(generated.logit, inputs, LOGIT_SCALARS, 2)
 
 
 # --- log1mexp --------------------------------------------------------------
@@ -1661,7 +1826,8 @@ def test_log1mexp_matches_exact_values(device):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_log1mexp_stable_at_extremes(dtype):
+@pytest.mark.parametrize("device", DEVICES)
+def test_log1mexp_stable_at_extremes(device, dtype):
     _check_cases(
         generated.log1mexp,
         LOG1MEXP_EXTREME if dtype == DOUBLE else LOG1MEXP_EXTREME32,
@@ -1671,7 +1837,7 @@ def test_log1mexp_stable_at_extremes(dtype):
         LOG1MEXP_SCALARS,
         2,
         dtype,
-        "cpu",
+        device,
         EXTREME_RTOL[dtype],
     )
 
@@ -1768,7 +1934,8 @@ def test_log1mexp_compiles_without_graph_breaks():
     )
 
 
-def test_log1mexp_fused_path_matches_eager(monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_log1mexp_fused_path_matches_eager(device, monkeypatch):
     gen = torch.Generator().manual_seed(3)
 
     def run(fused, inputs):
@@ -1791,9 +1958,9 @@ def test_log1mexp_fused_path_matches_eager(monkeypatch):
 
     for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
         inputs = [
-            (
-                torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo
-            ).requires_grad_(n in ["x"])
+            (torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo)
+            .to(device)
+            .requires_grad_(n in ["x"])
             for n, (lo, hi) in {"x": (-3.0, -0.2)}.items()
         ]
         for a, b in zip(run(True, inputs), run(False, inputs)):
@@ -1804,7 +1971,8 @@ def test_log1mexp_fused_path_matches_eager(monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_log1mexp_fused_path_stable_at_extremes(dtype, monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_log1mexp_fused_path_stable_at_extremes(device, dtype, monkeypatch):
     """The compiled forward and first-order backward at the extreme points: the compiler's
     own forms of an op (exp(x) - 1 for expm1) must not undo the stable ones."""
     monkeypatch.setattr(generated, "_fused_enabled", True)
@@ -1817,12 +1985,33 @@ def test_log1mexp_fused_path_stable_at_extremes(dtype, monkeypatch):
         LOG1MEXP_SCALARS,
         1,
         dtype,
-        "cpu",
+        device,
         EXTREME_RTOL[dtype],
     )
     # compiled, not the eager fallback
     math_fn = generated._log1mexp_forward
     assert generated._compiled[math_fn] is not math_fn
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_log1mexp_never_waits_for_the_device(device):
+    """Forward, backward and double backward copy nothing from the host and read
+    no tensor's value there: on a GPU either would make the host wait for the device."""
+    inputs = _random_inputs({"x": (-3.0, -0.2)}, {"x": (3, 1)}, ["x"], device)
+    with _no_host_transfers(device):
+        _all_orders(generated.log1mexp, inputs, LOG1MEXP_SCALARS, 2)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA not available")
+def test_log1mexp_fused_path_never_waits_for_the_device(monkeypatch):
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    inputs = _random_inputs({"x": (-3.0, -0.2)}, {"x": (3, 1)}, ["x"], "cuda")
+    _all_orders(generated.log1mexp, inputs, LOG1MEXP_SCALARS, 2)
+    torch.cuda.synchronize()  # compiling may synchronise; the calls after it must not
+    with _no_host_transfers(
+        "cuda", watch_ops=False
+    ):  # (compiled code runs no aten ops)
+        _all_orders(generated.log1mexp, inputs, LOG1MEXP_SCALARS, 2)
 
 
 # --- mish ------------------------------------------------------------------
@@ -2036,7 +2225,8 @@ def test_mish_matches_exact_values(device):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_mish_stable_at_extremes(dtype):
+@pytest.mark.parametrize("device", DEVICES)
+def test_mish_stable_at_extremes(device, dtype):
     _check_cases(
         generated.mish,
         MISH_EXTREME if dtype == DOUBLE else MISH_EXTREME32,
@@ -2046,7 +2236,7 @@ def test_mish_stable_at_extremes(dtype):
         MISH_SCALARS,
         2,
         dtype,
-        "cpu",
+        device,
         EXTREME_RTOL[dtype],
     )
 
@@ -2137,7 +2327,8 @@ def test_mish_compiles_without_graph_breaks():
     )
 
 
-def test_mish_fused_path_matches_eager(monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_mish_fused_path_matches_eager(device, monkeypatch):
     gen = torch.Generator().manual_seed(3)
 
     def run(fused, inputs):
@@ -2160,9 +2351,9 @@ def test_mish_fused_path_matches_eager(monkeypatch):
 
     for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
         inputs = [
-            (
-                torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo
-            ).requires_grad_(n in ["x"])
+            (torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo)
+            .to(device)
+            .requires_grad_(n in ["x"])
             for n, (lo, hi) in {"x": (-2.0, 2.0)}.items()
         ]
         for a, b in zip(run(True, inputs), run(False, inputs)):
@@ -2173,7 +2364,8 @@ def test_mish_fused_path_matches_eager(monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_mish_fused_path_stable_at_extremes(dtype, monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_mish_fused_path_stable_at_extremes(device, dtype, monkeypatch):
     """The compiled forward and first-order backward at the extreme points: the compiler's
     own forms of an op (exp(x) - 1 for expm1) must not undo the stable ones."""
     monkeypatch.setattr(generated, "_fused_enabled", True)
@@ -2186,12 +2378,33 @@ def test_mish_fused_path_stable_at_extremes(dtype, monkeypatch):
         MISH_SCALARS,
         1,
         dtype,
-        "cpu",
+        device,
         EXTREME_RTOL[dtype],
     )
     # compiled, not the eager fallback
     math_fn = generated._mish_forward
     assert generated._compiled[math_fn] is not math_fn
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_mish_never_waits_for_the_device(device):
+    """Forward, backward and double backward copy nothing from the host and read
+    no tensor's value there: on a GPU either would make the host wait for the device."""
+    inputs = _random_inputs({"x": (-2.0, 2.0)}, {"x": (3, 1)}, ["x"], device)
+    with _no_host_transfers(device):
+        _all_orders(generated.mish, inputs, MISH_SCALARS, 2)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA not available")
+def test_mish_fused_path_never_waits_for_the_device(monkeypatch):
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    inputs = _random_inputs({"x": (-2.0, 2.0)}, {"x": (3, 1)}, ["x"], "cuda")
+    _all_orders(generated.mish, inputs, MISH_SCALARS, 2)
+    torch.cuda.synchronize()  # compiling may synchronise; the calls after it must not
+    with _no_host_transfers(
+        "cuda", watch_ops=False
+    ):  # (compiled code runs no aten ops)
+        _all_orders(generated.mish, inputs, MISH_SCALARS, 2)
 
 
 # --- gelu ------------------------------------------------------------------
@@ -2405,7 +2618,8 @@ def test_gelu_matches_exact_values(device):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_gelu_stable_at_extremes(dtype):
+@pytest.mark.parametrize("device", DEVICES)
+def test_gelu_stable_at_extremes(device, dtype):
     _check_cases(
         generated.gelu,
         GELU_EXTREME if dtype == DOUBLE else GELU_EXTREME32,
@@ -2415,7 +2629,7 @@ def test_gelu_stable_at_extremes(dtype):
         GELU_SCALARS,
         2,
         dtype,
-        "cpu",
+        device,
         EXTREME_RTOL[dtype],
     )
 
@@ -2506,7 +2720,8 @@ def test_gelu_compiles_without_graph_breaks():
     )
 
 
-def test_gelu_fused_path_matches_eager(monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_gelu_fused_path_matches_eager(device, monkeypatch):
     gen = torch.Generator().manual_seed(3)
 
     def run(fused, inputs):
@@ -2529,9 +2744,9 @@ def test_gelu_fused_path_matches_eager(monkeypatch):
 
     for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
         inputs = [
-            (
-                torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo
-            ).requires_grad_(n in ["x"])
+            (torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo)
+            .to(device)
+            .requires_grad_(n in ["x"])
             for n, (lo, hi) in {"x": (-2.0, 2.0)}.items()
         ]
         for a, b in zip(run(True, inputs), run(False, inputs)):
@@ -2542,7 +2757,8 @@ def test_gelu_fused_path_matches_eager(monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_gelu_fused_path_stable_at_extremes(dtype, monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_gelu_fused_path_stable_at_extremes(device, dtype, monkeypatch):
     """The compiled forward and first-order backward at the extreme points: the compiler's
     own forms of an op (exp(x) - 1 for expm1) must not undo the stable ones."""
     monkeypatch.setattr(generated, "_fused_enabled", True)
@@ -2555,12 +2771,33 @@ def test_gelu_fused_path_stable_at_extremes(dtype, monkeypatch):
         GELU_SCALARS,
         1,
         dtype,
-        "cpu",
+        device,
         EXTREME_RTOL[dtype],
     )
     # compiled, not the eager fallback
     math_fn = generated._gelu_forward
     assert generated._compiled[math_fn] is not math_fn
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_gelu_never_waits_for_the_device(device):
+    """Forward, backward and double backward copy nothing from the host and read
+    no tensor's value there: on a GPU either would make the host wait for the device."""
+    inputs = _random_inputs({"x": (-2.0, 2.0)}, {"x": (3, 1)}, ["x"], device)
+    with _no_host_transfers(device):
+        _all_orders(generated.gelu, inputs, GELU_SCALARS, 2)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA not available")
+def test_gelu_fused_path_never_waits_for_the_device(monkeypatch):
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    inputs = _random_inputs({"x": (-2.0, 2.0)}, {"x": (3, 1)}, ["x"], "cuda")
+    _all_orders(generated.gelu, inputs, GELU_SCALARS, 2)
+    torch.cuda.synchronize()  # compiling may synchronise; the calls after it must not
+    with _no_host_transfers(
+        "cuda", watch_ops=False
+    ):  # (compiled code runs no aten ops)
+        _all_orders(generated.gelu, inputs, GELU_SCALARS, 2)
 
 
 # --- swish -----------------------------------------------------------------
@@ -2774,7 +3011,8 @@ def test_swish_matches_exact_values(device):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_swish_stable_at_extremes(dtype):
+@pytest.mark.parametrize("device", DEVICES)
+def test_swish_stable_at_extremes(device, dtype):
     _check_cases(
         generated.swish,
         SWISH_EXTREME if dtype == DOUBLE else SWISH_EXTREME32,
@@ -2784,7 +3022,7 @@ def test_swish_stable_at_extremes(dtype):
         SWISH_SCALARS,
         2,
         dtype,
-        "cpu",
+        device,
         EXTREME_RTOL[dtype],
     )
 
@@ -2875,7 +3113,8 @@ def test_swish_compiles_without_graph_breaks():
     )
 
 
-def test_swish_fused_path_matches_eager(monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_swish_fused_path_matches_eager(device, monkeypatch):
     gen = torch.Generator().manual_seed(3)
 
     def run(fused, inputs):
@@ -2898,9 +3137,9 @@ def test_swish_fused_path_matches_eager(monkeypatch):
 
     for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
         inputs = [
-            (
-                torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo
-            ).requires_grad_(n in ["x"])
+            (torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo)
+            .to(device)
+            .requires_grad_(n in ["x"])
             for n, (lo, hi) in {"x": (-2.0, 2.0)}.items()
         ]
         for a, b in zip(run(True, inputs), run(False, inputs)):
@@ -2911,7 +3150,8 @@ def test_swish_fused_path_matches_eager(monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_swish_fused_path_stable_at_extremes(dtype, monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_swish_fused_path_stable_at_extremes(device, dtype, monkeypatch):
     """The compiled forward and first-order backward at the extreme points: the compiler's
     own forms of an op (exp(x) - 1 for expm1) must not undo the stable ones."""
     monkeypatch.setattr(generated, "_fused_enabled", True)
@@ -2924,12 +3164,33 @@ def test_swish_fused_path_stable_at_extremes(dtype, monkeypatch):
         SWISH_SCALARS,
         1,
         dtype,
-        "cpu",
+        device,
         EXTREME_RTOL[dtype],
     )
     # compiled, not the eager fallback
     math_fn = generated._swish_forward
     assert generated._compiled[math_fn] is not math_fn
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_swish_never_waits_for_the_device(device):
+    """Forward, backward and double backward copy nothing from the host and read
+    no tensor's value there: on a GPU either would make the host wait for the device."""
+    inputs = _random_inputs({"x": (-2.0, 2.0)}, {"x": (3, 1)}, ["x"], device)
+    with _no_host_transfers(device):
+        _all_orders(generated.swish, inputs, SWISH_SCALARS, 2)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA not available")
+def test_swish_fused_path_never_waits_for_the_device(monkeypatch):
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    inputs = _random_inputs({"x": (-2.0, 2.0)}, {"x": (3, 1)}, ["x"], "cuda")
+    _all_orders(generated.swish, inputs, SWISH_SCALARS, 2)
+    torch.cuda.synchronize()  # compiling may synchronise; the calls after it must not
+    with _no_host_transfers(
+        "cuda", watch_ops=False
+    ):  # (compiled code runs no aten ops)
+        _all_orders(generated.swish, inputs, SWISH_SCALARS, 2)
 
 
 # --- focal_loss ------------------------------------------------------------
@@ -3180,7 +3441,8 @@ def test_focal_loss_matches_exact_values(device):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_focal_loss_stable_at_extremes(dtype):
+@pytest.mark.parametrize("device", DEVICES)
+def test_focal_loss_stable_at_extremes(device, dtype):
     _check_cases(
         generated.focal_loss,
         FOCAL_LOSS_EXTREME if dtype == DOUBLE else FOCAL_LOSS_EXTREME32,
@@ -3190,7 +3452,7 @@ def test_focal_loss_stable_at_extremes(dtype):
         FOCAL_LOSS_SCALARS,
         2,
         dtype,
-        "cpu",
+        device,
         EXTREME_RTOL[dtype],
     )
 
@@ -3295,7 +3557,8 @@ def test_focal_loss_compiles_without_graph_breaks():
     )
 
 
-def test_focal_loss_fused_path_matches_eager(monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_focal_loss_fused_path_matches_eager(device, monkeypatch):
     gen = torch.Generator().manual_seed(3)
 
     def run(fused, inputs):
@@ -3318,9 +3581,9 @@ def test_focal_loss_fused_path_matches_eager(monkeypatch):
 
     for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
         inputs = [
-            (
-                torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo
-            ).requires_grad_(n in ["z"])
+            (torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo)
+            .to(device)
+            .requires_grad_(n in ["z"])
             for n, (lo, hi) in {"z": (-2.0, 2.0), "target": (0.1, 0.9)}.items()
         ]
         for a, b in zip(run(True, inputs), run(False, inputs)):
@@ -3331,7 +3594,8 @@ def test_focal_loss_fused_path_matches_eager(monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_focal_loss_fused_path_stable_at_extremes(dtype, monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_focal_loss_fused_path_stable_at_extremes(device, dtype, monkeypatch):
     """The compiled forward and first-order backward at the extreme points: the compiler's
     own forms of an op (exp(x) - 1 for expm1) must not undo the stable ones."""
     monkeypatch.setattr(generated, "_fused_enabled", True)
@@ -3344,12 +3608,43 @@ def test_focal_loss_fused_path_stable_at_extremes(dtype, monkeypatch):
         FOCAL_LOSS_SCALARS,
         1,
         dtype,
-        "cpu",
+        device,
         EXTREME_RTOL[dtype],
     )
     # compiled, not the eager fallback
     math_fn = generated._focal_loss_forward
     assert generated._compiled[math_fn] is not math_fn
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_focal_loss_never_waits_for_the_device(device):
+    """Forward, backward and double backward copy nothing from the host and read
+    no tensor's value there: on a GPU either would make the host wait for the device."""
+    inputs = _random_inputs(
+        {"z": (-2.0, 2.0), "target": (0.1, 0.9)},
+        {"z": (3, 1), "target": (4,)},
+        ["z"],
+        device,
+    )
+    with _no_host_transfers(device):
+        _all_orders(generated.focal_loss, inputs, FOCAL_LOSS_SCALARS, 2)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA not available")
+def test_focal_loss_fused_path_never_waits_for_the_device(monkeypatch):
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    inputs = _random_inputs(
+        {"z": (-2.0, 2.0), "target": (0.1, 0.9)},
+        {"z": (3, 1), "target": (4,)},
+        ["z"],
+        "cuda",
+    )
+    _all_orders(generated.focal_loss, inputs, FOCAL_LOSS_SCALARS, 2)
+    torch.cuda.synchronize()  # compiling may synchronise; the calls after it must not
+    with _no_host_transfers(
+        "cuda", watch_ops=False
+    ):  # (compiled code runs no aten ops)
+        _all_orders(generated.focal_loss, inputs, FOCAL_LOSS_SCALARS, 2)
 
 
 # --- student_t_logpdf ------------------------------------------------------
@@ -3563,7 +3858,8 @@ def test_student_t_logpdf_matches_exact_values(device):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_student_t_logpdf_stable_at_extremes(dtype):
+@pytest.mark.parametrize("device", DEVICES)
+def test_student_t_logpdf_stable_at_extremes(device, dtype):
     _check_cases(
         generated.student_t_logpdf,
         STUDENT_T_LOGPDF_EXTREME if dtype == DOUBLE else STUDENT_T_LOGPDF_EXTREME32,
@@ -3573,7 +3869,7 @@ def test_student_t_logpdf_stable_at_extremes(dtype):
         STUDENT_T_LOGPDF_SCALARS,
         2,
         dtype,
-        "cpu",
+        device,
         EXTREME_RTOL[dtype],
     )
 
@@ -3678,7 +3974,8 @@ def test_student_t_logpdf_compiles_without_graph_breaks():
     )
 
 
-def test_student_t_logpdf_fused_path_matches_eager(monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_student_t_logpdf_fused_path_matches_eager(device, monkeypatch):
     gen = torch.Generator().manual_seed(3)
 
     def run(fused, inputs):
@@ -3703,9 +4000,9 @@ def test_student_t_logpdf_fused_path_matches_eager(monkeypatch):
 
     for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
         inputs = [
-            (
-                torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo
-            ).requires_grad_(n in ["x"])
+            (torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo)
+            .to(device)
+            .requires_grad_(n in ["x"])
             for n, (lo, hi) in {"x": (-2.0, 2.0)}.items()
         ]
         for a, b in zip(run(True, inputs), run(False, inputs)):
@@ -3716,7 +4013,8 @@ def test_student_t_logpdf_fused_path_matches_eager(monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_student_t_logpdf_fused_path_stable_at_extremes(dtype, monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_student_t_logpdf_fused_path_stable_at_extremes(device, dtype, monkeypatch):
     """The compiled forward and first-order backward at the extreme points: the compiler's
     own forms of an op (exp(x) - 1 for expm1) must not undo the stable ones."""
     monkeypatch.setattr(generated, "_fused_enabled", True)
@@ -3729,12 +4027,33 @@ def test_student_t_logpdf_fused_path_stable_at_extremes(dtype, monkeypatch):
         STUDENT_T_LOGPDF_SCALARS,
         1,
         dtype,
-        "cpu",
+        device,
         EXTREME_RTOL[dtype],
     )
     # compiled, not the eager fallback
     math_fn = generated._student_t_logpdf_forward
     assert generated._compiled[math_fn] is not math_fn
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_student_t_logpdf_never_waits_for_the_device(device):
+    """Forward, backward and double backward copy nothing from the host and read
+    no tensor's value there: on a GPU either would make the host wait for the device."""
+    inputs = _random_inputs({"x": (-2.0, 2.0)}, {"x": (3, 1)}, ["x"], device)
+    with _no_host_transfers(device):
+        _all_orders(generated.student_t_logpdf, inputs, STUDENT_T_LOGPDF_SCALARS, 2)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA not available")
+def test_student_t_logpdf_fused_path_never_waits_for_the_device(monkeypatch):
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    inputs = _random_inputs({"x": (-2.0, 2.0)}, {"x": (3, 1)}, ["x"], "cuda")
+    _all_orders(generated.student_t_logpdf, inputs, STUDENT_T_LOGPDF_SCALARS, 2)
+    torch.cuda.synchronize()  # compiling may synchronise; the calls after it must not
+    with _no_host_transfers(
+        "cuda", watch_ops=False
+    ):  # (compiled code runs no aten ops)
+        _all_orders(generated.student_t_logpdf, inputs, STUDENT_T_LOGPDF_SCALARS, 2)
 
 
 # --- entropy_term ----------------------------------------------------------
@@ -3872,7 +4191,8 @@ def test_entropy_term_matches_exact_values(device):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_entropy_term_stable_at_extremes(dtype):
+@pytest.mark.parametrize("device", DEVICES)
+def test_entropy_term_stable_at_extremes(device, dtype):
     _check_cases(
         generated.entropy_term,
         ENTROPY_TERM_EXTREME if dtype == DOUBLE else ENTROPY_TERM_EXTREME32,
@@ -3882,7 +4202,7 @@ def test_entropy_term_stable_at_extremes(dtype):
         ENTROPY_TERM_SCALARS,
         2,
         dtype,
-        "cpu",
+        device,
         EXTREME_RTOL[dtype],
     )
 
@@ -3980,7 +4300,8 @@ def test_entropy_term_compiles_without_graph_breaks():
     )
 
 
-def test_entropy_term_fused_path_matches_eager(monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_entropy_term_fused_path_matches_eager(device, monkeypatch):
     gen = torch.Generator().manual_seed(3)
 
     def run(fused, inputs):
@@ -4003,9 +4324,9 @@ def test_entropy_term_fused_path_matches_eager(monkeypatch):
 
     for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
         inputs = [
-            (
-                torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo
-            ).requires_grad_(n in ["x"])
+            (torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo)
+            .to(device)
+            .requires_grad_(n in ["x"])
             for n, (lo, hi) in {"x": (0.2, 3.0)}.items()
         ]
         for a, b in zip(run(True, inputs), run(False, inputs)):
@@ -4016,7 +4337,8 @@ def test_entropy_term_fused_path_matches_eager(monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_entropy_term_fused_path_stable_at_extremes(dtype, monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_entropy_term_fused_path_stable_at_extremes(device, dtype, monkeypatch):
     """The compiled forward and first-order backward at the extreme points: the compiler's
     own forms of an op (exp(x) - 1 for expm1) must not undo the stable ones."""
     monkeypatch.setattr(generated, "_fused_enabled", True)
@@ -4029,12 +4351,33 @@ def test_entropy_term_fused_path_stable_at_extremes(dtype, monkeypatch):
         ENTROPY_TERM_SCALARS,
         1,
         dtype,
-        "cpu",
+        device,
         EXTREME_RTOL[dtype],
     )
     # compiled, not the eager fallback
     math_fn = generated._entropy_term_forward
     assert generated._compiled[math_fn] is not math_fn
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_entropy_term_never_waits_for_the_device(device):
+    """Forward, backward and double backward copy nothing from the host and read
+    no tensor's value there: on a GPU either would make the host wait for the device."""
+    inputs = _random_inputs({"x": (0.2, 3.0)}, {"x": (3, 1)}, ["x"], device)
+    with _no_host_transfers(device):
+        _all_orders(generated.entropy_term, inputs, ENTROPY_TERM_SCALARS, 2)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA not available")
+def test_entropy_term_fused_path_never_waits_for_the_device(monkeypatch):
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    inputs = _random_inputs({"x": (0.2, 3.0)}, {"x": (3, 1)}, ["x"], "cuda")
+    _all_orders(generated.entropy_term, inputs, ENTROPY_TERM_SCALARS, 2)
+    torch.cuda.synchronize()  # compiling may synchronise; the calls after it must not
+    with _no_host_transfers(
+        "cuda", watch_ops=False
+    ):  # (compiled code runs no aten ops)
+        _all_orders(generated.entropy_term, inputs, ENTROPY_TERM_SCALARS, 2)
 
 
 # --- sqrt_diff -------------------------------------------------------------
@@ -4172,7 +4515,8 @@ def test_sqrt_diff_matches_exact_values(device):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_sqrt_diff_stable_at_extremes(dtype):
+@pytest.mark.parametrize("device", DEVICES)
+def test_sqrt_diff_stable_at_extremes(device, dtype):
     _check_cases(
         generated.sqrt_diff,
         SQRT_DIFF_EXTREME if dtype == DOUBLE else SQRT_DIFF_EXTREME32,
@@ -4182,7 +4526,7 @@ def test_sqrt_diff_stable_at_extremes(dtype):
         SQRT_DIFF_SCALARS,
         2,
         dtype,
-        "cpu",
+        device,
         EXTREME_RTOL[dtype],
     )
 
@@ -4279,7 +4623,8 @@ def test_sqrt_diff_compiles_without_graph_breaks():
     )
 
 
-def test_sqrt_diff_fused_path_matches_eager(monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_sqrt_diff_fused_path_matches_eager(device, monkeypatch):
     gen = torch.Generator().manual_seed(3)
 
     def run(fused, inputs):
@@ -4302,9 +4647,9 @@ def test_sqrt_diff_fused_path_matches_eager(monkeypatch):
 
     for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
         inputs = [
-            (
-                torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo
-            ).requires_grad_(n in ["x"])
+            (torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo)
+            .to(device)
+            .requires_grad_(n in ["x"])
             for n, (lo, hi) in {"x": (0.2, 3.0)}.items()
         ]
         for a, b in zip(run(True, inputs), run(False, inputs)):
@@ -4315,7 +4660,8 @@ def test_sqrt_diff_fused_path_matches_eager(monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_sqrt_diff_fused_path_stable_at_extremes(dtype, monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_sqrt_diff_fused_path_stable_at_extremes(device, dtype, monkeypatch):
     """The compiled forward and first-order backward at the extreme points: the compiler's
     own forms of an op (exp(x) - 1 for expm1) must not undo the stable ones."""
     monkeypatch.setattr(generated, "_fused_enabled", True)
@@ -4328,12 +4674,33 @@ def test_sqrt_diff_fused_path_stable_at_extremes(dtype, monkeypatch):
         SQRT_DIFF_SCALARS,
         1,
         dtype,
-        "cpu",
+        device,
         EXTREME_RTOL[dtype],
     )
     # compiled, not the eager fallback
     math_fn = generated._sqrt_diff_forward
     assert generated._compiled[math_fn] is not math_fn
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_sqrt_diff_never_waits_for_the_device(device):
+    """Forward, backward and double backward copy nothing from the host and read
+    no tensor's value there: on a GPU either would make the host wait for the device."""
+    inputs = _random_inputs({"x": (0.2, 3.0)}, {"x": (3, 1)}, ["x"], device)
+    with _no_host_transfers(device):
+        _all_orders(generated.sqrt_diff, inputs, SQRT_DIFF_SCALARS, 2)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA not available")
+def test_sqrt_diff_fused_path_never_waits_for_the_device(monkeypatch):
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    inputs = _random_inputs({"x": (0.2, 3.0)}, {"x": (3, 1)}, ["x"], "cuda")
+    _all_orders(generated.sqrt_diff, inputs, SQRT_DIFF_SCALARS, 2)
+    torch.cuda.synchronize()  # compiling may synchronise; the calls after it must not
+    with _no_host_transfers(
+        "cuda", watch_ops=False
+    ):  # (compiled code runs no aten ops)
+        _all_orders(generated.sqrt_diff, inputs, SQRT_DIFF_SCALARS, 2)
 
 
 # --- exprel ----------------------------------------------------------------
@@ -4547,7 +4914,8 @@ def test_exprel_matches_exact_values(device):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_exprel_stable_at_extremes(dtype):
+@pytest.mark.parametrize("device", DEVICES)
+def test_exprel_stable_at_extremes(device, dtype):
     _check_cases(
         generated.exprel,
         EXPREL_EXTREME if dtype == DOUBLE else EXPREL_EXTREME32,
@@ -4557,7 +4925,7 @@ def test_exprel_stable_at_extremes(dtype):
         EXPREL_SCALARS,
         2,
         dtype,
-        "cpu",
+        device,
         EXTREME_RTOL[dtype],
     )
 
@@ -4650,7 +5018,8 @@ def test_exprel_compiles_without_graph_breaks():
     )
 
 
-def test_exprel_fused_path_matches_eager(monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_exprel_fused_path_matches_eager(device, monkeypatch):
     gen = torch.Generator().manual_seed(3)
 
     def run(fused, inputs):
@@ -4673,9 +5042,9 @@ def test_exprel_fused_path_matches_eager(monkeypatch):
 
     for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
         inputs = [
-            (
-                torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo
-            ).requires_grad_(n in ["x"])
+            (torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo)
+            .to(device)
+            .requires_grad_(n in ["x"])
             for n, (lo, hi) in {"x": (-2.0, 2.0)}.items()
         ]
         for a, b in zip(run(True, inputs), run(False, inputs)):
@@ -4686,7 +5055,8 @@ def test_exprel_fused_path_matches_eager(monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_exprel_fused_path_stable_at_extremes(dtype, monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_exprel_fused_path_stable_at_extremes(device, dtype, monkeypatch):
     """The compiled forward and first-order backward at the extreme points: the compiler's
     own forms of an op (exp(x) - 1 for expm1) must not undo the stable ones."""
     monkeypatch.setattr(generated, "_fused_enabled", True)
@@ -4699,12 +5069,33 @@ def test_exprel_fused_path_stable_at_extremes(dtype, monkeypatch):
         EXPREL_SCALARS,
         1,
         dtype,
-        "cpu",
+        device,
         EXTREME_RTOL[dtype],
     )
     # compiled, not the eager fallback
     math_fn = generated._exprel_forward
     assert generated._compiled[math_fn] is not math_fn
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_exprel_never_waits_for_the_device(device):
+    """Forward, backward and double backward copy nothing from the host and read
+    no tensor's value there: on a GPU either would make the host wait for the device."""
+    inputs = _random_inputs({"x": (-2.0, 2.0)}, {"x": (3, 1)}, ["x"], device)
+    with _no_host_transfers(device):
+        _all_orders(generated.exprel, inputs, EXPREL_SCALARS, 2)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA not available")
+def test_exprel_fused_path_never_waits_for_the_device(monkeypatch):
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    inputs = _random_inputs({"x": (-2.0, 2.0)}, {"x": (3, 1)}, ["x"], "cuda")
+    _all_orders(generated.exprel, inputs, EXPREL_SCALARS, 2)
+    torch.cuda.synchronize()  # compiling may synchronise; the calls after it must not
+    with _no_host_transfers(
+        "cuda", watch_ops=False
+    ):  # (compiled code runs no aten ops)
+        _all_orders(generated.exprel, inputs, EXPREL_SCALARS, 2)
 
 
 # --- logaddexp -------------------------------------------------------------
@@ -5249,7 +5640,8 @@ def test_logaddexp_matches_exact_values(device):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_logaddexp_stable_at_extremes(dtype):
+@pytest.mark.parametrize("device", DEVICES)
+def test_logaddexp_stable_at_extremes(device, dtype):
     _check_cases(
         generated.logaddexp,
         LOGADDEXP_EXTREME if dtype == DOUBLE else LOGADDEXP_EXTREME32,
@@ -5259,7 +5651,7 @@ def test_logaddexp_stable_at_extremes(dtype):
         LOGADDEXP_SCALARS,
         2,
         dtype,
-        "cpu",
+        device,
         EXTREME_RTOL[dtype],
     )
 
@@ -5361,7 +5753,8 @@ def test_logaddexp_compiles_without_graph_breaks():
     )
 
 
-def test_logaddexp_fused_path_matches_eager(monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_logaddexp_fused_path_matches_eager(device, monkeypatch):
     gen = torch.Generator().manual_seed(3)
 
     def run(fused, inputs):
@@ -5384,9 +5777,9 @@ def test_logaddexp_fused_path_matches_eager(monkeypatch):
 
     for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
         inputs = [
-            (
-                torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo
-            ).requires_grad_(n in ["a", "b"])
+            (torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo)
+            .to(device)
+            .requires_grad_(n in ["a", "b"])
             for n, (lo, hi) in {"a": (-2.0, 2.0), "b": (-2.0, 2.0)}.items()
         ]
         for a, b in zip(run(True, inputs), run(False, inputs)):
@@ -5397,7 +5790,8 @@ def test_logaddexp_fused_path_matches_eager(monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_logaddexp_fused_path_stable_at_extremes(dtype, monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_logaddexp_fused_path_stable_at_extremes(device, dtype, monkeypatch):
     """The compiled forward and first-order backward at the extreme points: the compiler's
     own forms of an op (exp(x) - 1 for expm1) must not undo the stable ones."""
     monkeypatch.setattr(generated, "_fused_enabled", True)
@@ -5410,12 +5804,43 @@ def test_logaddexp_fused_path_stable_at_extremes(dtype, monkeypatch):
         LOGADDEXP_SCALARS,
         1,
         dtype,
-        "cpu",
+        device,
         EXTREME_RTOL[dtype],
     )
     # compiled, not the eager fallback
     math_fn = generated._logaddexp_forward
     assert generated._compiled[math_fn] is not math_fn
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_logaddexp_never_waits_for_the_device(device):
+    """Forward, backward and double backward copy nothing from the host and read
+    no tensor's value there: on a GPU either would make the host wait for the device."""
+    inputs = _random_inputs(
+        {"a": (-2.0, 2.0), "b": (-2.0, 2.0)},
+        {"a": (3, 1), "b": (4,)},
+        ["a", "b"],
+        device,
+    )
+    with _no_host_transfers(device):
+        _all_orders(generated.logaddexp, inputs, LOGADDEXP_SCALARS, 2)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA not available")
+def test_logaddexp_fused_path_never_waits_for_the_device(monkeypatch):
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    inputs = _random_inputs(
+        {"a": (-2.0, 2.0), "b": (-2.0, 2.0)},
+        {"a": (3, 1), "b": (4,)},
+        ["a", "b"],
+        "cuda",
+    )
+    _all_orders(generated.logaddexp, inputs, LOGADDEXP_SCALARS, 2)
+    torch.cuda.synchronize()  # compiling may synchronise; the calls after it must not
+    with _no_host_transfers(
+        "cuda", watch_ops=False
+    ):  # (compiled code runs no aten ops)
+        _all_orders(generated.logaddexp, inputs, LOGADDEXP_SCALARS, 2)
 
 
 # --- scaled_erfc -----------------------------------------------------------
@@ -5629,7 +6054,8 @@ def test_scaled_erfc_matches_exact_values(device):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_scaled_erfc_stable_at_extremes(dtype):
+@pytest.mark.parametrize("device", DEVICES)
+def test_scaled_erfc_stable_at_extremes(device, dtype):
     _check_cases(
         generated.scaled_erfc,
         SCALED_ERFC_EXTREME if dtype == DOUBLE else SCALED_ERFC_EXTREME32,
@@ -5639,7 +6065,7 @@ def test_scaled_erfc_stable_at_extremes(dtype):
         SCALED_ERFC_SCALARS,
         2,
         dtype,
-        "cpu",
+        device,
         EXTREME_RTOL[dtype],
     )
 
@@ -5736,7 +6162,8 @@ def test_scaled_erfc_compiles_without_graph_breaks():
     )
 
 
-def test_scaled_erfc_fused_path_matches_eager(monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_scaled_erfc_fused_path_matches_eager(device, monkeypatch):
     gen = torch.Generator().manual_seed(3)
 
     def run(fused, inputs):
@@ -5759,9 +6186,9 @@ def test_scaled_erfc_fused_path_matches_eager(monkeypatch):
 
     for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
         inputs = [
-            (
-                torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo
-            ).requires_grad_(n in ["x"])
+            (torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo)
+            .to(device)
+            .requires_grad_(n in ["x"])
             for n, (lo, hi) in {"x": (-2.0, 2.0)}.items()
         ]
         for a, b in zip(run(True, inputs), run(False, inputs)):
@@ -5772,7 +6199,8 @@ def test_scaled_erfc_fused_path_matches_eager(monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_scaled_erfc_fused_path_stable_at_extremes(dtype, monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_scaled_erfc_fused_path_stable_at_extremes(device, dtype, monkeypatch):
     """The compiled forward and first-order backward at the extreme points: the compiler's
     own forms of an op (exp(x) - 1 for expm1) must not undo the stable ones."""
     monkeypatch.setattr(generated, "_fused_enabled", True)
@@ -5785,9 +6213,30 @@ def test_scaled_erfc_fused_path_stable_at_extremes(dtype, monkeypatch):
         SCALED_ERFC_SCALARS,
         1,
         dtype,
-        "cpu",
+        device,
         EXTREME_RTOL[dtype],
     )
     # compiled, not the eager fallback
     math_fn = generated._scaled_erfc_forward
     assert generated._compiled[math_fn] is not math_fn
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_scaled_erfc_never_waits_for_the_device(device):
+    """Forward, backward and double backward copy nothing from the host and read
+    no tensor's value there: on a GPU either would make the host wait for the device."""
+    inputs = _random_inputs({"x": (-2.0, 2.0)}, {"x": (3, 1)}, ["x"], device)
+    with _no_host_transfers(device):
+        _all_orders(generated.scaled_erfc, inputs, SCALED_ERFC_SCALARS, 2)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA not available")
+def test_scaled_erfc_fused_path_never_waits_for_the_device(monkeypatch):
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    inputs = _random_inputs({"x": (-2.0, 2.0)}, {"x": (3, 1)}, ["x"], "cuda")
+    _all_orders(generated.scaled_erfc, inputs, SCALED_ERFC_SCALARS, 2)
+    torch.cuda.synchronize()  # compiling may synchronise; the calls after it must not
+    with _no_host_transfers(
+        "cuda", watch_ops=False
+    ):  # (compiled code runs no aten ops)
+        _all_orders(generated.scaled_erfc, inputs, SCALED_ERFC_SCALARS, 2)

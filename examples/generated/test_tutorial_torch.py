@@ -7,12 +7,14 @@ Do not edit: change the spec and run `symgrad gen`.
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import pytest
 import torch
 import tutorial_torch as generated
 from torch.autograd import gradcheck, gradgradcheck
+from torch.utils._python_dispatch import TorchDispatchMode
 
 DEVICES = [
     "cpu",
@@ -119,6 +121,63 @@ def _check_cases(
                         g.sum(), x, retain_graph=True, allow_unused=True
                     )
                 _assert_matches(h, cases["second"][key], dtype, rtol, f"d2 {key}")
+
+
+#: Ops that copy a number from the host into a tensor, or read a tensor's value on the host.
+_HOST_OPS = {
+    "lift_fresh",
+    "lift_fresh_copy",
+    "_local_scalar_dense",
+    "nonzero",
+    "masked_select",
+}
+
+
+class _HostTransfers(TorchDispatchMode):
+    """Records the ops of ``_HOST_OPS`` that run under it."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.overloadpacket.__name__ in _HOST_OPS:
+            self.seen.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+@contextlib.contextmanager
+def _no_host_transfers(device, watch_ops=True):
+    """Fails if the code under it copies to or from the host: seen as ops on any device,
+    and on CUDA also by its sync debug mode (which raises at a synchronising call)."""
+    mode = _HostTransfers() if watch_ops else contextlib.nullcontext()
+    cuda = torch.device(device).type == "cuda"
+    previous = torch.cuda.get_sync_debug_mode() if cuda else None
+    if cuda:
+        torch.cuda.set_sync_debug_mode("error")
+    try:
+        with mode:
+            yield
+    finally:
+        if cuda:
+            torch.cuda.set_sync_debug_mode(previous)
+    if watch_ops:
+        assert not mode.seen, f"host transfers: {mode.seen}"
+
+
+def _all_orders(fn, inputs, scalars, order):
+    """Forward, backward and (order 2) double backward of ``fn`` at ``inputs``."""
+    outputs = _outputs(fn(*inputs, **scalars))
+    wrt = [x for x in inputs if x.requires_grad]
+    if not wrt or not any(o.requires_grad for o in outputs):
+        return
+    total = torch.stack([o.sum() for o in outputs if o.requires_grad]).sum()
+    torch.autograd.grad(total, wrt, retain_graph=True, allow_unused=True)
+    if order >= 2:
+        grads = torch.autograd.grad(total, wrt, create_graph=True, allow_unused=True)
+        second = [g.sum() for g in grads if g is not None and g.requires_grad]
+        if second:
+            torch.autograd.grad(torch.stack(second).sum(), wrt, allow_unused=True)
 
 
 def _random_inputs(domains, shapes, diff, device):
@@ -315,7 +374,8 @@ def test_my_relu_matches_exact_values(device):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_my_relu_stable_at_extremes(dtype):
+@pytest.mark.parametrize("device", DEVICES)
+def test_my_relu_stable_at_extremes(device, dtype):
     _check_cases(
         generated.my_relu,
         MY_RELU_EXTREME if dtype == DOUBLE else MY_RELU_EXTREME32,
@@ -325,7 +385,7 @@ def test_my_relu_stable_at_extremes(dtype):
         MY_RELU_SCALARS,
         2,
         dtype,
-        "cpu",
+        device,
         EXTREME_RTOL[dtype],
     )
 
@@ -418,7 +478,8 @@ def test_my_relu_compiles_without_graph_breaks():
     )
 
 
-def test_my_relu_fused_path_matches_eager(monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_my_relu_fused_path_matches_eager(device, monkeypatch):
     gen = torch.Generator().manual_seed(3)
 
     def run(fused, inputs):
@@ -441,9 +502,9 @@ def test_my_relu_fused_path_matches_eager(monkeypatch):
 
     for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
         inputs = [
-            (
-                torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo
-            ).requires_grad_(n in ["x"])
+            (torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo)
+            .to(device)
+            .requires_grad_(n in ["x"])
             for n, (lo, hi) in {"x": (-2.0, 2.0)}.items()
         ]
         for a, b in zip(run(True, inputs), run(False, inputs)):
@@ -454,7 +515,8 @@ def test_my_relu_fused_path_matches_eager(monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_my_relu_fused_path_stable_at_extremes(dtype, monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_my_relu_fused_path_stable_at_extremes(device, dtype, monkeypatch):
     """The compiled forward and first-order backward at the extreme points: the compiler's
     own forms of an op (exp(x) - 1 for expm1) must not undo the stable ones."""
     monkeypatch.setattr(generated, "_fused_enabled", True)
@@ -467,12 +529,33 @@ def test_my_relu_fused_path_stable_at_extremes(dtype, monkeypatch):
         MY_RELU_SCALARS,
         1,
         dtype,
-        "cpu",
+        device,
         EXTREME_RTOL[dtype],
     )
     # compiled, not the eager fallback
     math_fn = generated._my_relu_forward
     assert generated._compiled[math_fn] is not math_fn
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_my_relu_never_waits_for_the_device(device):
+    """Forward, backward and double backward copy nothing from the host and read
+    no tensor's value there: on a GPU either would make the host wait for the device."""
+    inputs = _random_inputs({"x": (-2.0, 2.0)}, {"x": (3, 1)}, ["x"], device)
+    with _no_host_transfers(device):
+        _all_orders(generated.my_relu, inputs, MY_RELU_SCALARS, 2)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA not available")
+def test_my_relu_fused_path_never_waits_for_the_device(monkeypatch):
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    inputs = _random_inputs({"x": (-2.0, 2.0)}, {"x": (3, 1)}, ["x"], "cuda")
+    _all_orders(generated.my_relu, inputs, MY_RELU_SCALARS, 2)
+    torch.cuda.synchronize()  # compiling may synchronise; the calls after it must not
+    with _no_host_transfers(
+        "cuda", watch_ops=False
+    ):  # (compiled code runs no aten ops)
+        _all_orders(generated.my_relu, inputs, MY_RELU_SCALARS, 2)
 
 
 # --- exp -------------------------------------------------------------------
@@ -686,7 +769,8 @@ def test_exp_matches_exact_values(device):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_exp_stable_at_extremes(dtype):
+@pytest.mark.parametrize("device", DEVICES)
+def test_exp_stable_at_extremes(device, dtype):
     _check_cases(
         generated.exp,
         EXP_EXTREME if dtype == DOUBLE else EXP_EXTREME32,
@@ -696,7 +780,7 @@ def test_exp_stable_at_extremes(dtype):
         EXP_SCALARS,
         2,
         dtype,
-        "cpu",
+        device,
         EXTREME_RTOL[dtype],
     )
 
@@ -787,7 +871,8 @@ def test_exp_compiles_without_graph_breaks():
     )
 
 
-def test_exp_fused_path_matches_eager(monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_exp_fused_path_matches_eager(device, monkeypatch):
     gen = torch.Generator().manual_seed(3)
 
     def run(fused, inputs):
@@ -810,9 +895,9 @@ def test_exp_fused_path_matches_eager(monkeypatch):
 
     for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
         inputs = [
-            (
-                torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo
-            ).requires_grad_(n in ["x"])
+            (torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo)
+            .to(device)
+            .requires_grad_(n in ["x"])
             for n, (lo, hi) in {"x": (-2.0, 2.0)}.items()
         ]
         for a, b in zip(run(True, inputs), run(False, inputs)):
@@ -823,7 +908,8 @@ def test_exp_fused_path_matches_eager(monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_exp_fused_path_stable_at_extremes(dtype, monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_exp_fused_path_stable_at_extremes(device, dtype, monkeypatch):
     """The compiled forward and first-order backward at the extreme points: the compiler's
     own forms of an op (exp(x) - 1 for expm1) must not undo the stable ones."""
     monkeypatch.setattr(generated, "_fused_enabled", True)
@@ -836,12 +922,33 @@ def test_exp_fused_path_stable_at_extremes(dtype, monkeypatch):
         EXP_SCALARS,
         1,
         dtype,
-        "cpu",
+        device,
         EXTREME_RTOL[dtype],
     )
     # compiled, not the eager fallback
     math_fn = generated._exp_forward
     assert generated._compiled[math_fn] is not math_fn
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_exp_never_waits_for_the_device(device):
+    """Forward, backward and double backward copy nothing from the host and read
+    no tensor's value there: on a GPU either would make the host wait for the device."""
+    inputs = _random_inputs({"x": (-2.0, 2.0)}, {"x": (3, 1)}, ["x"], device)
+    with _no_host_transfers(device):
+        _all_orders(generated.exp, inputs, EXP_SCALARS, 2)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA not available")
+def test_exp_fused_path_never_waits_for_the_device(monkeypatch):
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    inputs = _random_inputs({"x": (-2.0, 2.0)}, {"x": (3, 1)}, ["x"], "cuda")
+    _all_orders(generated.exp, inputs, EXP_SCALARS, 2)
+    torch.cuda.synchronize()  # compiling may synchronise; the calls after it must not
+    with _no_host_transfers(
+        "cuda", watch_ops=False
+    ):  # (compiled code runs no aten ops)
+        _all_orders(generated.exp, inputs, EXP_SCALARS, 2)
 
 
 # --- square ----------------------------------------------------------------
@@ -1037,7 +1144,8 @@ def test_square_matches_exact_values(device):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_square_stable_at_extremes(dtype):
+@pytest.mark.parametrize("device", DEVICES)
+def test_square_stable_at_extremes(device, dtype):
     _check_cases(
         generated.square,
         SQUARE_EXTREME if dtype == DOUBLE else SQUARE_EXTREME32,
@@ -1047,7 +1155,7 @@ def test_square_stable_at_extremes(dtype):
         SQUARE_SCALARS,
         2,
         dtype,
-        "cpu",
+        device,
         EXTREME_RTOL[dtype],
     )
 
@@ -1140,7 +1248,8 @@ def test_square_compiles_without_graph_breaks():
     )
 
 
-def test_square_fused_path_matches_eager(monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_square_fused_path_matches_eager(device, monkeypatch):
     gen = torch.Generator().manual_seed(3)
 
     def run(fused, inputs):
@@ -1163,9 +1272,9 @@ def test_square_fused_path_matches_eager(monkeypatch):
 
     for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
         inputs = [
-            (
-                torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo
-            ).requires_grad_(n in ["x"])
+            (torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo)
+            .to(device)
+            .requires_grad_(n in ["x"])
             for n, (lo, hi) in {"x": (-2.0, 2.0)}.items()
         ]
         for a, b in zip(run(True, inputs), run(False, inputs)):
@@ -1176,7 +1285,8 @@ def test_square_fused_path_matches_eager(monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_square_fused_path_stable_at_extremes(dtype, monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_square_fused_path_stable_at_extremes(device, dtype, monkeypatch):
     """The compiled forward and first-order backward at the extreme points: the compiler's
     own forms of an op (exp(x) - 1 for expm1) must not undo the stable ones."""
     monkeypatch.setattr(generated, "_fused_enabled", True)
@@ -1189,12 +1299,33 @@ def test_square_fused_path_stable_at_extremes(dtype, monkeypatch):
         SQUARE_SCALARS,
         1,
         dtype,
-        "cpu",
+        device,
         EXTREME_RTOL[dtype],
     )
     # compiled, not the eager fallback
     math_fn = generated._square_forward
     assert generated._compiled[math_fn] is not math_fn
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_square_never_waits_for_the_device(device):
+    """Forward, backward and double backward copy nothing from the host and read
+    no tensor's value there: on a GPU either would make the host wait for the device."""
+    inputs = _random_inputs({"x": (-2.0, 2.0)}, {"x": (3, 1)}, ["x"], device)
+    with _no_host_transfers(device):
+        _all_orders(generated.square, inputs, SQUARE_SCALARS, 2)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA not available")
+def test_square_fused_path_never_waits_for_the_device(monkeypatch):
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    inputs = _random_inputs({"x": (-2.0, 2.0)}, {"x": (3, 1)}, ["x"], "cuda")
+    _all_orders(generated.square, inputs, SQUARE_SCALARS, 2)
+    torch.cuda.synchronize()  # compiling may synchronise; the calls after it must not
+    with _no_host_transfers(
+        "cuda", watch_ops=False
+    ):  # (compiled code runs no aten ops)
+        _all_orders(generated.square, inputs, SQUARE_SCALARS, 2)
 
 
 # --- cube ------------------------------------------------------------------
@@ -1408,7 +1539,8 @@ def test_cube_matches_exact_values(device):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_cube_stable_at_extremes(dtype):
+@pytest.mark.parametrize("device", DEVICES)
+def test_cube_stable_at_extremes(device, dtype):
     _check_cases(
         generated.cube,
         CUBE_EXTREME if dtype == DOUBLE else CUBE_EXTREME32,
@@ -1418,7 +1550,7 @@ def test_cube_stable_at_extremes(dtype):
         CUBE_SCALARS,
         2,
         dtype,
-        "cpu",
+        device,
         EXTREME_RTOL[dtype],
     )
 
@@ -1509,7 +1641,8 @@ def test_cube_compiles_without_graph_breaks():
     )
 
 
-def test_cube_fused_path_matches_eager(monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_cube_fused_path_matches_eager(device, monkeypatch):
     gen = torch.Generator().manual_seed(3)
 
     def run(fused, inputs):
@@ -1532,9 +1665,9 @@ def test_cube_fused_path_matches_eager(monkeypatch):
 
     for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
         inputs = [
-            (
-                torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo
-            ).requires_grad_(n in ["x"])
+            (torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo)
+            .to(device)
+            .requires_grad_(n in ["x"])
             for n, (lo, hi) in {"x": (-2.0, 2.0)}.items()
         ]
         for a, b in zip(run(True, inputs), run(False, inputs)):
@@ -1545,7 +1678,8 @@ def test_cube_fused_path_matches_eager(monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_cube_fused_path_stable_at_extremes(dtype, monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_cube_fused_path_stable_at_extremes(device, dtype, monkeypatch):
     """The compiled forward and first-order backward at the extreme points: the compiler's
     own forms of an op (exp(x) - 1 for expm1) must not undo the stable ones."""
     monkeypatch.setattr(generated, "_fused_enabled", True)
@@ -1558,12 +1692,33 @@ def test_cube_fused_path_stable_at_extremes(dtype, monkeypatch):
         CUBE_SCALARS,
         1,
         dtype,
-        "cpu",
+        device,
         EXTREME_RTOL[dtype],
     )
     # compiled, not the eager fallback
     math_fn = generated._cube_forward
     assert generated._compiled[math_fn] is not math_fn
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_cube_never_waits_for_the_device(device):
+    """Forward, backward and double backward copy nothing from the host and read
+    no tensor's value there: on a GPU either would make the host wait for the device."""
+    inputs = _random_inputs({"x": (-2.0, 2.0)}, {"x": (3, 1)}, ["x"], device)
+    with _no_host_transfers(device):
+        _all_orders(generated.cube, inputs, CUBE_SCALARS, 2)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA not available")
+def test_cube_fused_path_never_waits_for_the_device(monkeypatch):
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    inputs = _random_inputs({"x": (-2.0, 2.0)}, {"x": (3, 1)}, ["x"], "cuda")
+    _all_orders(generated.cube, inputs, CUBE_SCALARS, 2)
+    torch.cuda.synchronize()  # compiling may synchronise; the calls after it must not
+    with _no_host_transfers(
+        "cuda", watch_ops=False
+    ):  # (compiled code runs no aten ops)
+        _all_orders(generated.cube, inputs, CUBE_SCALARS, 2)
 
 
 # --- sinh ------------------------------------------------------------------
@@ -1777,7 +1932,8 @@ def test_sinh_matches_exact_values(device):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_sinh_stable_at_extremes(dtype):
+@pytest.mark.parametrize("device", DEVICES)
+def test_sinh_stable_at_extremes(device, dtype):
     _check_cases(
         generated.sinh,
         SINH_EXTREME if dtype == DOUBLE else SINH_EXTREME32,
@@ -1787,7 +1943,7 @@ def test_sinh_stable_at_extremes(dtype):
         SINH_SCALARS,
         2,
         dtype,
-        "cpu",
+        device,
         EXTREME_RTOL[dtype],
     )
 
@@ -1886,7 +2042,8 @@ def test_sinh_compiles_without_graph_breaks():
     )
 
 
-def test_sinh_fused_path_matches_eager(monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_sinh_fused_path_matches_eager(device, monkeypatch):
     gen = torch.Generator().manual_seed(3)
 
     def run(fused, inputs):
@@ -1909,9 +2066,9 @@ def test_sinh_fused_path_matches_eager(monkeypatch):
 
     for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
         inputs = [
-            (
-                torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo
-            ).requires_grad_(n in ["x"])
+            (torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo)
+            .to(device)
+            .requires_grad_(n in ["x"])
             for n, (lo, hi) in {"x": (-2.0, 2.0)}.items()
         ]
         for a, b in zip(run(True, inputs), run(False, inputs)):
@@ -1922,7 +2079,8 @@ def test_sinh_fused_path_matches_eager(monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_sinh_fused_path_stable_at_extremes(dtype, monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_sinh_fused_path_stable_at_extremes(device, dtype, monkeypatch):
     """The compiled forward and first-order backward at the extreme points: the compiler's
     own forms of an op (exp(x) - 1 for expm1) must not undo the stable ones."""
     monkeypatch.setattr(generated, "_fused_enabled", True)
@@ -1935,12 +2093,33 @@ def test_sinh_fused_path_stable_at_extremes(dtype, monkeypatch):
         SINH_SCALARS,
         1,
         dtype,
-        "cpu",
+        device,
         EXTREME_RTOL[dtype],
     )
     # compiled, not the eager fallback
     math_fn = generated._sinh_forward
     assert generated._compiled[math_fn] is not math_fn
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_sinh_never_waits_for_the_device(device):
+    """Forward, backward and double backward copy nothing from the host and read
+    no tensor's value there: on a GPU either would make the host wait for the device."""
+    inputs = _random_inputs({"x": (-2.0, 2.0)}, {"x": (3, 1)}, ["x"], device)
+    with _no_host_transfers(device):
+        _all_orders(generated.sinh, inputs, SINH_SCALARS, 2)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA not available")
+def test_sinh_fused_path_never_waits_for_the_device(monkeypatch):
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    inputs = _random_inputs({"x": (-2.0, 2.0)}, {"x": (3, 1)}, ["x"], "cuda")
+    _all_orders(generated.sinh, inputs, SINH_SCALARS, 2)
+    torch.cuda.synchronize()  # compiling may synchronise; the calls after it must not
+    with _no_host_transfers(
+        "cuda", watch_ops=False
+    ):  # (compiled code runs no aten ops)
+        _all_orders(generated.sinh, inputs, SINH_SCALARS, 2)
 
 
 # --- log1pexp --------------------------------------------------------------
@@ -2154,7 +2333,8 @@ def test_log1pexp_matches_exact_values(device):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_log1pexp_stable_at_extremes(dtype):
+@pytest.mark.parametrize("device", DEVICES)
+def test_log1pexp_stable_at_extremes(device, dtype):
     _check_cases(
         generated.log1pexp,
         LOG1PEXP_EXTREME if dtype == DOUBLE else LOG1PEXP_EXTREME32,
@@ -2164,7 +2344,7 @@ def test_log1pexp_stable_at_extremes(dtype):
         LOG1PEXP_SCALARS,
         2,
         dtype,
-        "cpu",
+        device,
         EXTREME_RTOL[dtype],
     )
 
@@ -2261,7 +2441,8 @@ def test_log1pexp_compiles_without_graph_breaks():
     )
 
 
-def test_log1pexp_fused_path_matches_eager(monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_log1pexp_fused_path_matches_eager(device, monkeypatch):
     gen = torch.Generator().manual_seed(3)
 
     def run(fused, inputs):
@@ -2284,9 +2465,9 @@ def test_log1pexp_fused_path_matches_eager(monkeypatch):
 
     for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
         inputs = [
-            (
-                torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo
-            ).requires_grad_(n in ["x"])
+            (torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo)
+            .to(device)
+            .requires_grad_(n in ["x"])
             for n, (lo, hi) in {"x": (-2.0, 2.0)}.items()
         ]
         for a, b in zip(run(True, inputs), run(False, inputs)):
@@ -2297,7 +2478,8 @@ def test_log1pexp_fused_path_matches_eager(monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_log1pexp_fused_path_stable_at_extremes(dtype, monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_log1pexp_fused_path_stable_at_extremes(device, dtype, monkeypatch):
     """The compiled forward and first-order backward at the extreme points: the compiler's
     own forms of an op (exp(x) - 1 for expm1) must not undo the stable ones."""
     monkeypatch.setattr(generated, "_fused_enabled", True)
@@ -2310,12 +2492,33 @@ def test_log1pexp_fused_path_stable_at_extremes(dtype, monkeypatch):
         LOG1PEXP_SCALARS,
         1,
         dtype,
-        "cpu",
+        device,
         EXTREME_RTOL[dtype],
     )
     # compiled, not the eager fallback
     math_fn = generated._log1pexp_forward
     assert generated._compiled[math_fn] is not math_fn
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_log1pexp_never_waits_for_the_device(device):
+    """Forward, backward and double backward copy nothing from the host and read
+    no tensor's value there: on a GPU either would make the host wait for the device."""
+    inputs = _random_inputs({"x": (-2.0, 2.0)}, {"x": (3, 1)}, ["x"], device)
+    with _no_host_transfers(device):
+        _all_orders(generated.log1pexp, inputs, LOG1PEXP_SCALARS, 2)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA not available")
+def test_log1pexp_fused_path_never_waits_for_the_device(monkeypatch):
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    inputs = _random_inputs({"x": (-2.0, 2.0)}, {"x": (3, 1)}, ["x"], "cuda")
+    _all_orders(generated.log1pexp, inputs, LOG1PEXP_SCALARS, 2)
+    torch.cuda.synchronize()  # compiling may synchronise; the calls after it must not
+    with _no_host_transfers(
+        "cuda", watch_ops=False
+    ):  # (compiled code runs no aten ops)
+        _all_orders(generated.log1pexp, inputs, LOG1PEXP_SCALARS, 2)
 
 
 # --- mul -------------------------------------------------------------------
@@ -2832,7 +3035,8 @@ def test_mul_matches_exact_values(device):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_mul_stable_at_extremes(dtype):
+@pytest.mark.parametrize("device", DEVICES)
+def test_mul_stable_at_extremes(device, dtype):
     _check_cases(
         generated.mul,
         MUL_EXTREME if dtype == DOUBLE else MUL_EXTREME32,
@@ -2842,7 +3046,7 @@ def test_mul_stable_at_extremes(dtype):
         MUL_SCALARS,
         2,
         dtype,
-        "cpu",
+        device,
         EXTREME_RTOL[dtype],
     )
 
@@ -2938,7 +3142,8 @@ def test_mul_compiles_without_graph_breaks():
     )
 
 
-def test_mul_fused_path_matches_eager(monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_mul_fused_path_matches_eager(device, monkeypatch):
     gen = torch.Generator().manual_seed(3)
 
     def run(fused, inputs):
@@ -2961,9 +3166,9 @@ def test_mul_fused_path_matches_eager(monkeypatch):
 
     for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
         inputs = [
-            (
-                torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo
-            ).requires_grad_(n in ["x", "y"])
+            (torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo)
+            .to(device)
+            .requires_grad_(n in ["x", "y"])
             for n, (lo, hi) in {"x": (-2.0, 2.0), "y": (-2.0, 2.0)}.items()
         ]
         for a, b in zip(run(True, inputs), run(False, inputs)):
@@ -2974,7 +3179,8 @@ def test_mul_fused_path_matches_eager(monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_mul_fused_path_stable_at_extremes(dtype, monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_mul_fused_path_stable_at_extremes(device, dtype, monkeypatch):
     """The compiled forward and first-order backward at the extreme points: the compiler's
     own forms of an op (exp(x) - 1 for expm1) must not undo the stable ones."""
     monkeypatch.setattr(generated, "_fused_enabled", True)
@@ -2987,12 +3193,43 @@ def test_mul_fused_path_stable_at_extremes(dtype, monkeypatch):
         MUL_SCALARS,
         1,
         dtype,
-        "cpu",
+        device,
         EXTREME_RTOL[dtype],
     )
     # compiled, not the eager fallback
     math_fn = generated._mul_forward
     assert generated._compiled[math_fn] is not math_fn
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_mul_never_waits_for_the_device(device):
+    """Forward, backward and double backward copy nothing from the host and read
+    no tensor's value there: on a GPU either would make the host wait for the device."""
+    inputs = _random_inputs(
+        {"x": (-2.0, 2.0), "y": (-2.0, 2.0)},
+        {"x": (3, 1), "y": (4,)},
+        ["x", "y"],
+        device,
+    )
+    with _no_host_transfers(device):
+        _all_orders(generated.mul, inputs, MUL_SCALARS, 2)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA not available")
+def test_mul_fused_path_never_waits_for_the_device(monkeypatch):
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    inputs = _random_inputs(
+        {"x": (-2.0, 2.0), "y": (-2.0, 2.0)},
+        {"x": (3, 1), "y": (4,)},
+        ["x", "y"],
+        "cuda",
+    )
+    _all_orders(generated.mul, inputs, MUL_SCALARS, 2)
+    torch.cuda.synchronize()  # compiling may synchronise; the calls after it must not
+    with _no_host_transfers(
+        "cuda", watch_ops=False
+    ):  # (compiled code runs no aten ops)
+        _all_orders(generated.mul, inputs, MUL_SCALARS, 2)
 
 
 # --- quantize --------------------------------------------------------------
@@ -3179,7 +3416,8 @@ def test_quantize_matches_exact_values(device):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_quantize_stable_at_extremes(dtype):
+@pytest.mark.parametrize("device", DEVICES)
+def test_quantize_stable_at_extremes(device, dtype):
     _check_cases(
         generated.quantize,
         QUANTIZE_EXTREME if dtype == DOUBLE else QUANTIZE_EXTREME32,
@@ -3189,7 +3427,7 @@ def test_quantize_stable_at_extremes(dtype):
         QUANTIZE_SCALARS,
         2,
         dtype,
-        "cpu",
+        device,
         EXTREME_RTOL[dtype],
     )
 
@@ -3248,7 +3486,8 @@ def test_quantize_compiles_without_graph_breaks():
     )
 
 
-def test_quantize_fused_path_matches_eager(monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_quantize_fused_path_matches_eager(device, monkeypatch):
     gen = torch.Generator().manual_seed(3)
 
     def run(fused, inputs):
@@ -3271,9 +3510,9 @@ def test_quantize_fused_path_matches_eager(monkeypatch):
 
     for size in (5, 7):  # a new size must not need a recompile (dynamic shapes)
         inputs = [
-            (
-                torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo
-            ).requires_grad_(n in ["x"])
+            (torch.rand(size, generator=gen, dtype=torch.float64) * (hi - lo) + lo)
+            .to(device)
+            .requires_grad_(n in ["x"])
             for n, (lo, hi) in {"x": (-2.0, 2.0)}.items()
         ]
         for a, b in zip(run(True, inputs), run(False, inputs)):
@@ -3284,7 +3523,8 @@ def test_quantize_fused_path_matches_eager(monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_quantize_fused_path_stable_at_extremes(dtype, monkeypatch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_quantize_fused_path_stable_at_extremes(device, dtype, monkeypatch):
     """The compiled forward and first-order backward at the extreme points: the compiler's
     own forms of an op (exp(x) - 1 for expm1) must not undo the stable ones."""
     monkeypatch.setattr(generated, "_fused_enabled", True)
@@ -3297,9 +3537,30 @@ def test_quantize_fused_path_stable_at_extremes(dtype, monkeypatch):
         QUANTIZE_SCALARS,
         1,
         dtype,
-        "cpu",
+        device,
         EXTREME_RTOL[dtype],
     )
     # compiled, not the eager fallback
     math_fn = generated._quantize_forward
     assert generated._compiled[math_fn] is not math_fn
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_quantize_never_waits_for_the_device(device):
+    """Forward, backward and double backward copy nothing from the host and read
+    no tensor's value there: on a GPU either would make the host wait for the device."""
+    inputs = _random_inputs({"x": (-2.0, 2.0)}, {"x": (3, 1)}, ["x"], device)
+    with _no_host_transfers(device):
+        _all_orders(generated.quantize, inputs, QUANTIZE_SCALARS, 2)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA not available")
+def test_quantize_fused_path_never_waits_for_the_device(monkeypatch):
+    monkeypatch.setattr(generated, "_fused_enabled", True)
+    inputs = _random_inputs({"x": (-2.0, 2.0)}, {"x": (3, 1)}, ["x"], "cuda")
+    _all_orders(generated.quantize, inputs, QUANTIZE_SCALARS, 2)
+    torch.cuda.synchronize()  # compiling may synchronise; the calls after it must not
+    with _no_host_transfers(
+        "cuda", watch_ops=False
+    ):  # (compiled code runs no aten ops)
+        _all_orders(generated.quantize, inputs, QUANTIZE_SCALARS, 2)

@@ -94,10 +94,11 @@ class TorchPrinter(FrameworkPrinter):
     def _print_hypot(self, expr):
         if self.is_scalar(expr):
             return super()._print_Function(expr)
-        # torch.hypot takes tensors only: a number becomes a 0-d tensor of the other's dtype.
+        # torch.hypot takes tensors only: a number becomes a 0-d tensor of the other's dtype
+        # and device, filled there (new_tensor would copy from the host: a device sync).
         tensor = next(a for a in expr.args if not self.is_scalar(a))
         args = [
-            f"{self.parenthesize(tensor, PRECEDENCE['Atom'], strict=True)}.new_tensor({self._print(a)})"
+            f"{self.parenthesize(tensor, PRECEDENCE['Atom'], strict=True)}.new_full((), {self._print(a)})"
             if self.is_scalar(a)
             else self._print(a)
             for a in expr.args

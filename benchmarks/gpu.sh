@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The GPU checks, run on a machine with a CUDA GPU and PyTorch (nothing here needs
+# TensorFlow). Each step writes its log under $OUT (default benchmarks/results/gpu-run):
+#
+#   bash benchmarks/gpu.sh tests      # the generated torch test suites, CUDA cases included
+#   bash benchmarks/gpu.sh accuracy   # `symgrad accuracy --device cuda`, eager and fused
+#   bash benchmarks/gpu.sh bench      # benchmarks/bench_torch.py --device cuda
+#
+# symgrad itself must be importable (pip install -e ., or PYTHONPATH=. with its
+# dependencies installed): the accuracy and benchmark steps generate code.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-benchmarks/results/gpu-run}
+mkdir -p "$OUT"
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+PY=${PYTHON:-python3}
+
+env_report() {
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm \
+        --format=csv 2>&1
+    "$PY" -c 'import sys, torch, sympy
+print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda,
+      "sympy", sympy.__version__, "gpu", torch.cuda.get_device_name())'
+}
+
+run_tests() {
+    # -n: the suites compile many small kernels (Triton for CUDA), one process each.
+    local workers=()
+    "$PY" -c 'import xdist' 2>/dev/null && workers=(-n "${WORKERS:-8}")
+    "$PY" -m pytest -q -p no:cacheprovider "${workers[@]}" -rs \
+        examples/generated/test_*_torch.py 2>&1 | tee "$OUT/tests.log" | tail -n 25
+}
+
+run_accuracy() {
+    local dtypes=${DTYPES:-float32 float64}
+    for dtype in $dtypes; do
+        for spec in specs/stability.yaml specs/activations.yaml specs/tutorial.yaml \
+            benchmarks/accuracy/corpus.yaml; do
+            for fused in "" --fused; do
+                local name
+                name=$(basename "$spec" .yaml)-$dtype${fused:+-fused}
+                echo "== $name"
+                "$PY" -m symgrad.cli accuracy "$spec" --device cuda --dtype "$dtype" $fused \
+                    --points "${POINTS:-96}" --workers "${WORKERS:-8}" --budget "${BUDGET:-30}" \
+                    >"$OUT/accuracy-$name.txt" 2>"$OUT/accuracy-$name.err"
+                tail -n 1 "$OUT/accuracy-$name.txt"
+            done
+        done
+    done
+}
+
+run_bench() {
+    "$PY" benchmarks/bench_torch.py --device cuda "$@" 2>&1 | tee "$OUT/bench-torch-cuda.txt"
+}
+
+env_report | tee "$OUT/env.txt"
+case "${1:-all}" in
+    tests) run_tests ;;
+    accuracy) run_accuracy ;;
+    bench) shift; run_bench "$@" ;;
+    all) run_tests; run_accuracy; run_bench ;;
+    *) echo "usage: $0 [tests|accuracy|bench [bench_torch options]|all]" >&2; exit 2 ;;
+esac
