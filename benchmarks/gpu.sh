@@ -4,6 +4,7 @@
 #
 #   bash benchmarks/gpu.sh tests      # the generated torch test suites, CUDA cases included
 #   bash benchmarks/gpu.sh accuracy   # `symgrad accuracy --device cuda`, eager and fused
+#                                     # (DTYPES, SPECS, MODES="--fused", POINTS, BUDGET, WORKERS)
 #   bash benchmarks/gpu.sh bench      # benchmarks/bench_torch.py --device cuda
 #
 # symgrad itself must be importable (pip install -e ., or PYTHONPATH=. with its
@@ -32,11 +33,11 @@ run_tests() {
 }
 
 run_accuracy() {
-    local dtypes=${DTYPES:-float32 float64}
-    for dtype in $dtypes; do
-        for spec in specs/stability.yaml specs/activations.yaml specs/tutorial.yaml \
-            benchmarks/accuracy/corpus.yaml; do
-            for fused in "" --fused; do
+    local specs=${SPECS:-specs/stability.yaml specs/activations.yaml specs/tutorial.yaml \
+        benchmarks/accuracy/corpus.yaml}
+    for dtype in ${DTYPES:-float32 float64}; do
+        for spec in $specs; do
+            for fused in ${MODES:-"" --fused}; do
                 local name
                 name=$(basename "$spec" .yaml)-$dtype${fused:+-fused}
                 echo "== $name"
