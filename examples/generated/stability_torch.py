@@ -206,28 +206,26 @@ def _kahan_log1p(u: torch.Tensor) -> torch.Tensor:
 
 
 def _log1p(u: torch.Tensor, overwrite: bool = False) -> torch.Tensor:
-    """``torch.log1p(u)``; compiled for the CPU (the fused path), :func:`_kahan_log1p`.
+    """``torch.log1p(u)``; compiled (the fused path), :func:`_kahan_log1p`.
 
-    (For a GPU inductor emits libdevice's log1p, which is accurate.) ``overwrite``: the
-    caller owns ``u`` and no longer needs it.
+    ``overwrite``: the caller owns ``u`` and no longer needs it.
     """
-    if torch.compiler.is_compiling() and u.device.type == "cpu":
+    if torch.compiler.is_compiling():
         return torch.where(u == torch.inf, u, _kahan_log1p(u))
     return u.log1p_() if overwrite else torch.log1p(u)
 
 
 def _expm1(x: torch.Tensor, overwrite: bool = False) -> torch.Tensor:
-    """``torch.expm1(x)``; compiled for the CPU (the fused path), Kahan's
-    ``(u - 1) * x / log(u)`` with ``u = exp(x)`` rounded.
+    """``torch.expm1(x)``; compiled (the fused path), Kahan's ``(u - 1) * x / log(u)``
+    with ``u = exp(x)`` rounded.
 
     Inductor's vectorised CPU expm1 is ``exp(x) - 1``, which loses every digit near 0
     (expm1(-1e-10) comes out 0). The factor x / log(u) corrects u - 1 for the rounding of
     u (Higham, "Accuracy and stability of numerical algorithms", section 1.14.1). Where
     u == 1, x is below half an ulp and is its own expm1; where u - 1 is -1 or inf, so is
-    expm1. For a GPU inductor emits libdevice's expm1, which is accurate. ``overwrite``:
-    the caller owns ``x`` and no longer needs it.
+    expm1. ``overwrite``: the caller owns ``x`` and no longer needs it.
     """
-    if torch.compiler.is_compiling() and x.device.type == "cpu":
+    if torch.compiler.is_compiling():
         u = torch.exp(x)
         um1 = u - 1
         exact = (um1 == -1) | (um1 == torch.inf)
@@ -241,18 +239,15 @@ def _softplus(
     """``F.softplus(x, threshold=threshold)``; compiled, ``relu(x) + log1p(t)``,
     ``t = exp(-|x|)``, as accurate (and exact past the threshold too).
 
-    On the CPU log1p(t) is ``log(w) + (t - (w - 1)) / w`` with ``w = 1 + t`` rounded:
-    ``t - (w - 1)`` is exactly what rounding w lost, and log(w + c) = log(w) + c / w to
-    first order. For t in [0, 1] that is within 2 ulp of log1p without a select, and
-    cheaper than inductor's CPU log1p; on a GPU libdevice's log1p is the cheaper one.
+    log1p(t) is ``log(w) + (t - (w - 1)) / w`` with ``w = 1 + t`` rounded: ``t - (w - 1)``
+    is exactly what rounding w lost, and log(w + c) = log(w) + c / w to first order.
+    For t in [0, 1] that is within 2 ulp of log1p without a select.
 
     ``negative_of``: a tensor equal to ``-x``, whose ``exp(-|.|)`` the caller's compiled
     code computes anyway; t is taken from it, so inductor computes one exp for both.
     """
     if torch.compiler.is_compiling():
         t = torch.exp(-torch.abs(x if negative_of is None else negative_of))
-        if x.device.type != "cpu":
-            return torch.relu(x) + torch.log1p(t)
         w = 1 + t
         return torch.relu(x) + (torch.log(w) + (t - (w - 1)) / w)
     return torch.nn.functional.softplus(x, threshold=threshold)

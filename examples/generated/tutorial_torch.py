@@ -185,18 +185,15 @@ def _softplus(
     """``F.softplus(x, threshold=threshold)``; compiled, ``relu(x) + log1p(t)``,
     ``t = exp(-|x|)``, as accurate (and exact past the threshold too).
 
-    On the CPU log1p(t) is ``log(w) + (t - (w - 1)) / w`` with ``w = 1 + t`` rounded:
-    ``t - (w - 1)`` is exactly what rounding w lost, and log(w + c) = log(w) + c / w to
-    first order. For t in [0, 1] that is within 2 ulp of log1p without a select, and
-    cheaper than inductor's CPU log1p; on a GPU libdevice's log1p is the cheaper one.
+    log1p(t) is ``log(w) + (t - (w - 1)) / w`` with ``w = 1 + t`` rounded: ``t - (w - 1)``
+    is exactly what rounding w lost, and log(w + c) = log(w) + c / w to first order.
+    For t in [0, 1] that is within 2 ulp of log1p without a select.
 
     ``negative_of``: a tensor equal to ``-x``, whose ``exp(-|.|)`` the caller's compiled
     code computes anyway; t is taken from it, so inductor computes one exp for both.
     """
     if torch.compiler.is_compiling():
         t = torch.exp(-torch.abs(x if negative_of is None else negative_of))
-        if x.device.type != "cpu":
-            return torch.relu(x) + torch.log1p(t)
         w = 1 + t
         return torch.relu(x) + (torch.log(w) + (t - (w - 1)) / w)
     return torch.nn.functional.softplus(x, threshold=threshold)
