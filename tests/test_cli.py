@@ -140,3 +140,41 @@ def test_accuracy_command_prints_symgrad_and_naive_side_by_side(tmp_path):
     assert "softplus" in result.output and "naive" in result.output
     # the naive formula overflows somewhere in the sampled range, symgrad's never does
     assert "Non-finite where exact is finite: symgrad 0," in result.output
+
+
+def test_accuracy_on_a_device_this_machine_lacks_is_refused_before_any_work(tmp_path):
+    (tmp_path / "a.yaml").write_text(GOOD.format(module="a"))
+    result = run("accuracy", "a.yaml", "--device", "no-such-device", cwd=tmp_path)
+    assert result.exit_code == 1
+    assert "--device no-such-device" in result.output and "use cpu" in result.output
+    assert "softplus" not in result.output  # no table: nothing was measured
+
+
+def test_accuracy_on_an_explicit_device_is_the_default_run(tmp_path):
+    (tmp_path / "a.yaml").write_text(GOOD.format(module="a"))
+    args = ("accuracy", "a.yaml", "--points", "16", "--budget", "5")
+    default, on_cpu = run(*args, cwd=tmp_path), run(*args, "--device", "cpu", cwd=tmp_path)
+    assert on_cpu.exit_code == 0, on_cpu.output
+    table = [line for line in on_cpu.output.splitlines() if line.startswith("softplus ")]
+    assert table and table == [
+        line for line in default.output.splitlines() if line.startswith("softplus ")
+    ]
+
+
+def test_generated_examples_are_ruff_clean():
+    """Generated code is held to what a reviewer's ruff would flag: the pinned ruff's
+    default rules plus pyupgrade, bugbear and ruff's own, as for symgrad's own code
+    (zip() without strict= allowed there too; no user configuration)."""
+    from ruff.__main__ import find_ruff_bin
+
+    proc = subprocess.run(
+        [
+            *(find_ruff_bin(), "check", "--isolated", "--quiet"),
+            *("--extend-select", "UP,RUF,B", "--ignore", "B905", "examples/generated"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -604,7 +604,7 @@ def tanh_shrink_order1(x: tf.Tensor) -> tf.Tensor:
         out = tf.where(
             tf.math.abs(x) < 0.015899658203125,
             -62 * (tf.math.square(tf.math.square(tf.math.square(x))) * x) / 2835
-            + 17 * (tf.math.square((tf.math.square(x) * x)) * x) / 315
+            + 17 * (tf.math.square(tf.math.square(x) * x) * x) / 315
             - 2 * (tf.math.square(tf.math.square(x)) * x) / 15
             + (tf.math.square(x) * x) / 3,
             x - tf.math.tanh(x),

@@ -1492,10 +1492,8 @@ def scaled_erfc(x: tf.Tensor) -> tf.Tensor:
                 / (
                     8
                     * tf.math.square(
-                        (
-                            tf.math.square(tf.math.maximum(x, 9.0))
-                            * tf.math.maximum(x, 9.0)
-                        )
+                        tf.math.square(tf.math.maximum(x, 9.0))
+                        * tf.math.maximum(x, 9.0)
                     )
                 )
                 + 105
@@ -1509,10 +1507,8 @@ def scaled_erfc(x: tf.Tensor) -> tf.Tensor:
                 / (
                     32
                     * tf.math.square(
-                        (
-                            tf.math.square(tf.math.square(tf.math.maximum(x, 9.0)))
-                            * tf.math.maximum(x, 9.0)
-                        )
+                        tf.math.square(tf.math.square(tf.math.maximum(x, 9.0)))
+                        * tf.math.maximum(x, 9.0)
                     )
                 )
                 + 10395
@@ -1520,10 +1516,8 @@ def scaled_erfc(x: tf.Tensor) -> tf.Tensor:
                     64
                     * tf.math.square(
                         tf.math.square(
-                            (
-                                tf.math.square(tf.math.maximum(x, 9.0))
-                                * tf.math.maximum(x, 9.0)
-                            )
+                            tf.math.square(tf.math.maximum(x, 9.0))
+                            * tf.math.maximum(x, 9.0)
                         )
                     )
                 )
@@ -1531,15 +1525,11 @@ def scaled_erfc(x: tf.Tensor) -> tf.Tensor:
                 / (
                     128
                     * tf.math.square(
-                        (
-                            tf.math.square(
-                                (
-                                    tf.math.square(tf.math.maximum(x, 9.0))
-                                    * tf.math.maximum(x, 9.0)
-                                )
-                            )
+                        tf.math.square(
+                            tf.math.square(tf.math.maximum(x, 9.0))
                             * tf.math.maximum(x, 9.0)
                         )
+                        * tf.math.maximum(x, 9.0)
                     )
                 )
                 + 7918.06640625
@@ -1599,10 +1589,8 @@ def _scaled_erfc_grad_x(x, grad):
                         / (
                             8
                             * tf.math.square(
-                                (
-                                    tf.math.square(tf.math.maximum(x, 9.0))
-                                    * tf.math.maximum(x, 9.0)
-                                )
+                                tf.math.square(tf.math.maximum(x, 9.0))
+                                * tf.math.maximum(x, 9.0)
                             )
                         )
                         + 105
@@ -1616,12 +1604,8 @@ def _scaled_erfc_grad_x(x, grad):
                         / (
                             32
                             * tf.math.square(
-                                (
-                                    tf.math.square(
-                                        tf.math.square(tf.math.maximum(x, 9.0))
-                                    )
-                                    * tf.math.maximum(x, 9.0)
-                                )
+                                tf.math.square(tf.math.square(tf.math.maximum(x, 9.0)))
+                                * tf.math.maximum(x, 9.0)
                             )
                         )
                         + 10395
@@ -1629,10 +1613,8 @@ def _scaled_erfc_grad_x(x, grad):
                             64
                             * tf.math.square(
                                 tf.math.square(
-                                    (
-                                        tf.math.square(tf.math.maximum(x, 9.0))
-                                        * tf.math.maximum(x, 9.0)
-                                    )
+                                    tf.math.square(tf.math.maximum(x, 9.0))
+                                    * tf.math.maximum(x, 9.0)
                                 )
                             )
                         )
@@ -1640,15 +1622,11 @@ def _scaled_erfc_grad_x(x, grad):
                         / (
                             128
                             * tf.math.square(
-                                (
-                                    tf.math.square(
-                                        (
-                                            tf.math.square(tf.math.maximum(x, 9.0))
-                                            * tf.math.maximum(x, 9.0)
-                                        )
-                                    )
+                                tf.math.square(
+                                    tf.math.square(tf.math.maximum(x, 9.0))
                                     * tf.math.maximum(x, 9.0)
                                 )
+                                * tf.math.maximum(x, 9.0)
                             )
                         )
                         + 7918.06640625
@@ -1680,17 +1658,13 @@ def _scaled_erfc_grad_x(x, grad):
                     -t1 / 2
                     + 1
                     + 3 / (4 * tf.math.square(tf.math.square(x)))
-                    - 15 / (8 * tf.math.square((tf.math.square(x) * x)))
+                    - 15 / (8 * tf.math.square(tf.math.square(x) * x))
                     + 105 / (16 * tf.math.square(tf.math.square(tf.math.square(x))))
-                    - 945
-                    / (32 * tf.math.square((tf.math.square(tf.math.square(x)) * x)))
+                    - 945 / (32 * tf.math.square(tf.math.square(tf.math.square(x)) * x))
                     + 10395
-                    / (64 * tf.math.square(tf.math.square((tf.math.square(x) * x))))
+                    / (64 * tf.math.square(tf.math.square(tf.math.square(x) * x)))
                     - 135135
-                    / (
-                        128
-                        * tf.math.square((tf.math.square((tf.math.square(x) * x)) * x))
-                    )
+                    / (128 * tf.math.square(tf.math.square(tf.math.square(x) * x) * x))
                     + 7918.06640625
                     / tf.math.square(tf.math.square(tf.math.square(tf.math.square(x))))
                     - 67303.564453125 / x**18
@@ -1709,26 +1683,18 @@ def _scaled_erfc_grad_x(x, grad):
                 * (
                     1 / (tf.math.square(x) * x)
                     - 3 / (tf.math.square(tf.math.square(x)) * x)
-                    + 45 / (4 * (tf.math.square((tf.math.square(x) * x)) * x))
+                    + 45 / (4 * (tf.math.square(tf.math.square(x) * x) * x))
                     - 105
                     / (2 * (tf.math.square(tf.math.square(tf.math.square(x))) * x))
                     + 4725
-                    / (
-                        16
-                        * (tf.math.square((tf.math.square(tf.math.square(x)) * x)) * x)
-                    )
+                    / (16 * (tf.math.square(tf.math.square(tf.math.square(x)) * x) * x))
                     - 31185
-                    / (
-                        16
-                        * (tf.math.square(tf.math.square((tf.math.square(x) * x))) * x)
-                    )
+                    / (16 * (tf.math.square(tf.math.square(tf.math.square(x) * x)) * x))
                     + 945945
                     / (
                         64
                         * (
-                            tf.math.square(
-                                (tf.math.square((tf.math.square(x) * x)) * x)
-                            )
+                            tf.math.square(tf.math.square(tf.math.square(x) * x) * x)
                             * x
                         )
                     )
@@ -1762,10 +1728,8 @@ def _scaled_erfc_grad_x(x, grad):
                     / (
                         8
                         * tf.math.square(
-                            (
-                                tf.math.square(tf.math.maximum(x, 9.0))
-                                * tf.math.maximum(x, 9.0)
-                            )
+                            tf.math.square(tf.math.maximum(x, 9.0))
+                            * tf.math.maximum(x, 9.0)
                         )
                     )
                     + 105
@@ -1779,10 +1743,8 @@ def _scaled_erfc_grad_x(x, grad):
                     / (
                         32
                         * tf.math.square(
-                            (
-                                tf.math.square(tf.math.square(tf.math.maximum(x, 9.0)))
-                                * tf.math.maximum(x, 9.0)
-                            )
+                            tf.math.square(tf.math.square(tf.math.maximum(x, 9.0)))
+                            * tf.math.maximum(x, 9.0)
                         )
                     )
                     + 10395
@@ -1790,10 +1752,8 @@ def _scaled_erfc_grad_x(x, grad):
                         64
                         * tf.math.square(
                             tf.math.square(
-                                (
-                                    tf.math.square(tf.math.maximum(x, 9.0))
-                                    * tf.math.maximum(x, 9.0)
-                                )
+                                tf.math.square(tf.math.maximum(x, 9.0))
+                                * tf.math.maximum(x, 9.0)
                             )
                         )
                     )
@@ -1801,15 +1761,11 @@ def _scaled_erfc_grad_x(x, grad):
                     / (
                         128
                         * tf.math.square(
-                            (
-                                tf.math.square(
-                                    (
-                                        tf.math.square(tf.math.maximum(x, 9.0))
-                                        * tf.math.maximum(x, 9.0)
-                                    )
-                                )
+                            tf.math.square(
+                                tf.math.square(tf.math.maximum(x, 9.0))
                                 * tf.math.maximum(x, 9.0)
                             )
+                            * tf.math.maximum(x, 9.0)
                         )
                     )
                     + 7918.06640625
@@ -1848,11 +1804,11 @@ def _scaled_erfc_grad_x(x, grad):
             t14 = x ** (-20)
             t15 = x ** (-18)
             t16 = 1 / tf.math.square(tf.math.square(tf.math.square(tf.math.square(x))))
-            t17 = 1 / tf.math.square((tf.math.square((tf.math.square(x) * x)) * x))
-            t18 = 1 / tf.math.square(tf.math.square((tf.math.square(x) * x)))
-            t19 = 1 / tf.math.square((tf.math.square(tf.math.square(x)) * x))
+            t17 = 1 / tf.math.square(tf.math.square(tf.math.square(x) * x) * x)
+            t18 = 1 / tf.math.square(tf.math.square(tf.math.square(x) * x))
+            t19 = 1 / tf.math.square(tf.math.square(tf.math.square(x)) * x)
             t20 = 1 / tf.math.square(tf.math.square(tf.math.square(x)))
-            t21 = 1 / tf.math.square((tf.math.square(x) * x))
+            t21 = 1 / tf.math.square(tf.math.square(x) * x)
             t22 = 1 / tf.math.square(tf.math.square(x))
             x_bar = grad_grad_x * tf.where(
                 x < 9,
@@ -1887,14 +1843,14 @@ def _scaled_erfc_grad_x(x, grad):
                     * (
                         t4
                         - 3 / (tf.math.square(tf.math.square(x)) * x)
-                        + 45 / (4 * (tf.math.square((tf.math.square(x) * x)) * x))
+                        + 45 / (4 * (tf.math.square(tf.math.square(x) * x) * x))
                         - 105
                         / (2 * (tf.math.square(tf.math.square(tf.math.square(x))) * x))
                         + 4725
                         / (
                             16
                             * (
-                                tf.math.square((tf.math.square(tf.math.square(x)) * x))
+                                tf.math.square(tf.math.square(tf.math.square(x)) * x)
                                 * x
                             )
                         )
@@ -1902,7 +1858,7 @@ def _scaled_erfc_grad_x(x, grad):
                         / (
                             16
                             * (
-                                tf.math.square(tf.math.square((tf.math.square(x) * x)))
+                                tf.math.square(tf.math.square(tf.math.square(x) * x))
                                 * x
                             )
                         )
@@ -1911,7 +1867,7 @@ def _scaled_erfc_grad_x(x, grad):
                             64
                             * (
                                 tf.math.square(
-                                    (tf.math.square((tf.math.square(x) * x)) * x)
+                                    tf.math.square(tf.math.square(x) * x) * x
                                 )
                                 * x
                             )
@@ -1975,10 +1931,8 @@ def _scaled_erfc_grad_x(x, grad):
                         / (
                             8
                             * tf.math.square(
-                                (
-                                    tf.math.square(tf.math.maximum(x, 9.0))
-                                    * tf.math.maximum(x, 9.0)
-                                )
+                                tf.math.square(tf.math.maximum(x, 9.0))
+                                * tf.math.maximum(x, 9.0)
                             )
                         )
                         + 105
@@ -1992,12 +1946,8 @@ def _scaled_erfc_grad_x(x, grad):
                         / (
                             32
                             * tf.math.square(
-                                (
-                                    tf.math.square(
-                                        tf.math.square(tf.math.maximum(x, 9.0))
-                                    )
-                                    * tf.math.maximum(x, 9.0)
-                                )
+                                tf.math.square(tf.math.square(tf.math.maximum(x, 9.0)))
+                                * tf.math.maximum(x, 9.0)
                             )
                         )
                         + 10395
@@ -2005,10 +1955,8 @@ def _scaled_erfc_grad_x(x, grad):
                             64
                             * tf.math.square(
                                 tf.math.square(
-                                    (
-                                        tf.math.square(tf.math.maximum(x, 9.0))
-                                        * tf.math.maximum(x, 9.0)
-                                    )
+                                    tf.math.square(tf.math.maximum(x, 9.0))
+                                    * tf.math.maximum(x, 9.0)
                                 )
                             )
                         )
@@ -2016,15 +1964,11 @@ def _scaled_erfc_grad_x(x, grad):
                         / (
                             128
                             * tf.math.square(
-                                (
-                                    tf.math.square(
-                                        (
-                                            tf.math.square(tf.math.maximum(x, 9.0))
-                                            * tf.math.maximum(x, 9.0)
-                                        )
-                                    )
+                                tf.math.square(
+                                    tf.math.square(tf.math.maximum(x, 9.0))
                                     * tf.math.maximum(x, 9.0)
                                 )
+                                * tf.math.maximum(x, 9.0)
                             )
                         )
                         + 7918.06640625
@@ -2053,17 +1997,13 @@ def _scaled_erfc_grad_x(x, grad):
                     -t1 / 2
                     + 1
                     + 3 / (4 * tf.math.square(tf.math.square(x)))
-                    - 15 / (8 * tf.math.square((tf.math.square(x) * x)))
+                    - 15 / (8 * tf.math.square(tf.math.square(x) * x))
                     + 105 / (16 * tf.math.square(tf.math.square(tf.math.square(x))))
-                    - 945
-                    / (32 * tf.math.square((tf.math.square(tf.math.square(x)) * x)))
+                    - 945 / (32 * tf.math.square(tf.math.square(tf.math.square(x)) * x))
                     + 10395
-                    / (64 * tf.math.square(tf.math.square((tf.math.square(x) * x))))
+                    / (64 * tf.math.square(tf.math.square(tf.math.square(x) * x)))
                     - 135135
-                    / (
-                        128
-                        * tf.math.square((tf.math.square((tf.math.square(x) * x)) * x))
-                    )
+                    / (128 * tf.math.square(tf.math.square(tf.math.square(x) * x) * x))
                     + 7918.06640625
                     / tf.math.square(tf.math.square(tf.math.square(tf.math.square(x))))
                     - 67303.564453125 / x**18
@@ -2082,26 +2022,18 @@ def _scaled_erfc_grad_x(x, grad):
                 * (
                     1 / (tf.math.square(x) * x)
                     - 3 / (tf.math.square(tf.math.square(x)) * x)
-                    + 45 / (4 * (tf.math.square((tf.math.square(x) * x)) * x))
+                    + 45 / (4 * (tf.math.square(tf.math.square(x) * x) * x))
                     - 105
                     / (2 * (tf.math.square(tf.math.square(tf.math.square(x))) * x))
                     + 4725
-                    / (
-                        16
-                        * (tf.math.square((tf.math.square(tf.math.square(x)) * x)) * x)
-                    )
+                    / (16 * (tf.math.square(tf.math.square(tf.math.square(x)) * x) * x))
                     - 31185
-                    / (
-                        16
-                        * (tf.math.square(tf.math.square((tf.math.square(x) * x))) * x)
-                    )
+                    / (16 * (tf.math.square(tf.math.square(tf.math.square(x) * x)) * x))
                     + 945945
                     / (
                         64
                         * (
-                            tf.math.square(
-                                (tf.math.square((tf.math.square(x) * x)) * x)
-                            )
+                            tf.math.square(tf.math.square(tf.math.square(x) * x) * x)
                             * x
                         )
                     )

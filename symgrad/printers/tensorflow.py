@@ -60,16 +60,17 @@ class TensorFlowPrinter(FrameworkPrinter):
         # TF's pow is the generic libm one, even for x**2: 50x a multiply (float32, 1M:
         # 7.8 ms vs 0.15 ms for tf.math.square). Integer powers as squares and products.
         factor = self.parenthesize(base, PRECEDENCE["Pow"], strict=True)
-        text = self._integer_power(self._print(base), factor, abs(int(e)))
+        k = abs(int(e))
+        text = self._integer_power(self._print(base), factor, k)
+        if k % 2:  # a product standing where a power did: parenthesised
+            text = f"({text})"
         return text if e > 0 else f"1 / {text}"
 
     def _integer_power(self, base: str, factor: str, k: int) -> str:
-        """base**k (k >= 1) by squaring: x**5 = square(square(x)) * x; ``factor`` is
-        ``base`` parenthesised to stand in a product."""
-        if k == 1:
-            return factor
+        """base**k (k >= 2) by squaring: x**5 = square(square(x)) * x, unparenthesised;
+        ``factor`` is ``base`` parenthesised to stand in a product."""
         half = f"tf.math.square({base if k < 4 else self._integer_power(base, factor, k // 2)})"
-        return f"({half} * {factor})" if k % 2 else half
+        return f"{half} * {factor}" if k % 2 else half
 
     def _print_tan_half_atan(self, expr):
         if self.is_scalar(expr):
