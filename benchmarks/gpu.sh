@@ -12,7 +12,6 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-benchmarks/results/gpu-run}
-mkdir -p "$OUT"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 PY=${PYTHON:-python3}
 
@@ -54,6 +53,12 @@ run_bench() {
     "$PY" benchmarks/bench_torch.py --device cuda "$@" 2>&1 | tee "$OUT/bench-torch-cuda.txt"
 }
 
+if ! "$PY" -c 'import torch, sys; sys.exit(not torch.cuda.is_available())' 2>/dev/null; then
+    echo "error: $0 needs PyTorch with a CUDA GPU (torch.cuda.is_available() is False here);" \
+        "on a CPU machine run pytest and benchmarks/bench_torch.py instead" >&2
+    exit 1
+fi
+mkdir -p "$OUT"
 env_report | tee "$OUT/env.txt"
 case "${1:-all}" in
     tests) run_tests ;;
