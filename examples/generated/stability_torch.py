@@ -266,9 +266,8 @@ def _tan_half_atan(q: torch.Tensor) -> torch.Tensor:
         return c / (1 + torch.sqrt(1 + c * c))
     largest = torch.finfo(q.dtype).max
     c = torch.clamp(q, -largest, largest)
-    return c / (
-        1 + torch.hypot(c, c.new_ones(()))
-    )  # (new_tensor(1) would copy from the host)
+    # (c.new_tensor(1) would be a copy from the host: on a GPU, a sync)
+    return c / (1 + torch.hypot(c, c.new_ones(())))
 
 
 def _sigmoid(
