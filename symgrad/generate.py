@@ -20,16 +20,14 @@ class GeneratedFile:
 def _module(
     spec: Spec, plans: list[FunctionPlan], template: str, name: str, spec_path: str
 ) -> GeneratedFile:
-    helpers = set().union(*(p.helpers for p in plans))
     text = render(
         template,
         spec=spec,
         spec_path=spec_path,
         functions=plans,
-        # (the torch template's _where helper uses math.copysign)
-        uses_math=any(p.uses_math for p in plans) or "_where" in helpers,
+        uses_math=any(p.uses_math for p in plans),
         needs_reduce=any(p.needs_reduce for p in plans),
-        helpers=helpers,
+        helpers=set().union(*(p.helpers for p in plans)),
     )
     return GeneratedFile(name, ruff_format(text, name))
 
