@@ -40,9 +40,19 @@ __all__ = [
 # unchanged. Off by default; `use_fused()` turns it on.
 _fused_enabled = False
 _compiled: dict[Callable, Callable] = {}
+# (math function, argument kinds) pairs the compiled math has been called with.
+_compiled_kinds: set[tuple] = set()
+# The tensor size the fused path's kernels are tuned for. Compiled for dynamic shapes, a
+# kernel keeps what inductor chose for the size of the call that compiled it (on a CPU,
+# whether to use threads), and inductor's cache keeps it for later processes: compiled on
+# 1000 elements, the fused softplus forward took 7.0 ms on 8M float32, not 3.6 (2 threads).
+_SIZE_HINT = 1 << 24
 # Math functions with a form of their own for the fused path: as accurate, but chosen for
 # fewest operations (compiled, an operation is no pass over memory of its own).
 _FUSED_FORMS: dict[Callable, Callable] = {}
+
+#: Whether a functorch transform (vmap, grad, ...) is running: no in-place tricks then.
+_transforms_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: True)
 
 
 def use_fused(enabled: bool = True) -> None:
@@ -83,8 +93,14 @@ def _run(math_fn: Callable, *args):
         )
     if compiled is math_fn:
         return math_fn(*args)
+    kind = (math_fn, _kinds(args))
     try:
-        return compiled(*args)
+        if kind in _compiled_kinds:
+            return compiled(*args)
+        # A call that compiles (a new dtype, device or rank): tuned for large tensors.
+        result = compiled(*_size_hinted(args))
+        _compiled_kinds.add(kind)
+        return result
     except Exception as error:  # noqa: BLE001 - any compiler failure: keep the eager code
         warnings.warn(
             f"torch.compile unavailable ({error}); using eager code", stacklevel=3
@@ -93,8 +109,42 @@ def _run(math_fn: Callable, *args):
         return math_fn(*args)
 
 
-#: Whether a functorch transform (vmap, grad, ...) is running: no in-place tricks then.
-_transforms_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: True)
+def _kinds(args: tuple) -> tuple:
+    """What of ``args`` a compiled function is specialised on (besides their layout)."""
+    return tuple(
+        [
+            (a.dtype, a.device, a.ndim, a.requires_grad)
+            if isinstance(a, torch.Tensor)
+            else None
+            for a in args
+        ]
+    )
+
+
+def _size_hinted(args: tuple) -> tuple:
+    """``args`` with the tensors replaced by aliases whose largest dimension tells
+    torch.compile to tune its kernels for ``_SIZE_HINT`` elements (the sizes stay dynamic:
+    the hint changes how fast a kernel is, not what it computes)."""
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    largest = max((a.numel() for a in tensors), default=0)
+    size = max((max(a.shape, default=1) for a in tensors), default=1)
+    if not 0 < largest < _SIZE_HINT or size < 2 or _transforms_active():
+        return args
+    # Every dimension of that size gets the same hint, so dynamo's symbol for it is shared.
+    count = max(a.shape.count(size) for a in tensors)
+    hint = size * math.ceil((_SIZE_HINT / largest) ** (1 / count))
+    hinted = []
+    for a in args:
+        if isinstance(a, torch.Tensor) and size in a.shape:
+            a = a.detach().requires_grad_(a.requires_grad)  # (dynamo guards on it)
+            for dim, n in enumerate(a.shape):
+                if n == size:
+                    try:
+                        torch._dynamo.mark_dynamic(a, dim, hint_override=hint)
+                    except TypeError:  # torch 2.8 and older: no hint_override
+                        return args
+        hinted.append(a)
+    return tuple(hinted)
 
 
 def _mul_into(buffer: torch.Tensor, other) -> torch.Tensor:

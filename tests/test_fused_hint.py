@@ -1,0 +1,119 @@
+"""The fused path tunes its compiled kernels for large tensors, whatever size compiled them.
+
+Compiled for dynamic shapes, a kernel keeps what inductor chose for the size of the call
+that compiled it; on a CPU a first call on 1000 elements gave a kernel without threads, run
+as such on every size after it (float32, 8M elements on 2 threads: 7.0 ms forward instead of
+3.6). The generated ``_run`` marks the tensors of a call that compiles with a size hint.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+SPEC = """\
+module: hinted
+functions:
+  softplus:
+    inputs: {x: {}}
+    output: log(1 + exp(x))
+  mul:
+    inputs: {x: {}, y: {}}
+    output: x*y
+"""
+
+
+@pytest.fixture
+def m(generate_module):
+    module = generate_module(SPEC)
+    yield module
+    module.use_fused(False)
+
+
+def test_size_hint_marks_aliases_of_the_tensors_never_the_tensors(m):
+    hint = m._SIZE_HINT
+    x = torch.randn(1000, requires_grad=True)
+    grad = torch.randn(1000)
+    hx, hgrad, flag = m._size_hinted((x, grad, True))
+    assert flag is True
+    for alias, tensor in ((hx, x), (hgrad, grad)):
+        assert alias is not tensor and alias.data_ptr() == tensor.data_ptr()
+        assert alias.requires_grad == tensor.requires_grad  # dynamo guards on it
+        assert alias._dynamo_hint_overrides == {0: 1000 * math.ceil(hint / 1000)}
+        assert not hasattr(tensor, "_dynamo_hint_overrides")  # the caller's: untouched
+
+
+def test_size_hint_is_one_per_size_so_broadcast_dimensions_agree(m):
+    hint = m._SIZE_HINT
+    x, y = torch.randn(300, 1000), torch.randn(1000)
+    hx, hy = m._size_hinted((x, y))
+    want = 1000 * math.ceil(hint / 300_000)
+    assert hx._dynamo_hint_overrides == {1: want}  # the 300 stays as it is
+    assert hy._dynamo_hint_overrides == {0: want}
+    # a square: both dimensions scaled, to about the hint in all
+    (hs,) = m._size_hinted((torch.randn(64, 64),))
+    assert hs._dynamo_hint_overrides == {0: 64 * 64, 1: 64 * 64}
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        (torch.zeros(1).expand(1 << 24),),  # large already (an expanded view: no memory)
+        (torch.empty(0, 5),),  # empty
+        (torch.tensor(2.0), 3.0),  # 0-dim and numbers
+        (torch.randn(1, 1),),  # nothing larger than 1 to scale
+    ],
+)
+def test_size_hint_leaves_other_calls_as_they_are(m, args):
+    assert m._size_hinted(args) is args
+
+
+def test_only_calls_that_compile_are_hinted(m, monkeypatch):
+    """Per math function, the first call of each dtype, device, rank and requires_grad."""
+    hinted = []
+    real = m._size_hinted
+    monkeypatch.setattr(m, "_size_hinted", lambda args: hinted.append(args) or real(args))
+    m.use_fused(True)
+    x = torch.randn(100)
+    with torch.no_grad():
+        m.softplus(x)
+        m.softplus(torch.randn(50))  # same kind, another size: no new compile
+        assert len(hinted) == 1
+        m.softplus(x.double())
+        m.softplus(torch.randn(3, 4))
+    assert len(hinted) == 3
+    xr = x.clone().requires_grad_()
+    (grad,) = torch.autograd.grad(m.softplus(xr).sum(), xr)  # forward (requires_grad) and
+    assert len(hinted) == 5  # the backward's math
+    torch.testing.assert_close(grad, torch.sigmoid(x))
+
+
+def test_a_first_call_on_a_small_tensor_compiles_a_threaded_cpu_kernel(m, monkeypatch):
+    """What the hint is for: inductor's CPU kernel for dynamic shapes uses threads only if
+    the size that compiled it was large. Without the hint (``_SIZE_HINT`` at 1: nothing is
+    marked) the same first call gives a kernel without them."""
+    from torch._inductor.utils import run_and_get_code
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+
+        def first_call_code(module):
+            module.use_fused(True)
+            x = torch.randn(1000)
+            with torch._inductor.config.patch(fx_graph_cache=False), torch.no_grad():
+                out, code = run_and_get_code(module.softplus, x)
+            torch.testing.assert_close(out, torch.nn.functional.softplus(x))
+            return "\n".join(code)
+
+        assert "#pragma omp parallel" in first_call_code(m)
+        torch._dynamo.reset()
+        m._compiled.clear()
+        m._compiled_kinds.clear()
+        monkeypatch.setattr(m, "_SIZE_HINT", 1)
+        assert "#pragma omp parallel" not in first_call_code(m)
+    finally:
+        torch.set_num_threads(threads)
