@@ -9,6 +9,7 @@ as such on every size after it (float32, 8M elements on 2 threads: 7.0 ms forwar
 from __future__ import annotations
 
 import math
+import warnings
 
 import pytest
 
@@ -117,3 +118,29 @@ def test_a_first_call_on_a_small_tensor_compiles_a_threaded_cpu_kernel(m, monkey
         assert "#pragma omp parallel" not in first_call_code(m)
     finally:
         torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize(
+    "x_shape, y_shape",
+    [((300, 1000), (1000,)), ((1000, 1), (1, 50)), ((64, 64), (64,)), ((7,), ())],
+)
+def test_hinted_compiles_of_broadcast_inputs_match_the_eager_code(m, x_shape, y_shape):
+    """Marked dimensions that broadcast against each other (or against unmarked ones)
+    compile without a fallback to the eager code, and give its results."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(x_shape, generator=gen, dtype=torch.float64, requires_grad=True)
+    y = torch.randn(y_shape, generator=gen, dtype=torch.float64, requires_grad=True)
+
+    def run():
+        out = m.mul(x, y)
+        return [out, *torch.autograd.grad(out.sum(), (x, y))]
+
+    eager = run()
+    m.use_fused(True)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", "torch.compile unavailable")  # the fallback's
+        fused = run()
+    assert m._compiled[m._mul_forward] is not m._mul_forward
+    for got, want in zip(fused, eager):
+        assert got.shape == want.shape
+        torch.testing.assert_close(got, want)
