@@ -25,9 +25,10 @@ print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torc
 
 run_tests() {
     # -n: the suites compile many small kernels (Triton for CUDA), one process each.
+    # (-p no:benchmark: a pytest-benchmark plugin in the image warns under xdist, at length.)
     local workers=()
     "$PY" -c 'import xdist' 2>/dev/null && workers=(-n "${WORKERS:-8}")
-    "$PY" -m pytest -q -p no:cacheprovider "${workers[@]}" -rs \
+    "$PY" -m pytest -q -p no:cacheprovider -p no:benchmark "${workers[@]}" -rs \
         examples/generated/test_*_torch.py 2>&1 | tee "$OUT/tests.log" | tail -n 25
 }
 
