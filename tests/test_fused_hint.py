@@ -113,7 +113,6 @@ def test_a_first_call_on_a_small_tensor_compiles_a_threaded_cpu_kernel(m, monkey
         assert "#pragma omp parallel" in first_call_code(m)
         torch._dynamo.reset()
         m._compiled.clear()
-        m._compiled_kinds.clear()
         monkeypatch.setattr(m, "_SIZE_HINT", 1)
         assert "#pragma omp parallel" not in first_call_code(m)
     finally:
@@ -140,7 +139,25 @@ def test_hinted_compiles_of_broadcast_inputs_match_the_eager_code(m, x_shape, y_
     with warnings.catch_warnings():
         warnings.filterwarnings("error", "torch.compile unavailable")  # the fallback's
         fused = run()
-    assert m._compiled[m._mul_forward] is not m._mul_forward
+    entries = [c for (f, _), c in m._compiled.items() if f is m._mul_forward]
+    assert entries and m._mul_forward not in entries
     for got, want in zip(fused, eager):
         assert got.shape == want.shape
         torch.testing.assert_close(got, want)
+
+
+def test_more_kinds_of_call_than_dynamos_recompile_limit_all_stay_compiled(m):
+    """Dynamo keeps at most 8 compiled versions of a code object (recompile_limit) and,
+    under fullgraph=True, fails the ninth; the fused path compiles a copy per kind of call
+    (dtype, device, rank, requires_grad), so 12 kinds of call are 12 compiled copies."""
+    m.use_fused(True)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", "torch.compile unavailable")
+        for dtype in (torch.float32, torch.float64):
+            for rank in (1, 2, 3):
+                for requires_grad in (False, True):
+                    x = torch.randn((3,) * rank, dtype=dtype, requires_grad=requires_grad)
+                    with torch.no_grad():
+                        torch.testing.assert_close(m.softplus(x), torch.nn.functional.softplus(x))
+    entries = [c for (f, _), c in m._compiled.items() if f is m._softplus_forward]
+    assert len(entries) == 12 and m._softplus_forward not in entries

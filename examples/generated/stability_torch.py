@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import types
 import warnings
 from collections.abc import Callable
 
@@ -53,9 +54,9 @@ __all__ = [
 # autograd structure around it stays eager, so double backward, forward mode and vmap are
 # unchanged. Off by default; `use_fused()` turns it on.
 _fused_enabled = False
-_compiled: dict[Callable, Callable] = {}
-# (math function, argument kinds) pairs the compiled math has been called with.
-_compiled_kinds: set[tuple] = set()
+# (math function, kinds of its arguments) -> its compiled version (the math function
+# itself after a compiler failure).
+_compiled: dict[tuple, Callable] = {}
 # The tensor size the fused path's kernels are tuned for. Compiled for dynamic shapes, a
 # kernel keeps what inductor chose for the size of the call that compiled it (on a CPU,
 # whether to use threads), and inductor's cache keeps it for later processes: compiled on
@@ -100,35 +101,52 @@ def _run(math_fn: Callable, *args):
         return result.clone()
     if not _fused_enabled:
         return math_fn(*args)
-    compiled = _compiled.get(math_fn)
-    if compiled is None:
-        compiled = _compiled[math_fn] = torch.compile(
-            _FUSED_FORMS.get(math_fn, math_fn), dynamic=True, fullgraph=True
+    key = (math_fn, _kinds(args))
+    compiled = _compiled.get(key)
+    call_args = args
+    if compiled is None:  # a call that compiles: tuned for large tensors
+        fused = _FUSED_FORMS.get(math_fn, math_fn)
+        compiled = _compiled[key] = torch.compile(
+            _own_code(fused), dynamic=True, fullgraph=True
         )
+        call_args = _size_hinted(args)
     if compiled is math_fn:
         return math_fn(*args)
-    kind = (math_fn, _kinds(args))
     try:
-        if kind in _compiled_kinds:
-            return compiled(*args)
-        # A call that compiles (a new dtype, device or rank): tuned for large tensors.
-        result = compiled(*_size_hinted(args))
-        _compiled_kinds.add(kind)
-        return result
+        return compiled(*call_args)
     except Exception as error:  # noqa: BLE001 - any compiler failure: keep the eager code
         warnings.warn(
             f"torch.compile unavailable ({error}); using eager code", stacklevel=3
         )
-        _compiled[math_fn] = math_fn
+        _compiled[key] = math_fn
         return math_fn(*args)
 
 
+def _own_code(fn: Callable) -> Callable:
+    """``fn`` with a code object of its own. Dynamo keeps a function's compiled versions
+    on its code object, at most 8 (``recompile_limit``), and under fullgraph=True a ninth
+    kind of call is an error; with a copy per kind of call each keeps one (and a call
+    checks the guards of one)."""
+    copy = types.FunctionType(
+        fn.__code__.replace(),
+        fn.__globals__,
+        fn.__name__,
+        fn.__defaults__,
+        fn.__closure__,
+    )
+    copy.__kwdefaults__ = fn.__kwdefaults__
+    return copy
+
+
 def _kinds(args: tuple) -> tuple:
-    """What of ``args`` a compiled function is specialised on (besides their layout)."""
+    """What of ``args`` compiled code is specialised on (besides sizes and layout): the
+    dtype, device, rank and requires_grad of tensors, the value of flags."""
     return tuple(
         [
             (a.dtype, a.device, a.ndim, a.requires_grad)
             if isinstance(a, torch.Tensor)
+            else a
+            if isinstance(a, bool)
             else None
             for a in args
         ]
