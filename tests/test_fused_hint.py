@@ -92,6 +92,7 @@ def test_only_calls_that_compile_are_hinted(m, monkeypatch):
     torch.testing.assert_close(grad, torch.sigmoid(x))
 
 
+@pytest.mark.skipif(not torch.backends.openmp.is_available(), reason="a torch build without OpenMP")
 def test_a_first_call_on_a_small_tensor_compiles_a_threaded_cpu_kernel(m, monkeypatch):
     """What the hint is for: inductor's CPU kernel for dynamic shapes uses threads only if
     the size that compiled it was large. Without the hint (``_SIZE_HINT`` at 1: nothing is
@@ -111,8 +112,7 @@ def test_a_first_call_on_a_small_tensor_compiles_a_threaded_cpu_kernel(m, monkey
             return "\n".join(code)
 
         assert "#pragma omp parallel" in first_call_code(m)
-        torch._dynamo.reset()
-        m._compiled.clear()
+        m._compiled.clear()  # fresh copies: fresh dynamo caches
         monkeypatch.setattr(m, "_SIZE_HINT", 1)
         assert "#pragma omp parallel" not in first_call_code(m)
     finally:
@@ -139,8 +139,7 @@ def test_hinted_compiles_of_broadcast_inputs_match_the_eager_code(m, x_shape, y_
     with warnings.catch_warnings():
         warnings.filterwarnings("error", "torch.compile unavailable")  # the fallback's
         fused = run()
-    entries = [c for (f, _), c in m._compiled.items() if f is m._mul_forward]
-    assert entries and m._mul_forward not in entries
+    assert _ran_compiled(m, m._mul_forward)
     for got, want in zip(fused, eager):
         assert got.shape == want.shape
         torch.testing.assert_close(got, want)
@@ -161,3 +160,60 @@ def test_more_kinds_of_call_than_dynamos_recompile_limit_all_stay_compiled(m):
                         torch.testing.assert_close(m.softplus(x), torch.nn.functional.softplus(x))
     entries = [c for (f, _), c in m._compiled.items() if f is m._softplus_forward]
     assert len(entries) == 12 and m._softplus_forward not in entries
+
+
+def test_size_hint_keeps_the_tensor_type_and_an_outer_product_counts_as_its_result(m):
+    """A Parameter's alias is a Parameter (dynamo guards on the type: a plain alias would
+    compile a version the real calls never use). The hint is for the broadcast result."""
+    p = torch.nn.Parameter(torch.randn(1000))
+    (hp,) = m._size_hinted((p,))
+    assert type(hp) is torch.nn.Parameter and hp.requires_grad and hp.data_ptr() == p.data_ptr()
+    assert hp._dynamo_hint_overrides  # hinted
+    hx, hy = m._size_hinted((torch.randn(500, 1), torch.randn(1, 500)))  # 500 x 500
+    want = 500 * math.ceil((m._SIZE_HINT / 250_000) ** 0.5)
+    assert hx._dynamo_hint_overrides == {0: want} and hy._dynamo_hint_overrides == {1: want}
+    assert m._size_hinted((torch.randn(3), torch.randn(4))) is not None  # no broadcast: as is
+
+
+def test_a_kind_of_call_past_the_recompile_limit_gets_a_fresh_copy(m):
+    """Layouts (transposed, sliced, sizes 0 and 1, ...) recompile within a kind; the ninth
+    would be dynamo's hard failure under fullgraph=True: a fresh copy compiles instead."""
+    m.use_fused(True)
+    base = torch.randn(60, 60)
+    views = [base, base.t(), base[::2], base[:, ::2], base[:1], base[:, :1], base[:0]]
+    views += [base[1:, 1:].t(), base[::3].t(), base[:, ::3].t(), base[2:, ::2]]
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.filterwarnings("error", "torch.compile unavailable")
+        for v in views:
+            torch.testing.assert_close(m.softplus(v), torch.nn.functional.softplus(v))
+    assert _ran_compiled(m, m._softplus_forward)
+
+
+def test_vmap_runs_the_eager_math_and_leaves_the_compiled_kinds_alone(m):
+    """Dynamo does not trace vmap's batched tensors; under a functorch transform the
+    fused path runs the eager math, and ordinary calls stay compiled."""
+    m.use_fused(True)
+    x = torch.randn(8, 100)
+    torch.testing.assert_close(torch.func.vmap(m.softplus)(x), torch.nn.functional.softplus(x))
+    with torch.no_grad():
+        m.softplus(x[0])
+    assert _ran_compiled(m, m._softplus_forward)
+
+
+def test_an_error_of_the_call_itself_raises_and_keeps_the_kind_compiled(m):
+    """Shapes that do not broadcast raise as the eager code would (no warning about the
+    compiler), and valid calls of the same kind still run compiled."""
+    m.use_fused(True)
+    with torch.no_grad():
+        with warnings.catch_warnings():
+            warnings.filterwarnings("error", "torch.compile unavailable")
+            with pytest.raises(RuntimeError):
+                m.mul(torch.randn(3), torch.randn(4))
+        x, y = torch.randn(5), torch.randn(5)
+        torch.testing.assert_close(m.mul(x, y), x * y)
+    assert _ran_compiled(m, m._mul_forward)
+
+
+def _ran_compiled(module, math_fn):
+    compiled = [c for (f, _), c in module._compiled.items() if f is math_fn]
+    return bool(compiled) and all(c is not math_fn for c in compiled)

@@ -99,10 +99,12 @@ def _run(math_fn: Callable, *args):
         if isinstance(result, tuple):
             return tuple(None if t is None else t.clone() for t in result)
         return result.clone()
-    if not _fused_enabled:
-        return math_fn(*args)
+    if not _fused_enabled or _transforms_active():
+        return math_fn(*args)  # (dynamo does not trace vmap's batched tensors)
     key = (math_fn, _kinds(args))
     compiled = _compiled.get(key)
+    if compiled is math_fn:
+        return math_fn(*args)
     call_args = args
     if compiled is None:  # a call that compiles: tuned for large tensors
         fused = _FUSED_FORMS.get(math_fn, math_fn)
@@ -110,23 +112,26 @@ def _run(math_fn: Callable, *args):
             _own_code(fused), dynamic=True, fullgraph=True
         )
         call_args = _size_hinted(args)
-    if compiled is math_fn:
-        return math_fn(*args)
     try:
         return compiled(*call_args)
     except Exception as error:  # noqa: BLE001 - any compiler failure: keep the eager code
+        if isinstance(error, getattr(torch._dynamo.exc, "FailOnRecompileLimitHit", ())):
+            # Eight versions of this kind of call (layouts, sizes 0 and 1): a fresh copy.
+            _compiled.pop(key, None)
+            return _run(math_fn, *args)
+        result = math_fn(*args)  # an error of the call itself (shapes, ...) raises here
         warnings.warn(
             f"torch.compile unavailable ({error}); using eager code", stacklevel=3
         )
         _compiled[key] = math_fn
-        return math_fn(*args)
+        return result
 
 
 def _own_code(fn: Callable) -> Callable:
     """``fn`` with a code object of its own. Dynamo keeps a function's compiled versions
     on its code object, at most 8 (``recompile_limit``), and under fullgraph=True a ninth
-    kind of call is an error; with a copy per kind of call each keeps one (and a call
-    checks the guards of one)."""
+    is an error; a copy per kind of call keeps each to the layouts of one kind (and a call
+    checks the guards of that kind only)."""
     copy = types.FunctionType(
         fn.__code__.replace(),
         fn.__globals__,
@@ -140,10 +145,10 @@ def _own_code(fn: Callable) -> Callable:
 
 def _kinds(args: tuple) -> tuple:
     """What of ``args`` compiled code is specialised on (besides sizes and layout): the
-    dtype, device, rank and requires_grad of tensors, the value of flags."""
+    type, dtype, device, rank and requires_grad of tensors, the value of flags."""
     return tuple(
         [
-            (a.dtype, a.device, a.ndim, a.requires_grad)
+            (type(a), a.dtype, a.device, a.ndim, a.requires_grad)
             if isinstance(a, torch.Tensor)
             else a
             if isinstance(a, bool)
@@ -158,17 +163,20 @@ def _size_hinted(args: tuple) -> tuple:
     torch.compile to tune its kernels for ``_SIZE_HINT`` elements (the sizes stay dynamic:
     the hint changes how fast a kernel is, not what it computes)."""
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
-    largest = max((a.numel() for a in tensors), default=0)
-    size = max((max(a.shape, default=1) for a in tensors), default=1)
-    if not 0 < largest < _SIZE_HINT or size < 2 or _transforms_active():
+    try:
+        shape = torch.broadcast_shapes(*(a.shape for a in tensors))  # the work's shape
+    except RuntimeError:  # shapes that do not broadcast: the call will say so
+        return args
+    size = max(shape, default=1)
+    if not 0 < shape.numel() < _SIZE_HINT or size < 2:
         return args
     # Every dimension of that size gets the same hint, so dynamo's symbol for it is shared.
-    count = max(a.shape.count(size) for a in tensors)
-    hint = size * math.ceil((_SIZE_HINT / largest) ** (1 / count))
+    hint = size * math.ceil((_SIZE_HINT / shape.numel()) ** (1 / shape.count(size)))
     hinted = []
     for a in args:
         if isinstance(a, torch.Tensor) and size in a.shape:
-            a = a.detach().requires_grad_(a.requires_grad)  # (dynamo guards on it)
+            # An alias of the same type (dynamo guards on it, and on requires_grad).
+            a = a.detach().as_subclass(type(a)).requires_grad_(a.requires_grad)
             for dim, n in enumerate(a.shape):
                 if n == size:
                     try:
