@@ -162,17 +162,30 @@ def test_more_kinds_of_call_than_dynamos_recompile_limit_all_stay_compiled(m):
     assert len(entries) == 12 and m._softplus_forward not in entries
 
 
-def test_size_hint_keeps_the_tensor_type_and_an_outer_product_counts_as_its_result(m):
-    """A Parameter's alias is a Parameter (dynamo guards on the type: a plain alias would
-    compile a version the real calls never use). The hint is for the broadcast result."""
-    p = torch.nn.Parameter(torch.randn(1000))
-    (hp,) = m._size_hinted((p,))
-    assert type(hp) is torch.nn.Parameter and hp.requires_grad and hp.data_ptr() == p.data_ptr()
-    assert hp._dynamo_hint_overrides  # hinted
+def test_the_hint_is_for_the_broadcast_result(m):
+    """An outer product counts as its result; shapes that do not broadcast go as they are
+    (the call itself raises)."""
     hx, hy = m._size_hinted((torch.randn(500, 1), torch.randn(1, 500)))  # 500 x 500
     want = 500 * math.ceil((m._SIZE_HINT / 250_000) ** 0.5)
     assert hx._dynamo_hint_overrides == {0: want} and hy._dynamo_hint_overrides == {1: want}
-    assert m._size_hinted((torch.randn(3), torch.randn(4))) is not None  # no broadcast: as is
+    args = (torch.randn(3), torch.randn(4))
+    assert m._size_hinted(args) is args
+
+
+def test_parameters_go_unhinted_and_stay_compiled(m):
+    """Dynamo keeps a Parameter's sizes static; a hint on a size it shares (the upstream
+    gradient's) would be a violated constraint and send the call to the eager code."""
+    p = torch.nn.Parameter(torch.randn(1000))
+    args = (p, torch.randn(1000))
+    assert m._size_hinted(args) is args
+    m.use_fused(True)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", "torch.compile unavailable")
+        out = m.softplus(p)
+        (grad,) = torch.autograd.grad(out.sum(), p)
+    torch.testing.assert_close(out, torch.nn.functional.softplus(p))
+    torch.testing.assert_close(grad, torch.sigmoid(p.detach()))
+    assert _ran_compiled(m, m._softplus_forward) and _ran_compiled(m, m._softplus_grad_x)
 
 
 def test_a_kind_of_call_past_the_recompile_limit_gets_a_fresh_copy(m):
@@ -187,6 +200,28 @@ def test_a_kind_of_call_past_the_recompile_limit_gets_a_fresh_copy(m):
         for v in views:
             torch.testing.assert_close(m.softplus(v), torch.nn.functional.softplus(v))
     assert _ran_compiled(m, m._softplus_forward)
+
+
+def test_fresh_copies_are_bounded(m, monkeypatch):
+    """More layouts than fit, round after round, end in the eager code for that kind (two
+    fresh copies at most), and a recompile limit of 0 ends there at once: no endless
+    recompiling, no recursion."""
+    m.use_fused(True)
+    base = torch.randn(40, 40)
+    views = [base, base.t(), base[::2], base[:, ::2], base[:1], base[:, :1], base[:0]]
+    views += [base[1:, 1:].t(), base[::3].t(), base[:, ::3].t(), base[2:, ::2]]
+    with warnings.catch_warnings(record=True) as caught, torch.no_grad():
+        warnings.simplefilter("always")
+        for _ in range(4):
+            for v in views:
+                torch.testing.assert_close(m.softplus(v), torch.nn.functional.softplus(v))
+    ((key, copies),) = m._fresh_copies.items()
+    assert copies == 2 and m._compiled[key] is m._softplus_forward
+    assert sum("torch.compile unavailable" in str(w.message) for w in caught) == 1
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 0)
+    with pytest.warns(UserWarning, match="torch.compile unavailable"), torch.no_grad():
+        x = torch.randn(5, dtype=torch.float64)
+        torch.testing.assert_close(m.softplus(x), torch.nn.functional.softplus(x))
 
 
 def test_vmap_runs_the_eager_math_and_leaves_the_compiled_kinds_alone(m):
@@ -209,6 +244,7 @@ def test_an_error_of_the_call_itself_raises_and_keeps_the_kind_compiled(m):
             warnings.filterwarnings("error", "torch.compile unavailable")
             with pytest.raises(RuntimeError):
                 m.mul(torch.randn(3), torch.randn(4))
+        assert not m._compiled  # that call's copy is gone: the next one compiles, hinted
         x, y = torch.randn(5), torch.randn(5)
         torch.testing.assert_close(m.mul(x, y), x * y)
     assert _ran_compiled(m, m._mul_forward)

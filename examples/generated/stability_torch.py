@@ -57,6 +57,7 @@ _fused_enabled = False
 # (math function, kinds of its arguments) -> its compiled version (the math function
 # itself after a compiler failure).
 _compiled: dict[tuple, Callable] = {}
+_fresh_copies: dict[tuple, int] = {}
 # The tensor size the fused path's kernels are tuned for. Compiled for dynamic shapes, a
 # kernel keeps what inductor chose for the size of the call that compiled it (on a CPU,
 # whether to use threads), and inductor's cache keeps it for later processes: compiled on
@@ -105,21 +106,30 @@ def _run(math_fn: Callable, *args):
     compiled = _compiled.get(key)
     if compiled is math_fn:
         return math_fn(*args)
-    call_args = args
-    if compiled is None:  # a call that compiles: tuned for large tensors
+    compiling = compiled is None
+    if (
+        compiling
+    ):  # a new kind of call: a compiled copy of its own, tuned for large tensors
         fused = _FUSED_FORMS.get(math_fn, math_fn)
         compiled = _compiled[key] = torch.compile(
             _own_code(fused), dynamic=True, fullgraph=True
         )
-        call_args = _size_hinted(args)
     try:
-        return compiled(*call_args)
+        return compiled(*(_size_hinted(args) if compiling else args))
     except Exception as error:  # noqa: BLE001 - any compiler failure: keep the eager code
-        if isinstance(error, getattr(torch._dynamo.exc, "FailOnRecompileLimitHit", ())):
-            # Eight versions of this kind of call (layouts, sizes 0 and 1): a fresh copy.
+        limit = getattr(torch._dynamo.exc, "FailOnRecompileLimitHit", ())
+        if isinstance(error, limit) and not compiling and _fresh_copies.get(key, 0) < 2:
+            # This kind of call alone has had 8 versions (layouts: transposed, sliced,
+            # sizes 0 and 1): a fresh copy, twice at most.
+            _fresh_copies[key] = _fresh_copies.get(key, 0) + 1
             _compiled.pop(key, None)
             return _run(math_fn, *args)
-        result = math_fn(*args)  # an error of the call itself (shapes, ...) raises here
+        try:
+            result = math_fn(*args)
+        except Exception:
+            if compiling:  # the caller's own error: the next call compiles afresh
+                _compiled.pop(key, None)
+            raise
         warnings.warn(
             f"torch.compile unavailable ({error}); using eager code", stacklevel=3
         )
@@ -163,6 +173,10 @@ def _size_hinted(args: tuple) -> tuple:
     torch.compile to tune its kernels for ``_SIZE_HINT`` elements (the sizes stay dynamic:
     the hint changes how fast a kernel is, not what it computes)."""
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    if any(type(a) is not torch.Tensor for a in tensors):
+        # Dynamo keeps a Parameter's sizes static (and a size shared with one); subclasses
+        # go as they are.
+        return args
     try:
         shape = torch.broadcast_shapes(*(a.shape for a in tensors))  # the work's shape
     except RuntimeError:  # shapes that do not broadcast: the call will say so
@@ -175,8 +189,7 @@ def _size_hinted(args: tuple) -> tuple:
     hinted = []
     for a in args:
         if isinstance(a, torch.Tensor) and size in a.shape:
-            # An alias of the same type (dynamo guards on it, and on requires_grad).
-            a = a.detach().as_subclass(type(a)).requires_grad_(a.requires_grad)
+            a = a.detach().requires_grad_(a.requires_grad)  # (dynamo guards on it)
             for dim, n in enumerate(a.shape):
                 if n == size:
                     try:
