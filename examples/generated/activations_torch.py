@@ -127,7 +127,8 @@ def _own_code(fn: Callable) -> Callable:
     """``fn`` with a code object of its own. Dynamo keeps a function's compiled versions
     on its code object, at most 8 (``recompile_limit``), and under fullgraph=True a ninth
     is an error; a copy per kind of call keeps each to the layouts of one kind (and a call
-    checks the guards of that kind only)."""
+    checks the guards of that kind only). torch.compile's own ``isolate_recompiles`` does
+    this in recent torch (2.13); a copy does it in every version."""
     copy = types.FunctionType(
         fn.__code__.replace(),
         fn.__globals__,
