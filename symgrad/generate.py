@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from symgrad import series
 from symgrad.derive import Derived, derive_spec
 from symgrad.errors import DerivationError, SpecError
 from symgrad.plan import FunctionPlan, plan_tensorflow, plan_torch
@@ -28,6 +29,7 @@ def _module(
         uses_math=any(p.uses_math for p in plans),
         needs_reduce=any(p.needs_reduce for p in plans),
         helpers=set().union(*(p.helpers for p in plans)),
+        series=series,
     )
     return GeneratedFile(name, ruff_format(text, name))
 

@@ -245,7 +245,8 @@ MUL_HELPER = "_mul_into"
 #: module helpers that run the op itself eagerly and an accurate form when compiled (the
 #: fused path): inductor's log1p costs twice its log; its vectorised CPU expm1 and atanh
 #: are exp(x) - 1 and log((1 + x) / (1 - x)) / 2, which lose every digit near 0, and its
-#: float32 erf a polynomial within 1.5e-7 absolute (erf(1e-7) comes out 100% off); its
+#: float32 erf a polynomial within 1.5e-7 absolute (erf(1e-7) comes out 100% off), its
+#: erfc a scalar loop (6x its erf: a Chebyshev series instead, symgrad.series); its
 #: sigmoid computes an exp(-x) of its own where the code (a dsigmoid, a softplus) already
 #: has exp(-|x|): sigmoid is routed only there (on its own, inductor's is the cheaper).
 COMPILED_FORMS = {
@@ -253,6 +254,7 @@ COMPILED_FORMS = {
     "torch.expm1": "_expm1",
     "torch.atanh": "_atanh",
     "torch.erf": "_erf",
+    "torch.erfc": "_erfc",
     "torch.nn.functional.softplus": "_softplus",
     "torch.sigmoid": "_sigmoid",
 }
