@@ -258,11 +258,22 @@ def finish(
                 if rewritten is not None and rewritten not in candidates:
                     candidates.append(rewritten)
                     sources.setdefault(rewritten, stable[0])
+        # Eager code only: dsigmoid(a) as sigmoid(a) * sigmoid(-a). torch's sigmoid costs
+        # 3 multiplies to its exp's 8 (and shares sigmoid(a) with the formula), where
+        # exp(-|a|) / (1 + exp(-|a|))**2 is six passes; chosen where it is as accurate.
+        # Compiled, the one exp of dsigmoid is the cheaper (sigmoid(-a) is a second exp).
+        eager_only = []
+        for c in [c for c in candidates if c.has(dsigmoid)]:
+            product = _dsigmoid_as_product(c)
+            if product not in candidates and product not in eager_only:
+                eager_only.append(product)
+                sources.setdefault(product, sources[c])
         # The formula as written is the reference and a candidate in its own right.
-        close = most_accurate([expr, *candidates], points)
+        close = most_accurate([expr, *candidates, *eager_only], points)
         if close:
             best, accuracy = min(close, key=lambda c: eager_cost(c[0]))
-            fused_best = min(close, key=lambda c: op_cost(c[0]))[0]
+            fused_close = [c for c in close if c[0] not in eager_only] or close
+            fused_best = min(fused_close, key=lambda c: op_cost(c[0]))[0]
         else:  # nothing measurable: the formula as written
             best, accuracy = expr, Accuracy(math.nan, math.nan, 0, 0)
             fused_best = best
@@ -274,6 +285,13 @@ def finish(
     if fused is not None:
         fused.append(finished if fused_best is best else _finished(fused_best))
     return finished
+
+
+def _dsigmoid_as_product(expr: sympy.Expr) -> sympy.Expr:
+    """``expr`` with each dsigmoid(a) written sigmoid(a) * sigmoid(-a)."""
+    return expr.replace(
+        lambda e: isinstance(e, dsigmoid), lambda e: sigmoid(e.args[0]) * sigmoid(-e.args[0])
+    )
 
 
 def _finished(best: sympy.Expr) -> sympy.Expr:

@@ -369,6 +369,10 @@ class Softplus(_Softplus):
 
         d grad_x / d x = grad*sigmoid(-x)*sigmoid(x)
         d grad_x / d grad = sigmoid(x)
+
+    Compiled instead by the fused path (as accurate, less arithmetic)::
+
+        d grad_x / d x: grad*dsigmoid(x)
     """
 
     @staticmethod
@@ -391,6 +395,21 @@ def _softplus_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
     if need_grad_bar:
         grad_bar = t0
     return x_bar, grad_bar
+
+
+def _softplus_grad_x_backward_fused(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
+    """``_softplus_grad_x_backward`` for the fused path: as accurate, fewer operations compiled."""
+    x_bar = grad_bar = None
+    if need_x_bar:
+        t0 = torch.abs(x).neg_().exp_()
+        t1 = _mul_into(grad * grad_grad_x, t0)
+        x_bar = t1.div_(t0.add_(1).pow_(2))
+    if need_grad_bar:
+        grad_bar = _mul_into(_sigmoid(x), grad_grad_x)
+    return x_bar, grad_bar
+
+
+_FUSED_FORMS[_softplus_grad_x_backward] = _softplus_grad_x_backward_fused
 
 
 @_signature_once
@@ -518,6 +537,10 @@ class ScaledSoftplus(_ScaledSoftplus):
 
         d grad_x / d x = beta*grad*sigmoid(-beta*x)*sigmoid(beta*x)
         d grad_x / d grad = sigmoid(beta*x)
+
+    Compiled instead by the fused path (as accurate, less arithmetic)::
+
+        d grad_x / d x: beta*grad*dsigmoid(beta*x)
     """
 
     @staticmethod
@@ -545,6 +568,24 @@ def _scaled_softplus_grad_x_backward(
     if need_grad_bar:
         grad_bar = t1
     return x_bar, grad_bar
+
+
+def _scaled_softplus_grad_x_backward_fused(
+    x, grad, grad_grad_x, beta, need_x_bar, need_grad_bar
+):
+    """``_scaled_softplus_grad_x_backward`` for the fused path: as accurate, fewer operations compiled."""
+    x_bar = grad_bar = None
+    t0 = beta * x
+    if need_x_bar:
+        t1 = torch.abs(t0).neg_().exp_()
+        t2 = _mul_into(_mul_into(beta * grad, grad_grad_x), t1)
+        x_bar = t2.div_(t1.add_(1).pow_(2))
+    if need_grad_bar:
+        grad_bar = _mul_into(_sigmoid(t0, overwrite=True), grad_grad_x)
+    return x_bar, grad_bar
+
+
+_FUSED_FORMS[_scaled_softplus_grad_x_backward] = _scaled_softplus_grad_x_backward_fused
 
 
 @_signature_once
@@ -1464,7 +1505,7 @@ class WeightedBce(_WeightedBce):
 
         out: 0.0 bits mean, 1 max over 54 points
         grad_z: 0.1 bits mean, 1 max over 71 points
-        d grad_z / d z: 0.1 bits mean, 2 max over 71 points
+        d grad_z / d z: 0.1 bits mean, 3 max over 71 points
         d grad_z / d grad: 0.1 bits mean, 1 max over 71 points
 
     Gradients (VJP)::
@@ -1473,8 +1514,12 @@ class WeightedBce(_WeightedBce):
 
     Second order (d grad_<input> / d <w>)::
 
-        d grad_z / d z = grad*dsigmoid(z)
+        d grad_z / d z = grad*sigmoid(-z)*sigmoid(z)
         d grad_z / d grad = -target*sigmoid(-z) - (target - 1)*sigmoid(z)
+
+    Compiled instead by the fused path (as accurate, less arithmetic)::
+
+        d grad_z / d z: grad*dsigmoid(z)
     """
 
     @staticmethod
@@ -1498,6 +1543,22 @@ def _weighted_bce_grad_z_backward(
     z, target, grad, grad_grad_z, need_z_bar, need_grad_bar
 ):
     z_bar = grad_bar = None
+    t0 = _sigmoid(z)
+    t1 = _sigmoid(-z, negative_of=z, overwrite=True)
+    if need_z_bar:
+        z_bar = _mul_into(grad * grad_grad_z, t0).mul_(t1)
+    if need_grad_bar:
+        grad_bar = _mul_into(
+            _mul_into(t0.neg_(), target - 1).sub_(_mul_into(t1, target)), grad_grad_z
+        )
+    return z_bar, grad_bar
+
+
+def _weighted_bce_grad_z_backward_fused(
+    z, target, grad, grad_grad_z, need_z_bar, need_grad_bar
+):
+    """``_weighted_bce_grad_z_backward`` for the fused path: as accurate, fewer operations compiled."""
+    z_bar = grad_bar = None
     if need_z_bar:
         t0 = torch.abs(z).neg_().exp_()
         t1 = _mul_into(grad * grad_grad_z, t0)
@@ -1510,6 +1571,9 @@ def _weighted_bce_grad_z_backward(
             grad_grad_z,
         )
     return z_bar, grad_bar
+
+
+_FUSED_FORMS[_weighted_bce_grad_z_backward] = _weighted_bce_grad_z_backward_fused
 
 
 @_signature_once
@@ -1546,8 +1610,7 @@ class _WeightedBceBackward(torch.autograd.Function):
             return z_bar, None, grad_bar
         z_bar = None
         if ctx.needs_input_grad[0]:
-            t0 = torch.exp(-torch.abs(z))
-            z_bar = grad * grad_grad_z * t0 / (t0 + 1) ** 2
+            z_bar = grad * grad_grad_z * torch.sigmoid(-z) * torch.sigmoid(z)
             z_bar = z_bar.sum_to_size(z.shape)
         grad_bar = None
         if ctx.needs_input_grad[2]:
@@ -1563,10 +1626,9 @@ class WeightedBceBackward(_WeightedBceBackward):
     @staticmethod
     def jvp(ctx, z_t, _target_t, grad_t):
         z, target, grad = ctx.saved_tensors
-        t0 = torch.exp(-torch.abs(z))
-        grad_z_t = grad * t0 * z_t / (t0 + 1) ** 2 + grad_t * (
-            -target * torch.sigmoid(-z) - (target - 1) * torch.sigmoid(z)
-        )
+        t0 = torch.sigmoid(z)
+        t1 = torch.sigmoid(-z)
+        grad_z_t = grad * t0 * t1 * z_t + grad_t * (-t0 * (target - 1) - t1 * target)
         return grad_z_t
 
 

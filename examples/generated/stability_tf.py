@@ -165,7 +165,7 @@ def bce_sigmoid(z: tf.Tensor, target: tf.Tensor) -> tf.Tensor:
 
         out: 0.0 bits mean, 1 max over 51 points
         grad_z: 0.1 bits mean, 3 max over 71 points
-        d grad_z / d z: 0.1 bits mean, 2 max over 71 points
+        d grad_z / d z: 0.1 bits mean, 3 max over 71 points
         d grad_z / d grad: 0.1 bits mean, 3 max over 71 points
 
     Gradients (VJP)::
@@ -174,7 +174,7 @@ def bce_sigmoid(z: tf.Tensor, target: tf.Tensor) -> tf.Tensor:
 
     Second order (d grad_<input> / d <w>)::
 
-        d grad_z / d z = grad*dsigmoid(z)
+        d grad_z / d z = grad*sigmoid(-z)*sigmoid(z)
         d grad_z / d grad = -target*sigmoid(-z) - (target - 1)*sigmoid(z)
     """
 
@@ -202,8 +202,7 @@ def _bce_sigmoid_grad_z(z, target, grad):
         )
 
         def backward(grad_grad_z):
-            t0 = tf.math.exp(-tf.math.abs(z))
-            z_bar = grad * grad_grad_z * t0 / tf.math.square(t0 + 1)
+            z_bar = grad * grad_grad_z * tf.math.sigmoid(-z) * tf.math.sigmoid(z)
             z_bar = _reduce_to(z_bar, z)
             grad_bar = grad_grad_z * (
                 -target * tf.math.sigmoid(-z) - (target - 1) * tf.math.sigmoid(z)
@@ -362,7 +361,7 @@ def mish(x: tf.Tensor) -> tf.Tensor:
 
     Second order (d grad_<input> / d <w>)::
 
-        d grad_x / d x = Piecewise((8*grad*dsigmoid(2*softplus(x))*sigmoid(x), (x < -1.6e+3) & ((x > 1.6e+3) | (x < -1.6e+3))), (grad*(4*x*dsigmoid(x)*dsigmoid(2*softplus(x)) + 8*dsigmoid(2*softplus(x))*sigmoid(x)), x < -1.6e+3), (grad*(-8*x*tanh(softplus(x))*dsigmoid(2*softplus(x))*sigmoid(x)**2 + 8*dsigmoid(2*softplus(x))*sigmoid(x)), (x > 1.6e+3) | (x < -1.6e+3)), (grad*(-8*x*tanh(softplus(x))*dsigmoid(2*softplus(x))*sigmoid(x)**2 + 4*x*dsigmoid(x)*dsigmoid(2*softplus(x)) + 8*dsigmoid(2*softplus(x))*sigmoid(x)), True))
+        d grad_x / d x = Piecewise((8*grad*sigmoid(x)*sigmoid(-2*softplus(x))*sigmoid(2*softplus(x)), (x < -1.6e+3) & ((x > 1.6e+3) | (x < -1.6e+3))), (grad*(4*x*sigmoid(-x)*sigmoid(x)*sigmoid(-2*softplus(x))*sigmoid(2*softplus(x)) + 8*sigmoid(x)*sigmoid(-2*softplus(x))*sigmoid(2*softplus(x))), x < -1.6e+3), (grad*(-8*x*tanh(softplus(x))*sigmoid(x)**2*sigmoid(-2*softplus(x))*sigmoid(2*softplus(x)) + 8*sigmoid(x)*sigmoid(-2*softplus(x))*sigmoid(2*softplus(x))), (x > 1.6e+3) | (x < -1.6e+3)), (grad*(-8*x*tanh(softplus(x))*sigmoid(x)**2*sigmoid(-2*softplus(x))*sigmoid(2*softplus(x)) + 4*x*sigmoid(-x)*sigmoid(x)*sigmoid(-2*softplus(x))*sigmoid(2*softplus(x)) + 8*sigmoid(x)*sigmoid(-2*softplus(x))*sigmoid(2*softplus(x))), True))
         d grad_x / d grad = Piecewise(((((4 + exp(-Abs(x)))*exp(-Abs(x)) + 4*Min(745.2, Max(-745.2, x)) + 6)*exp(-Abs(x)) + 4*Min(745.2, Max(-745.2, x)) + 4)*exp(-Abs(x))/((((4 + exp(-Abs(x)))*exp(-Abs(x)) + 8)*exp(-Abs(x)) + 8)*exp(-Abs(x)) + 4), x <= 0), (((((4*Min(745.2, Max(-745.2, x)) + 4)*exp(-Abs(x)) + 4*Min(745.2, Max(-745.2, x)) + 6)*exp(-Abs(x)) + 4)*exp(-Abs(x)) + 1)/((((8 + 4*exp(-Abs(x)))*exp(-Abs(x)) + 8)*exp(-Abs(x)) + 4)*exp(-Abs(x)) + 1), True))
     """
 
@@ -400,23 +399,22 @@ def _mish_grad_x(x, grad):
         def backward(grad_grad_x):
             t0 = tf.math.sigmoid(x)
             t1 = tf.math.softplus(x)
-            t2 = tf.math.exp(-2 * tf.math.abs(t1))
-            t3 = 1 / tf.math.square(t2 + 1)
-            t4 = t2 * t3
-            t5 = 8 * t4
-            t6 = t0 * t5
+            t2 = 2 * t1
+            t3 = tf.math.sigmoid(-t2)
+            t4 = tf.math.sigmoid(t2)
+            t5 = t0 * t3 * t4
+            t6 = 8 * t5
             t7 = x < -1600.0
             t8 = (t7) | (x > 1600.0)
-            t9 = tf.math.exp(-tf.math.abs(x))
-            t10 = 4 * t4 * t9 * x / tf.math.square(t9 + 1) + t6
-            t11 = tf.math.square(t0) * t5 * x * tf.math.tanh(t1)
+            t9 = 4 * t5 * x * tf.math.sigmoid(-x) + t6
+            t10 = 8 * tf.math.square(t0) * t3 * t4 * x * tf.math.tanh(t1)
             x_bar = grad_grad_x * tf.where(
                 (t7) & (t8),
                 grad * t6,
                 tf.where(
                     t7,
-                    grad * t10,
-                    tf.where(t8, grad * (8 * t0 * t2 * t3 - t11), grad * (t10 - t11)),
+                    grad * t9,
+                    tf.where(t8, grad * (8 * t0 * t3 * t4 - t10), grad * (-t10 + t9)),
                 ),
             )
             t0 = tf.math.exp(-tf.math.abs(x))
@@ -521,18 +519,18 @@ def swish(x: tf.Tensor, beta: float = 1.0) -> tf.Tensor:
     Measured float64 error of the chosen forms vs mpmath::
 
         out: 0.1 bits mean, 3 max over 67 points
-        grad_x: 0.1 bits mean, 2 max over 67 points
-        d grad_x / d x: 0.1 bits mean, 2 max over 67 points
-        d grad_x / d grad: 0.1 bits mean, 2 max over 67 points
+        grad_x: 0.1 bits mean, 3 max over 67 points
+        d grad_x / d x: 0.2 bits mean, 3 max over 67 points
+        d grad_x / d grad: 0.1 bits mean, 3 max over 67 points
 
     Gradients (VJP)::
 
-        grad_x = grad*(beta*x*dsigmoid(beta*x) + sigmoid(beta*x))
+        grad_x = grad*(beta*x*sigmoid(-beta*x)*sigmoid(beta*x) + sigmoid(beta*x))
 
     Second order (d grad_<input> / d <w>)::
 
-        d grad_x / d x = -beta*grad*(beta*x*tanh(beta*x/2) - 2)*dsigmoid(beta*x)
-        d grad_x / d grad = beta*x*dsigmoid(beta*x) + sigmoid(beta*x)
+        d grad_x / d x = -beta*grad*(beta*x*tanh(beta*x/2) - 2)*sigmoid(-beta*x)*sigmoid(beta*x)
+        d grad_x / d grad = beta*x*sigmoid(-beta*x)*sigmoid(beta*x) + sigmoid(beta*x)
     """
 
     @tf.custom_gradient
@@ -554,25 +552,22 @@ def _swish_grad_x(x, grad, beta):
     @tf.custom_gradient
     def forward(x, grad):
         t0 = beta * x
-        t1 = tf.math.exp(-tf.math.abs(t0))
-        grad_x = grad * (t0 * t1 / tf.math.square(t1 + 1) + tf.math.sigmoid(t0))
+        t1 = tf.math.sigmoid(t0)
+        grad_x = grad * (t0 * t1 * tf.math.sigmoid(-t0) + t1)
 
         def backward(grad_grad_x):
             t0 = beta * x
-            t1 = tf.math.exp(-tf.math.abs(t0))
             x_bar = (
                 -beta
                 * grad
                 * grad_grad_x
-                * t1
                 * (t0 * tf.math.tanh(t0 / 2) - 2)
-                / tf.math.square(t1 + 1)
+                * tf.math.sigmoid(-t0)
+                * tf.math.sigmoid(t0)
             )
             t0 = beta * x
-            t1 = tf.math.exp(-tf.math.abs(t0))
-            grad_bar = grad_grad_x * (
-                t0 * t1 / tf.math.square(t1 + 1) + tf.math.sigmoid(t0)
-            )
+            t1 = tf.math.sigmoid(t0)
+            grad_bar = grad_grad_x * (t0 * t1 * tf.math.sigmoid(-t0) + t1)
             return x_bar, grad_bar
 
         return grad_x, backward
@@ -603,7 +598,7 @@ def focal_loss(z: tf.Tensor, target: tf.Tensor, gamma: float = 2.0) -> tf.Tensor
 
     Second order (d grad_<input> / d <w>)::
 
-        d grad_z / d z = Piecewise((grad*(gamma**2*target*sigmoid(-z)**gamma*sigmoid(z)**2*softplus(-z) + 2*gamma*target*dsigmoid(z)*sigmoid(-z)**gamma + 2*gamma*(1 - target)*dsigmoid(z)*sigmoid(z)**gamma + target*dsigmoid(z)*sigmoid(-z)**gamma + (1 - target)*dsigmoid(z)*sigmoid(z)**gamma), (z > 1.6e+3) & ((z > 1.6e+3) | (z < -1.6e+3))), (grad*(gamma**2*target*sigmoid(-z)**gamma*sigmoid(z)**2*softplus(-z) - gamma*target*dsigmoid(z)*sigmoid(-z)**gamma*softplus(-z) + 2*gamma*target*dsigmoid(z)*sigmoid(-z)**gamma - gamma*(1 - target)*dsigmoid(z)*sigmoid(z)**gamma*softplus(z) + 2*gamma*(1 - target)*dsigmoid(z)*sigmoid(z)**gamma + target*dsigmoid(z)*sigmoid(-z)**gamma + (1 - target)*dsigmoid(z)*sigmoid(z)**gamma), z > 1.6e+3), (grad*(gamma**2*(1 - target)*sigmoid(-z)**2*sigmoid(z)**gamma*softplus(z) + 2*gamma*target*dsigmoid(z)*sigmoid(-z)**gamma + 2*gamma*(1 - target)*dsigmoid(z)*sigmoid(z)**gamma + target*dsigmoid(z)*sigmoid(-z)**gamma + (1 - target)*dsigmoid(z)*sigmoid(z)**gamma), (z < -1.6e+3) & ((z > 1.6e+3) | (z < -1.6e+3))), (grad*(gamma**2*(1 - target)*sigmoid(-z)**2*sigmoid(z)**gamma*softplus(z) - gamma*target*dsigmoid(z)*sigmoid(-z)**gamma*softplus(-z) + 2*gamma*target*dsigmoid(z)*sigmoid(-z)**gamma - gamma*(1 - target)*dsigmoid(z)*sigmoid(z)**gamma*softplus(z) + 2*gamma*(1 - target)*dsigmoid(z)*sigmoid(z)**gamma + target*dsigmoid(z)*sigmoid(-z)**gamma + (1 - target)*dsigmoid(z)*sigmoid(z)**gamma), z < -1.6e+3), (grad*(gamma**2*target*sigmoid(-z)**gamma*sigmoid(z)**2*softplus(-z) + gamma**2*(1 - target)*sigmoid(-z)**2*sigmoid(z)**gamma*softplus(z) + 2*gamma*target*dsigmoid(z)*sigmoid(-z)**gamma + 2*gamma*(1 - target)*dsigmoid(z)*sigmoid(z)**gamma + target*dsigmoid(z)*sigmoid(-z)**gamma + (1 - target)*dsigmoid(z)*sigmoid(z)**gamma), (z > 1.6e+3) | (z < -1.6e+3)), (grad*(gamma**2*target*sigmoid(-z)**gamma*sigmoid(z)**2*softplus(-z) + gamma**2*(1 - target)*sigmoid(-z)**2*sigmoid(z)**gamma*softplus(z) - gamma*target*dsigmoid(z)*sigmoid(-z)**gamma*softplus(-z) + 2*gamma*target*dsigmoid(z)*sigmoid(-z)**gamma - gamma*(1 - target)*dsigmoid(z)*sigmoid(z)**gamma*softplus(z) + 2*gamma*(1 - target)*dsigmoid(z)*sigmoid(z)**gamma + target*dsigmoid(z)*sigmoid(-z)**gamma + (1 - target)*dsigmoid(z)*sigmoid(z)**gamma), True))
+        d grad_z / d z = Piecewise((grad*(gamma**2*target*sigmoid(-z)**gamma*sigmoid(z)**2*softplus(-z) + 2*gamma*target*sigmoid(-z)*sigmoid(-z)**gamma*sigmoid(z) + 2*gamma*(1 - target)*sigmoid(-z)*sigmoid(z)*sigmoid(z)**gamma + target*sigmoid(-z)*sigmoid(-z)**gamma*sigmoid(z) + (1 - target)*sigmoid(-z)*sigmoid(z)*sigmoid(z)**gamma), (z > 1.6e+3) & ((z > 1.6e+3) | (z < -1.6e+3))), (grad*(gamma**2*target*sigmoid(-z)**gamma*sigmoid(z)**2*softplus(-z) - gamma*target*sigmoid(-z)*sigmoid(-z)**gamma*sigmoid(z)*softplus(-z) + 2*gamma*target*sigmoid(-z)*sigmoid(-z)**gamma*sigmoid(z) - gamma*(1 - target)*sigmoid(-z)*sigmoid(z)*sigmoid(z)**gamma*softplus(z) + 2*gamma*(1 - target)*sigmoid(-z)*sigmoid(z)*sigmoid(z)**gamma + target*sigmoid(-z)*sigmoid(-z)**gamma*sigmoid(z) + (1 - target)*sigmoid(-z)*sigmoid(z)*sigmoid(z)**gamma), z > 1.6e+3), (grad*(gamma**2*(1 - target)*sigmoid(-z)**2*sigmoid(z)**gamma*softplus(z) + 2*gamma*target*sigmoid(-z)*sigmoid(-z)**gamma*sigmoid(z) + 2*gamma*(1 - target)*sigmoid(-z)*sigmoid(z)*sigmoid(z)**gamma + target*sigmoid(-z)*sigmoid(-z)**gamma*sigmoid(z) + (1 - target)*sigmoid(-z)*sigmoid(z)*sigmoid(z)**gamma), (z < -1.6e+3) & ((z > 1.6e+3) | (z < -1.6e+3))), (grad*(gamma**2*(1 - target)*sigmoid(-z)**2*sigmoid(z)**gamma*softplus(z) - gamma*target*sigmoid(-z)*sigmoid(-z)**gamma*sigmoid(z)*softplus(-z) + 2*gamma*target*sigmoid(-z)*sigmoid(-z)**gamma*sigmoid(z) - gamma*(1 - target)*sigmoid(-z)*sigmoid(z)*sigmoid(z)**gamma*softplus(z) + 2*gamma*(1 - target)*sigmoid(-z)*sigmoid(z)*sigmoid(z)**gamma + target*sigmoid(-z)*sigmoid(-z)**gamma*sigmoid(z) + (1 - target)*sigmoid(-z)*sigmoid(z)*sigmoid(z)**gamma), z < -1.6e+3), (grad*(gamma**2*target*sigmoid(-z)**gamma*sigmoid(z)**2*softplus(-z) + gamma**2*(1 - target)*sigmoid(-z)**2*sigmoid(z)**gamma*softplus(z) + 2*gamma*target*sigmoid(-z)*sigmoid(-z)**gamma*sigmoid(z) + 2*gamma*(1 - target)*sigmoid(-z)*sigmoid(z)*sigmoid(z)**gamma + target*sigmoid(-z)*sigmoid(-z)**gamma*sigmoid(z) + (1 - target)*sigmoid(-z)*sigmoid(z)*sigmoid(z)**gamma), (z > 1.6e+3) | (z < -1.6e+3)), (grad*(gamma**2*target*sigmoid(-z)**gamma*sigmoid(z)**2*softplus(-z) + gamma**2*(1 - target)*sigmoid(-z)**2*sigmoid(z)**gamma*softplus(z) - gamma*target*sigmoid(-z)*sigmoid(-z)**gamma*sigmoid(z)*softplus(-z) + 2*gamma*target*sigmoid(-z)*sigmoid(-z)**gamma*sigmoid(z) - gamma*(1 - target)*sigmoid(-z)*sigmoid(z)*sigmoid(z)**gamma*softplus(z) + 2*gamma*(1 - target)*sigmoid(-z)*sigmoid(z)*sigmoid(z)**gamma + target*sigmoid(-z)*sigmoid(-z)**gamma*sigmoid(z) + (1 - target)*sigmoid(-z)*sigmoid(z)*sigmoid(z)**gamma), True))
         d grad_z / d grad = Piecewise((-gamma*target*sigmoid(-z)**gamma*sigmoid(z)*softplus(-z) - target*sigmoid(-z)*sigmoid(-z)**gamma + (1 - target)*sigmoid(z)*sigmoid(z)**gamma, z > 1.6e+3), (gamma*(1 - target)*sigmoid(-z)*sigmoid(z)**gamma*softplus(z) - target*sigmoid(-z)*sigmoid(-z)**gamma + (1 - target)*sigmoid(z)*sigmoid(z)**gamma, z < -1.6e+3), (-gamma*target*sigmoid(-z)**gamma*sigmoid(z)*softplus(-z) + gamma*(1 - target)*sigmoid(-z)*sigmoid(z)**gamma*softplus(z) - target*sigmoid(-z)*sigmoid(-z)**gamma + (1 - target)*sigmoid(z)*sigmoid(z)**gamma, True))
     """
 
@@ -656,35 +651,34 @@ def _focal_loss_grad_z(z, target, grad, gamma):
             t3 = tf.math.softplus(t2)
             t4 = tf.math.sigmoid(t2)
             t5 = t4**gamma * target
-            t6 = tf.math.exp(-tf.math.abs(z))
-            t7 = t6 / tf.math.square(t6 + 1)
-            t8 = t5 * t7
-            t9 = t1**gamma * (1 - target)
-            t10 = t7 * t9
-            t11 = 2 * gamma
-            t12 = t10 * t11 + t10 + t11 * t8 + t8
-            t13 = t0 * tf.math.square(t1) * t3 * t5 + t12
-            t14 = z > 1600.0
-            t15 = z < -1600.0
-            t16 = (t14) | (t15)
-            t17 = tf.math.softplus(z)
-            t18 = -gamma * t10 * t17 - gamma * t3 * t8
-            t19 = t0 * t17 * tf.math.square(t4) * t9
-            t20 = t12 + t19
-            t21 = t13 + t19
+            t6 = t1 * t4
+            t7 = t5 * t6
+            t8 = t1**gamma * (1 - target)
+            t9 = t6 * t8
+            t10 = 2 * gamma
+            t11 = t10 * t7 + t10 * t9 + t7 + t9
+            t12 = t0 * tf.math.square(t1) * t3 * t5 + t11
+            t13 = z > 1600.0
+            t14 = z < -1600.0
+            t15 = (t13) | (t14)
+            t16 = tf.math.softplus(z)
+            t17 = -gamma * t16 * t9 - gamma * t3 * t7
+            t18 = t0 * t16 * tf.math.square(t4) * t8
+            t19 = t11 + t18
+            t20 = t12 + t18
             z_bar = grad_grad_z * tf.where(
-                (t14) & (t16),
-                grad * t13,
+                (t13) & (t15),
+                grad * t12,
                 tf.where(
-                    t14,
-                    grad * (t13 + t18),
+                    t13,
+                    grad * (t12 + t17),
                     tf.where(
-                        (t15) & (t16),
-                        grad * t20,
+                        (t14) & (t15),
+                        grad * t19,
                         tf.where(
-                            t15,
-                            grad * (t18 + t20),
-                            tf.where(t16, grad * t21, grad * (t18 + t21)),
+                            t14,
+                            grad * (t17 + t19),
+                            tf.where(t15, grad * t20, grad * (t17 + t20)),
                         ),
                     ),
                 ),
