@@ -6,6 +6,7 @@ can be re-derived (``tests/test_series.py`` checks them against the functions th
 
 from __future__ import annotations
 
+import math
 from functools import cache
 
 import mpmath
@@ -21,7 +22,12 @@ ERFC_TERMS_FLOAT32 = 12
 ERF_TAYLOR_BELOW = 0.5
 #: Taylor terms that reach float64's (float32's) precision below ERF_TAYLOR_BELOW.
 ERF_TAYLOR_TERMS_FLOAT64 = 12
-ERF_TAYLOR_TERMS_FLOAT32 = 7
+ERF_TAYLOR_TERMS_FLOAT32 = 6
+#: Below this |x|, expm1(x) is its Taylor polynomial (:func:`expm1_taylor`); above, exp(x) - 1
+#: loses at most an ulp to the subtraction.
+EXPM1_TAYLOR_BELOW = 0.5
+EXPM1_TAYLOR_TERMS_FLOAT64 = 14
+EXPM1_TAYLOR_TERMS_FLOAT32 = 8
 
 
 @cache
@@ -61,3 +67,9 @@ def erf_taylor(terms: int = ERF_TAYLOR_TERMS_FLOAT64) -> tuple[float, ...]:
             float(2 / mpmath.sqrt(mpmath.pi) * (-1) ** n / (mpmath.factorial(n) * (2 * n + 1)))
             for n in range(terms)
         )
+
+
+def expm1_taylor(terms: int = EXPM1_TAYLOR_TERMS_FLOAT64) -> tuple[float, ...]:
+    """Coefficients 1 / k! (k = 1 ... ``terms``) of expm1(x) = x + x**2 / 2 + ..., each
+    correctly rounded (k! is exact in float64 for k <= 18)."""
+    return tuple(1 / math.factorial(k) for k in range(1, terms + 1))

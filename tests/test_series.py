@@ -10,10 +10,18 @@ import mpmath
 import pytest
 
 from symgrad.series import (
+    ERF_TAYLOR_BELOW,
+    ERF_TAYLOR_TERMS_FLOAT32,
+    ERF_TAYLOR_TERMS_FLOAT64,
     ERFC_SCALE,
     ERFC_TERMS_FLOAT32,
     ERFC_TERMS_FLOAT64,
+    EXPM1_TAYLOR_BELOW,
+    EXPM1_TAYLOR_TERMS_FLOAT32,
+    EXPM1_TAYLOR_TERMS_FLOAT64,
+    erf_taylor,
     erfc_chebyshev,
+    expm1_taylor,
 )
 
 
@@ -51,6 +59,40 @@ def test_erfc_series_is_the_scaled_erfc(a):
         t = (a - ERFC_SCALE) / (a + ERFC_SCALE)
         got, want = _clenshaw(series, t), _scaled_erfc(a)
         assert abs(got - want) < 2**-53 * want
+
+
+@pytest.mark.parametrize(
+    ("coefficients", "below", "terms", "bits"),
+    [
+        (erf_taylor, ERF_TAYLOR_BELOW, ERF_TAYLOR_TERMS_FLOAT64, 54),
+        (erf_taylor, ERF_TAYLOR_BELOW, ERF_TAYLOR_TERMS_FLOAT32, 25),
+        (expm1_taylor, EXPM1_TAYLOR_BELOW, EXPM1_TAYLOR_TERMS_FLOAT64, 54),
+        (expm1_taylor, EXPM1_TAYLOR_BELOW, EXPM1_TAYLOR_TERMS_FLOAT32, 25),
+    ],
+)
+def test_taylor_cuts_leave_less_than_half_an_ulp(coefficients, below, terms, bits):
+    """At the edge of its range, each Taylor cut's first left-out term (the series
+    alternate or fall off geometrically: it bounds the rest) is below 2**-bits of the
+    first term, half an ulp; one term fewer is not."""
+    longer = coefficients(terms + 2)
+    assert coefficients(terms) == longer[:terms]
+    # erf's series is in a**2, expm1's in x
+    step = below**2 if coefficients is erf_taylor else below
+
+    def relative(k):
+        return abs(longer[k]) * step**k / abs(longer[0])
+
+    assert relative(terms) < 2.0**-bits
+    assert relative(terms - 1) > 2.0**-bits
+
+
+def test_taylor_coefficients_are_the_functions_series():
+    with mpmath.workdps(30):
+        x = mpmath.mpf("0.3")
+        erf = x * sum(c * x ** (2 * n) for n, c in enumerate(erf_taylor()))
+        expm1 = sum(c * x ** (k + 1) for k, c in enumerate(expm1_taylor()))
+        assert abs(erf - mpmath.erf(x)) < 1e-16 * mpmath.erf(x)
+        assert abs(expm1 - mpmath.expm1(x)) < 1e-16 * mpmath.expm1(x)
 
 
 ERFC_SPEC = """\
