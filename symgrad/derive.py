@@ -262,18 +262,23 @@ def finish(
         # 3 multiplies to its exp's 8 (and shares sigmoid(a) with the formula), where
         # exp(-|a|) / (1 + exp(-|a|))**2 is six passes; chosen where it is as accurate.
         # Compiled, the one exp of dsigmoid is the cheaper (sigmoid(-a) is a second exp).
+        # The price: past a = 709.8 (float64; 88.7 in float32) torch's sigmoid(-a) is 0,
+        # not the subnormal it should be, so the product is 0 where dsigmoid's exp(-|a|) has
+        # a value below 1e-305 (1e-36) left; torch's own silu_backward gives 0 there too.
         eager_only = []
         for c in [c for c in candidates if c.has(dsigmoid)]:
             product = _dsigmoid_as_product(c)
-            if product not in candidates and product not in eager_only:
+            if product not in (expr, *candidates, *eager_only):
                 eager_only.append(product)
                 sources.setdefault(product, sources[c])
         # The formula as written is the reference and a candidate in its own right.
         close = most_accurate([expr, *candidates, *eager_only], points)
         if close:
             best, accuracy = min(close, key=lambda c: eager_cost(c[0]))
-            fused_close = [c for c in close if c[0] not in eager_only] or close
-            fused_best = min(fused_close, key=lambda c: op_cost(c[0]))[0]
+            compiled = [c for c in close if c[0] not in eager_only]
+            if not compiled and eager_only:  # (measured apart only where products won)
+                compiled = most_accurate([expr, *candidates], points)
+            fused_best = min(compiled or close, key=lambda c: op_cost(c[0]))[0]
         else:  # nothing measurable: the formula as written
             best, accuracy = expr, Accuracy(math.nan, math.nan, 0, 0)
             fused_best = best

@@ -69,6 +69,7 @@ def erf_taylor(terms: int = ERF_TAYLOR_TERMS_FLOAT64) -> tuple[float, ...]:
         )
 
 
+@cache
 def expm1_taylor(terms: int = EXPM1_TAYLOR_TERMS_FLOAT64) -> tuple[float, ...]:
     """Coefficients 1 / k! (k = 1 ... ``terms``) of expm1(x) = x + x**2 / 2 + ..., each
     correctly rounded (k! is exact in float64 for k <= 18)."""

@@ -583,6 +583,18 @@ def test_eager_code_writes_dsigmoid_as_two_sigmoids_and_compiled_code_keeps_one_
     one = torch.ones_like(x)
     for got in (m._silu_grad_x(x, one), m._silu_grad_x_fused(x, one)):
         torch.testing.assert_close(got, want, rtol=4 * torch.finfo(torch.float64).eps, atol=0)
+    # The price (README, "Numerical stability"): past x = -709.8 torch.sigmoid is 0, so the
+    # eager gradient is 0 where the exact one is -3.2e-306, as aten's silu_backward is;
+    # the compiled form keeps it (run eagerly here, less its sigmoid(x) term: 4.5e-309).
+    far = torch.tensor([-710.0], dtype=torch.float64)
+    assert m._silu_grad_x(far, torch.ones_like(far)).item() == 0.0
+    assert torch.ops.aten.silu_backward(torch.ones_like(far), far).item() == 0.0
+    torch.testing.assert_close(
+        m._silu_grad_x_fused(far, torch.ones_like(far)),
+        torch.tensor([-3.17369e-306], dtype=torch.float64),
+        rtol=2e-3,
+        atol=0,
+    )
 
 
 STUDENT_SPEC = """\
@@ -673,6 +685,8 @@ def test_compiled_expm1_atanh_and_erf_keep_their_digits_near_zero(generate_modul
     torch.testing.assert_close(got, want, rtol=2 * eps, atol=0, equal_nan=True)
     integers = torch.tensor([0, 1, 2, -3])  # erf of an integer tensor: the default dtype
     torch.testing.assert_close(erf(integers), torch.erf(integers))
+    for integers in (torch.tensor([0, 1, -3]), torch.tensor([True, False])):
+        torch.testing.assert_close(expm1(integers), torch.expm1(integers))
     tiny = torch.tensor([-1e-10, -3e-30, 1e-20, 2.2e-7], dtype=dtype)
     m.use_fused(True)
     try:

@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 
 import mpmath
+import numpy as np
 import pytest
 
 from symgrad.series import (
@@ -107,8 +108,9 @@ functions:
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_compiled_erfc_is_accurate_and_vectorised(generate_module, dtype):
     """Compiled for a CPU, ``_erfc`` is the series, not inductor's erfc (a scalar loop):
-    within 4 ulp of mpmath's correctly rounded erfc (relative; below the smallest normal
-    absolute), special values as torch.erfc, and the generated gelu's fused path uses it."""
+    within 4 ulp (float64) or 5 ulp (float32) of the correctly rounded erfc (relative;
+    below the smallest normal, absolute), special values and dtypes as torch.erfc, and the
+    generated gelu's fused path uses it."""
     import torch
 
     dtype = getattr(torch, dtype)
@@ -135,17 +137,28 @@ def test_compiled_erfc_is_accurate_and_vectorised(generate_module, dtype):
     if dtype == torch.float32:  # float32's ulp, not float64's
         ulp = ulp * 2.0**29
     tiny = torch.finfo(dtype).smallest_normal
+    bound = 4 if dtype == torch.float64 else 5
     err = (got - want.double()).abs()
-    assert bool((err <= torch.maximum(4 * ulp, torch.full_like(ulp, tiny))).all()), (
+    assert bool((err <= torch.maximum(bound * ulp, torch.full_like(ulp, tiny))).all()), (
         f"max error {float((err / ulp).max()):.1f} ulp at {float(x[(err / ulp).argmax()])}"
     )
+    if dtype == torch.float32:
+        # densely where the tail's five rounded factors meet: float64 erfc, rounded, is
+        # float32's correctly rounded value (up to double rounding, far below an ulp)
+        dense = torch.rand(1 << 21, generator=gen, dtype=torch.float64).mul_(10).add_(0.5)
+        dense = dense.float()
+        want = torch.erfc(dense.double()).float()
+        ulp = torch.from_numpy(np.spacing(want.numpy())).double()
+        err = (erfc(dense).double() - want.double()).abs()
+        normal = want >= tiny
+        assert float((err[normal] / ulp[normal]).max()) <= bound
     special = torch.tensor(
         [0.0, -0.0, 1e-300, 30.0, 1e30, -1e30, math.inf, -math.inf, math.nan], dtype=dtype
     )
     torch.testing.assert_close(erfc(special), torch.erfc(special), equal_nan=True)
     # integers and half precision: erfc's result dtype, as eagerly
-    integers = torch.tensor([0, 1, 2, -3])
-    torch.testing.assert_close(erfc(integers), torch.erfc(integers))
+    for integers in (torch.tensor([0, 1, 2, -3]), torch.tensor([True, False])):
+        torch.testing.assert_close(erfc(integers), torch.erfc(integers))
     half = torch.tensor([-1.0, 0.5, 3.0], dtype=torch.float16)
     torch.testing.assert_close(erfc(half), torch.erfc(half))
     # the fused gelu (its forward and gradient call _erfc) agrees with the eager one

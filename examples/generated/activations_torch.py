@@ -369,10 +369,6 @@ class Softplus(_Softplus):
 
         d grad_x / d x = grad*sigmoid(-x)*sigmoid(x)
         d grad_x / d grad = sigmoid(x)
-
-    Compiled instead by the fused path (as accurate, less arithmetic)::
-
-        d grad_x / d x: grad*dsigmoid(x)
     """
 
     @staticmethod
@@ -395,21 +391,6 @@ def _softplus_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
     if need_grad_bar:
         grad_bar = t0
     return x_bar, grad_bar
-
-
-def _softplus_grad_x_backward_fused(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
-    """``_softplus_grad_x_backward`` for the fused path: as accurate, fewer operations compiled."""
-    x_bar = grad_bar = None
-    if need_x_bar:
-        t0 = torch.abs(x).neg_().exp_()
-        t1 = _mul_into(grad * grad_grad_x, t0)
-        x_bar = t1.div_(t0.add_(1).pow_(2))
-    if need_grad_bar:
-        grad_bar = _mul_into(_sigmoid(x), grad_grad_x)
-    return x_bar, grad_bar
-
-
-_FUSED_FORMS[_softplus_grad_x_backward] = _softplus_grad_x_backward_fused
 
 
 @_signature_once
@@ -537,10 +518,6 @@ class ScaledSoftplus(_ScaledSoftplus):
 
         d grad_x / d x = beta*grad*sigmoid(-beta*x)*sigmoid(beta*x)
         d grad_x / d grad = sigmoid(beta*x)
-
-    Compiled instead by the fused path (as accurate, less arithmetic)::
-
-        d grad_x / d x: beta*grad*dsigmoid(beta*x)
     """
 
     @staticmethod
@@ -568,24 +545,6 @@ def _scaled_softplus_grad_x_backward(
     if need_grad_bar:
         grad_bar = t1
     return x_bar, grad_bar
-
-
-def _scaled_softplus_grad_x_backward_fused(
-    x, grad, grad_grad_x, beta, need_x_bar, need_grad_bar
-):
-    """``_scaled_softplus_grad_x_backward`` for the fused path: as accurate, fewer operations compiled."""
-    x_bar = grad_bar = None
-    t0 = beta * x
-    if need_x_bar:
-        t1 = torch.abs(t0).neg_().exp_()
-        t2 = _mul_into(_mul_into(beta * grad, grad_grad_x), t1)
-        x_bar = t2.div_(t1.add_(1).pow_(2))
-    if need_grad_bar:
-        grad_bar = _mul_into(_sigmoid(t0, overwrite=True), grad_grad_x)
-    return x_bar, grad_bar
-
-
-_FUSED_FORMS[_scaled_softplus_grad_x_backward] = _scaled_softplus_grad_x_backward_fused
 
 
 @_signature_once

@@ -305,8 +305,22 @@ def _log1p(u: torch.Tensor, overwrite: bool = False) -> torch.Tensor:
     return u.log1p_() if overwrite else torch.log1p(u)
 
 
-#: 1 / k!, k = 1 ... 14: expm1's Taylor polynomial (symgrad.series.expm1_taylor) for
-#: |x| < 0.5; float32 takes 8.
+def _horner(x: torch.Tensor, coefficients: tuple[float, ...]) -> torch.Tensor:
+    """sum(c_k * x**k) by Horner's rule (unrolled when compiled)."""
+    p = coefficients[-1]
+    for c in reversed(coefficients[:-1]):
+        p = p * x + c
+    return p
+
+
+def _compute_dtype(x: torch.Tensor) -> torch.Tensor:
+    """``x`` itself if floating point; else (integers, bools) in the default dtype, which
+    is the dtype torch's unary float ops give them."""
+    return x if x.is_floating_point() else x.to(torch.get_default_dtype())
+
+
+#: 1 / k!, k = 1 ... 14: expm1's Taylor polynomial for |x| < 0.5
+#: (symgrad.series.expm1_taylor); float32 takes the first 8.
 _EXPM1_TAYLOR = (
     1.0,
     0.5,
@@ -326,28 +340,27 @@ _EXPM1_TAYLOR = (
 
 
 def _expm1(x: torch.Tensor, overwrite: bool = False) -> torch.Tensor:
-    """``torch.expm1(x)``; compiled (the fused path), its Taylor polynomial below |x| = 0.5
-    and ``exp(x) - 1`` above.
+    """``torch.expm1(x)``; compiled (the fused path), its Taylor polynomial below
+    |x| = 0.5 and ``exp(x) - 1`` elsewhere.
 
     Inductor's vectorised CPU expm1 is ``exp(x) - 1``, which loses every digit near 0
-    (expm1(-1e-10) comes out 0). Above 0.5 (and below -0.5) the subtraction is exact and
-    costs exp's rounding at most an ulp of the result; below, the polynomial's remainder
-    is under half an ulp. Within 2 ulp of the correctly rounded value, as Kahan's
-    ``(u - 1) * x / log(u)`` was, at half its cost (no log, no division).
-    ``overwrite``: the caller owns ``x`` and no longer needs it.
+    (expm1(-1e-10) comes out 0). Past |x| = 0.5 the subtraction costs at most an ulp
+    of the result (it is exact down to x = -log(2)); below, the polynomial's remainder is
+    under half an ulp. Within 2 ulp of the correctly rounded value, as Kahan's
+    ``(u - 1) * x / log(u)`` was, without its log and division. ``overwrite``: the caller
+    owns ``x`` and no longer needs it (compiled, the result is a new tensor anyway).
     """
     if torch.compiler.is_compiling():
+        x = _compute_dtype(x)
         double = x.dtype == torch.float64
         taylor = _EXPM1_TAYLOR if double else _EXPM1_TAYLOR[:8]
-        p = taylor[-1]
-        for c in reversed(taylor[:-1]):
-            p = p * x + c
-        return torch.where(torch.abs(x) < 0.5, p * x, torch.exp(x) - 1)
+        near = _horner(x, taylor) * x
+        return torch.where(torch.abs(x) < 0.5, near, torch.exp(x) - 1)
     return x.expm1_() if overwrite else torch.expm1(x)
 
 
-#: Chebyshev coefficients of (1 + 2a) * exp(a**2) * erfc(a) for a >= 0 in
-#: t = (a - 3) / (a + 3) (symgrad.series.erfc_chebyshev); float32 takes 12.
+#: Chebyshev coefficients of (1 + 2a) * exp(a**2) * erfc(a) for a >= 0, in
+#: t = (a - 3) / (a + 3) (symgrad.series.erfc_chebyshev); float32 takes the first 12.
 _ERFC_SERIES = (
     1.17756257419656,
     0.005353904539615676,
@@ -375,8 +388,8 @@ _ERFC_SERIES = (
     2.3514112258781403e-16,
     1.0006111691821667e-16,
 )
-#: Taylor coefficients of erf(a) / a in a**2 (symgrad.series.erf_taylor), for
-#: a < 0.5; float32 takes 6.
+#: Taylor coefficients of erf(a) / a in a**2, for a < 0.5
+#: (symgrad.series.erf_taylor); float32 takes the first 6.
 _ERF_TAYLOR = (
     1.1283791670955126,
     -0.37612638903183754,
@@ -397,18 +410,18 @@ def _erfc(x: torch.Tensor, overwrite: bool = False) -> torch.Tensor:
     """``torch.erfc(x)``; compiled for a CPU (the fused path), from series: inductor's CPU
     erfc is a scalar loop, 6x its (vectorised) erf.
 
-    For a = |x| >= 0.5, erfc(a) = exp(-a**2) * s / (1 + 2a), s the Chebyshev
-    series summed by Clenshaw's recurrence; exp(-a**2) is exp(-m**2) times
-    exp((m - a) * (m + a)), m = a rounded to 1/128, whose square is exact: the rounding of
-    a**2 costs no digits where erfc is tiny. Below 0, erfc(x) = 2 - erfc(a). Nearer 0, 1 -+ erf(a) from
-    erf's Taylor series. Within 4 ulp of the correctly rounded value (0.4 mean). On a GPU
-    the compiled erfc is accurate and fast, and is used. ``overwrite``: the caller owns
-    ``x`` and no longer needs it.
+    For a = |x| >= 0.5, erfc(a) = exp(-a**2) * s / (1 + 2a), with s the Chebyshev
+    series summed by Clenshaw's recurrence, and exp(-a**2) = exp(-m**2) * exp((m - a) *
+    (m + a)) for m = a rounded to 1/128: m**2 and m - a are exact, so the rounding of a**2
+    costs no digits where erfc is tiny. Below 0, erfc(x) = 2 - erfc(a); nearer 0,
+    1 -+ erf(a) from erf's Taylor series. Within 4 ulp of the correctly rounded value in
+    float64, 5 in float32 (0.6-0.7 mean past |x| = 0.5). On a GPU the compiled erfc
+    is accurate and fast, and is used. ``overwrite``: the caller owns ``x`` and no longer
+    needs it (compiled, the result is a new tensor anyway).
     """
     if torch.compiler.is_compiling() and x.device.type == "cpu":
-        # (an integer x: erfc's result has the default dtype, as eagerly)
-        dtype = x.dtype if x.is_floating_point() else torch.get_default_dtype()
-        double = dtype == torch.float64
+        x = _compute_dtype(x)
+        double = x.dtype == torch.float64
         series = _ERFC_SERIES if double else _ERFC_SERIES[:12]
         taylor = _ERF_TAYLOR if double else _ERF_TAYLOR[:6]
         # erfc(30) is below the smallest float64: the clamp keeps t and the exps finite
@@ -421,13 +434,9 @@ def _erfc(x: torch.Tensor, overwrite: bool = False) -> torch.Tensor:
         s = t * b1 - b2 + series[0]
         m = torch.round(a * 128) / 128
         tail = torch.exp(-m * m) * (torch.exp((m - a) * (m + a)) * s / (1 + 2 * a))
-        a2 = a * a
-        p = taylor[-1]
-        for c in reversed(taylor[:-1]):
-            p = p * a2 + c
-        near = 1 - torch.copysign(a * p, x)
+        near = 1 - torch.copysign(a * _horner(a * a, taylor), x)
         far = torch.where(x < 0, 2 - tail, tail)
-        return torch.where(a < 0.5, near, far).to(dtype)
+        return torch.where(a < 0.5, near, far).to(x.dtype)
     return x.erfc_() if overwrite else torch.erfc(x)
 
 
@@ -548,10 +557,6 @@ class Softplus(_Softplus):
 
         d grad_x / d x = grad*sigmoid(-x)*sigmoid(x)
         d grad_x / d grad = sigmoid(x)
-
-    Compiled instead by the fused path (as accurate, less arithmetic)::
-
-        d grad_x / d x: grad*dsigmoid(x)
     """
 
     @staticmethod
@@ -574,21 +579,6 @@ def _softplus_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
     if need_grad_bar:
         grad_bar = t0
     return x_bar, grad_bar
-
-
-def _softplus_grad_x_backward_fused(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
-    """``_softplus_grad_x_backward`` for the fused path: as accurate, fewer operations compiled."""
-    x_bar = grad_bar = None
-    if need_x_bar:
-        t0 = torch.abs(x).neg_().exp_()
-        t1 = _mul_into(grad * grad_grad_x, t0)
-        x_bar = t1.div_(t0.add_(1).pow_(2))
-    if need_grad_bar:
-        grad_bar = _mul_into(_sigmoid(x), grad_grad_x)
-    return x_bar, grad_bar
-
-
-_FUSED_FORMS[_softplus_grad_x_backward] = _softplus_grad_x_backward_fused
 
 
 @_signature_once
@@ -715,10 +705,6 @@ class LogSigmoid(_LogSigmoid):
 
         d grad_x / d x = -grad*sigmoid(-x)*sigmoid(x)
         d grad_x / d grad = sigmoid(-x)
-
-    Compiled instead by the fused path (as accurate, less arithmetic)::
-
-        d grad_x / d x: -grad*dsigmoid(x)
     """
 
     @staticmethod
@@ -741,21 +727,6 @@ def _log_sigmoid_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar
     if need_grad_bar:
         grad_bar = t0
     return x_bar, grad_bar
-
-
-def _log_sigmoid_grad_x_backward_fused(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
-    """``_log_sigmoid_grad_x_backward`` for the fused path: as accurate, fewer operations compiled."""
-    x_bar = grad_bar = None
-    if need_x_bar:
-        t0 = torch.abs(x).neg_().exp_()
-        t1 = _mul_into(_mul_into(-grad, grad_grad_x), t0)
-        x_bar = t1.div_(t0.add_(1).pow_(2))
-    if need_grad_bar:
-        grad_bar = _mul_into(_sigmoid(-x, negative_of=x, overwrite=True), grad_grad_x)
-    return x_bar, grad_bar
-
-
-_FUSED_FORMS[_log_sigmoid_grad_x_backward] = _log_sigmoid_grad_x_backward_fused
 
 
 @_signature_once
@@ -3981,13 +3952,6 @@ class Logaddexp(_Logaddexp):
         d grad_b / d a = -grad*sigmoid(-a + b)*sigmoid(a - b)
         d grad_b / d b = grad*sigmoid(-a + b)*sigmoid(a - b)
         d grad_b / d grad = sigmoid(-a + b)
-
-    Compiled instead by the fused path (as accurate, less arithmetic)::
-
-        d grad_a / d a: grad*dsigmoid(a - b)
-        d grad_a / d b: -grad*dsigmoid(a - b)
-        d grad_b / d a: -grad*dsigmoid(a - b)
-        d grad_b / d b: grad*dsigmoid(a - b)
     """
 
     @staticmethod
@@ -4018,28 +3982,6 @@ def _logaddexp_grad_a_backward(
     if need_grad_bar:
         grad_bar = t1
     return a_bar, b_bar, grad_bar
-
-
-def _logaddexp_grad_a_backward_fused(
-    a, b, grad, grad_grad_a, need_a_bar, need_b_bar, need_grad_bar
-):
-    """``_logaddexp_grad_a_backward`` for the fused path: as accurate, fewer operations compiled."""
-    a_bar = b_bar = grad_bar = None
-    t0 = a - b
-    if need_a_bar or need_b_bar:
-        t1 = torch.abs(t0).neg_().exp_()
-        t3 = _mul_into(grad * grad_grad_a, t1)
-        t2 = t3.div_(t1.add_(1).pow_(2))
-    if need_a_bar:
-        a_bar = t2
-    if need_b_bar:
-        b_bar = -t2
-    if need_grad_bar:
-        grad_bar = _mul_into(_sigmoid(t0, overwrite=True), grad_grad_a)
-    return a_bar, b_bar, grad_bar
-
-
-_FUSED_FORMS[_logaddexp_grad_a_backward] = _logaddexp_grad_a_backward_fused
 
 
 @_signature_once
@@ -4126,28 +4068,6 @@ def _logaddexp_grad_b_backward(
     if need_grad_bar:
         grad_bar = t1
     return a_bar, b_bar, grad_bar
-
-
-def _logaddexp_grad_b_backward_fused(
-    a, b, grad, grad_grad_b, need_a_bar, need_b_bar, need_grad_bar
-):
-    """``_logaddexp_grad_b_backward`` for the fused path: as accurate, fewer operations compiled."""
-    a_bar = b_bar = grad_bar = None
-    t0 = a - b
-    if need_a_bar or need_b_bar:
-        t1 = torch.abs(t0).neg_().exp_()
-        t3 = _mul_into(grad * grad_grad_b, t1)
-        t2 = t3.div_(t1.add_(1).pow_(2))
-    if need_a_bar:
-        a_bar = -t2
-    if need_b_bar:
-        b_bar = t2
-    if need_grad_bar:
-        grad_bar = _mul_into(_sigmoid(-t0, negative_of=t0, overwrite=True), grad_grad_b)
-    return a_bar, b_bar, grad_bar
-
-
-_FUSED_FORMS[_logaddexp_grad_b_backward] = _logaddexp_grad_b_backward_fused
 
 
 @_signature_once

@@ -1135,10 +1135,6 @@ class Log1pexp(_Log1pexp):
 
         d grad_x / d x = grad*sigmoid(-x)*sigmoid(x)
         d grad_x / d grad = sigmoid(x)
-
-    Compiled instead by the fused path (as accurate, less arithmetic)::
-
-        d grad_x / d x: grad*dsigmoid(x)
     """
 
     @staticmethod
@@ -1161,21 +1157,6 @@ def _log1pexp_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
     if need_grad_bar:
         grad_bar = t0
     return x_bar, grad_bar
-
-
-def _log1pexp_grad_x_backward_fused(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
-    """``_log1pexp_grad_x_backward`` for the fused path: as accurate, fewer operations compiled."""
-    x_bar = grad_bar = None
-    if need_x_bar:
-        t0 = torch.abs(x).neg_().exp_()
-        t1 = _mul_into(grad * grad_grad_x, t0)
-        x_bar = t1.div_(t0.add_(1).pow_(2))
-    if need_grad_bar:
-        grad_bar = _mul_into(_sigmoid(x), grad_grad_x)
-    return x_bar, grad_bar
-
-
-_FUSED_FORMS[_log1pexp_grad_x_backward] = _log1pexp_grad_x_backward_fused
 
 
 @_signature_once
