@@ -266,9 +266,9 @@ def finish(
         # not the subnormal it should be, so the product is 0 where dsigmoid's exp(-|a|) has
         # a value below 1e-305 (1e-36) left; torch's own silu_backward gives 0 there too.
         eager_only = []
-        for c in [c for c in candidates if c.has(dsigmoid)]:
+        for c in candidates:
             product = _dsigmoid_as_product(c)
-            if product not in (expr, *candidates, *eager_only):
+            if product not in (expr, *candidates, *eager_only):  # (none without dsigmoid)
                 eager_only.append(product)
                 sources.setdefault(product, sources[c])
         # The formula as written is the reference and a candidate in its own right.
@@ -276,7 +276,7 @@ def finish(
         if close:
             best, accuracy = min(close, key=lambda c: eager_cost(c[0]))
             compiled = [c for c in close if c[0] not in eager_only]
-            if not compiled and eager_only:  # (measured apart only where products won)
+            if not compiled:  # only products are close: measured again without them
                 compiled = most_accurate([expr, *candidates], points)
             fused_best = min(compiled or close, key=lambda c: op_cost(c[0]))[0]
         else:  # nothing measurable: the formula as written

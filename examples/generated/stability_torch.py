@@ -422,16 +422,16 @@ def _erfc(x: torch.Tensor, overwrite: bool = False) -> torch.Tensor:
     if torch.compiler.is_compiling() and x.device.type == "cpu":
         x = _compute_dtype(x)
         double = x.dtype == torch.float64
-        series = _ERFC_SERIES if double else _ERFC_SERIES[:12]
+        chebyshev = _ERFC_SERIES if double else _ERFC_SERIES[:12]
         taylor = _ERF_TAYLOR if double else _ERF_TAYLOR[:6]
         # erfc(30) is below the smallest float64: the clamp keeps t and the exps finite
         a = torch.abs(x).to(torch.float64 if double else torch.float32).clamp(max=30.0)
         t = (a - 3) / (a + 3)
         t2 = 2 * t
-        b1, b2 = series[-1], 0.0
-        for c in reversed(series[1:-1]):
+        b1, b2 = chebyshev[-1], 0.0
+        for c in reversed(chebyshev[1:-1]):
             b1, b2 = t2 * b1 - b2 + c, b1
-        s = t * b1 - b2 + series[0]
+        s = t * b1 - b2 + chebyshev[0]
         m = torch.round(a * 128) / 128
         tail = torch.exp(-m * m) * (torch.exp((m - a) * (m + a)) * s / (1 + 2 * a))
         near = 1 - torch.copysign(a * _horner(a * a, taylor), x)
