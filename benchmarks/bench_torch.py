@@ -455,6 +455,13 @@ def report_first_order(results: dict[str, Result], dtype_name: str, n: int) -> d
         "memory, bytes per element: saved for backward, all (not counting inputs/grad), "
         "and peak above start during fwd+bwd",
     )
+    # Functions whose generated code saves more for backward than their builtin does.
+    heavier = [
+        name
+        for name, r in results.items()
+        if None not in (r.saved["generated"], r.saved["builtin"])
+        and r.saved["generated"][0] > r.saved["builtin"][0]
+    ]
     summary = {
         "gen/naive f+b median": suite_median(cols["gen/naive f+b"]),
         "geomean": geomean(cols["gen/naive f+b"]),
@@ -465,12 +472,13 @@ def report_first_order(results: dict[str, Result], dtype_name: str, n: int) -> d
         "fused/builtin median": suite_median(cols["fused/builtin f+b"]),
     }
     print(f"\nsuite: {summary_line(summary)}")
+    print(f"saved for backward, generated > builtin: {', '.join(heavier) or 'none'}")
     for v in ("compiled", "fused"):
         first = [r.first_s[v] for r in results.values() if r.first_s[v] is not None]
         if first:
             print(f"{v}: first call (compile + run), median over the suite {median(first):.2f} s")
     print_notes(results)
-    return summary
+    return summary, cols, heavier
 
 
 HVP_MEMORY = ("generated", "naive", "builtin")  # torch.compile has no double backward
@@ -615,6 +623,8 @@ def main(argv=None) -> int:
             print("fused: n/a everywhere: the generated module has no use_fused()")
         compiled_cache: dict = {}
         summaries = []
+        pooled: dict[str, list] = {}  # first-order ratios of every function, dtype and size
+        heavier_anywhere: set[str] = set()
 
         def run_suite(dtype_name: str, n: int, hvp: bool) -> dict[str, Result]:
             dtype = getattr(torch, dtype_name)
@@ -630,14 +640,35 @@ def main(argv=None) -> int:
         for dtype_name in args.dtypes:
             for n in args.sizes:
                 results = run_suite(dtype_name, n, hvp=False)
-                summary = report_first_order(results, dtype_name, n)
+                summary, cols, heavier = report_first_order(results, dtype_name, n)
                 summaries.append((f"{dtype_name} n={n:,}", summary))
+                for k, values in cols.items():
+                    pooled.setdefault(k, []).extend(values)
+                heavier_anywhere.update(heavier)
             for n in args.hvp_sizes:
                 results = run_suite(dtype_name, n, hvp=True)
                 summaries.append((f"{dtype_name} n={n:,}", report_hvp(results, dtype_name, n)))
     heading("== summary: ratios of median times, median (and geomean) over the suite")
     for label, summary in summaries:
         print(f"{label}: {summary_line(summary)}")
+    if pooled:
+        # The targets read "median over the suite": here every function at every
+        # dtype and size of this run is one sample (the lines above are one cell each).
+        cells = len(pooled["gen/naive f+b"]) // max(1, len(names))
+        whole = {
+            f"{k} median": suite_median(pooled[k])
+            for k in ("gen/naive f+b", "fused/comp f+b", "fused/builtin f+b")
+        }
+        counts = ", ".join(
+            f"{k} over {sum(v is not None for v in pooled[k])}"
+            for k in ("gen/naive f+b", "fused/comp f+b", "fused/builtin f+b")
+        )
+        print(f"\nwhole suite, first order ({len(names)} functions x {cells} dtype/size cells):")
+        print(f"  {summary_line(whole)} ({counts} ratios)")
+        print(
+            "  saved for backward, generated > builtin in any cell: "
+            f"{', '.join(sorted(heavier_anywhere)) or 'none'}"
+        )
     print(f"\ntotal wall time {time.perf_counter() - start:.0f} s")
     return 0
 
