@@ -20,6 +20,7 @@ from symgrad.expr import parse_formula
 from symgrad.functions import dsigmoid, heaviside_as_piecewise, hypot, hypot_ratio, sigmoid
 from symgrad.spec import Function, Spec
 from symgrad.stabilize import (
+    clamp_select,
     exp_rational,
     guard_tails,
     rational_scaled,
@@ -300,11 +301,13 @@ def _dsigmoid_as_product(expr: sympy.Expr) -> sympy.Expr:
 
 
 def _finished(best: sympy.Expr) -> sympy.Expr:
-    """The chosen form with its sigmoid tails guarded and impossible branches dropped."""
+    """The chosen form with its sigmoid tails guarded, impossible branches dropped and
+    selects that are a clamp written as one (:func:`~symgrad.stabilize.clamp_select`)."""
     if best.has(sigmoid, dsigmoid):
         best = guard_tails(best)
     if best.has(sympy.Piecewise):
         best = _prune_branches(sympy.piecewise_fold(best))
+        best = stabilize(best, (clamp_select,))
     return best
 
 

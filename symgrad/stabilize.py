@@ -495,6 +495,53 @@ def hypot_power_ratio(node):
     return None
 
 
+def _symmetric_bound(cond: sympy.Basic) -> tuple[sympy.Expr, sympy.Expr] | None:
+    """(a, c) where ``cond`` says -c <= a <= c (or |a| <= c, strict or not), c > 0."""
+    if isinstance(cond, (sympy.Le, sympy.Lt)) and isinstance(cond.lhs, sympy.Abs):
+        a, c = cond.lhs.args[0], cond.rhs
+    elif isinstance(cond, sympy.And) and len(cond.args) == 2:
+        room = []  # big - small of each side: c - a and a + c
+        for rel in cond.args:
+            if isinstance(rel, (sympy.Le, sympy.Lt)):
+                room.append(rel.rhs - rel.lhs)
+            elif isinstance(rel, (sympy.Ge, sympy.Gt)):
+                room.append(rel.lhs - rel.rhs)
+            else:
+                return None
+        c, a = sympy.expand((room[0] + room[1]) / 2), sympy.expand((room[1] - room[0]) / 2)
+    else:
+        return None
+    if c.is_positive is not True or a == 0 or c.free_symbols & a.free_symbols:
+        return None
+    return a, c
+
+
+def clamp_select(node):
+    """Piecewise((k*a, |a| <= c), (k*c*sign(a), True)) -> k*Min(Max(a, -c), c) (Huber's
+    and hardtanh's gradients): the same value everywhere, +-inf included, in one clamp
+    where the select is five passes over memory in eager code (two comparisons, their
+    and, the sign, the select). A NaN stays NaN (as in F.huber_loss's gradient; torch's
+    sign(NaN) is 0, so the select gave 0 there). Either sign of a: the clamp is odd. Not a rule of
+    :data:`RULES`: applied to the chosen form only, never to what is differentiated
+    (SymPy's derivative of Min/Max is Heaviside(0) = 1/2 at |a| = c, the select's is the
+    branch its condition takes there)."""
+    if not isinstance(node, sympy.Piecewise) or len(node.args) != 2:
+        return None
+    (inside, cond), (outside, otherwise) = node.args
+    if otherwise is not sympy.true:
+        return None
+    bound = _symmetric_bound(cond)
+    if bound is None:
+        return None
+    a, c = bound
+    for x in (a, -a):  # (SymPy keeps sign(b - a) and -sign(a - b) apart)
+        k = sympy.cancel(inside / x)
+        if k != 0 and not k.has(sympy.Piecewise):
+            if sympy.expand(outside - k * c * sympy.sign(x)) == 0:
+                return k * sympy.Min(sympy.Max(x, -c), c)
+    return None
+
+
 #: The rules, in the order they are tried on each node.
 RULES: tuple[Rule, ...] = (
     log_reciprocal,

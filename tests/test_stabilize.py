@@ -500,3 +500,83 @@ def test_rational_scaled_divides_out_the_numerator_power():
     # not a rational function with a lower numerator degree: left alone
     assert rational_scaled(x / (1 + x)) is None
     assert rational_scaled(sympy.exp(x) / (1 + x**2)) is None
+
+
+def test_clamp_select_matches_symmetric_selects_only():
+    from symgrad.stabilize import clamp_select
+
+    p, t, g = sympy.symbols("pred target grad", real=True)
+    delta = sympy.Symbol("delta", positive=True)
+    unknown = sympy.Symbol("c", real=True)
+    d = p - t
+    sign = sympy.sign
+
+    def select(inside, cond, outside):
+        return sympy.Piecewise((inside, cond), (outside, True))
+
+    clamp = sympy.Min(sympy.Max(d, -1), 1)
+    # Huber's gradient as SymPy writes it (the condition says -1 <= t - p <= 1)
+    assert clamp_select(select(g * d, (d <= 1) & (d >= -1), g * sign(d))) == g * clamp
+    assert clamp_select(select(-g * d, sympy.Abs(d) <= 1, -g * sign(d))) == -g * clamp
+    scaled = select(d, (d < delta) & (-delta < d), delta * sign(d))
+    assert clamp_select(scaled) == sympy.Min(sympy.Max(d, -delta), delta)
+    # Not a clamp: asymmetric bounds, another value outside, a bound of unknown sign (a
+    # negative c would make the clamp c everywhere), a factor that changes between branches
+    for not_clamp in (
+        select(d, (d <= 1) & (d >= -2), sign(d)),
+        select(d, (d <= 1) & (d >= -1), 2 * sign(d)),
+        select(d, (d <= unknown) & (d >= -unknown), unknown * sign(d)),
+        select(g * d, (d <= 1) & (d >= -1), -g * sign(d)),
+        select(g * d, d <= 1, g * sign(d)),
+    ):
+        assert clamp_select(not_clamp) is None, not_clamp
+
+
+CLAMP_SPEC = """\
+module: clamps
+functions:
+  huber:
+    inputs: {pred: {}, target: {}}
+    output: Piecewise(((pred - target)**2/2, Abs(pred - target) <= 1), (Abs(pred - target) - 1/2, True))
+  hardtanh:
+    inputs: {x: {}}
+    output: Piecewise((x, Abs(x) <= 1), (sign(x), True))
+"""
+
+
+def test_clamps_are_printed_as_one_and_differentiated_as_the_select(generate_module):
+    """Huber's gradient and hardtanh are one clamp in the generated code; their derivatives
+    are still the select's (1 at |d| = 1, where SymPy's d/dx Min(Max(x, -1), 1) would be
+    Heaviside(0) = 1/2); +-inf come out as the select gives them, NaN as NaN (F.huber_loss's
+    gradient too; torch.sign(NaN) is 0, so the select gave 0)."""
+    import inspect
+
+    m = generate_module(CLAMP_SPEC)
+    assert "clamp_(min=-1, max=1)" in inspect.getsource(m._huber_backward)
+    assert "where" not in inspect.getsource(m._huber_backward)
+    assert "torch.clamp(x, min=-1, max=1)" in inspect.getsource(m._hardtanh_forward)
+    for dtype in (torch.float32, torch.float64):
+        values = [-math.inf, -3.0, -1.0, -0.5, -0.0, 0.0, 0.5, 1.0, 2.0, math.inf, math.nan]
+        d = torch.tensor(values, dtype=dtype)
+        expected = torch.where(d.abs() <= 1, d, torch.sign(d))
+        expected[d.isnan()] = math.nan
+        pred = d.clone().requires_grad_()
+        target = torch.zeros_like(d, requires_grad=True)
+        grad_pred, grad_target = torch.autograd.grad(m.huber(pred, target).sum(), (pred, target))
+        torch.testing.assert_close(grad_pred, expected, equal_nan=True, rtol=0, atol=0)
+        torch.testing.assert_close(grad_target, -expected, equal_nan=True, rtol=0, atol=0)
+        x = d.clone().requires_grad_()
+        out = m.hardtanh(x)
+        torch.testing.assert_close(out, expected, equal_nan=True, rtol=0, atol=0)
+        (grad_x,) = torch.autograd.grad(out.sum(), x)
+        inside = torch.where(d.abs() <= 1, 1.0, 0.0).to(dtype)
+        torch.testing.assert_close(grad_x, inside, rtol=0, atol=0)
+        # second order of Huber: 1 inside (the kink included), 0 outside
+        pred = torch.tensor([-1.0, 0.25, 1.0, 3.0], dtype=dtype, requires_grad=True)
+        (g,) = torch.autograd.grad(
+            m.huber(pred, torch.zeros_like(pred)).sum(), pred, create_graph=True
+        )
+        (h,) = torch.autograd.grad(g.sum(), pred)
+        torch.testing.assert_close(
+            h, torch.tensor([1.0, 1.0, 1.0, 0.0], dtype=dtype), rtol=0, atol=0
+        )
