@@ -800,7 +800,39 @@ def _sigmoid_tail(node: sympy.Basic) -> sympy.Basic | None:
             conditions.append(x < -cut)
     if not conditions:
         return None
+    # Clamped only where every decaying factor is a sigmoid of a polynomial: the cut then
+    # covers each direction in which one of them is 0 (mish's dsigmoid(2*softplus(x)) is
+    # 0 as x -> +inf, past any cut, and 4*x beside it would be inf there).
+    covered = all(sympy.expand(a).is_polynomial(x) for a in arguments)
+    clamped = _clamped_cofactor(others, x, cut, conditions) if covered else None
+    if clamped is not None:
+        return clamped * Mul(*(f for f in node.args if decays(f)))
     return sympy.Piecewise((0, sympy.Or(*conditions)), (node, True))
+
+
+def _clamped_cofactor(
+    others: sympy.Expr, x: sympy.Symbol, cut: sympy.Float, conditions: list
+) -> sympy.Expr | None:
+    """A polynomial cofactor of a decaying sigmoid with x clamped to the cut: past it the
+    sigmoid is 0 and the cofactor finite (below 1e30), so the product is 0, as the select
+    would give. One pass over memory, where the select is four or more (two comparisons,
+    their or, the select); the sigmoids keep x and their work is shared with the rest of
+    the formula. A cofactor of softplus or log keeps the select: clamped, it would be
+    computed a second time. None where it does not apply."""
+    scale, poly = others.as_independent(x, as_Add=False)
+    if not poly.is_polynomial(x):
+        return None
+    coeffs = sympy.Poly(poly, x).all_coeffs()
+    if not all(c.is_number for c in coeffs):
+        return None
+    if sum(abs(float(c)) * float(cut) ** k for k, c in enumerate(reversed(coeffs))) > 1e30:
+        return None
+    clamped = x
+    if any(c.rel_op == "<" for c in conditions):
+        clamped = sympy.Max(clamped, -cut)
+    if any(c.rel_op == ">" for c in conditions):
+        clamped = sympy.Min(clamped, cut)
+    return scale * poly.xreplace({x: clamped})
 
 
 def _log_erfc_tail(node: sympy.Basic) -> sympy.Basic | None:

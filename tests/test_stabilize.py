@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import mpmath
 import pytest
 import sympy
 import torch
@@ -282,15 +283,29 @@ def test_powers_of_hypot_print_as_ratios():
 
 
 def test_sigmoid_tail_is_zero_where_the_sigmoid_underflows():
-    """x**3 * sigmoid(-x**3) at x = 1e200: x**3 is inf, sigmoid 0; the exact value is 0."""
+    """x**3 * sigmoid(-x**3) at x = 1e200: x**3 is inf, sigmoid 0; the exact value is 0.
+    A polynomial cofactor is clamped to the cut (one pass, no select), on the sides where
+    the sigmoid decays only; anything else keeps the select."""
     from symgrad.stabilize import split_regimes
 
     expr = x**3 * F.sigmoid(-(x**3))
     stable = split_regimes(expr)
-    assert stable.has(sympy.Piecewise)
+    assert not stable.has(sympy.Piecewise) and stable.has(sympy.Min, sympy.Max)
     assert math.isnan(run_torch(expr, {"x": 1e200}))
-    assert run_torch(stable, {"x": 1e200}) == 0.0
+    for at in (1e200, -1e200, 11.7, 11.8, -11.8, 1e30):
+        exact = float(mpmath.mpf(at) ** 3 * F.sigmoid.mp(-(mpmath.mpf(at) ** 3)))
+        assert run_torch(stable, {"x": at}) == pytest.approx(exact, rel=1e-15, abs=0), at
     assert run_torch(stable, {"x": 2.0}) == pytest.approx(8 * float(F.sigmoid.mp(-8)), rel=1e-15)
+    # decays as x -> -inf only: x**2 is clamped from below only (x**2 at 1e200 is inf, exactly
+    # as the formula says)
+    one_sided = split_regimes(x**2 * F.sigmoid(x))
+    assert one_sided.has(sympy.Max) and not one_sided.has(sympy.Min, sympy.Piecewise)
+    assert run_torch(one_sided, {"x": -1e200}) == 0.0
+    assert run_torch(one_sided, {"x": 1e200}) == math.inf
+    # a decaying factor of no polynomial (mish's dsigmoid(2*softplus(x)), 0 as x -> +inf
+    # past any cut) or a cofactor that is not a polynomial: the select stays
+    for kept in (x * F.sigmoid(x) * F.dsigmoid(2 * F.softplus(x)), F.softplus(x) * F.sigmoid(-x)):
+        assert split_regimes(kept).has(sympy.Piecewise), kept
 
 
 @pytest.mark.parametrize("n", [0, 1, 2])
