@@ -26,6 +26,7 @@ from symgrad.stabilize import (
     rational_scaled,
     split_regimes,
     stabilize,
+    tails_as_clamps,
 )
 
 #: Formulas larger than this (SymPy op count) are not given to simplify: the bound is on
@@ -302,11 +303,12 @@ def _dsigmoid_as_product(expr: sympy.Expr) -> sympy.Expr:
 
 def _finished(best: sympy.Expr) -> sympy.Expr:
     """The chosen form with its sigmoid tails guarded, impossible branches dropped and
-    selects that are a clamp written as one (:func:`~symgrad.stabilize.clamp_select`)."""
+    selects that are a clamp written as one (:func:`~symgrad.stabilize.tails_as_clamps`,
+    :func:`~symgrad.stabilize.clamp_select`)."""
     if best.has(sigmoid, dsigmoid):
         best = guard_tails(best)
     if best.has(sympy.Piecewise):
-        best = _prune_branches(sympy.piecewise_fold(best))
+        best = _prune_branches(sympy.piecewise_fold(tails_as_clamps(best)))
         best = stabilize(best, (clamp_select,))
     return best
 

@@ -499,6 +499,8 @@ def _symmetric_bound(cond: sympy.Basic) -> tuple[sympy.Expr, sympy.Expr] | None:
     """(a, c) where ``cond`` says -c <= a <= c (or |a| <= c, strict or not), c > 0."""
     if isinstance(cond, (sympy.Le, sympy.Lt)) and isinstance(cond.lhs, sympy.Abs):
         a, c = cond.lhs.args[0], cond.rhs
+    elif isinstance(cond, (sympy.Ge, sympy.Gt)) and isinstance(cond.rhs, sympy.Abs):
+        a, c = cond.rhs.args[0], cond.lhs  # c >= |a|, as SymPy writes |a| <= c for a symbol c
     elif isinstance(cond, sympy.And) and len(cond.args) == 2:
         room = []  # big - small of each side: c - a and a + c
         for rel in cond.args:
@@ -517,14 +519,17 @@ def _symmetric_bound(cond: sympy.Basic) -> tuple[sympy.Expr, sympy.Expr] | None:
 
 
 def clamp_select(node):
-    """Piecewise((k*a, |a| <= c), (k*c*sign(a), True)) -> k*Min(Max(a, -c), c) (Huber's
-    and hardtanh's gradients): the same value everywhere, +-inf included, in one clamp
-    where the select is five passes over memory in eager code (two comparisons, their
-    and, the sign, the select). A NaN stays NaN (as in F.huber_loss's gradient; torch's
-    sign(NaN) is 0, so the select gave 0 there). Either sign of a: the clamp is odd. Not a rule of
-    :data:`RULES`: applied to the chosen form only, never to what is differentiated
-    (SymPy's derivative of Min/Max is Heaviside(0) = 1/2 at |a| = c, the select's is the
-    branch its condition takes there)."""
+    """Piecewise((k*a, |a| <= c), (k*c*sign(a), True)) -> k*Min(Max(a, -c), c), for k
+    free of a and c > 0 (Huber's and hardtanh's gradients).
+
+    The same value everywhere, +-inf included, in one clamp where the select is five
+    passes over memory in eager code (two comparisons, their and, the sign, the select).
+    A NaN stays NaN (as in F.huber_loss's gradient; torch's sign(NaN) is 0, so the select
+    gave 0 there). Either sign of a: the clamp is odd. Not a rule of :data:`RULES`:
+    applied to the chosen form only, never to what is differentiated (SymPy's derivative
+    of Min/Max is Heaviside(0) = 1/2 at |a| = c, the select's is the branch its condition
+    takes there).
+    """
     if not isinstance(node, sympy.Piecewise) or len(node.args) != 2:
         return None
     (inside, cond), (outside, otherwise) = node.args
@@ -536,7 +541,9 @@ def clamp_select(node):
     a, c = bound
     for x in (a, -a):  # (SymPy keeps sign(b - a) and -sign(a - b) apart)
         k = sympy.cancel(inside / x)
-        if k != 0 and not k.has(sympy.Piecewise):
+        # k free of a's symbols: Piecewise((1, |x| <= 1), (sign(x)/x, True)) is no clamp
+        # times 1/x (NaN at 0, where the select gives 1)
+        if k != 0 and not k.has(sympy.Piecewise) and not k.free_symbols & a.free_symbols:
             if sympy.expand(outside - k * c * sympy.sign(x)) == 0:
                 return k * sympy.Min(sympy.Max(x, -c), c)
     return None
@@ -754,6 +761,12 @@ def _square_root(u: sympy.Expr, params: frozenset, positive: frozenset) -> sympy
     return sympy.sqrt(c) * x
 
 
+def _decays(f: sympy.Basic) -> bool:
+    """``f`` is a sigmoid, a dsigmoid or a positive power of one."""
+    base, power = f.as_base_exp()
+    return isinstance(base, (sigmoid, dsigmoid)) and power.is_number and power > 0
+
+
 def _sigmoid_tail(node: sympy.Basic) -> sympy.Basic | None:
     """q(x) * sigmoid(p(x)) -> 0 where p(x) < -800 for a polynomial p.
 
@@ -763,11 +776,7 @@ def _sigmoid_tail(node: sympy.Basic) -> sympy.Basic | None:
     """
     if not isinstance(node, Mul):
         return None
-
-    def decays(f: sympy.Basic) -> bool:  # sigmoid, dsigmoid, or a positive power of them
-        base, power = f.as_base_exp()
-        return isinstance(base, (sigmoid, dsigmoid)) and power.is_number and power > 0
-
+    decays = _decays
     decaying = [f.as_base_exp()[0] for f in node.args if decays(f)]
     arg_symbols = {s for f in decaying for s in f.args[0].free_symbols}
     if len(arg_symbols) != 1:
@@ -800,39 +809,110 @@ def _sigmoid_tail(node: sympy.Basic) -> sympy.Basic | None:
             conditions.append(x < -cut)
     if not conditions:
         return None
-    # Clamped only where every decaying factor is a sigmoid of a polynomial: the cut then
-    # covers each direction in which one of them is 0 (mish's dsigmoid(2*softplus(x)) is
-    # 0 as x -> +inf, past any cut, and 4*x beside it would be inf there).
-    covered = all(sympy.expand(a).is_polynomial(x) for a in arguments)
-    clamped = _clamped_cofactor(others, x, cut, conditions) if covered else None
-    if clamped is not None:
-        return clamped * Mul(*(f for f in node.args if decays(f)))
     return sympy.Piecewise((0, sympy.Or(*conditions)), (node, True))
 
 
-def _clamped_cofactor(
-    others: sympy.Expr, x: sympy.Symbol, cut: sympy.Float, conditions: list
-) -> sympy.Expr | None:
-    """A polynomial cofactor of a decaying sigmoid with x clamped to the cut: past it the
-    sigmoid is 0 and the cofactor finite (below 1e30), so the product is 0, as the select
-    would give. One pass over memory, where the select is four or more (two comparisons,
-    their or, the select); the sigmoids keep x and their work is shared with the rest of
-    the formula. A cofactor of softplus or log keeps the select: clamped, it would be
-    computed a second time. None where it does not apply."""
-    scale, poly = others.as_independent(x, as_Add=False)
-    if not poly.is_polynomial(x):
+#: The largest |cofactor| at the cut that :func:`tails_as_clamps` clamps: an upstream
+#: gradient up to 3e30 times it stays finite in float32 before it meets the sigmoid's 0.
+_CLAMPED_COFACTOR_MAX = 1e8
+
+
+def tails_as_clamps(expr: sympy.Expr) -> sympy.Expr:
+    """Sigmoid tails (:func:`_sigmoid_tail`) with a polynomial cofactor, clamped instead.
+
+    The tail ``Piecewise((0, x > cut), (q(x) * sigmoid(p(x)), True))`` becomes
+    ``q(min(x, cut)) * sigmoid(p(x))`` (``max(x, -cut)`` for a tail at ``x < -cut``, both
+    where it has both, each with its own cut): past the cut the sigmoid is 0 (or a value
+    below exp(-100), nearer the exact one than 0) and the clamped cofactor finite, so the
+    product is what the select gives, in one pass over memory where the select is four
+    or more in eager code (two comparisons, their or, the select). Only where that holds
+    for every float: every decaying factor is a sigmoid or dsigmoid of a polynomial with
+    numeric coefficients whose terms cannot cancel as inf - inf (their degrees of one
+    parity and coefficients of one sign), the cofactor a polynomial with numeric
+    coefficients below :data:`_CLAMPED_COFACTOR_MAX` at the cut, and nothing around the
+    tail grows with x (``x * (tail + ...)``: that x would meet the 0 unclamped, where the
+    select, folded around it, covers it). Other tails keep the select.
+    """
+
+    def visit(node: sympy.Basic, around: frozenset) -> sympy.Basic:
+        if isinstance(node, sympy.Piecewise):
+            clamped = _tail_clamped(node)
+            if clamped is not None and not (clamped[1] & around):
+                return clamped[0]
+            return node
+        if isinstance(node, Add):
+            return Add(*(visit(a, around) for a in node.args))
+        if isinstance(node, Mul):
+            new = []
+            for k, a in enumerate(node.args):
+                rest = node.args[:k] + node.args[k + 1 :]
+                new.append(visit(a, around.union(*(r.free_symbols for r in rest))))
+            return Mul(*new)
+        return node  # inside another function: as it is
+
+    return visit(expr, frozenset())
+
+
+def _tail_clamped(node: sympy.Piecewise) -> tuple[sympy.Expr, frozenset] | None:
+    """:func:`tails_as_clamps`'s form of one tail and the symbol clamped, or None."""
+    if len(node.args) != 2 or node.args[0].expr != 0 or node.args[1].cond is not sympy.true:
         return None
-    coeffs = sympy.Poly(poly, x).all_coeffs()
+    cond, product = node.args[0].cond, node.args[1].expr
+    if not isinstance(product, Mul):
+        return None
+    cuts = {}
+    for rel in cond.args if isinstance(cond, sympy.Or) else (cond,):
+        if not (
+            isinstance(rel, (sympy.StrictGreaterThan, sympy.StrictLessThan))
+            and rel.lhs.is_Symbol
+            and rel.rhs.is_number
+        ):
+            return None
+        cuts[rel.rel_op] = (rel.lhs, rel.rhs)
+    symbols = {x for x, _ in cuts.values()}
+    if len(symbols) != 1:
+        return None
+    (x,) = symbols
+    decaying = [f for f in product.args if _decays(f)]
+    if not decaying or not all(
+        _no_cancelling_terms(f.as_base_exp()[0].args[0], x) for f in decaying
+    ):
+        return None
+    scale, cofactor = Mul(*(f for f in product.args if not _decays(f))).as_independent(
+        x, as_Add=False
+    )
+    if not cofactor.is_polynomial(x):
+        return None
+    coeffs = sympy.Poly(cofactor, x).all_coeffs()
     if not all(c.is_number for c in coeffs):
         return None
-    if sum(abs(float(c)) * float(cut) ** k for k, c in enumerate(reversed(coeffs))) > 1e30:
+    reach = max(abs(float(c)) for _, c in cuts.values())
+    if (
+        sum(abs(float(c)) * reach**k for k, c in enumerate(reversed(coeffs)))
+        > _CLAMPED_COFACTOR_MAX
+    ):
         return None
     clamped = x
-    if any(c.rel_op == "<" for c in conditions):
-        clamped = sympy.Max(clamped, -cut)
-    if any(c.rel_op == ">" for c in conditions):
-        clamped = sympy.Min(clamped, cut)
-    return scale * poly.xreplace({x: clamped})
+    if "<" in cuts:
+        clamped = sympy.Max(clamped, cuts["<"][1])
+    if ">" in cuts:
+        clamped = sympy.Min(clamped, cuts[">"][1])
+    return scale * cofactor.xreplace({x: clamped}) * Mul(*decaying), frozenset({x})
+
+
+def _no_cancelling_terms(p: sympy.Expr, x: sympy.Symbol) -> bool:
+    """``p`` is a polynomial in x with numeric coefficients whose non-constant terms all
+    have one sign for every x (degrees of one parity, coefficients of one sign): however
+    large x, its printed sum is never inf - inf."""
+    p = sympy.expand(p)
+    if not p.is_polynomial(x):
+        return False
+    terms = [
+        (monomial[0], coeff) for monomial, coeff in sympy.Poly(p, x).terms() if monomial[0] > 0
+    ]
+    if not terms or not all(c.is_number for _, c in terms):
+        return False
+    return len({d % 2 for d, _ in terms}) == 1 and len({c > 0 for _, c in terms}) == 1
 
 
 def _log_erfc_tail(node: sympy.Basic) -> sympy.Basic | None:

@@ -283,29 +283,68 @@ def test_powers_of_hypot_print_as_ratios():
 
 
 def test_sigmoid_tail_is_zero_where_the_sigmoid_underflows():
-    """x**3 * sigmoid(-x**3) at x = 1e200: x**3 is inf, sigmoid 0; the exact value is 0.
-    A polynomial cofactor is clamped to the cut (one pass, no select), on the sides where
-    the sigmoid decays only; anything else keeps the select."""
+    """x**3 * sigmoid(-x**3) at x = 1e200: x**3 is inf, sigmoid 0; the exact value is 0."""
     from symgrad.stabilize import split_regimes
 
     expr = x**3 * F.sigmoid(-(x**3))
     stable = split_regimes(expr)
-    assert not stable.has(sympy.Piecewise) and stable.has(sympy.Min, sympy.Max)
+    assert stable.has(sympy.Piecewise)
     assert math.isnan(run_torch(expr, {"x": 1e200}))
-    for at in (1e200, -1e200, 11.7, 11.8, -11.8, 1e30):
-        exact = float(mpmath.mpf(at) ** 3 * F.sigmoid.mp(-(mpmath.mpf(at) ** 3)))
-        assert run_torch(stable, {"x": at}) == pytest.approx(exact, rel=1e-15, abs=0), at
+    assert run_torch(stable, {"x": 1e200}) == 0.0
     assert run_torch(stable, {"x": 2.0}) == pytest.approx(8 * float(F.sigmoid.mp(-8)), rel=1e-15)
-    # decays as x -> -inf only: x**2 is clamped from below only (x**2 at 1e200 is inf, exactly
-    # as the formula says)
-    one_sided = split_regimes(x**2 * F.sigmoid(x))
-    assert one_sided.has(sympy.Max) and not one_sided.has(sympy.Min, sympy.Piecewise)
-    assert run_torch(one_sided, {"x": -1e200}) == 0.0
-    assert run_torch(one_sided, {"x": 1e200}) == math.inf
-    # a decaying factor of no polynomial (mish's dsigmoid(2*softplus(x)), 0 as x -> +inf
-    # past any cut) or a cofactor that is not a polynomial: the select stays
-    for kept in (x * F.sigmoid(x) * F.dsigmoid(2 * F.softplus(x)), F.softplus(x) * F.sigmoid(-x)):
-        assert split_regimes(kept).has(sympy.Piecewise), kept
+
+
+def _exact(expr, at: float) -> float:
+    return float(sympy.lambdify(x, expr, modules="mpmath")(mpmath.mpf(at)))
+
+
+def test_tails_as_clamps_clamps_polynomial_cofactors_only_where_that_is_exact():
+    """A sigmoid tail's select becomes its polynomial cofactor with x clamped to the cut
+    (each side its own cut, one-sided where the sigmoid decays one way), with the values
+    of the select; tails that a clamp could make NaN keep the select."""
+    from symgrad.stabilize import split_regimes, tails_as_clamps
+
+    def clamped(expr):
+        return tails_as_clamps(split_regimes(expr))
+
+    cube = clamped(x**3 * F.sigmoid(-(x**3)))
+    assert not cube.has(sympy.Piecewise) and cube.has(sympy.Min) and not cube.has(sympy.Max)
+    for at in (1e200, 1e30, 11.7, 11.8, 2.0, -11.8, -1e30):
+        exact = _exact(x**3 * F.sigmoid(-(x**3)), at)
+        assert run_torch(cube, {"x": at}) == pytest.approx(exact, rel=1e-15, abs=0), at
+    # gelu-tanh's gradient: the upstream gradient around the tail grows with nothing
+    g = sympy.Symbol("grad", real=True)
+    p = sympy.Float(1.6) * (x + sympy.Float(0.044715) * x**3)
+    gelu = g * (x * (1 + sympy.Float(0.134145) * x**2) * F.dsigmoid(p) + F.sigmoid(p))
+    both = clamped(gelu)
+    assert not both.has(sympy.Piecewise) and both.has(sympy.Min) and both.has(sympy.Max)
+    assert run_torch(both, {"x": -1e300, "grad": 1e300}) == 0.0
+    assert run_torch(both, {"x": 1e300, "grad": 1.0}) == 1.0
+    keeps_select = (
+        # cuts 1.6e3 (x -> +inf) and 1.6e5 (x -> -inf): x**2 at 1.6e5 is past the bound on
+        # the clamped cofactor; one cut for both sides would be wrong on one of them
+        x**2 * F.sigmoid(x / 100) * F.sigmoid(3 - x),
+        # terms of both signs: at x = 1e200, x**2 - x**3 is inf - inf, NaN in the sigmoid
+        x**2 * F.sigmoid(1 + x**2 - x**3),
+        # x outside the tail would meet its 0 unclamped (2*grad*x overflows first)
+        2 * x * (F.sigmoid(-(x**2)) - x**2 * F.dsigmoid(x**2)),
+        # mish: dsigmoid(2*softplus(x)) is 0 as x -> +inf past any cut
+        x * F.sigmoid(x) * F.dsigmoid(2 * F.softplus(x)),
+        # not a polynomial cofactor: clamped, softplus would be computed a second time
+        F.softplus(x) * F.sigmoid(-x),
+    )
+    for expr in keeps_select:
+        assert clamped(expr).has(sympy.Piecewise), expr
+    # each side its own cut where both apply
+    two = clamped(x * F.sigmoid(x / 10) * F.sigmoid(3 - x))
+    assert not two.has(sympy.Piecewise)
+    assert {float(a) for m in two.atoms(sympy.Min, sympy.Max) for a in m.args if a.is_number} == {
+        -1.6e4,
+        1.6e3,
+    }
+    for at in (-2e4, -1.7e4, -1e4, 1.7e3, 1e30):
+        exact = _exact(x * F.sigmoid(x / 10) * F.sigmoid(3 - x), at)
+        assert run_torch(two, {"x": at}) == pytest.approx(exact, rel=1e-12, abs=1e-300), at
 
 
 @pytest.mark.parametrize("n", [0, 1, 2])
@@ -535,6 +574,9 @@ def test_clamp_select_matches_symmetric_selects_only():
     assert clamp_select(select(-g * d, sympy.Abs(d) <= 1, -g * sign(d))) == -g * clamp
     scaled = select(d, (d < delta) & (-delta < d), delta * sign(d))
     assert clamp_select(scaled) == sympy.Min(sympy.Max(d, -delta), delta)
+    # |d| <= delta as SymPy writes it for a symbol: delta >= |d|
+    huber_delta = select(d, sympy.GreaterThan(delta, sympy.Abs(d)), delta * sign(d))
+    assert clamp_select(huber_delta) == sympy.Min(sympy.Max(d, -delta), delta)
     # Not a clamp: asymmetric bounds, another value outside, a bound of unknown sign (a
     # negative c would make the clamp c everywhere), a factor that changes between branches
     for not_clamp in (
@@ -543,6 +585,8 @@ def test_clamp_select_matches_symmetric_selects_only():
         select(d, (d <= unknown) & (d >= -unknown), unknown * sign(d)),
         select(g * d, (d <= 1) & (d >= -1), -g * sign(d)),
         select(g * d, d <= 1, g * sign(d)),
+        # k = 1/d: the select gives 1 at d = 0, a clamp over d NaN
+        select(1, sympy.Abs(d) <= 1, sign(d) / d),
     ):
         assert clamp_select(not_clamp) is None, not_clamp
 
