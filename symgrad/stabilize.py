@@ -797,7 +797,8 @@ def _sigmoid_tail(node: sympy.Basic) -> sympy.Basic | None:
         poly = sympy.Poly(arg, x)
         d, coeffs = poly.degree(), [float(c) for c in poly.all_coeffs()]
         lead = coeffs[0]
-        # beyond this |x| the leading term dominates and |p(x)| > 800
+        # beyond this |x| each lower term is at most 2**-i of the leading one, which is
+        # 1600 or more: |p(x)| >= 1600 / 2**d (800 for d = 1; sigmoid(-200) is 1e-87)
         bound = max(
             [(1600 / abs(lead)) ** (1 / d)]
             + [2 * abs(c / lead) ** (1 / i) for i, c in enumerate(coeffs[1:], 1) if c]
@@ -822,13 +823,14 @@ def tails_as_clamps(expr: sympy.Expr) -> sympy.Expr:
 
     The tail ``Piecewise((0, x > cut), (q(x) * sigmoid(p(x)), True))`` becomes
     ``q(min(x, cut)) * sigmoid(p(x))`` (``max(x, -cut)`` for a tail at ``x < -cut``, both
-    where it has both, each with its own cut): past the cut the sigmoid is 0 (or a value
-    below exp(-100), nearer the exact one than 0) and the clamped cofactor finite, so the
-    product is what the select gives, in one pass over memory where the select is four
-    or more in eager code (two comparisons, their or, the select). Only where that holds
-    for every float: every decaying factor is a sigmoid or dsigmoid of a polynomial with
-    numeric coefficients whose terms cannot cancel as inf - inf (their degrees of one
-    parity and coefficients of one sign), the cofactor a polynomial with numeric
+    where it has both, each with its own cut): past the cut the sigmoid is below
+    exp(-1600 / 2**d) for p of degree d (:func:`_sigmoid_tail`), 0 or below exp(-100),
+    and the clamped cofactor finite, so the product is what the select gives (or below
+    1e-35 where it gives 0), in one pass over memory where the select is four or more in
+    eager code (two comparisons, their or, the select). Only where that holds for every
+    float: every decaying factor is a sigmoid or dsigmoid of a polynomial of degree 4 at
+    most with numeric coefficients whose terms cannot cancel as inf - inf (their degrees
+    of one parity and coefficients of one sign), the cofactor a polynomial with numeric
     coefficients below :data:`_CLAMPED_COFACTOR_MAX` at the cut, and nothing around the
     tail grows with x (``x * (tail + ...)``: that x would meet the 0 unclamped, where the
     select, folded around it, covers it). Other tails keep the select.
@@ -901,16 +903,16 @@ def _tail_clamped(node: sympy.Piecewise) -> tuple[sympy.Expr, frozenset] | None:
 
 
 def _no_cancelling_terms(p: sympy.Expr, x: sympy.Symbol) -> bool:
-    """``p`` is a polynomial in x with numeric coefficients whose non-constant terms all
-    have one sign for every x (degrees of one parity, coefficients of one sign): however
-    large x, its printed sum is never inf - inf."""
+    """``p`` is a polynomial in x of degree 1 to 4 with numeric coefficients whose
+    non-constant terms all have one sign for every x (degrees of one parity, coefficients
+    of one sign): however large x, its printed sum is never inf - inf."""
     p = sympy.expand(p)
     if not p.is_polynomial(x):
         return False
     terms = [
         (monomial[0], coeff) for monomial, coeff in sympy.Poly(p, x).terms() if monomial[0] > 0
     ]
-    if not terms or not all(c.is_number for _, c in terms):
+    if not terms or max(d for d, _ in terms) > 4 or not all(c.is_number for _, c in terms):
         return False
     return len({d % 2 for d, _ in terms}) == 1 and len({c > 0 for _, c in terms}) == 1
 
