@@ -655,14 +655,9 @@ def main(argv=None) -> int:
         # The targets read "median over the suite": here every function at every
         # dtype and size of this run is one sample (the lines above are one cell each).
         cells = len(pooled["gen/naive f+b"]) // max(1, len(names))
-        whole = {
-            f"{k} median": suite_median(pooled[k])
-            for k in ("gen/naive f+b", "fused/comp f+b", "fused/builtin f+b")
-        }
-        counts = ", ".join(
-            f"{k} over {sum(v is not None for v in pooled[k])}"
-            for k in ("gen/naive f+b", "fused/comp f+b", "fused/builtin f+b")
-        )
+        targets = ("gen/naive f+b", "fused/comp f+b", "fused/builtin f+b")
+        whole = {f"{k} median": suite_median(pooled[k]) for k in targets}
+        counts = ", ".join(f"{k} over {sum(v is not None for v in pooled[k])}" for k in targets)
         print(f"\nwhole suite, first order ({len(names)} functions x {cells} dtype/size cells):")
         print(f"  {summary_line(whole)} ({counts} ratios)")
         print(

@@ -776,13 +776,12 @@ def _sigmoid_tail(node: sympy.Basic) -> sympy.Basic | None:
     """
     if not isinstance(node, Mul):
         return None
-    decays = _decays
-    decaying = [f.as_base_exp()[0] for f in node.args if decays(f)]
+    decaying = [f.as_base_exp()[0] for f in node.args if _decays(f)]
     arg_symbols = {s for f in decaying for s in f.args[0].free_symbols}
     if len(arg_symbols) != 1:
         return None
     (x,) = arg_symbols
-    others = Mul(*(f for f in node.args if not decays(f)))
+    others = Mul(*(f for f in node.args if not _decays(f)))
     bounded = (sigmoid, dsigmoid, sympy.tanh, sympy.erf, sympy.sin, sympy.cos)
     if not others.replace(lambda e: isinstance(e, bounded), lambda e: sympy.S.One).has(x):
         return None  # nothing that grows: the product underflows with the sigmoid
@@ -821,25 +820,29 @@ _CLAMPED_COFACTOR_MAX = 1e8
 def tails_as_clamps(expr: sympy.Expr) -> sympy.Expr:
     """Sigmoid tails (:func:`_sigmoid_tail`) with a polynomial cofactor, clamped instead.
 
-    The tail ``Piecewise((0, x > cut), (q(x) * sigmoid(p(x)), True))`` becomes
-    ``q(min(x, cut)) * sigmoid(p(x))`` (``max(x, -cut)`` for a tail at ``x < -cut``, both
-    where it has both, each with its own cut): past the cut the sigmoid is below
-    exp(-1600 / 2**d) for p of degree d (:func:`_sigmoid_tail`), 0 or below exp(-100),
-    and the clamped cofactor finite, so the product is what the select gives (or below
-    1e-35 where it gives 0), in one pass over memory where the select is four or more in
-    eager code (two comparisons, their or, the select). Only where that holds for every
-    float: every decaying factor is a sigmoid or dsigmoid of a polynomial of degree 4 at
-    most with numeric coefficients whose terms cannot cancel as inf - inf (their degrees
-    of one parity and coefficients of one sign), the cofactor a polynomial with numeric
-    coefficients below :data:`_CLAMPED_COFACTOR_MAX` at the cut, and nothing around the
-    tail grows with x (``x * (tail + ...)``: that x would meet the 0 unclamped, where the
-    select, folded around it, covers it). Other tails keep the select.
+    ``Piecewise((0, x > cut), (q(x) * sigmoid(p(x)), True))`` becomes
+    ``q(min(x, cut)) * sigmoid(p(x))`` (``max(x, -cut)`` for a tail at ``x < -cut``; both,
+    each at its own cut, where it has both): one pass over memory in eager code, where the
+    select is four or more (two comparisons, their or, the select).
+
+    Past the cut the sigmoid is below exp(-1600 / 2**d) for p of degree d, 0 or below
+    exp(-100) for d <= 4, and the clamped cofactor is finite: the product is the select's
+    0, or below 1e-35. Clamped only where that holds for every float:
+
+    - every decaying factor is a sigmoid or dsigmoid of a polynomial of degree 4 at most
+      whose terms cannot cancel as inf - inf (:func:`_no_cancelling_terms`);
+    - the cofactor is a polynomial with numeric coefficients, below
+      :data:`_CLAMPED_COFACTOR_MAX` at the cut;
+    - nothing around the tail grows with x (in ``x * (tail + ...)`` that x would meet the
+      0 unclamped, where the select, folded around it, covers it).
+
+    Other tails keep the select.
     """
 
     def visit(node: sympy.Basic, around: frozenset) -> sympy.Basic:
         if isinstance(node, sympy.Piecewise):
             clamped = _tail_clamped(node)
-            if clamped is not None and not (clamped[1] & around):
+            if clamped is not None and clamped[1] not in around:
                 return clamped[0]
             return node
         if isinstance(node, Add):
@@ -855,7 +858,7 @@ def tails_as_clamps(expr: sympy.Expr) -> sympy.Expr:
     return visit(expr, frozenset())
 
 
-def _tail_clamped(node: sympy.Piecewise) -> tuple[sympy.Expr, frozenset] | None:
+def _tail_clamped(node: sympy.Piecewise) -> tuple[sympy.Expr, sympy.Symbol] | None:
     """:func:`tails_as_clamps`'s form of one tail and the symbol clamped, or None."""
     if len(node.args) != 2 or node.args[0].expr != 0 or node.args[1].cond is not sympy.true:
         return None
@@ -899,7 +902,7 @@ def _tail_clamped(node: sympy.Piecewise) -> tuple[sympy.Expr, frozenset] | None:
         clamped = sympy.Max(clamped, cuts["<"][1])
     if ">" in cuts:
         clamped = sympy.Min(clamped, cuts[">"][1])
-    return scale * cofactor.xreplace({x: clamped}) * Mul(*decaying), frozenset({x})
+    return scale * cofactor.xreplace({x: clamped}) * Mul(*decaying), x
 
 
 def _no_cancelling_terms(p: sympy.Expr, x: sympy.Symbol) -> bool:
