@@ -94,20 +94,77 @@ def _numpy_modules() -> list:
     return [_stable_numpy(), "numpy"]
 
 
+#: NumPy ufuncs whose SIMD loops round differently on different CPUs (float64 tanh on AVX2
+#: against SSE; sinh, expm1, ... with AVX-512's SVML), each with the C library's function.
+_LIBM = {
+    "exp": math.exp,
+    "expm1": math.expm1,
+    "exp2": lambda v: math.pow(2.0, v),
+    "log": math.log,
+    "log1p": math.log1p,
+    "log2": math.log2,
+    "log10": math.log10,
+    "sin": math.sin,
+    "cos": math.cos,
+    "tan": math.tan,
+    "arcsin": math.asin,
+    "arccos": math.acos,
+    "arctan": math.atan,
+    "arctan2": math.atan2,
+    "sinh": math.sinh,
+    "cosh": math.cosh,
+    "tanh": math.tanh,
+    "arcsinh": math.asinh,
+    "arccosh": math.acosh,
+    "arctanh": math.atanh,
+    "cbrt": math.cbrt,
+    "power": math.pow,
+}
+
+
+def _libm(name: str):
+    """NumPy's ufunc ``name`` computed by the C library in double, rounded to the
+    arguments' dtype: the same bits on every CPU, so the measured errors, and with them
+    the chosen forms and the generated files, do not depend on the machine that made
+    them. Special values (overflow, poles, outside the domain) are NumPy's own."""
+    ufunc, scalar = getattr(np, name), _LIBM[name]
+
+    def one(*args: float) -> float:
+        try:
+            return scalar(*args)
+        except (OverflowError, ValueError):
+            with np.errstate(all="ignore"):
+                return float(ufunc(*args))
+
+    elementwise = np.vectorize(one, otypes=[np.float64])
+
+    def evaluate(*args):
+        dtype = np.result_type(*args)
+        with np.errstate(over="ignore"):  # to float32: inf, as float32 arithmetic gives
+            if all(np.ndim(a) == 0 for a in args):
+                return dtype.type(one(*(float(a) for a in args)))
+            return elementwise(*args).astype(dtype)
+
+    return evaluate
+
+
 def _stable_numpy() -> dict[str, object]:
     """NumPy evaluations of symgrad's primitives, as the frameworks compute them."""
+    exp = _libm("exp")
 
     def softplus(x):
         return np.logaddexp(0.0, x)
 
+    log, log1p, expm1 = _libm("log"), _libm("log1p"), _libm("expm1")
+
     def log1mexp(x):
-        return np.where(x > -math.log(2), np.log(-np.expm1(x)), np.log1p(-np.exp(x)))
+        return np.where(x > -math.log(2), log(-expm1(x)), log1p(-exp(x)))
 
     def xlogy(x, y):
-        return np.where(x == 0, 0.0, x * np.log(y))
+        return np.where(x == 0, 0.0, x * log(y))
 
     def xlog1py(x, y):
-        return np.where(x == 0, 0.0, x * np.log1p(y))
+        return np.where(x == 0, 0.0, x * log1p(y))
 
     # primitives the printers write out by regime are evaluated from the same regimes
     by_regimes = {
@@ -124,13 +181,12 @@ def _stable_numpy() -> dict[str, object]:
         )
     }
     return {
+        **{name: _libm(name) for name in _LIBM},
         **by_regimes,
         "xlog1py": xlog1py,
         "erfcx": _np(lambda v: float(F.erfcx.mp(mpmath.mpf(v)))),
-        "sigmoid": lambda x: np.exp(-np.logaddexp(0.0, -x)),
+        "sigmoid": lambda x: exp(-np.logaddexp(0.0, -x)),
         "softplus": softplus,
-        "log1p": np.log1p,
-        "expm1": np.expm1,
         "log1mexp": log1mexp,
         "logaddexp": np.logaddexp,
         "xlogy": xlogy,

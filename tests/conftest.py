@@ -37,3 +37,38 @@ def generate_module(tmp_path):
         return import_file(tmp_path / f"{spec.module}{suffix}")
 
     return _generate
+
+
+def _global_state() -> dict[str, object]:
+    """Process-wide settings a test could change and leave behind (torch only if loaded)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return {}
+    state: dict[str, object] = {
+        "default dtype": torch.get_default_dtype(),
+        "grad mode": torch.is_grad_enabled(),
+        "threads": torch.get_num_threads(),
+    }
+    for name in ("_dynamo", "_inductor"):
+        module = importlib.import_module(f"torch.{name}.config")
+        if hasattr(module, "get_config_copy"):
+            # read as the compiler reads them: an attribute that a patch's undo deleted
+            # (pytest 9.2's monkeypatch) is gone although the config copy still lists it
+            settings = {k: getattr(module, k, "<deleted>") for k in module.get_config_copy()}
+            state[f"torch.{name}.config"] = repr(sorted(settings.items()))
+    return state
+
+
+@pytest.fixture(autouse=True)
+def _no_leaked_global_state():
+    """Fail a test that leaves torch's process-wide settings changed.
+
+    A leak shows up as failures in whichever tests run later (pytest 9.2's monkeypatch
+    undo once deleted ``torch._dynamo.config.recompile_limit`` and broke every later
+    ``torch.compile``); here it fails the test that caused it, by name.
+    """
+    before = _global_state()
+    yield
+    after = _global_state()
+    changed = sorted(k for k in before.keys() & after.keys() if before[k] != after[k])
+    assert not changed, f"this test left global state changed: {', '.join(changed)}"

@@ -924,10 +924,10 @@ class Sinh(_Sinh):
 
     Measured float64 error of the chosen forms vs mpmath::
 
-        out: 0.0 bits mean, 0 max over 38 points
-        grad_x: 0.0 bits mean, 0 max over 38 points
-        d grad_x / d x: 0.0 bits mean, 0 max over 38 points
-        d grad_x / d grad: 0.0 bits mean, 0 max over 38 points
+        out: 0.1 bits mean, 1 max over 38 points
+        grad_x: 0.1 bits mean, 1 max over 38 points
+        d grad_x / d x: 0.1 bits mean, 1 max over 38 points
+        d grad_x / d grad: 0.1 bits mean, 1 max over 38 points
 
     Gradients (VJP)::
 

@@ -1,0 +1,63 @@
+"""The accuracy choice measures the same errors on every machine."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+#: NumPy's dispatched SIMD loops, turned off: the loops an older or other CPU would run.
+_NO_SIMD = (
+    "AVX AVX2 FMA3 F16C X86_V3 AVX512F AVX512CD AVX512_SKX AVX512_CLX AVX512_CNL "
+    "AVX512_ICL AVX512_SPR X86_V4"
+)
+
+_SCRIPT = """
+import numpy as np, sympy
+from symgrad import functions as F
+from symgrad.choose import _evaluator
+x = sympy.Symbol("x", real=True)
+unit = [sympy.asin, sympy.acos, sympy.atanh]  # on (-1, 1)
+formulas = [sympy.exp, sympy.log, sympy.sin, sympy.cos, sympy.tan, sympy.atan, sympy.sinh,
+            sympy.cosh, sympy.tanh, sympy.asinh, sympy.acosh, F.expm1, F.log1p, F.sigmoid,
+            F.softplus, *unit]
+points = np.random.default_rng(0).uniform(-3, 3, 400)
+for f in formulas:
+    evaluate = _evaluator(f(x), [x])
+    at = points / 3.1 if f in unit else 1 + np.abs(points) if f is sympy.acosh else points
+    for dtype in (np.float64, np.float32):
+        values = [evaluate(dtype(p)) for p in at]
+        print(f.__name__, dtype.__name__, np.asarray(values, dtype=dtype).tobytes().hex())
+"""
+
+
+def _run(env_extra: dict[str, str]) -> str:
+    env = {**os.environ, **env_extra}
+    done = subprocess.run(
+        [sys.executable, "-c", _SCRIPT], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.mark.parametrize("disabled", [_NO_SIMD])
+def test_candidate_values_do_not_depend_on_the_cpus_simd(disabled):
+    """NumPy's float64 tanh differs in the last bit between its AVX2 and SSE loops (and
+    sinh, expm1, ... under AVX-512): measured through them, the docstrings' errors, and
+    with them the committed generated files, changed from machine to machine."""
+    assert _run({}) == _run({"NPY_DISABLE_CPU_FEATURES": disabled})
+
+
+def test_libm_evaluation_keeps_numpys_special_values():
+    import numpy as np
+
+    from symgrad.choose import _libm
+
+    exp, log = _libm("exp"), _libm("log")
+    assert exp(np.float64(1000.0)) == np.inf
+    assert exp(np.float32(100.0)) == np.inf and exp(np.float32(1.0)).dtype == np.float32
+    assert log(np.float64(0.0)) == -np.inf and np.isnan(log(np.float64(-1.0)))
+    assert exp(np.float64(-1000.0)) == 0.0
+    assert list(exp(np.array([0.0, 1.0]))) == [1.0, np.exp(1.0)]
