@@ -12,7 +12,7 @@ import functools
 import math
 import random
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import mpmath
 import numpy as np
@@ -36,6 +36,11 @@ class Accuracy:
     max_bits: float
     non_finite: int  # results that are inf/nan where the exact value is finite
     points: int
+    #: the point of the largest error (a non-finite result first), as ``x = -1e4, ...``
+    worst: str = field(default="", compare=False)
+    #: of ``non_finite``, the float64 results (float32's may come from a point that float32
+    #: rounds onto a pole or to 0)
+    non_finite64: int = field(default=0, compare=False)
 
     def __str__(self) -> str:
         text = f"{self.mean_bits:.1f} bits mean, {self.max_bits:.0f} max over {self.points} points"
@@ -259,21 +264,39 @@ def measure(
     fn = _evaluator(expr, symbols)
     if references is None:
         references = [exact(reference_expr, p) for p in points]
-    errors, non_finite = [], 0
+    errors, non_finite, non_finite64 = [], 0, 0
+    worst, worst_key = "", (-1, -1.0)
     with np.errstate(all="ignore"):
         for point, ref in zip(points, references):
             if ref is None or not math.isfinite(ref):
                 continue
             args = [point[s] for s in symbols]
             value = _call(fn, args, np.float64)
-            non_finite += not math.isfinite(value)
+            bad = not math.isfinite(value)
             errors.append(bits_of_error(value, ref))
             # float32: only non-finite results count (the error is measured in float64)
             if abs(ref) < _F32_FINITE and all(abs(a) <= _F32_MAX for a in args):
-                non_finite += not math.isfinite(_call(fn, args, np.float32))
+                bad32 = not math.isfinite(_call(fn, args, np.float32))
+                non_finite += bad32
+                bad = bad or bad32
+            non_finite += not math.isfinite(value)
+            non_finite64 += not math.isfinite(value)
+            if (bad, errors[-1]) > worst_key:
+                worst_key = (bad, errors[-1])
+                worst = _point_text(point, symbols)
     if not errors:
         return Accuracy(0.0, 0.0, 0, 0)
-    return Accuracy(sum(errors) / len(errors), max(errors), non_finite, len(errors))
+    mean = sum(errors) / len(errors)
+    return Accuracy(mean, max(errors), non_finite, len(errors), worst, non_finite64)
+
+
+def _point_text(point: Mapping[sympy.Symbol, float], symbols: Sequence[sympy.Symbol]) -> str:
+    """``x = -1e+04, y = 2.5``: the inputs of a point (upstream gradients left out)."""
+    return ", ".join(
+        f"{s.name} = {point[s]:.4g}"
+        for s in symbols
+        if s.name != "grad" and not s.name.startswith("grad_")
+    )
 
 
 def most_accurate(

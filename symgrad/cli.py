@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from symgrad import __version__
-from symgrad.errors import SpecError
+from symgrad.errors import DerivationError, SpecError
 from symgrad.spec import TARGETS, Spec, load_spec
 
 
@@ -42,6 +42,127 @@ def main() -> None:
     """Derive numerically stable custom gradients for PyTorch and TensorFlow."""
 
 
+#: A chosen form whose measured float64 error is above this (bits, mean over the sampled
+#: points) is reported by gen and check: the stable rewrites did not reach it.
+WARN_MEAN_BITS = 8.0
+
+
+def _accuracy_warnings(derived) -> list[SpecError]:
+    """Per function, the formulas whose chosen form still has non-finite float64 results
+    where the exact value is finite, or a large mean error."""
+    found = []
+    for d in derived:
+        bad = [
+            f"{label}: "
+            + (f"{acc.non_finite64} non-finite, " if acc.non_finite64 else "")
+            + f"{acc.mean_bits:.1f} bits mean error over {acc.points} points, "
+            + f"worst at {acc.worst or 'n/a'}"
+            for label, acc in d.accuracy.items()
+            if acc.non_finite64 or acc.mean_bits > WARN_MEAN_BITS
+        ]
+        if bad:
+            found.append(
+                SpecError(
+                    d.function.location,
+                    "still inaccurate after the stable rewrites:\n    " + "\n    ".join(bad),
+                    "if the function is only used on part of the line, say so with domain: "
+                    "(the error is measured there); else write the formula another way. "
+                    "--strict makes this an error",
+                )
+            )
+    return found
+
+
+def _generated(
+    paths: tuple[Path, ...],
+    out_dir: Path | None,
+    targets: tuple[str, ...] | None,
+    tests: bool,
+    run: bool,
+) -> tuple[list, list[SpecError], list[str]]:
+    """Every spec loaded and validated, then derived, generated and (``run``) smoke-run.
+
+    Returns the planned files, the accuracy warnings and notes; raises every problem at
+    once as a SpecError (nothing is written before this returns).
+    """
+    from symgrad.derive import derive_spec, internal_error, validate_spec
+    from symgrad.errors import raise_all
+    from symgrad.generate import generate
+    from symgrad.smoke import smoke_run
+    from symgrad.write import Planned
+
+    specs, errors = [], []
+    for path in paths:
+        try:
+            spec = load_spec(path)
+            validate_spec(spec)
+            specs.append((path, spec))
+        except SpecError as error:
+            errors.append(error)
+    raise_all(errors)  # every spec parses before any is derived
+    planned: list[Planned] = []
+    warnings: list[SpecError] = []
+    notes: list[str] = []
+    modules: dict[Path, Path] = {}
+    for path, spec in specs:
+        directory = out_dir if out_dir is not None else path.parent / "generated"
+        key = (directory / spec.module).resolve()
+        if key in modules:
+            raise SpecError(
+                None,
+                f"{path} and {modules[key]} both generate module '{spec.module}' into {directory}",
+                "give each spec its own module: name, or another -o directory",
+            )
+        modules[key] = path
+        try:
+            derived = derive_spec(spec)
+            chosen = tuple(t for t in spec.targets if targets is None or t in targets)
+            files = generate(
+                spec, chosen, tests=tests, spec_path=_spec_path_text(path), derived=derived
+            )
+        except SpecError as error:
+            errors.append(error)
+            continue
+        except Exception as exc:  # noqa: BLE001 - a symgrad bug, reported as an error
+            errors.append(internal_error(spec.functions[0], "generating code for", exc))
+            continue
+        warnings += _accuracy_warnings(derived)
+        if run:
+            failures, skipped = smoke_run(spec, [(f.name, f.text) for f in files], chosen)
+            errors += [
+                DerivationError(
+                    f.function.location,
+                    str(f),
+                    "this is a symgrad bug: please report it with this function's spec",
+                )
+                for f in failures
+            ]
+            notes += [
+                f"{path}: {t} is not installed here: the generated {t} code was not run"
+                for t in skipped
+            ]
+        planned += [Planned(directory / f.name, f.text) for f in files]
+    raise_all(errors)
+    return planned, warnings, notes
+
+
+def _report(warnings: list[SpecError], notes: list[str], strict: bool) -> None:
+    for note in notes:
+        click.echo(f"note: {note}", err=True)
+    for warning in warnings:
+        click.echo(f"{'error' if strict else 'warning'}: {warning}", err=True)
+    if strict and warnings:
+        click.echo(
+            f"{len(warnings)} inaccurate formula(s) under --strict; nothing written", err=True
+        )
+        sys.exit(1)
+
+
+_STRICT = click.option(
+    "--strict", is_flag=True, help="Inaccurate formulas (see warnings) are errors, not warnings."
+)
+
+
 @main.command()
 @click.argument("specs", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
 @click.option(
@@ -64,36 +185,27 @@ def main() -> None:
     is_flag=True,
     help="Write nothing; exit 1 listing files that are missing or would change.",
 )
+@_STRICT
 def gen(
     specs: tuple[Path, ...],
     out_dir: Path | None,
     targets_opt: str | None,
     no_tests: bool,
     check_only: bool,
+    strict: bool,
 ) -> None:
-    """Generate framework modules (and their tests) from SPEC files."""
-    from symgrad.generate import generate
-    from symgrad.write import Planned, check, write_all
+    """Generate framework modules (and their tests) from SPEC files.
+
+    Before anything is written, each generated module is run once per function
+    (forward, backward, double backward, forward mode) where its framework is installed.
+    """
+    from symgrad.write import check, write_all
 
     targets = _targets(targets_opt)
-    planned: list[Planned] = []
-    modules: dict[Path, Path] = {}
     try:
-        for path in specs:
-            spec = load_spec(path)
-            directory = out_dir if out_dir is not None else path.parent / "generated"
-            key = (directory / spec.module).resolve()
-            if key in modules:
-                raise SpecError(
-                    None,
-                    f"{path} and {modules[key]} both generate module "
-                    f"'{spec.module}' into {directory}",
-                )
-            modules[key] = path
-            for f in generate(
-                spec, targets=targets, tests=not no_tests, spec_path=_spec_path_text(path)
-            ):
-                planned.append(Planned(directory / f.name, f.text))
+        planned, warnings, notes = _generated(
+            specs, out_dir, targets, tests=not no_tests, run=not check_only
+        )
     except SpecError as error:
         _fail(error)
     if check_only:
@@ -107,7 +219,13 @@ def gen(
             sys.exit(1)
         click.echo(f"{len(planned)} file(s) up to date")
         return
-    written = write_all(planned)
+    _report(warnings, notes, strict)
+    try:
+        written = write_all(planned)
+    except OSError as exc:
+        where = Path(exc.filename).parent if exc.filename else out_dir
+        click.echo(f"error: cannot write {where}: {exc.strerror or exc}", err=True)
+        sys.exit(1)
     for path in written:
         click.echo(f"wrote {path}")
     click.echo(f"{len(written)} written, {len(planned) - len(written)} unchanged")
@@ -122,17 +240,17 @@ def _load(path: Path) -> Spec:
 
 
 @main.command()
-@click.argument("spec_path", metavar="SPEC", type=click.Path(dir_okay=False, path_type=Path))
-def check(spec_path: Path) -> None:
-    """Validate SPEC (formulas and derivatives included); exit 1 with errors."""
-    from symgrad.derive import derive_spec
-
-    spec = _load(spec_path)
+@click.argument("specs", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
+@_STRICT
+def check(specs: tuple[Path, ...], strict: bool) -> None:
+    """Validate SPEC files: derive, generate and run the code in memory; write nothing."""
     try:
-        derived = derive_spec(spec)
+        _, warnings, notes = _generated(specs, None, None, tests=True, run=True)
     except SpecError as error:
         _fail(error)
-    click.echo(f"{spec_path}: ok ({len(derived)} function(s))")
+    _report(warnings, notes, strict)
+    for path in specs:
+        click.echo(f"{path}: ok")
 
 
 @main.command()

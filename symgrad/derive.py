@@ -15,7 +15,7 @@ import sympy
 
 from symgrad.choose import Accuracy, symbol_points
 from symgrad.cost import eager_cost, op_cost
-from symgrad.errors import DerivationError, SpecError
+from symgrad.errors import DerivationError, SpecError, raise_all
 from symgrad.expr import parse_formula
 from symgrad.functions import dsigmoid, heaviside_as_piecewise, hypot, hypot_ratio, sigmoid
 from symgrad.spec import Function, Spec
@@ -373,20 +373,26 @@ def grad_symbol_names(fn: Function) -> tuple[str, ...]:
     return tuple(f"grad_{o.name}" for o in fn.outputs)
 
 
-def derive_function(fn: Function, measure: bool = True) -> Derived:
-    """All the formulas for one function.
-
-    With ``measure``, each formula's form is chosen by measured error (see
-    :mod:`symgrad.choose`) and its float64 error is recorded in ``Derived.accuracy``.
-    """
+def parse_function(
+    fn: Function,
+) -> tuple[
+    dict[str, sympy.Symbol],
+    tuple[tuple[str, sympy.Expr], ...],
+    tuple[sympy.Symbol, ...],
+    dict[str, sympy.Expr],
+]:
+    """Every formula of ``fn`` parsed: the input symbols, the outputs as written (over the
+    inputs), the upstream gradient symbols and the ``gradient:`` overrides. Raises the
+    function's first problem as a SpecError; nothing is derived."""
     where = fn.location
     symbols = {inp.name: _symbol(inp) for inp in fn.inputs}
     for inp in fn.inputs:
         if inp.shape is not None:
             raise SpecError(
                 where.at(line=inp.line),
-                f"input '{inp.name}' has a shape: tensor expressions are not supported yet",
-                "remove shape: to make the input elementwise",
+                f"input '{inp.name}' has a shape: symgrad handles elementwise functions "
+                "only for now (tensor expressions are planned)",
+                "write the function elementwise, on tensors that broadcast, and reduce outside it",
             )
     # Outputs may name earlier outputs; substitute them so every formula is over inputs.
     naive: list[tuple[str, sympy.Expr]] = []
@@ -396,6 +402,32 @@ def derive_function(fn: Function, measure: bool = True) -> Derived:
         env[out.name] = expr
         naive.append((out.name, expr))
     grads = tuple(sympy.Symbol(name, real=True) for name in grad_symbol_names(fn))
+    genv = {**env, **{g.name: g for g in grads}}
+    overrides = {g.name: parse_formula(g.text, genv, where.at(line=g.line)) for g in fn.gradients}
+    return symbols, tuple(naive), grads, overrides
+
+
+def validate_spec(spec: Spec) -> None:
+    """Parse every function of ``spec`` before any is derived; raise every problem found
+    (one per function) at once."""
+    errors: list[SpecError] = []
+    for fn in spec.functions:
+        try:
+            parse_function(fn)
+        except SpecError as error:
+            errors.append(error)
+    raise_all(errors)
+
+
+def derive_function(fn: Function, measure: bool = True) -> Derived:
+    """All the formulas for one function.
+
+    With ``measure``, each formula's form is chosen by measured error (see
+    :mod:`symgrad.choose`) and its float64 error is recorded in ``Derived.accuracy``.
+    """
+    where = fn.location
+    symbols, naive, grads, parsed_overrides = parse_function(fn)
+    env: dict[str, sympy.Basic] = {**symbols, **dict(naive)}
     points = (
         symbol_points(fn.inputs, symbols, grads, seed=f"symgrad:{fn.name}") if measure else None
     )
@@ -424,11 +456,7 @@ def derive_function(fn: Function, measure: bool = True) -> Derived:
     outputs = tuple((name, chosen(name, expr)) for name, expr in naive)
 
     diff_names = [i.name for i in fn.inputs if i.gets_gradient]
-    overrides: dict[str, sympy.Expr] = {}
-    genv = dict(env)
-    genv.update({g.name: g for g in grads})
-    for g in fn.gradients:
-        overrides[g.name] = finish(parse_formula(g.text, genv, where.at(line=g.line)))
+    overrides = {name: finish(expr) for name, expr in parsed_overrides.items()}
 
     try:
         jacobian: dict[str, dict[str, sympy.Expr]] = {}
@@ -488,5 +516,31 @@ def derive_function(fn: Function, measure: bool = True) -> Derived:
 
 
 def derive_spec(spec: Spec) -> tuple[Derived, ...]:
-    """Derive every function of a spec, in file order."""
-    return tuple(derive_function(fn) for fn in spec.functions)
+    """Derive every function of a spec, in file order, once every formula has parsed.
+
+    A function that cannot be derived does not stop the others: every failure is raised
+    at the end, each naming its function. An unexpected exception (a symgrad bug) becomes
+    a DerivationError too, never a traceback.
+    """
+    validate_spec(spec)
+    derived, errors = [], []
+    for fn in spec.functions:
+        try:
+            derived.append(derive_function(fn))
+        except SpecError as error:
+            errors.append(error)
+        except Exception as exc:  # noqa: BLE001 - any internal failure, reported per function
+            errors.append(internal_error(fn, "deriving", exc))
+    raise_all(errors)
+    return tuple(derived)
+
+
+def internal_error(fn: Function, stage: str, exc: BaseException) -> DerivationError:
+    """An unexpected exception while working on ``fn``, as an error a user can act on."""
+    first = (str(exc).splitlines() or [""])[0]
+    return DerivationError(
+        fn.location,
+        f"internal error while {stage} this function ({type(exc).__name__}: {first})",
+        "this is a symgrad bug: please report it with this function's spec; meanwhile "
+        "try the formula written another way, or give the gradient yourself under gradient:",
+    )

@@ -47,3 +47,25 @@ class SpecError(Exception):
 
 class DerivationError(SpecError):
     """SymPy could not derive or print something the spec asks for."""
+
+
+class SpecErrors(SpecError):
+    """Several problems, every one reported (a spec's functions are all checked)."""
+
+    def __init__(self, errors: list[SpecError]):
+        self.errors = list(errors)
+        first = self.errors[0]
+        super().__init__(first.location, first.message, first.hint)
+
+    def __str__(self) -> str:
+        if len(self.errors) == 1:
+            return str(self.errors[0])
+        lines = [f"{len(self.errors)} problems:"]
+        lines += [f"- {error}".replace("\n", "\n  ") for error in self.errors]
+        return "\n".join(lines)
+
+
+def raise_all(errors: list[SpecError]) -> None:
+    """Raise ``errors`` as one (nothing when empty)."""
+    if errors:
+        raise errors[0] if len(errors) == 1 else SpecErrors(errors)

@@ -27,11 +27,23 @@ def check(files: list[Planned]) -> list[tuple[Planned, str]]:
     return [(f, s) for f in files if (s := f.status()) != "fresh"]
 
 
+def _mode(path: Path) -> int:
+    """The mode a written file gets: the replaced file's, else what the umask allows for a
+    new file (mkstemp's own is 0600, private to the user)."""
+    try:
+        return path.stat().st_mode & 0o7777
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
 def write_all(files: list[Planned]) -> list[Path]:
     """Write every changed file; all new contents are staged before any file is replaced.
 
     Everything is rendered before this is called, so a bad spec never gets here; staging
-    first means a disk error leaves the old files (an os.replace is atomic per file).
+    first means a disk error leaves the old files (an os.replace is atomic per file). An
+    OSError (a directory that cannot be made or written) reaches the caller.
     """
     staged: list[tuple[str, Path]] = []
     try:
@@ -40,9 +52,10 @@ def write_all(files: list[Planned]) -> list[Path]:
                 continue
             f.path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=f.path.parent, prefix=f".{f.path.name}.", suffix=".tmp")
+            staged.append((tmp, f.path))
             with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
                 handle.write(f.text)
-            staged.append((tmp, f.path))
+            os.chmod(tmp, _mode(f.path))
     except BaseException:
         for tmp, _ in staged:
             Path(tmp).unlink(missing_ok=True)

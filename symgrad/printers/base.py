@@ -306,7 +306,12 @@ class FrameworkPrinter(StrPrinter):
                 ref, otherwise if otherwise is not sympy.nan else sympy.Float("nan")
             )
         for value, cond in reversed(pieces):
-            text = self.where(self._print(cond), self._print_branch(value), text)
+            if self.is_scalar(cond):
+                # a Python bool (a condition on scalar inputs only): a Python choice, as
+                # where() takes a boolean tensor
+                text = f"({self._print_branch(value)} if {self._print(cond)} else {text})"
+            else:
+                text = self.where(self._print(cond), self._print_branch(value), text)
         return text
 
     def _tensor_ref(self, expr: sympy.Basic) -> sympy.Symbol:
