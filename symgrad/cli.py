@@ -253,6 +253,29 @@ def check(specs: tuple[Path, ...], strict: bool) -> None:
         click.echo(f"{path}: ok")
 
 
+def _latex_name(name: str) -> str | None:
+    """A symbol name as LaTeX where SymPy would print a product of letters (``scale`` as
+    s c a l e): multi-letter names upright-italic as one word, ``grad_x`` as grad with x
+    below. Greek letter names and single letters are SymPy's (None)."""
+    from sympy.printing.latex import greek_letters_set, other_symbols
+
+    base, _, sub = name.partition("_")
+    if len(base) <= 1 or base.lower() in greek_letters_set | other_symbols:
+        return None
+    text = rf"\mathit{{{base}}}"
+    if sub:
+        word = sub.replace("_", r"\_")
+        text += "_{" + (word if len(sub) == 1 else rf"\mathit{{{word}}}") + "}"
+    return text
+
+
+def _latex(expr) -> str:
+    import sympy
+
+    names = {s: text for s in expr.free_symbols if (text := _latex_name(s.name)) is not None}
+    return sympy.latex(expr, symbol_names=names)
+
+
 @main.command()
 @click.argument("spec_path", metavar="SPEC", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--function", "function_name", help="Only this function.")
@@ -269,7 +292,7 @@ def show(spec_path: Path, function_name: str | None, latex: bool) -> None:
         names = ", ".join(f.name for f in spec.functions)
         click.echo(f"error: no function '{function_name}' in {spec_path} (has: {names})", err=True)
         sys.exit(1)
-    fmt = sympy.latex if latex else sympy.pretty
+    fmt = _latex if latex else sympy.pretty
     try:
         for fn in functions:
             d = derive_function(fn)
@@ -353,6 +376,12 @@ def accuracy(
     if plot_dir is not None:
         for path in acc.plot(rows, plot_dir):
             click.echo(f"wrote {path}", err=True)
+    # naive autograd failing is the formula's business; symgrad's code failing is an error
+    failed = [r for r in rows if r.error is not None and not r.error.startswith("naive:")]
+    for row in failed:
+        click.echo(f"error: {spec_path} ({row.function}) {row.quantity}: {row.error}", err=True)
+    if failed:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

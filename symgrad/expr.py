@@ -100,10 +100,23 @@ _COMPARE: dict[type, Callable[[sympy.Expr, sympy.Expr], sympy.Basic]] = {
     ast.Eq: sympy.Eq,
     ast.NotEq: sympy.Ne,
 }
+#: Where users look for the language (functions, keys): shipped with the repository.
+LANGUAGE_DOC = "docs/spec-language.md"
+#: Tensor-language words (reductions, contractions) that a user may reach for.
+TENSOR_WORDS = frozenset(
+    {"sum", "mean", "prod", "logsumexp", "softmax", "log_softmax", "matmul", "einsum", "dot"}
+    | {"size", "norm", "var", "std", "amax", "amin", "cumsum", "transpose", "reshape"}
+)
+ELEMENTWISE_ONLY = (
+    "symgrad handles elementwise functions only for now (indexing, reductions such as sum, "
+    "and @ are planned): write the elementwise part as the function, on tensors that "
+    "broadcast, and reduce or contract outside it"
+)
 _HINTS: dict[type, str] = {
     ast.BitXor: "use ** for powers (^ is not a power)",
     ast.Attribute: "attribute access is not allowed; write the function name alone, e.g. exp(x)",
-    ast.Subscript: "indexing is only allowed on inputs with a shape",
+    ast.Subscript: ELEMENTWISE_ONLY,
+    ast.MatMult: ELEMENTWISE_ONLY,
     ast.Lambda: "lambdas are not allowed in formulas",
     ast.Starred: "* unpacking is not allowed in formulas",
 }
@@ -160,7 +173,13 @@ class _Builder:
             raise self.fail(node, f"function '{node.id}' used without arguments")
         known = list(self.symbols) + list(CONSTANTS)
         close = difflib.get_close_matches(node.id, known, n=1)
-        hint = f"did you mean '{close[0]}'?" if close else f"known names: {', '.join(known)}"
+        hint = (
+            f"did you mean '{close[0]}'? Else declare it under inputs:"
+            if close
+            else f"declare it under inputs: ({node.id}: {{}} for a tensor, "
+            f"{node.id}: {{kind: scalar, default: 1.0}} for a number); known names: "
+            + ", ".join(known)
+        )
         raise self.fail(node, "unknown name", hint)
 
     def _UnaryOp(self, node: ast.UnaryOp) -> sympy.Basic:
@@ -204,15 +223,18 @@ class _Builder:
 
     def _Call(self, node: ast.Call) -> sympy.Basic:
         if not isinstance(node.func, ast.Name):
-            raise self.fail(
-                node.func, "only plain function names can be called", _HINTS.get(type(node.func))
-            )
+            method = getattr(node.func, "attr", None)
+            hint = ELEMENTWISE_ONLY if method in TENSOR_WORDS else _HINTS.get(type(node.func))
+            raise self.fail(node.func, "only plain function names can be called", hint)
         name = node.func.id
         if name not in FUNCTIONS:
             close = difflib.get_close_matches(name, list(FUNCTIONS), n=1)
-            hint = (
-                f"did you mean '{close[0]}'?" if close else "see the list of functions in SPEC.md"
-            )
+            if name in TENSOR_WORDS:
+                hint = ELEMENTWISE_ONLY
+            elif close:
+                hint = f"did you mean '{close[0]}'?"
+            else:
+                hint = f"the functions are listed in {LANGUAGE_DOC}"
             raise self.fail(node.func, "unknown function", hint)
         if node.keywords:
             raise self.fail(node, f"'{name}' takes no keyword arguments")
@@ -253,7 +275,14 @@ def parse_formula(text: str, symbols: Mapping[str, sympy.Basic], where: Location
         tree = ast.parse(text.strip(), mode="eval")
     except SyntaxError as exc:
         line = (where.line or 0) + (exc.lineno or 1) - 1 if where.line else None
-        raise SpecError(where.at(line=line), f"syntax error in formula: {text.strip()!r}") from None
+        source = text.strip().splitlines()[(exc.lineno or 1) - 1] if text.strip() else ""
+        column = max(exc.offset or 1, 1)
+        raise SpecError(
+            where.at(line=line),
+            f"syntax error in formula at column {column} ({exc.msg}):\n    {source}\n"
+            f"    {' ' * (column - 1)}^",
+            f"formulas are Python-like: + - * / ** and calls such as exp(x); see {LANGUAGE_DOC}",
+        ) from None
     builder = _Builder(text.strip(), symbols, where)
     result = builder.build(tree)
     if isinstance(result, sympy.Tuple) or not isinstance(result, sympy.Expr):

@@ -72,9 +72,55 @@ def _load_yaml(text: str, path: Path) -> Any:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
         problem = getattr(exc, "problem", None) or str(exc)
-        raise SpecError(Location(path, line), f"invalid YAML: {problem}") from None
+        column = f", column {mark.column + 1}" if mark is not None else ""
+        said, hint = _yaml_problem(problem)
+        raise SpecError(Location(path, line), f"invalid YAML{column}: {said}", hint) from None
     finally:
         loader.dispose()
+
+
+#: PyYAML's words for common mistakes -> (what the user did, how to fix it).
+_YAML_PROBLEMS = (
+    (
+        "expected <block end>",
+        "this line is indented differently from the keys above it",
+        "YAML nests by indentation: the keys of one mapping start in the same column "
+        "(use spaces, and as many as the line above)",
+    ),
+    (
+        "mapping values are not allowed here",
+        "a ':' where a value was expected (an indentation slip, or a ':' inside an unquoted value)",
+        'indent the key under its parent, or quote the value: output: "..."',
+    ),
+    (
+        "found character '\\t'",
+        "a tab character",
+        "indent with spaces: YAML does not allow tabs",
+    ),
+    (
+        "could not find expected ':'",
+        "a key without ':' (or an unclosed quote or bracket above)",
+        "write key: value, and close every quote and bracket",
+    ),
+    (
+        "expected ',' or '}'",
+        "an unclosed { ... } mapping",
+        "close the braces, e.g. inputs: {x: {}}",
+    ),
+    (
+        "expected ',' or ']'",
+        "an unclosed [ ... ] list",
+        "close the brackets, e.g. domain: [0, inf]",
+    ),
+)
+
+
+def _yaml_problem(problem: str) -> tuple[str, str | None]:
+    """PyYAML's problem in a user's words, and the fix."""
+    for words, said, hint in _YAML_PROBLEMS:
+        if words in problem:
+            return said, hint
+    return problem, "check the indentation and the quotes around this line"
 
 
 # --------------------------------------------------------------------------- the model
