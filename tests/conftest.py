@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -54,7 +55,9 @@ def _global_state() -> dict[str, object]:
         if hasattr(module, "get_config_copy"):
             # read as the compiler reads them: an attribute that a patch's undo deleted
             # (pytest 9.2's monkeypatch) is gone although the config copy still lists it
-            settings = {k: getattr(module, k, "<deleted>") for k in module.get_config_copy()}
+            with warnings.catch_warnings():  # (reading a deprecated setting warns)
+                warnings.simplefilter("ignore")
+                settings = {k: getattr(module, k, "<deleted>") for k in module.get_config_copy()}
             state[f"torch.{name}.config"] = repr(sorted(settings.items()))
     return state
 

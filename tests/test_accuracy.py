@@ -266,3 +266,47 @@ def test_multi_output_labels(tmp_path):
     assert [r.quantity for r in rows] == ["forward s", "forward c", "d s/d x", "d c/d x"]
     assert all(r.ok and r.symgrad_nonfinite == 0 for r in rows)
     assert lines and lines[0].startswith("sc: ")
+
+
+def test_plot_shows_every_point_the_table_counts(tmp_path):
+    """Inputs from 1e-300 to 1e300 of both signs, errors up to the dtype's width and
+    non-finite results: every one lies inside the axes (the symlog axis once collapsed to
+    +-1e-3, and errors above 10 bits fell off the top)."""
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    xs = [-1e300, -3e100, -1.0, -1e-300, 0.0, 1e-300, 1e-5, 2.0, 1e200, 1e300]
+    samples = tuple(
+        acc.Sample(inputs=(x,), exact=1.0, symgrad=1.0 + k * 1e-10, naive=math.inf)
+        for k, x in enumerate(xs)
+    )
+    row = acc.Row(
+        "f",
+        "forward out",
+        "float64",
+        len(xs),
+        0.0,
+        0.0,
+        0,
+        64.0,
+        64.0,
+        len(xs),
+        samples=samples,
+        input_names=("x",),
+    )
+    fig, ax = plt.subplots()
+    acc._panel(ax, row)
+    (x_lo, x_hi), (y_lo, y_hi) = ax.get_xlim(), ax.get_ylim()
+    plotted = [p for c in ax.collections for p in c.get_offsets()]
+    assert len(plotted) == 2 * len(xs)  # symgrad's and naive's (non-finite) points
+    assert all(x_lo <= px <= x_hi and y_lo <= py <= y_hi for px, py in plotted)
+    naive_top = [
+        py for c in ax.collections if "non-finite" in c.get_label() for _, py in c.get_offsets()
+    ]
+    assert naive_top and min(naive_top) > 64  # above the widest finite error
+    symgrad_bits = [py for px, py in ax.collections[0].get_offsets()]
+    assert max(symgrad_bits) > 10  # 1e-10 relative is ~19 bits: on the axes, not off them
+    plt.close(fig)

@@ -10,6 +10,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from symgrad.cli import main
+from symgrad.spec import load_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 GOOD = """\
@@ -122,7 +123,8 @@ def test_show_prints_the_stable_formulas(tmp_path):
     text = run("show", "a.yaml", cwd=tmp_path).output
     assert "softplus(x)" in text and "sigmoid(x)" in text
     latex = run("show", "a.yaml", "--latex", "--function", "softplus", cwd=tmp_path).output
-    assert "\\operatorname{sigmoid}" in latex or "sigmoid" in latex
+    assert "\\operatorname{sigmoid}{\\left(x \\right)}" in latex
+    assert "\\mathit{grad}" in latex and "grad_{x}" not in latex  # not g*r*a*d
     assert run("show", "a.yaml", "--function", "nope", cwd=tmp_path).exit_code == 1
 
 
@@ -178,3 +180,29 @@ def test_generated_examples_are_ruff_clean():
         check=False,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_show_latex_prints_multi_letter_names_as_words(tmp_path):
+    spec = (
+        "module: m\nfunctions:\n  f:\n    inputs:\n      x: {}\n"
+        "      scale: {kind: scalar, default: 2.0}\n      beta_1: {kind: scalar, default: 1.0}\n"
+        "    output: scale*x + beta_1*x\n"
+    )
+    (tmp_path / "m.yaml").write_text(spec)
+    latex = run("show", "m.yaml", "--latex", cwd=tmp_path).output
+    assert "\\mathit{scale}" in latex and "\\beta_{1}" in latex
+    assert "scale x" not in latex.replace("\\mathit{scale}", "")
+
+
+def test_accuracy_exits_1_when_the_generated_code_raised(tmp_path, monkeypatch):
+    from symgrad import accuracy as acc
+
+    (tmp_path / "a.yaml").write_text(GOOD.format(module="a"))
+    fn = load_spec(tmp_path / "a.yaml").functions[0]
+    failing = [acc._failed(fn, "forward out", "float64", "symgrad: TypeError: boom")]
+    monkeypatch.setattr(acc, "measure_spec", lambda spec, **kw: failing)
+    result = run("accuracy", "a.yaml", cwd=tmp_path)
+    assert result.exit_code == 1 and "TypeError: boom" in result.output
+    naive_only = [acc._failed(fn, "forward out", "float64", "naive: OverflowError")]
+    monkeypatch.setattr(acc, "measure_spec", lambda spec, **kw: naive_only)
+    assert run("accuracy", "a.yaml", cwd=tmp_path).exit_code == 0  # the user's formula's

@@ -175,3 +175,28 @@ def test_an_unused_output_contributes_nothing_even_where_its_derivative_overflow
     assert grad.tolist() == [0.0, math.exp(0.5)]
     (second,) = torch.autograd.grad(grad.sum(), x)
     assert second.tolist() == [0.0, math.exp(0.5)]
+
+
+def test_generated_value_tests_fail_on_an_output_detached_by_mistake(tmp_path, monkeypatch):
+    """_check_cases skipped every gradient assertion when an output did not require grad:
+    an output detached by mistake passed. It must fail, and a sound module pass."""
+    from symgrad.generate import generate
+    from symgrad.spec import load_spec
+
+    (tmp_path / "detach.yaml").write_text(
+        "module: detach\ntargets: [torch]\nfunctions:\n"
+        "  softplus:\n    inputs: {x: {}}\n    output: log(1 + exp(x))\n"
+    )
+    for f in generate(load_spec(tmp_path / "detach.yaml")):
+        (tmp_path / f.name).write_text(f.text)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "detach_torch", raising=False)
+    from conftest import import_file
+
+    tests = import_file(tmp_path / "test_detach_torch.py")
+    tests.test_softplus_matches_exact_values("cpu")  # sound: passes
+    real = tests.generated.softplus
+    monkeypatch.setattr(tests.generated, "softplus", lambda x: real(x).detach())
+    with pytest.raises(AssertionError, match="output out: requires_grad is False"):
+        tests.test_softplus_matches_exact_values("cpu")
+    monkeypatch.delitem(sys.modules, "detach_torch", raising=False)

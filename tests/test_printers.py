@@ -148,6 +148,18 @@ def test_scalar_subexpressions_use_math(printer):
 
 
 @pytest.mark.parametrize("printer", [TorchPrinter, TensorFlowPrinter])
+def test_a_condition_on_scalars_only_is_a_python_choice(printer):
+    """where() takes a boolean tensor: beta >= 0 on a Python float is a bool (it crashed
+    the generated backward of a pseudo-Huber loss with delta: {kind: scalar})."""
+    text = printer(scalars=[beta]).doprint(sympy.Piecewise((x, beta >= 0), (x**2, True)))
+    assert text == "(x if beta >= 0 else x**2)" if printer is TorchPrinter else "where" not in text
+    mixed = printer(scalars=[beta]).doprint(
+        sympy.Piecewise((x, beta >= 0), (2 * x, x > 0), (x**2, True))
+    )
+    assert mixed.startswith("(x if beta >= 0 else ") and "where(x > 0" in mixed
+
+
+@pytest.mark.parametrize("printer", [TorchPrinter, TensorFlowPrinter])
 @pytest.mark.parametrize("expr", [sympy.besselj(0, x), sympy.zeta(x), sympy.floor(x), sympy.I * x])
 def test_unsupported_raises(printer, expr):
     with pytest.raises(UnsupportedError, match="cannot print"):

@@ -1,0 +1,260 @@
+"""What a new user meets at the command line: errors that say what to do, never a
+traceback; nothing written on failure; generated code run before "ok"."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+from conftest import import_file
+from test_cli import GOOD, run
+
+from symgrad import derive as derive_module
+from symgrad.generate import GeneratedFile
+
+PSEUDO_HUBER = """\
+module: ph
+functions:
+  pseudo_huber:
+    inputs:
+      x: {}
+      delta: {kind: scalar, default: 1.0}
+    output: delta**2*(sqrt(1 + (x/delta)**2) - 1)
+"""
+TWO_BAD = """\
+module: two_bad
+functions:
+  fine:
+    inputs: {x: {}}
+    output: x**2
+  first_bad:
+    inputs: {x: {}}
+    output: exp(x +* 2)
+  second_bad:
+    inputs: {x: {}}
+    output: x*w
+"""
+
+
+def test_every_bad_function_is_reported_before_any_is_derived(tmp_path, monkeypatch):
+    derived = []
+    real = derive_module.derive_function
+    monkeypatch.setattr(derive_module, "derive_function", lambda fn: derived.append(fn) or real(fn))
+    (tmp_path / "s.yaml").write_text(TWO_BAD)
+    result = run("check", "s.yaml", cwd=tmp_path)
+    assert result.exit_code == 1
+    assert "2 problems" in result.output
+    assert "s.yaml:8 (function 'first_bad')" in result.output
+    assert "s.yaml:11 (function 'second_bad')" in result.output
+    assert derived == []  # nothing was derived: the errors came at once
+
+
+def test_a_syntax_error_shows_its_column(tmp_path):
+    (tmp_path / "s.yaml").write_text(TWO_BAD)
+    out = run("check", "s.yaml", cwd=tmp_path).output
+    assert "syntax error in formula at column 8" in out
+    lines = out.splitlines()
+    (k,) = [k for k, line in enumerate(lines) if line.strip() == "exp(x +* 2)"]
+    assert lines[k + 1].index("^") == lines[k].index("*")  # the caret under the column
+
+
+def test_an_undeclared_name_says_declare_it_under_inputs(tmp_path):
+    (tmp_path / "s.yaml").write_text(TWO_BAD)
+    out = run("check", "s.yaml", cwd=tmp_path).output
+    assert "unknown name: 'w'" in out and "declare it under inputs:" in out
+
+
+@pytest.mark.parametrize(
+    ("formula", "said"),
+    [
+        ("x[0]", "'Subscript' is not allowed"),
+        ("sum(x)", "unknown function: 'sum'"),
+        ("x @ x", "operator 'MatMult' is not allowed"),
+        ("x.sum()", "only plain function names can be called"),
+    ],
+)
+def test_tensor_syntax_says_elementwise_only_for_now(tmp_path, formula, said):
+    spec = f"module: t\nfunctions:\n  f:\n    inputs: {{x: {{}}}}\n    output: {formula}\n"
+    (tmp_path / "s.yaml").write_text(spec)
+    out = run("check", "s.yaml", cwd=tmp_path).output
+    assert said in out and "elementwise functions only for now" in out
+    assert "shape" not in out  # no circle between shape: and "remove shape:"
+
+
+def test_a_shaped_input_says_elementwise_only_for_now(tmp_path):
+    spec = "module: t\nfunctions:\n  f:\n    inputs: {x: {shape: [n]}}\n    output: x\n"
+    (tmp_path / "s.yaml").write_text(spec)
+    out = run("check", "s.yaml", cwd=tmp_path).output
+    assert "elementwise functions only for now" in out and "remove shape" not in out
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("module: m\nfunctions:\n  f:\n    inputs: {x: {}}\n   output: x\n", "indented"),
+        ("module: m\nfunctions:\n  f:\n\tinputs: {x: {}}\n", "a tab character"),
+        ("module: m\nfunctions:\n  f:\n    inputs: {x: {}\n    output: x\n", "unclosed {"),
+    ],
+)
+def test_yaml_mistakes_are_said_in_plain_words(tmp_path, text, said):
+    (tmp_path / "s.yaml").write_text(text)
+    out = run("check", "s.yaml", cwd=tmp_path).output
+    assert said in out and "column" in out and "fix:" in out
+    assert "<block" not in out  # none of PyYAML's own wording
+
+
+def test_an_internal_failure_is_an_error_naming_the_function_not_a_traceback(tmp_path, monkeypatch):
+    def boom(fn):
+        raise TypeError("Cannot convert complex to float")
+
+    monkeypatch.setattr(derive_module, "derive_function", boom)
+    (tmp_path / "a.yaml").write_text(GOOD.format(module="a"))
+    for command in ("check", "gen"):
+        result = run(command, "a.yaml", cwd=tmp_path)
+        assert result.exit_code == 1
+        assert result.exception is None or isinstance(result.exception, SystemExit)
+        assert "a.yaml:3 (function 'softplus')" in result.output
+        assert "internal error" in result.output and "TypeError" in result.output
+        assert "Traceback" not in result.output
+    assert not (tmp_path / "generated").exists()
+
+
+def test_check_takes_many_specs(tmp_path):
+    (tmp_path / "a.yaml").write_text(GOOD.format(module="a"))
+    (tmp_path / "b.yaml").write_text(GOOD.format(module="b"))
+    result = run("check", "a.yaml", "b.yaml", cwd=tmp_path)
+    assert result.exit_code == 0, result.output
+    assert "a.yaml: ok" in result.output and "b.yaml: ok" in result.output
+
+
+def test_an_unwritable_output_directory_is_one_line_not_a_traceback(tmp_path):
+    (tmp_path / "a.yaml").write_text(GOOD.format(module="a"))
+    (tmp_path / "a_file").write_text("not a directory\n")
+    result = run("gen", "a.yaml", "-o", "a_file/out", "--no-tests", cwd=tmp_path)
+    assert result.exit_code == 1
+    assert result.output.startswith("error: cannot write a_file")
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(("umask", "mode"), [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
+def test_generated_files_follow_the_umask(tmp_path, umask, mode):
+    (tmp_path / "a.yaml").write_text(GOOD.format(module="a"))
+    old = os.umask(umask)
+    try:
+        result = run("gen", "a.yaml", "--no-tests", "--targets", "torch", cwd=tmp_path)
+    finally:
+        os.umask(old)
+    assert result.exit_code == 0, result.output
+    assert stat.S_IMODE((tmp_path / "generated" / "a_torch.py").stat().st_mode) == mode
+
+
+def test_a_regenerated_file_keeps_its_mode(tmp_path):
+    (tmp_path / "a.yaml").write_text(GOOD.format(module="a"))
+    assert run("gen", "a.yaml", "--no-tests", "--targets", "torch", cwd=tmp_path).exit_code == 0
+    target = tmp_path / "generated" / "a_torch.py"
+    target.chmod(0o640)
+    target.write_text("# stale\n")
+    assert run("gen", "a.yaml", "--no-tests", "--targets", "torch", cwd=tmp_path).exit_code == 0
+    assert stat.S_IMODE(target.stat().st_mode) == 0o640 and target.read_text() != "# stale\n"
+
+
+# --------------------------------------------------------------------------- smoke run
+def test_a_scalar_without_positive_generates_a_backward_that_runs(tmp_path):
+    """delta >= 0 on a Python float was handed to where() as a bool: backward raised."""
+    torch = pytest.importorskip("torch")
+    (tmp_path / "ph.yaml").write_text(PSEUDO_HUBER)
+    result = run("gen", "ph.yaml", "--no-tests", "--targets", "torch", cwd=tmp_path)
+    assert result.exit_code == 0, result.output
+    m = import_file(tmp_path / "generated" / "ph_torch.py")
+    x = torch.tensor([-3.0, 0.5, 2.0], dtype=torch.float64, requires_grad=True)
+    for delta in (1.0, -2.0):
+        (g,) = torch.autograd.grad(m.pseudo_huber(x, delta=delta).sum(), x, create_graph=True)
+        want = x / torch.sqrt(1 + (x / delta) ** 2)
+        torch.testing.assert_close(g, want)
+        (h,) = torch.autograd.grad(g.sum(), x)
+        torch.testing.assert_close(h, (1 + (x / delta) ** 2) ** -1.5)
+
+
+def _broken(files: list[GeneratedFile]) -> list[GeneratedFile]:
+    """The torch module with its softplus backward math replaced by a crash."""
+    out = []
+    for f in files:
+        if f.name.endswith("_torch.py") and not f.name.startswith("test_"):
+            text = f.text.replace(
+                "def _softplus_grad_x(x, grad):\n",
+                "def _softplus_grad_x(x, grad):\n    raise AttributeError('a generated bug')\n",
+            )
+            assert text != f.text
+            f = GeneratedFile(f.name, text)
+        out.append(f)
+    return out
+
+
+@pytest.mark.parametrize("command", ["gen", "check"])
+def test_generated_code_that_crashes_is_an_error_and_nothing_is_written(
+    tmp_path, monkeypatch, command
+):
+    pytest.importorskip("torch")
+    import symgrad.generate
+
+    real = symgrad.generate.generate
+    monkeypatch.setattr(symgrad.generate, "generate", lambda *a, **k: _broken(real(*a, **k)))
+    (tmp_path / "a.yaml").write_text(GOOD.format(module="a"))
+    result = (
+        run(command, "a.yaml", "--targets", "torch", cwd=tmp_path)
+        if command == "gen"
+        else (run(command, "a.yaml", cwd=tmp_path))
+    )
+    assert result.exit_code == 1
+    assert "a.yaml:3 (function 'softplus')" in result.output
+    assert "the generated torch backward (float32) raised AttributeError: a generated bug" in (
+        result.output
+    )
+    assert "in _softplus_grad_x" in result.output
+    assert not (tmp_path / "generated").exists()
+
+
+def test_smoke_run_skips_a_framework_that_is_not_installed(tmp_path, monkeypatch):
+    from symgrad import smoke
+
+    monkeypatch.setattr(smoke, "_framework", lambda target: None)
+    (tmp_path / "a.yaml").write_text(GOOD.format(module="a"))
+    result = run("gen", "a.yaml", "--no-tests", cwd=tmp_path)
+    assert result.exit_code == 0, result.output
+    assert "torch is not installed here: the generated torch code was not run" in result.output
+
+
+# --------------------------------------------------------------------------- accuracy warnings
+SINH_COSH = """\
+module: sq
+targets: [torch]
+functions:
+  sinh_cosh:
+    inputs: {x: {}}
+    outputs:
+      s: sinh(x)
+      c: cosh(x)
+"""
+
+
+def test_gen_warns_about_a_formula_that_stays_inaccurate_and_strict_fails(tmp_path):
+    """cosh(x) + sinh(x) (both outputs' gradients) is inf - inf = NaN below x = -710,
+    where the exact e**x is finite: said on stderr, with the worst point."""
+    (tmp_path / "s.yaml").write_text(SINH_COSH)
+    result = run("gen", "s.yaml", "--no-tests", cwd=tmp_path)
+    assert result.exit_code == 0, result.output
+    assert "warning: s.yaml:4 (function 'sinh_cosh'): still inaccurate" in result.output
+    assert "grad_x: " in result.output and "non-finite" in result.output
+    assert "worst at x = -" in result.output
+    (tmp_path / "generated" / "sq_torch.py").unlink()
+    strict = run("gen", "s.yaml", "--no-tests", "--strict", cwd=tmp_path)
+    assert strict.exit_code == 1 and "error: s.yaml:4" in strict.output
+    assert not (tmp_path / "generated" / "sq_torch.py").exists()
+
+
+def test_no_warning_for_an_accurate_formula(tmp_path):
+    (tmp_path / "a.yaml").write_text(GOOD.format(module="a"))
+    result = run("gen", "a.yaml", "--no-tests", "--strict", cwd=tmp_path)
+    assert result.exit_code == 0, result.output
+    assert "warning" not in result.output and "inaccurate" not in result.output
