@@ -200,3 +200,32 @@ def test_generated_value_tests_fail_on_an_output_detached_by_mistake(tmp_path, m
     with pytest.raises(AssertionError, match="output out: requires_grad is False"):
         tests.test_softplus_matches_exact_values("cpu")
     monkeypatch.delitem(sys.modules, "detach_torch", raising=False)
+
+
+AFFINE = """\
+module: affine
+functions:
+  affine:
+    inputs: {x: {}, w: {}, b: {}}
+    output: x*w + b
+"""
+
+
+@pytest.mark.parametrize("target", ["torch", "tensorflow"])
+def test_inputs_that_do_not_broadcast_get_an_error_naming_function_and_shapes(
+    generate_module, target
+):
+    """A formula written for a matrix (x W + b) is elementwise to symgrad: called with
+    (16, 8), (4, 8), (4,) the error names the function and the shapes it got."""
+    if target == "tensorflow":
+        tf = pytest.importorskip("tensorflow")
+        make = tf.ones
+    else:
+        make = torch.ones
+    m = generate_module(AFFINE, target)
+    with pytest.raises(ValueError, match=r"affine\(\): the inputs do not broadcast") as info:
+        m.affine(make((16, 8)), make((4, 8)), make((4,)))
+    assert "x (16, 8), w (4, 8), b (4,)" in str(info.value)
+    assert "elementwise" in str(info.value)
+    out = m.affine(make((4, 8)), make((4, 8)), make((8,)))  # these broadcast: no error
+    assert tuple(out.shape) == (4, 8)

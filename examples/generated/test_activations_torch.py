@@ -62,9 +62,23 @@ def _assert_matches(actual, expected, dtype, rtol, what):
 
 
 def _check_cases(
-    fn, cases, tensors, output_names, diff, scalars, order, dtype, device, rtol
+    fn,
+    cases,
+    tensors,
+    output_names,
+    differentiable,
+    diff,
+    scalars,
+    order,
+    dtype,
+    device,
+    rtol,
 ):
-    """Values, gradients and second derivatives at the points of ``cases`` vs exact values."""
+    """Values, gradients and second derivatives at the points of ``cases`` vs exact values.
+
+    ``differentiable``: the outputs with a derivative; each must require grad (an output
+    detached by mistake fails here), the others must not.
+    """
     inputs = [
         torch.tensor(
             cases["inputs"][n], dtype=dtype, device=device, requires_grad=n in diff
@@ -102,6 +116,9 @@ def _check_cases(
     outputs = _outputs(fn(*inputs, **scalars))
     wrt = [x for n, x in zip(tensors, inputs) if n in diff]
     for out_name, out in zip(output_names, outputs):
+        assert out.requires_grad == (out_name in differentiable), (
+            f"output {out_name}: requires_grad is {out.requires_grad}"
+        )
         if not out.requires_grad:
             continue  # not differentiable: mark_non_differentiable
         grads = torch.autograd.grad(
@@ -398,6 +415,7 @@ def test_softplus_matches_exact_values(device):
         SOFTPLUS_BENIGN,
         ["x"],
         ["out"],
+        ["out"],
         ["x"],
         SOFTPLUS_SCALARS,
         2,
@@ -414,6 +432,7 @@ def test_softplus_stable_at_extremes(device, dtype):
         generated.softplus,
         SOFTPLUS_EXTREME if dtype == DOUBLE else SOFTPLUS_EXTREME32,
         ["x"],
+        ["out"],
         ["out"],
         ["x"],
         SOFTPLUS_SCALARS,
@@ -561,6 +580,7 @@ def test_softplus_fused_path_stable_at_extremes(device, dtype, monkeypatch):
         generated.softplus,
         SOFTPLUS_EXTREME if dtype == DOUBLE else SOFTPLUS_EXTREME32,
         ["x"],
+        ["out"],
         ["out"],
         ["x"],
         SOFTPLUS_SCALARS,
@@ -795,6 +815,7 @@ def test_scaled_softplus_matches_exact_values(device):
         SCALED_SOFTPLUS_BENIGN,
         ["x"],
         ["out"],
+        ["out"],
         ["x"],
         SCALED_SOFTPLUS_SCALARS,
         2,
@@ -811,6 +832,7 @@ def test_scaled_softplus_stable_at_extremes(device, dtype):
         generated.scaled_softplus,
         SCALED_SOFTPLUS_EXTREME if dtype == DOUBLE else SCALED_SOFTPLUS_EXTREME32,
         ["x"],
+        ["out"],
         ["out"],
         ["x"],
         SCALED_SOFTPLUS_SCALARS,
@@ -961,6 +983,7 @@ def test_scaled_softplus_fused_path_stable_at_extremes(device, dtype, monkeypatc
         generated.scaled_softplus,
         SCALED_SOFTPLUS_EXTREME if dtype == DOUBLE else SCALED_SOFTPLUS_EXTREME32,
         ["x"],
+        ["out"],
         ["out"],
         ["x"],
         SCALED_SOFTPLUS_SCALARS,
@@ -1498,6 +1521,7 @@ def test_mul_matches_exact_values(device):
         MUL_BENIGN,
         ["x", "y"],
         ["out"],
+        ["out"],
         ["x", "y"],
         MUL_SCALARS,
         2,
@@ -1514,6 +1538,7 @@ def test_mul_stable_at_extremes(device, dtype):
         generated.mul,
         MUL_EXTREME if dtype == DOUBLE else MUL_EXTREME32,
         ["x", "y"],
+        ["out"],
         ["out"],
         ["x", "y"],
         MUL_SCALARS,
@@ -1660,6 +1685,7 @@ def test_mul_fused_path_stable_at_extremes(device, dtype, monkeypatch):
         generated.mul,
         MUL_EXTREME if dtype == DOUBLE else MUL_EXTREME32,
         ["x", "y"],
+        ["out"],
         ["out"],
         ["x", "y"],
         MUL_SCALARS,
@@ -2030,6 +2056,7 @@ def test_sinh_cosh_matches_exact_values(device):
         SINH_COSH_BENIGN,
         ["x"],
         ["s", "c"],
+        ["s", "c"],
         ["x"],
         SINH_COSH_SCALARS,
         2,
@@ -2046,6 +2073,7 @@ def test_sinh_cosh_stable_at_extremes(device, dtype):
         generated.sinh_cosh,
         SINH_COSH_EXTREME if dtype == DOUBLE else SINH_COSH_EXTREME32,
         ["x"],
+        ["s", "c"],
         ["s", "c"],
         ["x"],
         SINH_COSH_SCALARS,
@@ -2206,6 +2234,7 @@ def test_sinh_cosh_fused_path_stable_at_extremes(device, dtype, monkeypatch):
         generated.sinh_cosh,
         SINH_COSH_EXTREME if dtype == DOUBLE else SINH_COSH_EXTREME32,
         ["x"],
+        ["s", "c"],
         ["s", "c"],
         ["x"],
         SINH_COSH_SCALARS,
@@ -2547,6 +2576,7 @@ def test_log_ratio_matches_exact_values(device):
         LOG_RATIO_BENIGN,
         ["x", "y"],
         ["out"],
+        ["out"],
         ["x", "y"],
         LOG_RATIO_SCALARS,
         2,
@@ -2563,6 +2593,7 @@ def test_log_ratio_stable_at_extremes(device, dtype):
         generated.log_ratio,
         LOG_RATIO_EXTREME if dtype == DOUBLE else LOG_RATIO_EXTREME32,
         ["x", "y"],
+        ["out"],
         ["out"],
         ["x", "y"],
         LOG_RATIO_SCALARS,
@@ -2712,6 +2743,7 @@ def test_log_ratio_fused_path_stable_at_extremes(device, dtype, monkeypatch):
         generated.log_ratio,
         LOG_RATIO_EXTREME if dtype == DOUBLE else LOG_RATIO_EXTREME32,
         ["x", "y"],
+        ["out"],
         ["out"],
         ["x", "y"],
         LOG_RATIO_SCALARS,
@@ -2987,6 +3019,7 @@ def test_weighted_bce_matches_exact_values(device):
         WEIGHTED_BCE_BENIGN,
         ["z", "target"],
         ["out"],
+        ["out"],
         ["z"],
         WEIGHTED_BCE_SCALARS,
         2,
@@ -3003,6 +3036,7 @@ def test_weighted_bce_stable_at_extremes(device, dtype):
         generated.weighted_bce,
         WEIGHTED_BCE_EXTREME if dtype == DOUBLE else WEIGHTED_BCE_EXTREME32,
         ["z", "target"],
+        ["out"],
         ["out"],
         ["z"],
         WEIGHTED_BCE_SCALARS,
@@ -3159,6 +3193,7 @@ def test_weighted_bce_fused_path_stable_at_extremes(device, dtype, monkeypatch):
         generated.weighted_bce,
         WEIGHTED_BCE_EXTREME if dtype == DOUBLE else WEIGHTED_BCE_EXTREME32,
         ["z", "target"],
+        ["out"],
         ["out"],
         ["z"],
         WEIGHTED_BCE_SCALARS,
@@ -3344,6 +3379,7 @@ def test_binarize_matches_exact_values(device):
         BINARIZE_BENIGN,
         ["x"],
         ["out"],
+        ["out"],
         ["x"],
         BINARIZE_SCALARS,
         2,
@@ -3360,6 +3396,7 @@ def test_binarize_stable_at_extremes(device, dtype):
         generated.binarize,
         BINARIZE_EXTREME if dtype == DOUBLE else BINARIZE_EXTREME32,
         ["x"],
+        ["out"],
         ["out"],
         ["x"],
         BINARIZE_SCALARS,
@@ -3469,6 +3506,7 @@ def test_binarize_fused_path_stable_at_extremes(device, dtype, monkeypatch):
         generated.binarize,
         BINARIZE_EXTREME if dtype == DOUBLE else BINARIZE_EXTREME32,
         ["x"],
+        ["out"],
         ["out"],
         ["x"],
         BINARIZE_SCALARS,
@@ -3658,6 +3696,7 @@ def test_tanh_shrink_order1_matches_exact_values(device):
         TANH_SHRINK_ORDER1_BENIGN,
         ["x"],
         ["out"],
+        ["out"],
         ["x"],
         TANH_SHRINK_ORDER1_SCALARS,
         1,
@@ -3674,6 +3713,7 @@ def test_tanh_shrink_order1_stable_at_extremes(device, dtype):
         generated.tanh_shrink_order1,
         TANH_SHRINK_ORDER1_EXTREME if dtype == DOUBLE else TANH_SHRINK_ORDER1_EXTREME32,
         ["x"],
+        ["out"],
         ["out"],
         ["x"],
         TANH_SHRINK_ORDER1_SCALARS,
@@ -3793,6 +3833,7 @@ def test_tanh_shrink_order1_fused_path_stable_at_extremes(device, dtype, monkeyp
         generated.tanh_shrink_order1,
         TANH_SHRINK_ORDER1_EXTREME if dtype == DOUBLE else TANH_SHRINK_ORDER1_EXTREME32,
         ["x"],
+        ["out"],
         ["out"],
         ["x"],
         TANH_SHRINK_ORDER1_SCALARS,

@@ -62,9 +62,23 @@ def _assert_matches(actual, expected, dtype, rtol, what):
 
 
 def _check_cases(
-    fn, cases, tensors, output_names, diff, scalars, order, dtype, device, rtol
+    fn,
+    cases,
+    tensors,
+    output_names,
+    differentiable,
+    diff,
+    scalars,
+    order,
+    dtype,
+    device,
+    rtol,
 ):
-    """Values, gradients and second derivatives at the points of ``cases`` vs exact values."""
+    """Values, gradients and second derivatives at the points of ``cases`` vs exact values.
+
+    ``differentiable``: the outputs with a derivative; each must require grad (an output
+    detached by mistake fails here), the others must not.
+    """
     inputs = [
         torch.tensor(
             cases["inputs"][n], dtype=dtype, device=device, requires_grad=n in diff
@@ -102,6 +116,9 @@ def _check_cases(
     outputs = _outputs(fn(*inputs, **scalars))
     wrt = [x for n, x in zip(tensors, inputs) if n in diff]
     for out_name, out in zip(output_names, outputs):
+        assert out.requires_grad == (out_name in differentiable), (
+            f"output {out_name}: requires_grad is {out.requires_grad}"
+        )
         if not out.requires_grad:
             continue  # not differentiable: mark_non_differentiable
         grads = torch.autograd.grad(
@@ -371,6 +388,7 @@ def test_my_relu_matches_exact_values(device):
         MY_RELU_BENIGN,
         ["x"],
         ["out"],
+        ["out"],
         ["x"],
         MY_RELU_SCALARS,
         2,
@@ -387,6 +405,7 @@ def test_my_relu_stable_at_extremes(device, dtype):
         generated.my_relu,
         MY_RELU_EXTREME if dtype == DOUBLE else MY_RELU_EXTREME32,
         ["x"],
+        ["out"],
         ["out"],
         ["x"],
         MY_RELU_SCALARS,
@@ -530,6 +549,7 @@ def test_my_relu_fused_path_stable_at_extremes(device, dtype, monkeypatch):
         generated.my_relu,
         MY_RELU_EXTREME if dtype == DOUBLE else MY_RELU_EXTREME32,
         ["x"],
+        ["out"],
         ["out"],
         ["x"],
         MY_RELU_SCALARS,
@@ -764,6 +784,7 @@ def test_exp_matches_exact_values(device):
         EXP_BENIGN,
         ["x"],
         ["out"],
+        ["out"],
         ["x"],
         EXP_SCALARS,
         2,
@@ -780,6 +801,7 @@ def test_exp_stable_at_extremes(device, dtype):
         generated.exp,
         EXP_EXTREME if dtype == DOUBLE else EXP_EXTREME32,
         ["x"],
+        ["out"],
         ["out"],
         ["x"],
         EXP_SCALARS,
@@ -921,6 +943,7 @@ def test_exp_fused_path_stable_at_extremes(device, dtype, monkeypatch):
         generated.exp,
         EXP_EXTREME if dtype == DOUBLE else EXP_EXTREME32,
         ["x"],
+        ["out"],
         ["out"],
         ["x"],
         EXP_SCALARS,
@@ -1137,6 +1160,7 @@ def test_square_matches_exact_values(device):
         SQUARE_BENIGN,
         ["x"],
         ["out"],
+        ["out"],
         ["x"],
         SQUARE_SCALARS,
         2,
@@ -1153,6 +1177,7 @@ def test_square_stable_at_extremes(device, dtype):
         generated.square,
         SQUARE_EXTREME if dtype == DOUBLE else SQUARE_EXTREME32,
         ["x"],
+        ["out"],
         ["out"],
         ["x"],
         SQUARE_SCALARS,
@@ -1296,6 +1321,7 @@ def test_square_fused_path_stable_at_extremes(device, dtype, monkeypatch):
         generated.square,
         SQUARE_EXTREME if dtype == DOUBLE else SQUARE_EXTREME32,
         ["x"],
+        ["out"],
         ["out"],
         ["x"],
         SQUARE_SCALARS,
@@ -1530,6 +1556,7 @@ def test_cube_matches_exact_values(device):
         CUBE_BENIGN,
         ["x"],
         ["out"],
+        ["out"],
         ["x"],
         CUBE_SCALARS,
         2,
@@ -1546,6 +1573,7 @@ def test_cube_stable_at_extremes(device, dtype):
         generated.cube,
         CUBE_EXTREME if dtype == DOUBLE else CUBE_EXTREME32,
         ["x"],
+        ["out"],
         ["out"],
         ["x"],
         CUBE_SCALARS,
@@ -1687,6 +1715,7 @@ def test_cube_fused_path_stable_at_extremes(device, dtype, monkeypatch):
         generated.cube,
         CUBE_EXTREME if dtype == DOUBLE else CUBE_EXTREME32,
         ["x"],
+        ["out"],
         ["out"],
         ["x"],
         CUBE_SCALARS,
@@ -1921,6 +1950,7 @@ def test_sinh_matches_exact_values(device):
         SINH_BENIGN,
         ["x"],
         ["out"],
+        ["out"],
         ["x"],
         SINH_SCALARS,
         2,
@@ -1937,6 +1967,7 @@ def test_sinh_stable_at_extremes(device, dtype):
         generated.sinh,
         SINH_EXTREME if dtype == DOUBLE else SINH_EXTREME32,
         ["x"],
+        ["out"],
         ["out"],
         ["x"],
         SINH_SCALARS,
@@ -2086,6 +2117,7 @@ def test_sinh_fused_path_stable_at_extremes(device, dtype, monkeypatch):
         generated.sinh,
         SINH_EXTREME if dtype == DOUBLE else SINH_EXTREME32,
         ["x"],
+        ["out"],
         ["out"],
         ["x"],
         SINH_SCALARS,
@@ -2320,6 +2352,7 @@ def test_log1pexp_matches_exact_values(device):
         LOG1PEXP_BENIGN,
         ["x"],
         ["out"],
+        ["out"],
         ["x"],
         LOG1PEXP_SCALARS,
         2,
@@ -2336,6 +2369,7 @@ def test_log1pexp_stable_at_extremes(device, dtype):
         generated.log1pexp,
         LOG1PEXP_EXTREME if dtype == DOUBLE else LOG1PEXP_EXTREME32,
         ["x"],
+        ["out"],
         ["out"],
         ["x"],
         LOG1PEXP_SCALARS,
@@ -2483,6 +2517,7 @@ def test_log1pexp_fused_path_stable_at_extremes(device, dtype, monkeypatch):
         generated.log1pexp,
         LOG1PEXP_EXTREME if dtype == DOUBLE else LOG1PEXP_EXTREME32,
         ["x"],
+        ["out"],
         ["out"],
         ["x"],
         LOG1PEXP_SCALARS,
@@ -3020,6 +3055,7 @@ def test_mul_matches_exact_values(device):
         MUL_BENIGN,
         ["x", "y"],
         ["out"],
+        ["out"],
         ["x", "y"],
         MUL_SCALARS,
         2,
@@ -3036,6 +3072,7 @@ def test_mul_stable_at_extremes(device, dtype):
         generated.mul,
         MUL_EXTREME if dtype == DOUBLE else MUL_EXTREME32,
         ["x", "y"],
+        ["out"],
         ["out"],
         ["x", "y"],
         MUL_SCALARS,
@@ -3182,6 +3219,7 @@ def test_mul_fused_path_stable_at_extremes(device, dtype, monkeypatch):
         generated.mul,
         MUL_EXTREME if dtype == DOUBLE else MUL_EXTREME32,
         ["x", "y"],
+        ["out"],
         ["out"],
         ["x", "y"],
         MUL_SCALARS,
@@ -3399,6 +3437,7 @@ def test_quantize_matches_exact_values(device):
         QUANTIZE_BENIGN,
         ["x"],
         ["out"],
+        ["out"],
         ["x"],
         QUANTIZE_SCALARS,
         2,
@@ -3415,6 +3454,7 @@ def test_quantize_stable_at_extremes(device, dtype):
         generated.quantize,
         QUANTIZE_EXTREME if dtype == DOUBLE else QUANTIZE_EXTREME32,
         ["x"],
+        ["out"],
         ["out"],
         ["x"],
         QUANTIZE_SCALARS,
@@ -3524,6 +3564,7 @@ def test_quantize_fused_path_stable_at_extremes(device, dtype, monkeypatch):
         generated.quantize,
         QUANTIZE_EXTREME if dtype == DOUBLE else QUANTIZE_EXTREME32,
         ["x"],
+        ["out"],
         ["out"],
         ["x"],
         QUANTIZE_SCALARS,
