@@ -36,7 +36,35 @@ def _targets(value: str | None) -> tuple[str, ...] | None:
     return names
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Group(click.Group):
+    """The command group; an unexpected exception ends as one error line, not a traceback
+    (SYMGRAD_DEBUG=1 shows the traceback)."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.ClickException, click.Abort, SystemExit):
+            raise
+        except KeyboardInterrupt:
+            click.echo("interrupted; nothing was written", err=True)
+            sys.exit(130)
+        except Exception as exc:
+            if os.environ.get("SYMGRAD_DEBUG"):
+                raise
+            if isinstance(exc, OSError) and exc.strerror:
+                click.echo(f"error: {exc.filename or ''}: {exc.strerror}", err=True)
+            else:
+                first = (str(exc).splitlines() or [""])[0]
+                click.echo(
+                    f"error: internal error ({type(exc).__name__}: {first})\n"
+                    "  fix: this is a symgrad bug: please report it with the spec and the "
+                    "command (SYMGRAD_DEBUG=1 shows where it happened)",
+                    err=True,
+                )
+            sys.exit(1)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="symgrad")
 def main() -> None:
     """Derive numerically stable custom gradients for PyTorch and TensorFlow."""
@@ -284,7 +312,7 @@ def show(spec_path: Path, function_name: str | None, latex: bool) -> None:
     """Print the derived (stable, simplified) formulas of SPEC."""
     import sympy
 
-    from symgrad.derive import derive_function
+    from symgrad.derive import derive_function, internal_error, validate_spec
 
     spec = _load(spec_path)
     functions = [f for f in spec.functions if function_name in (None, f.name)]
@@ -294,8 +322,14 @@ def show(spec_path: Path, function_name: str | None, latex: bool) -> None:
         sys.exit(1)
     fmt = _latex if latex else sympy.pretty
     try:
+        validate_spec(spec)
         for fn in functions:
-            d = derive_function(fn)
+            try:
+                d = derive_function(fn)
+            except SpecError:
+                raise
+            except Exception as exc:  # a symgrad bug, said as an error
+                raise internal_error(fn, "deriving", exc) from exc
             click.echo(f"== {fn.name}")
             for name, expr in d.outputs:
                 click.echo(f"{name} =\n{fmt(expr)}\n")

@@ -258,3 +258,24 @@ def test_no_warning_for_an_accurate_formula(tmp_path):
     result = run("gen", "a.yaml", "--no-tests", "--strict", cwd=tmp_path)
     assert result.exit_code == 0, result.output
     assert "warning" not in result.output and "inaccurate" not in result.output
+
+
+def test_any_unexpected_exception_is_one_error_line(tmp_path, monkeypatch):
+    """Outside the per-function guards too (here: loading), no traceback reaches a user;
+    SYMGRAD_DEBUG=1 shows it to a developer."""
+    import symgrad.cli
+
+    def boom(path):
+        raise RuntimeError("something symgrad did not expect")
+
+    monkeypatch.setattr(symgrad.cli, "load_spec", boom)
+    (tmp_path / "a.yaml").write_text(GOOD.format(module="a"))
+    result = run("show", "a.yaml", cwd=tmp_path)
+    assert result.exit_code == 1
+    assert "error: internal error (RuntimeError: something symgrad did not expect)" in (
+        result.output
+    )
+    assert "Traceback" not in result.output
+    monkeypatch.setenv("SYMGRAD_DEBUG", "1")
+    result = run("show", "a.yaml", cwd=tmp_path)
+    assert isinstance(result.exception, RuntimeError)
