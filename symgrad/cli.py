@@ -386,8 +386,13 @@ def accuracy(
 ) -> None:
     """Bits of error of the generated torch code vs plain autograd of the naive formula."""
     from symgrad import accuracy as acc
+    from symgrad.derive import validate_spec
 
     spec = _load(spec_path)
+    try:
+        validate_spec(spec)  # every formula parses before any is measured
+    except SpecError as error:
+        _fail(error)
     problem = acc.device_problem(device)
     if problem is not None:
         click.echo(f"error: --device {device}: {problem}", err=True)
