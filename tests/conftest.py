@@ -41,10 +41,11 @@ def generate_module(tmp_path):
 
 
 def _global_state() -> dict[str, object]:
-    """Process-wide settings a test could change and leave behind (torch only if loaded)."""
-    torch = sys.modules.get("torch")
-    if torch is None:
+    """Process-wide settings a test could change and leave behind."""
+    if importlib.util.find_spec("torch") is None:
         return {}
+    import torch  # (before the first test that imports it, too: else nothing is compared)
+
     state: dict[str, object] = {
         "default dtype": torch.get_default_dtype(),
         "grad mode": torch.is_grad_enabled(),

