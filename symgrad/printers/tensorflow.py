@@ -170,10 +170,10 @@ class TensorFlowPrinter(FrameworkPrinter):
     def _print_trunc(self, expr):
         if self.is_scalar(expr):
             return super()._print_Function(expr)
-        # tf.math has no trunc (tf.truncatediv is for integers)
-        a = expr.args[0]
-        # parenthesised: the product stands where a call did (trunc(x)**2)
-        return f"({self._print(sympy.sign(a))} * tf.math.floor({self._print(sympy.Abs(a))}))"
+        # tf.math has no trunc (tf.truncatediv is for integers); sign(a) * floor(|a|) would
+        # lose the sign of -0.0
+        a = self._print(expr.args[0])
+        return self.where(f"{a} < 0", f"tf.math.ceil({a})", f"tf.math.floor({a})")
 
     def _print_clamp(self, expr):
         if self.is_scalar(expr):
