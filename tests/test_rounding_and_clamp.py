@@ -176,6 +176,12 @@ PINNED = [
         "torch.clamp(torch.maximum(lo, x), max=1)",
         "tf.math.minimum(tf.math.maximum(lo, x), 1.0)",
     ),
+    # lo > hi: hi, as torch.clamp (TF's clip_by_value gives lo)
+    (
+        F.clamp(x, 1, 0),
+        "torch.clamp(x, min=1, max=0)",
+        "tf.math.minimum(tf.math.maximum(x, 1.0), 0.0)",
+    ),
     (F.round(b) + F.clamp(b, 0, 1), "min(max(b, 0), 1) + round(b)", "min(max(b, 0), 1) + round(b)"),
     (F.floor(b) + F.ceil(b) + F.trunc(b), "math.ceil(b) + math.floor(b) + math.trunc(b)", None),
 ]

@@ -182,7 +182,7 @@ class TensorFlowPrinter(FrameworkPrinter):
         if not self.is_scalar(x) and lo.is_number and hi.is_number and bool(lo <= hi):
             return f"tf.clip_by_value({self._print(x)}, {float(lo)!r}, {float(hi)!r})"
         # clip_by_value is max(min(x, hi), lo): lo where lo > hi, where torch.clamp gives hi
-        return self._print(sympy.Min(sympy.Max(x, lo), hi))
+        return self._print(sympy.Min(sympy.Max(x, lo), hi, evaluate=False))  # (1, 0): not 0
 
     def _print_Piecewise(self, expr):
         return self.print_piecewise(expr)

@@ -168,7 +168,7 @@ class TorchPrinter(FrameworkPrinter):
         if not any(self.is_scalar(a) for a in expr.args):
             return self.call("torch.clamp", x, lo, hi)
         # torch.clamp takes tensor bounds or number bounds, not one of each
-        return self._print(sympy.Min(sympy.Max(x, lo), hi))
+        return self._print(sympy.Min(sympy.Max(x, lo), hi, evaluate=False))  # (1, 0): not 0
 
     def _print_Piecewise(self, expr):
         return self.print_piecewise(expr)
