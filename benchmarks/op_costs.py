@@ -35,6 +35,11 @@ def ops(x: torch.Tensor, pos: torch.Tensor, out: torch.Tensor) -> dict:
     """name in symgrad.cost.OP_COST -> a call computing it on ``x`` (``pos``: x > 0)."""
     return {
         "Abs": lambda: torch.abs(x, out=out),
+        "clamp": lambda: torch.clamp(x, min=-1.0, max=1.0, out=out),
+        "round": lambda: torch.round(x, out=out),
+        "floor": lambda: torch.floor(x, out=out),
+        "ceil": lambda: torch.ceil(x, out=out),
+        "trunc": lambda: torch.trunc(x, out=out),
         "sigmoid": lambda: torch.sigmoid(x, out=out),
         "exp": lambda: torch.exp(x, out=out),
         "expm1": lambda: torch.expm1(x, out=out),

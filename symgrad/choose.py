@@ -205,6 +205,11 @@ def _stable_numpy() -> dict[str, object]:
         "digamma": _np(lambda v: float(mpmath.digamma(v)) if v > 0 or v != int(v) else math.nan),
         "polygamma": _np(lambda n, v: float(mpmath.polygamma(int(n), v))),
         "Heaviside": lambda x, h0=0.5: np.heaviside(x, h0),
+        "round": np.rint,  # ties to even, as torch.round
+        "floor": np.floor,
+        "ceil": np.ceil,
+        "trunc": np.trunc,
+        "clamp": lambda x, lo, hi: np.minimum(np.maximum(x, lo), hi),  # hi where lo > hi
     }
 
 

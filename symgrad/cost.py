@@ -19,6 +19,11 @@ OP_COST: dict[str, float] = {
     "Max": 1.5,
     "Min": 1.5,
     "relu": 1.5,
+    "clamp": 1.5,
+    "round": 1,
+    "floor": 1,
+    "ceil": 1,
+    "trunc": 15,  # torch.trunc is not vectorised on CPU: 7-45x a multiply (op_costs.py)
     "sign": 3,
     "Heaviside": 3,
     "sigmoid": 3,  # torch.sigmoid uses a faster exp than torch.exp

@@ -75,6 +75,11 @@ FUNCTIONS: dict[str, tuple[Callable[..., sympy.Basic], tuple[int, ...]]] = {
     "log1mexp": (F.log1mexp, (1,)),
     "xlog1py": (F.xlog1py, (2,)),
     "erfcx": (F.erfcx, (1,)),
+    "round": (F.round, (1,)),
+    "floor": (F.floor, (1,)),
+    "ceil": (F.ceil, (1,)),
+    "trunc": (F.trunc, (1,)),
+    "clamp": (F.clamp, (3,)),
 }
 
 CONSTANTS: dict[str, sympy.Basic] = {
@@ -287,4 +292,5 @@ def parse_formula(text: str, symbols: Mapping[str, sympy.Basic], where: Location
     result = builder.build(tree)
     if isinstance(result, sympy.Tuple) or not isinstance(result, sympy.Expr):
         raise SpecError(where, f"formula must be a number-valued expression: {text.strip()!r}")
-    return result
+    # Min(Max(e, 0), 1) is torch.clamp (its gradient and one op), whichever way it is written
+    return F.as_clamps(result)

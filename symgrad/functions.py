@@ -8,6 +8,10 @@ each class to the best framework op.
 
 from __future__ import annotations
 
+import builtins
+import math
+from fractions import Fraction
+
 import mpmath
 import sympy
 from sympy import Heaviside, exp, log, sqrt
@@ -675,6 +679,156 @@ class logcosh(StableFunction):
         )
 
 
+class _Rounding(StableFunction):
+    """A rounding function: piecewise constant, so its derivative is 0 everywhere (the
+    gradient torch.round, floor, ceil and trunc give; a straight-through estimator says
+    otherwise with ``gradient:``). A number argument rounds exactly (``exact``)."""
+
+    nargs = 1
+
+    @staticmethod
+    def exact(q: Fraction) -> int:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    @classmethod
+    def eval(cls, x):
+        if x.is_Rational or (x.is_Float and x.is_finite):
+            q = sympy.Rational(x)
+            return sympy.Integer(cls.exact(Fraction(int(q.p), int(q.q))))
+        return None
+
+    def fdiff(self, argindex=1):
+        if argindex != 1:
+            raise ArgumentIndexError(self, argindex)
+        return sympy.S.Zero
+
+    @classmethod
+    def naive(cls, x):
+        return cls(x)
+
+
+class round(_Rounding):  # the spec's name: shadows the builtin here (builtins.round)
+    """The nearest integer, ties to even: torch.round, tf.math.round and np.rint round
+    0.5 to 0 and 2.5 to 2, not away from zero."""
+
+    exact = staticmethod(builtins.round)  # round(Fraction) ties to even
+    mp = staticmethod(mpmath.nint)  # ties to even too
+
+
+class floor(_Rounding):
+    """The largest integer not above x."""
+
+    exact = staticmethod(math.floor)
+    mp = staticmethod(mpmath.floor)
+
+
+class ceil(_Rounding):
+    """The smallest integer not below x."""
+
+    exact = staticmethod(math.ceil)
+    mp = staticmethod(mpmath.ceil)
+
+
+class trunc(_Rounding):
+    """x rounded toward zero."""
+
+    exact = staticmethod(math.trunc)
+
+    @staticmethod
+    def mp(x):
+        return mpmath.floor(x) if x >= 0 else mpmath.ceil(x)
+
+
+def within(u: sympy.Expr, lo: sympy.Expr, hi: sympy.Expr) -> sympy.Boolean:
+    """lo <= u <= hi; for u = a*s + b (numbers a != 0, b, lo, hi) as bounds on s itself, so
+    that the backward compares the saved input instead of recomputing u."""
+    if len(u.free_symbols) == 1 and lo.is_number and hi.is_number:
+        (s,) = u.free_symbols
+        a = sympy.diff(u, s)
+        b = sympy.expand(u - a * s)
+        if a.is_number and a.is_nonzero and not b.free_symbols:
+            lo, hi = (lo - b) / a, (hi - b) / a
+            if a.is_negative:
+                lo, hi = hi, lo
+            u = s
+    return sympy.And(u >= lo, u <= hi)
+
+
+class clamp(StableFunction):
+    """min(max(x, lo), hi), torch.clamp: hi where lo > hi.
+
+    Its gradients are torch.clamp's: x gets it on the closed interval lo <= x <= hi, lo
+    where x < lo < hi, hi where x > hi or lo > hi. (F.hardsigmoid and hardtanh use the open
+    interval for x; SymPy's Min(Max(...)) would give 1/2 at the ends.)
+    """
+
+    nargs = 3
+
+    @classmethod
+    def eval(cls, x, lo, hi):
+        if x.is_number and lo.is_number and hi.is_number:
+            return sympy.Min(sympy.Max(x, lo), hi)
+        return None
+
+    def fdiff(self, argindex=1):
+        x, lo, hi = self.args
+        if argindex == 1:
+            return sympy.Piecewise((1, within(x, lo, hi)), (0, True))
+        if argindex == 2:
+            return sympy.Piecewise((1, sympy.And(x < lo, lo < hi)), (0, True))
+        if argindex == 3:
+            return sympy.Piecewise((1, sympy.Or(x > hi, lo > hi)), (0, True))
+        raise ArgumentIndexError(self, argindex)
+
+    @staticmethod
+    def mp(x, lo, hi):
+        return min(max(x, lo), hi)
+
+    @classmethod
+    def naive(cls, x, lo, hi):
+        return sympy.Min(sympy.Max(x, lo), hi)
+
+
+def as_clamps(expr: sympy.Expr) -> sympy.Expr:
+    """``Min(Max(e, lo), hi)`` and ``Max(Min(e, hi), lo)`` with numbers lo < hi as
+    :class:`clamp` (torch.clamp's gradient, one op and one mask, where SymPy's derivative
+    of the nest is 1/2 at the ends and three selects), and a number factor c of a clamp
+    moved into it (c*clamp(e, lo, hi) = clamp(c*e, c*lo, c*hi) for c > 0): in hard-swish
+    ``x*clamp(x + 3, 0, 6)/6`` the product x*6 overflows for x > 5.7e37 in float32, where
+    ``x*clamp(x/6 + 1/2, 0, 1)`` is x."""
+
+    def nested(node: sympy.Basic) -> sympy.Basic | None:
+        if not isinstance(node, (sympy.Min, sympy.Max)) or len(node.args) != 2:
+            return None
+        inner_type = sympy.Max if isinstance(node, sympy.Min) else sympy.Min
+        inner = [a for a in node.args if isinstance(a, inner_type) and len(a.args) == 2]
+        outer = [a for a in node.args if a.is_number]
+        if len(inner) != 1 or len(outer) != 1:
+            return None
+        bound = [a for a in inner[0].args if a.is_number]
+        if len(bound) != 1:
+            return None
+        (e,) = (a for a in inner[0].args if a is not bound[0])
+        lo, hi = (bound[0], outer[0]) if isinstance(node, sympy.Min) else (outer[0], bound[0])
+        return clamp(e, lo, hi) if bool(lo < hi) else None
+
+    def scaled(node: sympy.Basic) -> sympy.Basic | None:
+        if not isinstance(node, sympy.Mul):
+            return None
+        c, rest = node.as_coeff_Mul()
+        factors = sympy.Mul.make_args(rest)
+        clamps = [f for f in factors if isinstance(f, clamp)]
+        if c in (1, -1) or not c.is_Rational or len(clamps) != 1:
+            return None
+        x, lo, hi = clamps[0].args
+        k = abs(c)
+        others = [f for f in factors if f is not clamps[0]]
+        return sympy.sign(c) * sympy.Mul(*others) * clamp(k * x, k * lo, k * hi)
+
+    expr = expr.replace(lambda e: nested(e) is not None, nested)
+    return expr.replace(lambda e: scaled(e) is not None, scaled)
+
+
 #: Every stable primitive, by the name a spec uses.
 STABLE_FUNCTIONS: dict[str, type[StableFunction]] = {
     cls.__name__: cls
@@ -692,5 +846,10 @@ STABLE_FUNCTIONS: dict[str, type[StableFunction]] = {
         erfcx,
         exprel,
         logcosh,
+        round,
+        floor,
+        ceil,
+        trunc,
+        clamp,
     )
 }

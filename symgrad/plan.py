@@ -189,7 +189,7 @@ _TORCH_INPLACE = {
     for name in (
         "exp log log1p expm1 sin cos tan asin acos atan sinh cosh tanh asinh acosh atanh "
         "erf erfc lgamma digamma abs sign sigmoid sqrt rsqrt relu atan2 hypot xlogy floor "
-        "remainder clamp"
+        "remainder clamp round ceil trunc"
     ).split()
 }
 #: torch functions that return a new tensor (never a view of an argument).
@@ -978,10 +978,17 @@ class _TorchPlanner:
                 backward_needs |= set(self._grad_inputs(i)[0])
             backward_needs = {s for s in backward_needs if s not in set(d.grads)}
         jvp_needs = self.tensors_in(e for row in jac.values() for e in row.values())
+        # torch.round's convention: where the derivative is 0 everywhere, the gradient is
+        # zeros (not None, nor an output that does not require grad); zeros_like needs the
+        # input (backward) and the output (its tangent)
+        zero_grads = [i for i in d.diff_inputs if is_zero(d.vjps[i])]
+        backward_needs |= {d.symbols[i] for i in zero_grads}
+        non_diff = self.non_differentiable_outputs()
+        zero_outs = [o for o in out_names if o not in d.differentiable_outputs()]
+        jvp_needs |= {self.out_syms[o] for o in zero_outs if o not in non_diff}
         saved = self.ordered(backward_needs | jvp_needs)
 
         setup = [unpack_line(inputs, "inputs")]
-        non_diff = [o for o in out_names if o not in d.differentiable_outputs()]
         if any(n in saved for n in out_names) or non_diff:
             # a single output is the tensor itself, not a 1-tuple
             setup.append(
@@ -1017,7 +1024,11 @@ class _TorchPlanner:
             if inp.gets_gradient and not is_zero(d.vjps[inp.name])
         ]
         results = [
-            f"grad_{inp.name}" if (k, inp.name) in diff else "None"
+            f"grad_{inp.name}"
+            if (k, inp.name) in diff
+            else f"torch.zeros_like({inp.name})"
+            if inp.name in zero_grads
+            else "None"
             for k, inp in enumerate(fn.inputs)
         ]
         back = self._unpack_saved(saved)
@@ -1059,10 +1070,10 @@ class _TorchPlanner:
             terms = [jac[o][i] * sympy.Symbol(f"{i}_t", real=True) for i in d.diff_inputs]
             jvp_assign.append((f"{o}_t", sympy.Add(*terms)))
         jvp_lines = self._unpack_saved(saved) + self._unpack_scalars([e for _, e in jvp_assign])
-        zero_outs = [o for o, e in jvp_assign if is_zero(e)]
         jvp_lines += self.body([(o, e) for o, e in jvp_assign if not is_zero(e)])
         for o in zero_outs:
-            jvp_lines.append(f"{o}_t = torch.zeros_like({self._any_tensor_input()})")
+            # a marked output has no tangent
+            jvp_lines.append(f"{o}_t = None" if o in non_diff else f"{o}_t = torch.zeros_like({o})")
         jvp_lines.append(f"return {', '.join(f'{o}_t' for o in out_names)}")
         jvp = Method(["ctx", *tangents], mark_unused(jvp_lines))
         return Kernel(
@@ -1077,8 +1088,15 @@ class _TorchPlanner:
             extra_math=extra_math,
         )
 
-    def _any_tensor_input(self) -> str:
-        return next(i.name for i in self.fn.inputs if i.is_tensor)
+    def non_differentiable_outputs(self) -> list[str]:
+        """Outputs of no differentiable input (marked so: they never require grad). An
+        output of one with derivative 0 (round(x)) gets zero gradients, as in torch."""
+        diff = {self.d.symbols[i] for i in self.d.diff_inputs}
+        return [
+            name
+            for (name, naive), _ in zip(self.d.naive_outputs, self.d.outputs)
+            if not naive.free_symbols & diff
+        ]
 
     def _unpack_saved(self, saved: list[str]) -> list[str]:
         return [unpack_line(saved, "ctx.saved_tensors")] if saved else []

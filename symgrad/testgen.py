@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from symgrad import functions as F
 from symgrad.derive import Derived
 from symgrad.errors import DerivationError
 from symgrad.printers import TorchPrinter
@@ -68,6 +69,7 @@ class FunctionTests:
     extreme32: dict[str, str]
     naive: list[str]  # torch source of the naive formula (for Hessian comparisons)
     params: str
+    jumps: bool = False  # a rounding function (jumps) or clamp (kinks): small numeric steps
 
 
 def function_tests(derived: Derived) -> FunctionTests:
@@ -101,7 +103,13 @@ def function_tests(derived: Derived) -> FunctionTests:
         benign=_columns(ref.benign, derived),
         extreme=_columns(ref.extreme, derived),
         extreme32=_columns(ref.extreme32, derived),
+        jumps=any(e.has(*_JUMPS) for _, e in derived.naive_outputs),
     )
+
+
+#: symgrad's primitives with jumps or kinks, whose numeric derivative is checked with a
+#: step small enough to straddle one only at points that close to it
+_JUMPS = (F.round, F.floor, F.ceil, F.trunc, F.clamp)
 
 
 def _naive_torch(derived: Derived) -> list[str]:

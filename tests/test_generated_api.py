@@ -106,10 +106,25 @@ def test_straight_through_override(generate_module):
     torch.testing.assert_close(x.grad, torch.tensor([0.0, 1.0, 1.0, 1.0, 0.0]))
 
 
-def test_output_without_gradient_is_marked_non_differentiable(generate_module):
+def test_output_with_derivative_zero_gets_zero_gradients(generate_module):
+    """As torch.round and torch.sign: the output requires grad and its gradient is zeros
+    (first and second order, forward mode too)."""
     m = generate_module(MUL)
-    out = m.step(torch.randn(3, requires_grad=True))
-    assert not out.requires_grad
+    x = torch.randn(3, dtype=torch.float64, requires_grad=True)
+    out = m.step(x)
+    assert out.requires_grad
+    (g,) = torch.autograd.grad(out.sum(), x, create_graph=True)
+    torch.testing.assert_close(g, torch.zeros(3, dtype=torch.float64))
+    assert torch.autograd.gradcheck(m.step, (x,), check_forward_ad=True)
+    assert torch.autograd.gradgradcheck(m.step, (x,))
+
+
+def test_output_of_non_differentiable_inputs_only_is_marked_so(generate_module):
+    m = generate_module(
+        "module: n\nfunctions:\n  f:\n    inputs:\n      x: {differentiable: false}\n"
+        "    output: 2*x\n"
+    )
+    assert not m.f(torch.randn(3, requires_grad=True)).requires_grad
 
 
 def test_double_backward_runs_the_derived_formulas(generate_module):

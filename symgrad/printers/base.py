@@ -86,6 +86,10 @@ class FrameworkPrinter(StrPrinter):
         "loggamma": "math.lgamma",
         "hypot": "math.hypot",
         "Abs": "abs",
+        "floor": "math.floor",
+        "ceil": "math.ceil",
+        "trunc": "math.trunc",
+        "round": "round",  # Python's round ties to even, as torch.round
     }
     #: Stable functions of Python floats (scalar inputs only), as Python source.
     scalar_formats: dict[str, str] = {
@@ -95,6 +99,7 @@ class FrameworkPrinter(StrPrinter):
         "logaddexp": "(max({0}, {1}) + math.log1p(math.exp(-abs({0} - {1}))))",
         "xlogy": "({0} * math.log({1}) if {0} else 0.0)",
         "sign": "((({0}) > 0) - (({0}) < 0))",
+        "clamp": "min(max({0}, {1}), {2})",
     }
     _default_settings = dict(StrPrinter._default_settings)
 

@@ -46,6 +46,9 @@ class TensorFlowPrinter(FrameworkPrinter):
         "xlogy": "tf.math.xlogy",
         "relu": "tf.nn.relu",
         "xlog1py": "tf.math.xlog1py",
+        "round": "tf.math.round",  # ties to even
+        "floor": "tf.math.floor",
+        "ceil": "tf.math.ceil",
     }
 
     def _print_Pow(self, expr, rational=False):
@@ -163,6 +166,23 @@ class TensorFlowPrinter(FrameworkPrinter):
 
     def _print_Min(self, expr):
         return self._minmax(expr, "tf.math.minimum", "min")
+
+    def _print_trunc(self, expr):
+        if self.is_scalar(expr):
+            return super()._print_Function(expr)
+        # tf.math has no trunc (tf.truncatediv is for integers); sign(a) * floor(|a|) would
+        # lose the sign of -0.0
+        a = self._print(expr.args[0])
+        return self.where(f"{a} < 0", f"tf.math.ceil({a})", f"tf.math.floor({a})")
+
+    def _print_clamp(self, expr):
+        if self.is_scalar(expr):
+            return super()._print_Function(expr)
+        x, lo, hi = expr.args
+        if not self.is_scalar(x) and lo.is_number and hi.is_number and bool(lo <= hi):
+            return f"tf.clip_by_value({self._print(x)}, {float(lo)!r}, {float(hi)!r})"
+        # clip_by_value is max(min(x, hi), lo): lo where lo > hi, where torch.clamp gives hi
+        return self._print(sympy.Min(sympy.Max(x, lo), hi, evaluate=False))  # (1, 0): not 0
 
     def _print_Piecewise(self, expr):
         return self.print_piecewise(expr)

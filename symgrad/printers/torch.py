@@ -45,6 +45,10 @@ class TorchPrinter(FrameworkPrinter):
         "relu": "torch.relu",
         "erfcx": "torch.special.erfcx",
         "xlog1py": "torch.special.xlog1py",
+        "round": "torch.round",  # ties to even
+        "floor": "torch.floor",
+        "ceil": "torch.ceil",
+        "trunc": "torch.trunc",
     }
 
     def _print_Mul(self, expr):
@@ -154,6 +158,17 @@ class TorchPrinter(FrameworkPrinter):
                 lo, hi = self._print(lows[0]), self._print(hi)
                 return f"torch.clamp({self._print(x)}, min={lo}, max={hi})"
         return self._minmax(expr, "torch.minimum", "max", "min")
+
+    def _print_clamp(self, expr):
+        if self.is_scalar(expr):
+            return super()._print_Function(expr)
+        x, lo, hi = expr.args
+        if not self.is_scalar(x) and self.is_scalar(lo) and self.is_scalar(hi):
+            return f"torch.clamp({self._print(x)}, min={self._print(lo)}, max={self._print(hi)})"
+        if not any(self.is_scalar(a) for a in expr.args):
+            return self.call("torch.clamp", x, lo, hi)
+        # torch.clamp takes tensor bounds or number bounds, not one of each
+        return self._print(sympy.Min(sympy.Max(x, lo), hi, evaluate=False))  # (1, 0): not 0
 
     def _print_Piecewise(self, expr):
         return self.print_piecewise(expr)
