@@ -90,6 +90,13 @@ class Derived:
             fused={},
         )
 
+    def outputs_requiring_grad(self) -> tuple[str, ...]:
+        """Outputs of some differentiable input: they require grad (one with derivative 0,
+        round(x), gets zero gradients, as in torch); the others are marked
+        non-differentiable."""
+        diff = {self.symbols[i] for i in self.diff_inputs}
+        return tuple(name for name, naive in self.naive_outputs if naive.free_symbols & diff)
+
     def differentiable_outputs(self) -> tuple[str, ...]:
         """Outputs with a nonzero derivative w.r.t. some input (others are marked so)."""
         return tuple(

@@ -1091,12 +1091,8 @@ class _TorchPlanner:
     def non_differentiable_outputs(self) -> list[str]:
         """Outputs of no differentiable input (marked so: they never require grad). An
         output of one with derivative 0 (round(x)) gets zero gradients, as in torch."""
-        diff = {self.d.symbols[i] for i in self.d.diff_inputs}
-        return [
-            name
-            for (name, naive), _ in zip(self.d.naive_outputs, self.d.outputs)
-            if not naive.free_symbols & diff
-        ]
+        requiring = self.d.outputs_requiring_grad()
+        return [name for name, _ in self.d.outputs if name not in requiring]
 
     def _unpack_saved(self, saved: list[str]) -> list[str]:
         return [unpack_line(saved, "ctx.saved_tensors")] if saved else []

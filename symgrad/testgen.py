@@ -63,7 +63,7 @@ class FunctionTests:
     order: int
     overridden: bool
     outputs: list[str]
-    differentiable: list[str]  # outputs with a derivative (they must require grad)
+    differentiable: list[str]  # outputs that must require grad (the others must not)
     benign: dict[str, str]
     extreme: dict[str, str]
     extreme32: dict[str, str]
@@ -97,7 +97,7 @@ def function_tests(derived: Derived) -> FunctionTests:
         order=fn.order,
         overridden=bool(derived.overridden),
         outputs=[name for name, _ in derived.outputs],
-        differentiable=list(derived.differentiable_outputs()),
+        differentiable=list(derived.outputs_requiring_grad()),
         naive=_naive_torch(derived),
         params=", ".join(i.name for i in fn.inputs),
         benign=_columns(ref.benign, derived),
