@@ -22,7 +22,7 @@ from sympy.printing.numpy import NumPyPrinter
 from symgrad import functions as F
 from symgrad.floats import bits_of_error, from_ordinal, ordinal
 from symgrad.printers.base import hypot_power_parts
-from symgrad.reference import exact, scalar_value
+from symgrad.reference import Unresolved, exact, scalar_value
 from symgrad.spec import Input
 
 POINTS = 48
@@ -191,6 +191,14 @@ def _call(fn, args: Sequence[float], dtype) -> float:
         return math.nan
 
 
+def _reference(expr: sympy.Expr, point: Mapping[sympy.Symbol, float]) -> float | None:
+    """The exact value at ``point``; None where undefined or unknown (not measured)."""
+    try:
+        return exact(expr, point)
+    except Unresolved:
+        return None
+
+
 def measure(
     expr: sympy.Expr,
     reference_expr: sympy.Expr,
@@ -202,7 +210,7 @@ def measure(
     symbols = sorted(reference_expr.free_symbols | expr.free_symbols, key=lambda s: s.name)
     fn = _evaluator(expr, symbols)
     if references is None:
-        references = [exact(reference_expr, p) for p in points]
+        references = [_reference(reference_expr, p) for p in points]
     errors, non_finite = [], 0
     with np.errstate(all="ignore"):
         for point, ref in zip(points, references):
@@ -227,7 +235,7 @@ def most_accurate(
     within 1/2 bit), with their measured accuracy, in the given order. The first
     candidate is the reference; [] where none can be evaluated with NumPy."""
     reference_expr = candidates[0]
-    references = [exact(reference_expr, p) for p in points]
+    references = [_reference(reference_expr, p) for p in points]
     scored = []
     for candidate in candidates:
         try:

@@ -1,0 +1,36 @@
+"""Exact (mpmath) reference values: adaptive precision, unknown where it never settles."""
+
+from __future__ import annotations
+
+import pytest
+import sympy
+
+from symgrad.reference import Unresolved, exact
+
+x = sympy.Symbol("x", real=True)
+b = sympy.Symbol("b", positive=True)
+
+
+def test_total_cancellation_raises_the_precision():
+    # squareplus at x = -1.05e156: x**2 + 4 rounds to x**2 at 256 and 1024 bits, so both
+    # give 0; the value is 4/(4 x) ~ 9.52e-157
+    squareplus = (x + sympy.sqrt(x**2 + b)) / 2
+    value = exact(squareplus, {x: -1.05e156, b: 4.0})
+    assert value == pytest.approx(1 / 1.05e156, rel=1e-15, abs=0)
+
+
+def test_log_near_one_raises_the_precision():
+    # 1 + x**2 rounds to 1 at 256 and 1024 bits: log gives 0 at both
+    assert exact(sympy.log(1 + x**2) / x**2, {x: 1e-300}) == 1.0
+
+
+def test_exact_zero_of_exact_terms_is_zero():
+    # x + 3 at x = -3 cancels without rounding: a true zero, found at the first precisions
+    assert exact(sympy.Max(x + 3, 0), {x: -3.0}) == 0.0
+    assert exact((x + 3) * sympy.exp(x), {x: -3.0}) == 0.0
+
+
+def test_a_value_that_never_settles_is_unknown():
+    # sin**2 + cos**2 - 1 is 0, but rounding leaves a residue at every precision
+    with pytest.raises(Unresolved):
+        exact(sympy.sin(x) ** 2 + sympy.cos(x) ** 2 - 1, {x: 0.7})
