@@ -344,8 +344,8 @@ TRUSTED_BITS = 64
 
 
 def _at_precision(expr: sympy.Basic, point: Mapping[sympy.Symbol, float], prec: int):
-    """The value rounded to float64 at ``prec`` bits (None where undefined) and whether
-    it kept :data:`TRUSTED_BITS` past its cancellations."""
+    """The value rounded to float64 at ``prec`` bits (None where undefined) and the bits
+    it lost to cancellation."""
     trace = Trace()
     with mpmath.workprec(prec):
         env = {s: mpmath.mpf(v) for s, v in point.items()}
@@ -354,26 +354,34 @@ def _at_precision(expr: sympy.Basic, point: Mapping[sympy.Symbol, float], prec: 
         except (Undefined, ZeroDivisionError, OverflowError):
             # OverflowError: mpmath gives up on e.g. erfc(1e300); no reference there.
             value = None
-    return value, prec - trace.lost >= TRUSTED_BITS
+    return value, trace.lost
 
 
 def exact(expr: sympy.Basic, point: Mapping[sympy.Symbol, float]) -> float | None:
     """The exact value rounded to float64 (None where undefined).
 
-    Evaluated at rising precision until two precisions agree, each keeping enough bits
-    past its cancellations: a naive formula such as log(1 - sigmoid(710)) cancels
-    2**-1024 against 1 and needs over a thousand bits, and squareplus at x = -1e156 is 0
-    at both 256 and 1024 bits (x**2 + 4 rounds to x**2). Raises :class:`Unresolved`
+    Evaluated at rising precision until two precisions agree, each keeping
+    :data:`TRUSTED_BITS` past its cancellations: a naive formula such as
+    log(1 - sigmoid(710)) cancels 2**-1024 against 1 and needs over a thousand bits, and
+    squareplus at x = -1e156 is 0 at both 256 and 1024 bits (x**2 + 4 rounds to x**2).
+    The next precision covers the bits the last one lost. Raises :class:`Unresolved`
     where no two precisions up to :data:`MAX_PREC_BITS` agree.
     """
-    previous: tuple[float | None, bool] | None = None
+    previous: float | str | None = "none yet"
     prec = PREC_BITS
     while prec <= MAX_PREC_BITS:
-        current = _at_precision(expr, point, prec)
-        if current[1] and current == previous:
-            return current[0]
-        previous = current
-        prec *= 4
+        value, lost = _at_precision(expr, point, prec)
+        trusted = prec - lost >= TRUSTED_BITS
+        if trusted and value == previous:
+            return value
+        previous = value if trusted else "untrusted"
+        # a trusted value is checked a little higher; else past the bits lost (the same
+        # at any precision where they are finite), at least four times as high
+        if trusted:
+            prec += 2 * TRUSTED_BITS
+        else:
+            past = int(lost) + 2 * TRUSTED_BITS if math.isfinite(lost) else 0
+            prec = max(4 * prec, min(past, MAX_PREC_BITS))
     raise Unresolved(f"no two precisions up to {MAX_PREC_BITS} bits agree")
 
 
