@@ -139,14 +139,22 @@ def evaluate(expr: sympy.Basic, env: Mapping[sympy.Symbol, mpmath.mpf], trace: T
 
     ``trace``, where given, records the bits lost to cancellation (see :func:`exact`).
     """
-    return _evaluate(expr, env, trace)
+    return _evaluate(expr, env, trace, {})
 
 
-def _evaluate(expr: sympy.Basic, env: Mapping[sympy.Symbol, mpmath.mpf], trace: Trace | None):
-    """:func:`evaluate`'s recursion."""
+def _evaluate(expr: sympy.Basic, env, trace: Trace | None, memo: dict):
+    """:func:`evaluate`'s recursion; ``memo`` holds the values of the subexpressions seen
+    (derivatives repeat theirs many times)."""
+    if expr not in memo:
+        memo[expr] = _node(expr, env, trace, memo)
+    return memo[expr]
+
+
+def _node(expr: sympy.Basic, env, trace: Trace | None, memo: dict):
+    """The value of one node of :func:`evaluate`."""
 
     def evaluate(e, env):
-        return _evaluate(e, env, trace)
+        return _evaluate(e, env, trace, memo)
 
     if isinstance(expr, sympy.Symbol):
         return env[expr]
@@ -357,24 +365,34 @@ def _at_precision(expr: sympy.Basic, point: Mapping[sympy.Symbol, float], prec: 
     return value, trace.lost
 
 
+#: A value that lost everything to cancellation at each precision still counts once it is
+#: the same over a rise of precision this large (from the first to the last): 1 +
+#: tanh(-1e300) is 0 at any precision.
+SETTLED_RISE = MAX_PREC_BITS // PREC_BITS
+
+
 def exact(expr: sympy.Basic, point: Mapping[sympy.Symbol, float]) -> float | None:
     """The exact value rounded to float64 (None where undefined).
 
     Evaluated at rising precision until two precisions agree, each keeping
-    :data:`TRUSTED_BITS` past its cancellations: a naive formula such as
-    log(1 - sigmoid(710)) cancels 2**-1024 against 1 and needs over a thousand bits, and
-    squareplus at x = -1e156 is 0 at both 256 and 1024 bits (x**2 + 4 rounds to x**2).
-    The next precision covers the bits the last one lost. Raises :class:`Unresolved`
-    where no two precisions up to :data:`MAX_PREC_BITS` agree.
+    :data:`TRUSTED_BITS` past its cancellations, or until one value holds over a
+    :data:`SETTLED_RISE`-fold rise: a naive formula such as log(1 - sigmoid(710)) cancels
+    2**-1024 against 1 and needs over a thousand bits, and squareplus at x = -1e156 is 0
+    at both 256 and 1024 bits (x**2 + 4 rounds to x**2). The next precision covers the
+    bits the last one lost. Raises :class:`Unresolved` where no value settles up to
+    :data:`MAX_PREC_BITS`.
     """
-    previous: float | str | None = "none yet"
-    prec = PREC_BITS
-    while prec <= MAX_PREC_BITS:
+    previous: tuple[float | None, bool] | None = None
+    since = prec = PREC_BITS  # the precision since which the value has not changed
+    while prec <= MAX_PREC_BITS + 2 * TRUSTED_BITS:  # (the last check is a little higher)
         value, lost = _at_precision(expr, point, prec)
         trusted = prec - lost >= TRUSTED_BITS
-        if trusted and value == previous:
-            return value
-        previous = value if trusted else "untrusted"
+        if previous is not None and previous[0] == value:
+            if (trusted and previous[1]) or prec >= SETTLED_RISE * since:
+                return value
+        else:
+            since = prec
+        previous = (value, trusted)
         # a trusted value is checked a little higher; else past the bits lost (the same
         # at any precision where they are finite), at least four times as high
         if trusted:
@@ -382,7 +400,7 @@ def exact(expr: sympy.Basic, point: Mapping[sympy.Symbol, float]) -> float | Non
         else:
             past = int(lost) + 2 * TRUSTED_BITS if math.isfinite(lost) else 0
             prec = max(4 * prec, min(past, MAX_PREC_BITS))
-    raise Unresolved(f"no two precisions up to {MAX_PREC_BITS} bits agree")
+    raise Unresolved(f"no value settles up to {MAX_PREC_BITS} bits")
 
 
 def _eval_case(derived: Derived, exprs, point: dict[str, float]) -> Case:
