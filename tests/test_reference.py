@@ -31,6 +31,15 @@ def test_exact_zero_of_exact_terms_is_zero():
 
 
 def test_a_value_that_never_settles_is_unknown():
-    # sin**2 + cos**2 - 1 is 0, but rounding leaves a residue at every precision
+    # 0 times exp(45753) ~ 2**66000: at every precision up to the bound, rounding leaves a
+    # residue that the factor makes a different number (inf, then 2**-536 at 65536 bits...)
+    vanishing = (sympy.sin(x) ** 2 + sympy.cos(x) ** 2 - 1) * sympy.exp(x**2)
     with pytest.raises(Unresolved):
-        exact(sympy.sin(x) ** 2 + sympy.cos(x) ** 2 - 1, {x: 0.7})
+        exact(vanishing, {x: 213.9})
+
+
+def test_a_total_cancellation_that_holds_over_a_16_fold_rise_counts():
+    # 1 + tanh(-1e300) is exp(-2e300): beyond any precision; 0 at each, and 0 in float64
+    assert exact(1 + sympy.tanh(x), {x: -1e300}) == 0.0
+    # log((1 + erf(100/sqrt(2)))/2) is -erfc(70.7)/2 ~ -1e-2174: 0 in float64
+    assert exact(sympy.log((1 + sympy.erf(x / sympy.sqrt(2))) / 2), {x: 100.0}) == 0.0
