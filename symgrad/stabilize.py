@@ -694,6 +694,32 @@ def _bounded_near_zero(node: sympy.Basic, x: sympy.Symbol) -> bool:
     return True
 
 
+#: Past this, erfcx_inv(a) is sqrt(pi) (a + 1/(2a) - 1/(2a**3)) to a relative 1e-48.
+_ERFCX_INV_ASYMPTOTIC = 1e8
+
+
+def _erfcx_inv_tail(node: sympy.Basic) -> tuple[sympy.Expr, sympy.Basic] | None:
+    """A formula in erfcx_inv(a), a linear in one symbol, for a > 1e8: its asymptotic
+    series, expanded. erfcx_inv(a) ~ a sqrt(pi) overflows first (float32 log_ndtr's
+    gradient sqrt(2/pi) erfcx_inv(-z/sqrt(2)) at z = -3e38: 3.8e38 before the factor), and
+    its second derivative cancels a**2 terms; expanded, what is left is -z - 1/z, -1...
+    """
+    calls = node.atoms(erfcx_inv)
+    if len(calls) != 1:
+        return None
+    (call,) = calls
+    a = call.args[0]
+    if len(a.free_symbols) != 1 or not sympy.Poly(a, *a.free_symbols).is_linear:
+        return None
+    if node.has(sympy.Piecewise):
+        return None  # erfcx_inv's derivative carries its own series; not expanded here
+    if sympy.count_ops(node) > _REMOVABLE_MAX_OPS:
+        return None
+    series = sympy.sqrt(sympy.pi) * (a + 1 / (2 * a) - 1 / (2 * a**3))
+    asymptote = sympy.expand(node.xreplace({call: series}))
+    return asymptote, a > _ERFCX_INV_ASYMPTOTIC
+
+
 def _removable_regime(node: sympy.Basic) -> tuple[sympy.Expr, sympy.Basic] | None:
     """(x - sin(x))/x**3, 1/x - 1/tan(x), (1 - cos(x))/x**2: 0/0 or inf - inf at x = 0
     where the value has a limit. Near 0 the parts underflow or overflow (x**3 is 0 below
@@ -1175,7 +1201,17 @@ def split_regimes(
     whole = _rational_tail(expr, params)
     if whole is not None:
         return whole
-    # the formula's own limit at 0 (top-down), of the formula, not of its parts' branches
+    # the formula's own asymptote and limit at 0 (top-down): of the formula, not of its
+    # parts' branches, so that leading terms cancel symbolically
+    tail = _erfcx_inv_tail(expr)
+    rest = _split_parts(expr, params, positive, near_zero)
+    return rest if tail is None else sympy.Piecewise(tail, (rest, True))
+
+
+def _split_parts(
+    expr: sympy.Expr, params: frozenset, positive: frozenset, near_zero: bool
+) -> sympy.Expr:
+    """:func:`split_regimes` but for the formula's asymptote."""
     removable = _removable_regime(expr) if near_zero else None
     inner = near_zero and removable is None
     args = tuple(split_regimes(a, params, positive, inner) for a in expr.args)
