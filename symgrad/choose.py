@@ -20,9 +20,9 @@ import sympy
 from sympy.printing.numpy import NumPyPrinter
 
 from symgrad import functions as F
-from symgrad.floats import bits_of_error, from_ordinal, ordinal
+from symgrad.floats import bits_of_error, from_ordinal, ordinal, round_to
 from symgrad.printers.base import hypot_power_parts
-from symgrad.reference import exact, scalar_value
+from symgrad.reference import Unresolved, exact, scalar_value
 from symgrad.spec import Input
 
 POINTS = 48
@@ -246,8 +246,16 @@ def _evaluator(expr: sympy.Expr, symbols: Sequence[sympy.Symbol]):
 
 _F32_MAX = float(np.finfo(np.float32).max)
 #: float32 results must be finite where the exact value is below this (a margin for the
-#: exact value at the float32-rounded point)
+#: exact value at the float32-rounded point), or, at a point that is a float32 point,
+#: where the exact value rounds to a finite float32
 _F32_FINITE = 1e38
+#: Points at the ends of each dtype's range, each a float32 where it fits: where a
+#: candidate's intermediate overflows (beta*x, x**2) though the value does not, it loses.
+RANGE_ENDS = tuple(
+    s * v
+    for v in (1e38, float(np.float32(3e38)), _F32_MAX, 1e308, float(np.finfo(np.float64).max))
+    for s in (-1.0, 1.0)
+)
 
 
 def _call(fn, args: Sequence[float], dtype) -> float:
@@ -255,6 +263,24 @@ def _call(fn, args: Sequence[float], dtype) -> float:
         return float(fn(*(dtype(a) for a in args)))
     except (ValueError, ZeroDivisionError, OverflowError):
         return math.nan
+
+
+def _reference(expr: sympy.Expr, point: Mapping[sympy.Symbol, float]) -> float | None:
+    """The exact value at ``point``; None where undefined or unknown (not measured)."""
+    try:
+        return exact(expr, point)
+    except Unresolved:
+        return None
+
+
+def _finite_in_float32(ref: float, args: Sequence[float]) -> bool:
+    """The exact value ``ref`` at ``args`` is finite in float32 (at the float32-rounded
+    point: with a margin where rounding moves the point)."""
+    if not all(abs(a) <= _F32_MAX for a in args):
+        return False
+    if all(round_to(a, "float32") == a for a in args):
+        return math.isfinite(round_to(ref, "float32"))
+    return abs(ref) < _F32_FINITE
 
 
 def measure(
@@ -268,7 +294,7 @@ def measure(
     symbols = sorted(reference_expr.free_symbols | expr.free_symbols, key=lambda s: s.name)
     fn = _evaluator(expr, symbols)
     if references is None:
-        references = [exact(reference_expr, p) for p in points]
+        references = [_reference(reference_expr, p) for p in points]
     errors, non_finite, non_finite64 = [], 0, 0
     worst, worst_key = "", (-1, -1.0)
     with np.errstate(all="ignore"):
@@ -280,7 +306,7 @@ def measure(
             bad = not math.isfinite(value)
             errors.append(bits_of_error(value, ref))
             # float32: only non-finite results count (the error is measured in float64)
-            if abs(ref) < _F32_FINITE and all(abs(a) <= _F32_MAX for a in args):
+            if _finite_in_float32(ref, args):
                 bad32 = not math.isfinite(_call(fn, args, np.float32))
                 non_finite += bad32
                 bad = bad or bad32
@@ -311,7 +337,7 @@ def most_accurate(
     within 1/2 bit), with their measured accuracy, in the given order. The first
     candidate is the reference; [] where none can be evaluated with NumPy."""
     reference_expr = candidates[0]
-    references = [exact(reference_expr, p) for p in points]
+    references = [_reference(reference_expr, p) for p in points]
     scored = []
     for candidate in candidates:
         try:
@@ -329,6 +355,17 @@ def most_accurate(
     ]
 
 
+def _scalar_ends(inputs: Sequence[Input]) -> list[dict[str, float]]:
+    """One point per scalar input and finite end of its domain other than its value."""
+    ends = []
+    for inp in inputs:
+        if not inp.is_tensor:
+            for end in inp.domain:
+                if math.isfinite(end) and end != scalar_value(inp):
+                    ends.append({inp.name: end})
+    return ends
+
+
 def symbol_points(
     inputs: Sequence[Input],
     symbols: Mapping[str, sympy.Symbol],
@@ -344,10 +381,14 @@ def symbol_points(
     for inp in inputs:
         if inp.is_tensor:
             lo, hi = inp.domain
-            # the test extremes, and the edge of float32's range
-            edges = [v for v in (-3e38, -1e38, 1e38, 3e38) if lo <= v <= hi]
+            # the test extremes, and the ends of each dtype's range
+            edges = [v for v in RANGE_ENDS if lo <= v <= hi]
             for v in extreme_points(inp) + edges:
                 points.append({**base, symbols[inp.name]: v})
+            # scalars at the ends of their domain too: beta*x overflows for beta = 10
+            for scalar in _scalar_ends(inputs):
+                values = {symbols[name]: v for name, v in scalar.items()}
+                points += [{**base, **values, symbols[inp.name]: v} for v in edges]
     for p in points:
         p.update({g: 1.0 for g in extra})
     return points

@@ -66,8 +66,96 @@ def _real(value) -> mpmath.mpf:
     return mpmath.mpf(value)
 
 
-def evaluate(expr: sympy.Basic, env: Mapping[sympy.Symbol, mpmath.mpf]):
-    """Evaluate ``expr`` at ``env`` with mpmath (the working precision set by the caller)."""
+class Trace:
+    """What an evaluation lost to cancellation: the most bits of a sum's terms that its
+    value cancelled (inf where rounded terms summed to exactly 0)."""
+
+    def __init__(self) -> None:
+        self.lost = 0.0
+
+    def cancelled(self, largest, value) -> None:
+        """Record a result ``value`` computed from terms as large as ``largest``."""
+        if largest == 0 or not mpmath.isfinite(largest):
+            return
+        lost = math.inf if value == 0 else float(mpmath.log(largest / abs(value), 2))
+        self.lost = max(self.lost, lost)
+
+
+def _exact_node(expr: sympy.Basic, env: Mapping[sympy.Symbol, mpmath.mpf]) -> bool:
+    """``expr`` at ``env`` is exact at the working precision: inputs, dyadic rationals, and
+    sums, products and integer powers of them that need no more bits than the precision.
+
+    Such a sum that cancels to 0 is 0 (x + 3 at x = -3), not a precision artefact.
+    """
+    if isinstance(expr, sympy.Symbol):
+        return True
+    if expr.is_Float:
+        return True  # a binary float: exact
+    if expr.is_Rational:
+        q = int(expr.q)
+        return q & (q - 1) == 0
+    if isinstance(expr, sympy.Pow):
+        e = expr.args[1]
+        if not (e.is_Integer and 0 < e <= 8 and _exact_node(expr.args[0], env)):
+            return False
+        return _fits(mpmath.power(_exact_value(expr.args[0], env), int(e)))
+    if isinstance(expr, (sympy.Add, sympy.Mul)):
+        return all(_exact_node(a, env) for a in expr.args) and _fits(_exact_value(expr, env))
+    return False
+
+
+def _exact_value(expr: sympy.Basic, env: Mapping[sympy.Symbol, mpmath.mpf]) -> mpmath.mpf:
+    """The value of a node :func:`_exact_node` accepts, without rounding."""
+    if isinstance(expr, sympy.Symbol):
+        return env[expr]
+    if expr.is_Float:
+        return mpmath.mpf(expr)
+    if expr.is_Rational:
+        return mpmath.mpf(int(expr.p)) / int(expr.q)  # dyadic: exact
+    args = [_exact_value(a, env) for a in expr.args]
+    if isinstance(expr, sympy.Add):
+        total = mpmath.mpf(0)
+        for a in args:
+            total = mpmath.fadd(total, a, exact=True)
+        return total
+    if isinstance(expr, sympy.Mul):
+        total = mpmath.mpf(1)
+        for a in args:
+            total = mpmath.fmul(total, a, exact=True)
+        return total
+    total = mpmath.mpf(1)
+    for _ in range(int(expr.args[1])):
+        total = mpmath.fmul(total, args[0], exact=True)
+    return total
+
+
+def _fits(value: mpmath.mpf) -> bool:
+    """``value`` is representable at the working precision."""
+    return value == +value  # unary plus rounds to the working precision
+
+
+def evaluate(expr: sympy.Basic, env: Mapping[sympy.Symbol, mpmath.mpf], trace: Trace | None = None):
+    """Evaluate ``expr`` at ``env`` with mpmath (the working precision set by the caller).
+
+    ``trace``, where given, records the bits lost to cancellation (see :func:`exact`).
+    """
+    return _evaluate(expr, env, trace, {})
+
+
+def _evaluate(expr: sympy.Basic, env, trace: Trace | None, memo: dict):
+    """:func:`evaluate`'s recursion; ``memo`` holds the values of the subexpressions seen
+    (derivatives repeat theirs many times)."""
+    if expr not in memo:
+        memo[expr] = _node(expr, env, trace, memo)
+    return memo[expr]
+
+
+def _node(expr: sympy.Basic, env, trace: Trace | None, memo: dict):
+    """The value of one node of :func:`evaluate`."""
+
+    def evaluate(e, env):
+        return _evaluate(e, env, trace, memo)
+
     if isinstance(expr, sympy.Symbol):
         return env[expr]
     if expr.is_Number or expr in (sympy.pi, sympy.E):
@@ -84,7 +172,13 @@ def evaluate(expr: sympy.Basic, env: Mapping[sympy.Symbol, mpmath.mpf]):
         return False
     args = expr.args
     if isinstance(expr, sympy.Add):
-        return _real(mpmath.fsum(evaluate(a, env) for a in args))
+        terms = [evaluate(a, env) for a in args]
+        total = _real(mpmath.fsum(terms))
+        if trace is not None:
+            largest = max(abs(_real(v)) for v in terms)
+            if largest > abs(total) * 2 and not _exact_node(expr, env):
+                trace.cancelled(largest, total)
+        return total
     if isinstance(expr, sympy.Mul):
         result = mpmath.mpf(1)
         for a in args:
@@ -138,9 +232,17 @@ def evaluate(expr: sympy.Basic, env: Mapping[sympy.Symbol, mpmath.mpf]):
         raise NotImplementedError(f"no mpmath evaluation for {type(expr).__name__}")
     values = [evaluate(a, env) for a in args]
     try:
-        return _real(func(*values))
+        value = _real(func(*values))
     except (ValueError, ZeroDivisionError) as exc:
         raise Undefined(str(exc)) from None
+    if (
+        trace is not None
+        and func is mpmath.log
+        and abs(value) < 1
+        and not _exact_node(args[0], env)
+    ):
+        trace.cancelled(mpmath.mpf(1), value)  # log near 1: 1 - arg cancels inside it
+    return value
 
 
 def to_float(value) -> float | None:
@@ -240,27 +342,67 @@ class Reference:
     extreme32: tuple[Case, ...]  # the same points rounded to float32, exact values there
 
 
+class Unresolved(ArithmeticError):
+    """No two precisions up to :data:`MAX_PREC_BITS` agree on the value: unknown."""
+
+
+#: Bits a value must keep past its cancellations to be trusted for a float64 comparison:
+#: float64's 53 and a margin for the rounding that cancellation does not show.
+TRUSTED_BITS = 64
+
+
+def _at_precision(expr: sympy.Basic, point: Mapping[sympy.Symbol, float], prec: int):
+    """The value rounded to float64 at ``prec`` bits (None where undefined) and the bits
+    it lost to cancellation."""
+    trace = Trace()
+    with mpmath.workprec(prec):
+        env = {s: mpmath.mpf(v) for s, v in point.items()}
+        try:
+            value = to_float(evaluate(expr, env, trace))
+        except (Undefined, ZeroDivisionError, OverflowError):
+            # OverflowError: mpmath gives up on e.g. erfc(1e300); no reference there.
+            value = None
+    return value, trace.lost
+
+
+#: A value that lost everything to cancellation at each precision still counts once it is
+#: the same over a rise of precision this large: 1 + tanh(-1e300) is 0 at any precision.
+#: (A cancellation that needs more than 16 x 256 = 4096 bits and gives the same value at
+#: 256, 1024 and 4096 is taken for that value; higher costs seconds a point: mpmath's erf
+#: at 16384 bits takes 1.5 s.)
+SETTLED_RISE = 16
+
+
 def exact(expr: sympy.Basic, point: Mapping[sympy.Symbol, float]) -> float | None:
     """The exact value rounded to float64 (None where undefined).
 
-    Evaluated at rising precision until two precisions agree: a naive formula such as
-    log(1 - sigmoid(710)) cancels 2**-1024 against 1 and needs over a thousand bits.
+    Evaluated at rising precision until two precisions agree, each keeping
+    :data:`TRUSTED_BITS` past its cancellations, or until one value holds over a
+    :data:`SETTLED_RISE`-fold rise: a naive formula such as log(1 - sigmoid(710)) cancels
+    2**-1024 against 1 and needs over a thousand bits, and squareplus at x = -1e156 is 0
+    at both 256 and 1024 bits (x**2 + 4 rounds to x**2). The next precision covers the
+    bits the last one lost. Raises :class:`Unresolved` where no value settles up to
+    :data:`MAX_PREC_BITS`.
     """
-    previous = None
-    prec = PREC_BITS
-    while prec <= MAX_PREC_BITS:
-        with mpmath.workprec(prec):
-            env = {s: mpmath.mpf(v) for s, v in point.items()}
-            try:
-                current = to_float(evaluate(expr, env))
-            except (Undefined, ZeroDivisionError, OverflowError):
-                # OverflowError: mpmath gives up on e.g. erfc(1e300); no reference there.
-                current = None
-        if prec > PREC_BITS and current == previous:
-            return current
-        previous = current
-        prec *= 4
-    return previous
+    previous: tuple[float | None, bool] | None = None
+    since = prec = PREC_BITS  # the precision since which the value has not changed
+    while prec <= MAX_PREC_BITS + 2 * TRUSTED_BITS:  # (the last check is a little higher)
+        value, lost = _at_precision(expr, point, prec)
+        trusted = prec - lost >= TRUSTED_BITS
+        if previous is not None and previous[0] == value:
+            if (trusted and previous[1]) or prec >= SETTLED_RISE * since:
+                return value
+        else:
+            since = prec
+        previous = (value, trusted)
+        # a trusted value is checked a little higher; else past the bits lost (the same
+        # at any precision where they are finite), at least four times as high
+        if trusted:
+            prec += 2 * TRUSTED_BITS
+        else:
+            past = int(lost) + 2 * TRUSTED_BITS if math.isfinite(lost) else 0
+            prec = max(4 * prec, min(past, MAX_PREC_BITS))
+    raise Unresolved(f"no value settles up to {MAX_PREC_BITS} bits")
 
 
 def _eval_case(derived: Derived, exprs, point: dict[str, float]) -> Case:
@@ -268,7 +410,10 @@ def _eval_case(derived: Derived, exprs, point: dict[str, float]) -> Case:
     env = {syms[k]: v for k, v in point.items()}
 
     def value(e):
-        return exact(e, env)
+        try:
+            return exact(e, env)
+        except Unresolved:
+            return None  # unknown: the tests check nothing there
 
     outs, grads, second = exprs
     return Case(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+import mpmath
 import sympy
 from sympy import Add, Mul, Pow, exp, log
 
@@ -637,15 +638,114 @@ def _series_regime(node: sympy.Basic) -> sympy.Basic | None:
         poly = sympy.series(node, x, 0, 16).removeO()
     except Exception:  # noqa: BLE001 - SymPy cannot expand it: keep the formula
         return None
-    terms = sorted(sympy.Add.make_args(sympy.expand(poly)), key=lambda t: sympy.degree(t, x))
-    terms = [t for t in terms if t != 0]
-    if len(terms) <= _SERIES_TERMS or sympy.degree(terms[0], x) < 2:
+    terms = _series_terms(poly, x)
+    if terms is None or sympy.degree(terms[0], x) < 2:
         return None
+    return sympy.Piecewise(
+        (Add(*terms[:_SERIES_TERMS]), sympy.Abs(x) < _cut(terms, x)), (node, True)
+    )
+
+
+def _series_terms(poly: sympy.Expr, x: sympy.Symbol) -> list[sympy.Expr] | None:
+    """The terms of a polynomial in ``x`` with number coefficients, lowest degree first;
+    None where there are too few to truncate (the polynomial is the formula) or it has a
+    coefficient that is not a number."""
+    terms = [t for t in sympy.Add.make_args(sympy.expand(poly)) if t != 0]
+    if len(terms) <= _SERIES_TERMS or not all(t.is_polynomial(x) for t in terms):
+        return None
+    terms.sort(key=lambda t: sympy.degree(t, x))
+    if any(not (t / x ** sympy.degree(t, x)).is_number for t in terms):
+        return None
+    return terms
+
+
+def _cut(terms: list[sympy.Expr], x: sympy.Symbol) -> sympy.Float:
+    """Where the first term dropped from ``terms[:_SERIES_TERMS]`` falls under float64's
+    epsilon relative to the first kept one."""
     lead, nxt = terms[0], terms[_SERIES_TERMS]
     k, n = sympy.degree(lead, x), sympy.degree(nxt, x)
     ratio = abs(float(lead.coeff(x, k)) / float(nxt.coeff(x, n)))
-    threshold = sympy.Float(float(f"{(_EPS * ratio) ** (1.0 / (n - k)):.3g}"), 3)
-    return sympy.Piecewise((Add(*terms[:_SERIES_TERMS]), sympy.Abs(x) < threshold), (node, True))
+    return sympy.Float(float(f"{(_EPS * ratio) ** (1.0 / (n - k)):.3g}"), 3)
+
+
+#: Largest formula (SymPy op count) expanded in series at a removable singularity: the
+#: bound is on size, so that the cost of a derivation is bounded by its formula's.
+_REMOVABLE_MAX_OPS = 60
+
+
+#: Series order at a removable singularity: five terms of an even or odd function.
+_REMOVABLE_ORDER = 10
+
+
+def _bounded_near_zero(node: sympy.Basic, x: sympy.Symbol) -> bool:
+    """``node`` is finite and below 2**50 in magnitude at x = +-2**-100 (512 bits): a
+    limit at 0 is likely, where a pole would be near 2**100 (a cheap test before a series).
+    """
+    from symgrad.reference import Undefined, evaluate
+
+    with mpmath.workprec(512):
+        for at in (mpmath.ldexp(1, -100), -mpmath.ldexp(1, -100)):
+            try:
+                value = evaluate(node, {x: at})
+            except (Undefined, ArithmeticError, ValueError, NotImplementedError):
+                return False
+            if not mpmath.isfinite(value) or abs(value) > mpmath.ldexp(1, 50):
+                return False
+    return True
+
+
+#: Past this, erfcx_inv(a) is sqrt(pi) (a + 1/(2a) - 1/(2a**3)) to a relative 1e-48.
+_ERFCX_INV_ASYMPTOTIC = 1e8
+
+
+def _erfcx_inv_tail(node: sympy.Basic) -> tuple[sympy.Expr, sympy.Basic] | None:
+    """A formula in erfcx_inv(a), a linear in one symbol, for a > 1e8: its asymptotic
+    series, expanded. erfcx_inv(a) ~ a sqrt(pi) overflows first (float32 log_ndtr's
+    gradient sqrt(2/pi) erfcx_inv(-z/sqrt(2)) at z = -3e38: 3.8e38 before the factor), and
+    its second derivative cancels a**2 terms; expanded, what is left is -z - 1/z, -1...
+    """
+    calls = node.atoms(erfcx_inv)
+    if len(calls) != 1:
+        return None
+    (call,) = calls
+    a = call.args[0]
+    if len(a.free_symbols) != 1 or not sympy.Poly(a, *a.free_symbols).is_linear:
+        return None
+    if node.has(sympy.Piecewise):
+        return None  # erfcx_inv's derivative carries its own series; not expanded here
+    if sympy.count_ops(node) > _REMOVABLE_MAX_OPS:
+        return None
+    series = sympy.sqrt(sympy.pi) * (a + 1 / (2 * a) - 1 / (2 * a**3))
+    asymptote = sympy.expand(node.xreplace({call: series}))
+    return asymptote, a > _ERFCX_INV_ASYMPTOTIC
+
+
+def _removable_regime(node: sympy.Basic) -> tuple[sympy.Expr, sympy.Basic] | None:
+    """(x - sin(x))/x**3, 1/x - 1/tan(x), (1 - cos(x))/x**2: 0/0 or inf - inf at x = 0
+    where the value has a limit. Near 0 the parts underflow or overflow (x**3 is 0 below
+    1e-108) while the value is tame: there, the Taylor polynomial and the condition.
+    """
+    if not isinstance(node, (Add, Mul)) or node.has(sympy.Piecewise):
+        return None
+    if sympy.count_ops(node) > _REMOVABLE_MAX_OPS:
+        return None
+    # a factor free of x (an upstream gradient) multiplies the polynomial
+    common = sympy.factor_terms(node)
+    for x in sorted(node.free_symbols, key=sympy.default_sort_key):
+        factor, rest = common.as_independent(x, as_Add=False)
+        if rest.free_symbols != {x} or rest.subs(x, 0).is_finite:
+            continue  # no singularity at x = 0
+        if not _bounded_near_zero(rest, x):
+            return None  # a pole: nothing to remove
+        try:
+            poly = sympy.series(rest, x, 0, _REMOVABLE_ORDER).removeO()
+        except Exception:  # noqa: BLE001 - SymPy cannot expand it: keep the formula
+            return None
+        terms = _series_terms(poly, x)
+        if terms is None or sympy.degree(terms[0], x) < 0:
+            return None
+        return factor * Add(*terms[:_SERIES_TERMS]), sympy.Abs(x) < _cut(terms, x)
+    return None
 
 
 #: exp(-800) ~ 1e-348 underflows to 0 in every dtype.
@@ -972,6 +1072,80 @@ def _hypot_minus_one(node: sympy.Basic) -> sympy.Basic | None:
     return sympy.Piecewise((x**2 / (root + 1), sympy.Abs(x) < 1), (node, True))
 
 
+def _roots(node: sympy.Basic, positive: frozenset) -> list[tuple[sympy.Expr, sympy.Expr]]:
+    """The square roots in ``node``, each as (radicand R, its stable form sqrt(R)):
+    hypot(a, c) as it is; sqrt(a**2 + c) for c > 0 (a number or a ``positive`` scalar) as
+    hypot(a, sqrt(c)), whose square does not overflow; other radicands as sqrt(R)."""
+    roots = {}
+    for h in node.atoms(hypot):
+        roots[h.args[0] ** 2 + h.args[1] ** 2] = h
+    for p in node.atoms(Pow):
+        if p.exp.is_Rational and p.exp.q == 2 and p.base.free_symbols:
+            roots.setdefault(p.base, _stable_root(p.base, positive))
+    return sorted(roots.items(), key=lambda r: sympy.default_sort_key(r[0]))
+
+
+def _stable_root(radicand: sympy.Expr, positive: frozenset) -> sympy.Expr:
+    """sqrt(radicand), as hypot(a, sqrt(c)) where it is a**2 + c with c > 0."""
+    if isinstance(radicand, Add) and len(radicand.args) == 2:
+        for square, c in (radicand.args, radicand.args[::-1]):
+            known = c.is_positive or (c in positive)
+            if known and isinstance(square, Pow) and square.exp == 2:
+                return hypot(square.base, sympy.sqrt(c))
+    return sympy.sqrt(radicand)
+
+
+def _degree(expr: sympy.Expr) -> int:
+    """The total degree of ``expr`` as a polynomial in its symbols (a large number where it
+    is not one)."""
+    if not expr.free_symbols:
+        return 0
+    try:
+        return sympy.Poly(
+            expr, *sorted(expr.free_symbols, key=sympy.default_sort_key)
+        ).total_degree()
+    except (sympy.PolynomialError, sympy.GeneratorsNeeded):
+        return 1 << 30
+
+
+def _conjugate_regime(node: sympy.Basic, positive: frozenset) -> sympy.Basic | None:
+    """a + b*sqrt(R) -> (a**2 - b**2 R)/(a - b*sqrt(R)) where a and b*sqrt(R) have opposite
+    signs, when a**2 - b**2 R is simpler (the squares cancel): squareplus
+    (x + sqrt(x**2 + c))/2 is c/(2 (sqrt(x**2 + c) - x)) for x < 0, the quadratic formula's
+    (-p + sqrt(p**2 - 4q))/2 is 2q/(p + sqrt(p**2 - 4q)) for p > 0, and a sum over a
+    common root, 1/2 + x/(2 sqrt(x**2 + c)), is the same cancellation. Where the signs
+    agree the sum does not cancel (and the conjugate would): the formula as written.
+    """
+    if not isinstance(node, Add) or node.has(sympy.Piecewise):
+        return None
+    for radicand, root in _roots(node, positive):
+        s = sympy.Dummy("s", positive=True)
+        powers = node.replace(
+            lambda e, r=radicand: isinstance(e, Pow) and e.base == r and e.exp.q == 2,
+            lambda e, s=s: s ** (2 * e.exp),
+        ).xreplace({h: s for h in node.atoms(hypot) if h == root})
+        num, den = sympy.fraction(sympy.together(powers))
+        try:
+            poly = sympy.Poly(sympy.expand(num), s)
+        except sympy.PolynomialError:
+            continue
+        even = Add(*(c * radicand ** (k // 2) for (k,), c in poly.terms() if k % 2 == 0))
+        odd = Add(*(c * radicand ** (k // 2) for (k,), c in poly.terms() if k % 2 == 1))
+        if even == 0 or odd == 0 or even.has(s) or odd.has(s):
+            continue
+        difference = sympy.factor_terms(sympy.expand(even**2 - odd**2 * radicand))
+        if _degree(difference) >= _degree(even**2):
+            continue  # the squares do not cancel: nothing gained
+        # halves: a - b*sqrt(R) overflows for |a| past half the largest float (float32's
+        # squareplus at x = -3e38), its halves do not; the number factor stays outside
+        # (SymPy would distribute it over the sum)
+        halves = Add(even / 2, -odd * s / 2)
+        conjugate = (difference / (2 * den) * Pow(halves, -1)).xreplace({s: root})
+        written = (powers).xreplace({s: root})
+        return sympy.Piecewise((conjugate, even * odd < 0), (written, True))
+    return None
+
+
 def guard_tails(expr: sympy.Expr) -> sympy.Expr:
     """The sigmoid tail (:func:`_sigmoid_tail`) wherever a cofactor can overflow on its own
     (a power of x >= 2, or softplus, log or |x|), whatever the choice said.
@@ -1006,12 +1180,19 @@ def guard_tails(expr: sympy.Expr) -> sympy.Expr:
 
 
 def split_regimes(
-    expr: sympy.Expr, params: frozenset = frozenset(), positive: frozenset = frozenset()
+    expr: sympy.Expr,
+    params: frozenset = frozenset(),
+    positive: frozenset = frozenset(),
+    near_zero: bool = True,
 ) -> sympy.Expr:
-    """Branches by input regime: a Taylor polynomial where a sum cancels near 0, zero where a
-    Gaussian factor underflows, rational functions rescaled where their powers overflow.
+    """Branches by input regime: a Taylor polynomial where a sum cancels near 0 or the
+    formula has a removable singularity there, zero where a Gaussian factor underflows,
+    rational functions rescaled where their powers overflow, a conjugate where a sum with a
+    square root cancels.
 
     One bottom-up pass: a branch made here is not visited again (its fallback is the sum).
+    ``near_zero``: whether to look for removable singularities (not inside a formula that
+    has its own polynomial near 0).
     """
     if expr.is_Atom or not expr.args or isinstance(expr, sympy.Piecewise):
         return expr
@@ -1020,10 +1201,31 @@ def split_regimes(
     whole = _rational_tail(expr, params)
     if whole is not None:
         return whole
-    args = tuple(split_regimes(a, params, positive) for a in expr.args)
+    # the formula's own asymptote and limit at 0 (top-down): of the formula, not of its
+    # parts' branches, so that leading terms cancel symbolically
+    tail = _erfcx_inv_tail(expr)
+    rest = _split_parts(expr, params, positive, near_zero)
+    return rest if tail is None else sympy.Piecewise(tail, (rest, True))
+
+
+def _split_parts(
+    expr: sympy.Expr, params: frozenset, positive: frozenset, near_zero: bool
+) -> sympy.Expr:
+    """:func:`split_regimes` but for the formula's asymptote."""
+    removable = _removable_regime(expr) if near_zero else None
+    inner = near_zero and removable is None
+    args = tuple(split_regimes(a, params, positive, inner) for a in expr.args)
     node = expr.func(*args) if args != expr.args else expr
+    if removable is not None:
+        return sympy.Piecewise(removable, (_regime(node, params, positive), True))
+    return _regime(node, params, positive)
+
+
+def _regime(node: sympy.Basic, params: frozenset, positive: frozenset) -> sympy.Basic:
+    """``node`` split by the first regime rule that applies to it (itself if none does)."""
     return (
-        _series_regime(node)
+        _conjugate_regime(node, positive)
+        or _series_regime(node)
         or _gaussian_tail(node)
         or _sigmoid_tail(node)
         or _rational_tail(node, params)
@@ -1066,7 +1268,10 @@ def exp_rational(expr: sympy.Expr) -> sympy.Expr | None:
         return None
     scale = sympy.ilcm(1, 1, *(r.q for r in ratios))
     base = first / scale
-    if base.is_nonnegative or base.is_nonpositive or not base.free_symbols:
+    # trigonometric functions rewrite to exp(I*x): complex, with no sign to split on
+    if not base.is_extended_real or base.is_nonnegative or base.is_nonpositive:
+        return None
+    if not base.free_symbols:
         return None
     # a factor free of b's symbols (the upstream gradient) multiplies the result once
     factor, naive = naive.as_independent(*base.free_symbols, as_Add=False)

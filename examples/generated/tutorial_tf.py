@@ -56,10 +56,10 @@ def my_relu(x: tf.Tensor) -> tf.Tensor:
 
     Measured float64 error of the chosen forms vs mpmath::
 
-        out: 0.0 bits mean, 0 max over 67 points
-        grad_x: 0.0 bits mean, 0 max over 67 points
-        d grad_x / d x: 0.0 bits mean, 0 max over 67 points
-        d grad_x / d grad: 0.0 bits mean, 0 max over 67 points
+        out: 0.0 bits mean, 0 max over 73 points
+        grad_x: 0.0 bits mean, 0 max over 73 points
+        d grad_x / d x: 0.0 bits mean, 0 max over 73 points
+        d grad_x / d grad: 0.0 bits mean, 0 max over 73 points
 
     Gradients (VJP)::
 
@@ -116,10 +116,10 @@ def exp(x: tf.Tensor) -> tf.Tensor:
 
     Measured float64 error of the chosen forms vs mpmath::
 
-        out: 0.0 bits mean, 0 max over 51 points
-        grad_x: 0.0 bits mean, 0 max over 51 points
-        d grad_x / d x: 0.0 bits mean, 0 max over 51 points
-        d grad_x / d grad: 0.0 bits mean, 0 max over 51 points
+        out: 0.0 bits mean, 0 max over 54 points
+        grad_x: 0.0 bits mean, 0 max over 54 points
+        d grad_x / d x: 0.0 bits mean, 0 max over 54 points
+        d grad_x / d grad: 0.0 bits mean, 0 max over 54 points
 
     Gradients (VJP)::
 
@@ -173,10 +173,10 @@ def square(x: tf.Tensor) -> tf.Tensor:
 
     Measured float64 error of the chosen forms vs mpmath::
 
-        out: 0.0 bits mean, 0 max over 55 points
-        grad_x: 0.0 bits mean, 0 max over 67 points
-        d grad_x / d x: 0.0 bits mean, 0 max over 67 points
-        d grad_x / d grad: 0.0 bits mean, 0 max over 67 points
+        out: 0.0 bits mean, 0 max over 57 points
+        grad_x: 0.0 bits mean, 0 max over 69 points
+        d grad_x / d x: 0.0 bits mean, 0 max over 73 points
+        d grad_x / d grad: 0.0 bits mean, 0 max over 69 points
 
     Gradients (VJP)::
 
@@ -230,10 +230,10 @@ def cube(x: tf.Tensor) -> tf.Tensor:
 
     Measured float64 error of the chosen forms vs mpmath::
 
-        out: 0.0 bits mean, 0 max over 53 points
-        grad_x: 0.2 bits mean, 1 max over 55 points
-        d grad_x / d x: 0.0 bits mean, 0 max over 67 points
-        d grad_x / d grad: 0.2 bits mean, 1 max over 55 points
+        out: 0.0 bits mean, 0 max over 55 points
+        grad_x: 0.2 bits mean, 1 max over 57 points
+        d grad_x / d x: 0.0 bits mean, 0 max over 69 points
+        d grad_x / d grad: 0.2 bits mean, 1 max over 57 points
 
     Gradients (VJP)::
 
@@ -368,10 +368,10 @@ def log1pexp(x: tf.Tensor) -> tf.Tensor:
 
     Measured float64 error of the chosen forms vs mpmath::
 
-        out: 0.8 bits mean, 50 max over 67 points
-        grad_x: 0.1 bits mean, 3 max over 67 points
-        d grad_x / d x: 0.1 bits mean, 3 max over 67 points
-        d grad_x / d grad: 0.1 bits mean, 3 max over 67 points
+        out: 0.0 bits mean, 1 max over 73 points
+        grad_x: 0.1 bits mean, 3 max over 73 points
+        d grad_x / d x: 0.1 bits mean, 3 max over 73 points
+        d grad_x / d grad: 0.1 bits mean, 3 max over 73 points
 
     Gradients (VJP)::
 
@@ -425,15 +425,15 @@ def mul(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
 
     Measured float64 error of the chosen forms vs mpmath::
 
-        out: 0.0 bits mean, 0 max over 79 points
-        grad_x: 0.0 bits mean, 0 max over 86 points
-        grad_y: 0.0 bits mean, 0 max over 86 points
-        d grad_x / d x: 0.0 bits mean, 0 max over 86 points
-        d grad_x / d y: 0.0 bits mean, 0 max over 86 points
-        d grad_x / d grad: 0.0 bits mean, 0 max over 86 points
-        d grad_y / d x: 0.0 bits mean, 0 max over 86 points
-        d grad_y / d y: 0.0 bits mean, 0 max over 86 points
-        d grad_y / d grad: 0.0 bits mean, 0 max over 86 points
+        out: 0.0 bits mean, 0 max over 85 points
+        grad_x: 0.0 bits mean, 0 max over 98 points
+        grad_y: 0.0 bits mean, 0 max over 98 points
+        d grad_x / d x: 0.0 bits mean, 0 max over 98 points
+        d grad_x / d y: 0.0 bits mean, 0 max over 98 points
+        d grad_x / d grad: 0.0 bits mean, 0 max over 98 points
+        d grad_y / d x: 0.0 bits mean, 0 max over 98 points
+        d grad_y / d y: 0.0 bits mean, 0 max over 98 points
+        d grad_y / d grad: 0.0 bits mean, 0 max over 98 points
 
     Gradients (VJP)::
 
@@ -520,9 +520,9 @@ def quantize(x: tf.Tensor, step: float = 0.25) -> tf.Tensor:
 
     Measured float64 error of the chosen forms vs mpmath::
 
-        out: 0.0 bits mean, 0 max over 67 points
-        d grad_x / d x: 0.0 bits mean, 0 max over 67 points
-        d grad_x / d grad: 0.0 bits mean, 0 max over 67 points
+        out: 0.0 bits mean, 0 max over 93 points
+        d grad_x / d x: 0.0 bits mean, 0 max over 93 points
+        d grad_x / d grad: 0.0 bits mean, 0 max over 93 points
 
     Gradients (VJP)::
 

@@ -370,10 +370,10 @@ class MyRelu(_MyRelu):
 
     Measured float64 error of the chosen forms vs mpmath::
 
-        out: 0.0 bits mean, 0 max over 67 points
-        grad_x: 0.0 bits mean, 0 max over 67 points
-        d grad_x / d x: 0.0 bits mean, 0 max over 67 points
-        d grad_x / d grad: 0.0 bits mean, 0 max over 67 points
+        out: 0.0 bits mean, 0 max over 73 points
+        grad_x: 0.0 bits mean, 0 max over 73 points
+        d grad_x / d x: 0.0 bits mean, 0 max over 73 points
+        d grad_x / d grad: 0.0 bits mean, 0 max over 73 points
 
     Gradients (VJP)::
 
@@ -502,10 +502,10 @@ class Exp(_Exp):
 
     Measured float64 error of the chosen forms vs mpmath::
 
-        out: 0.0 bits mean, 0 max over 51 points
-        grad_x: 0.0 bits mean, 0 max over 51 points
-        d grad_x / d x: 0.0 bits mean, 0 max over 51 points
-        d grad_x / d grad: 0.0 bits mean, 0 max over 51 points
+        out: 0.0 bits mean, 0 max over 54 points
+        grad_x: 0.0 bits mean, 0 max over 54 points
+        d grad_x / d x: 0.0 bits mean, 0 max over 54 points
+        d grad_x / d grad: 0.0 bits mean, 0 max over 54 points
 
     Gradients (VJP)::
 
@@ -646,10 +646,10 @@ class Square(_Square):
 
     Measured float64 error of the chosen forms vs mpmath::
 
-        out: 0.0 bits mean, 0 max over 55 points
-        grad_x: 0.0 bits mean, 0 max over 67 points
-        d grad_x / d x: 0.0 bits mean, 0 max over 67 points
-        d grad_x / d grad: 0.0 bits mean, 0 max over 67 points
+        out: 0.0 bits mean, 0 max over 57 points
+        grad_x: 0.0 bits mean, 0 max over 69 points
+        d grad_x / d x: 0.0 bits mean, 0 max over 73 points
+        d grad_x / d grad: 0.0 bits mean, 0 max over 69 points
 
     Gradients (VJP)::
 
@@ -789,10 +789,10 @@ class Cube(_Cube):
 
     Measured float64 error of the chosen forms vs mpmath::
 
-        out: 0.0 bits mean, 0 max over 53 points
-        grad_x: 0.2 bits mean, 1 max over 55 points
-        d grad_x / d x: 0.0 bits mean, 0 max over 67 points
-        d grad_x / d grad: 0.2 bits mean, 1 max over 55 points
+        out: 0.0 bits mean, 0 max over 55 points
+        grad_x: 0.2 bits mean, 1 max over 57 points
+        d grad_x / d x: 0.0 bits mean, 0 max over 69 points
+        d grad_x / d grad: 0.2 bits mean, 1 max over 57 points
 
     Gradients (VJP)::
 
@@ -1136,10 +1136,10 @@ class Log1pexp(_Log1pexp):
 
     Measured float64 error of the chosen forms vs mpmath::
 
-        out: 0.8 bits mean, 50 max over 67 points
-        grad_x: 0.1 bits mean, 3 max over 67 points
-        d grad_x / d x: 0.1 bits mean, 3 max over 67 points
-        d grad_x / d grad: 0.1 bits mean, 3 max over 67 points
+        out: 0.0 bits mean, 1 max over 73 points
+        grad_x: 0.1 bits mean, 3 max over 73 points
+        d grad_x / d x: 0.1 bits mean, 3 max over 73 points
+        d grad_x / d grad: 0.1 bits mean, 3 max over 73 points
 
     Gradients (VJP)::
 
@@ -1304,15 +1304,15 @@ class Mul(_Mul):
 
     Measured float64 error of the chosen forms vs mpmath::
 
-        out: 0.0 bits mean, 0 max over 79 points
-        grad_x: 0.0 bits mean, 0 max over 86 points
-        grad_y: 0.0 bits mean, 0 max over 86 points
-        d grad_x / d x: 0.0 bits mean, 0 max over 86 points
-        d grad_x / d y: 0.0 bits mean, 0 max over 86 points
-        d grad_x / d grad: 0.0 bits mean, 0 max over 86 points
-        d grad_y / d x: 0.0 bits mean, 0 max over 86 points
-        d grad_y / d y: 0.0 bits mean, 0 max over 86 points
-        d grad_y / d grad: 0.0 bits mean, 0 max over 86 points
+        out: 0.0 bits mean, 0 max over 85 points
+        grad_x: 0.0 bits mean, 0 max over 98 points
+        grad_y: 0.0 bits mean, 0 max over 98 points
+        d grad_x / d x: 0.0 bits mean, 0 max over 98 points
+        d grad_x / d y: 0.0 bits mean, 0 max over 98 points
+        d grad_x / d grad: 0.0 bits mean, 0 max over 98 points
+        d grad_y / d x: 0.0 bits mean, 0 max over 98 points
+        d grad_y / d y: 0.0 bits mean, 0 max over 98 points
+        d grad_y / d grad: 0.0 bits mean, 0 max over 98 points
 
     Gradients (VJP)::
 
@@ -1527,9 +1527,9 @@ class Quantize(_Quantize):
 
     Measured float64 error of the chosen forms vs mpmath::
 
-        out: 0.0 bits mean, 0 max over 67 points
-        d grad_x / d x: 0.0 bits mean, 0 max over 67 points
-        d grad_x / d grad: 0.0 bits mean, 0 max over 67 points
+        out: 0.0 bits mean, 0 max over 93 points
+        d grad_x / d x: 0.0 bits mean, 0 max over 93 points
+        d grad_x / d grad: 0.0 bits mean, 0 max over 93 points
 
     Gradients (VJP)::
 

@@ -1,0 +1,45 @@
+"""Exact (mpmath) reference values: adaptive precision, unknown where it never settles."""
+
+from __future__ import annotations
+
+import pytest
+import sympy
+
+from symgrad.reference import Unresolved, exact
+
+x = sympy.Symbol("x", real=True)
+b = sympy.Symbol("b", positive=True)
+
+
+def test_total_cancellation_raises_the_precision():
+    # squareplus at x = -1.05e156: x**2 + 4 rounds to x**2 at 256 and 1024 bits, so both
+    # give 0; the value is 4/(4 x) ~ 9.52e-157
+    squareplus = (x + sympy.sqrt(x**2 + b)) / 2
+    value = exact(squareplus, {x: -1.05e156, b: 4.0})
+    assert value == pytest.approx(1 / 1.05e156, rel=1e-15, abs=0)
+
+
+def test_log_near_one_raises_the_precision():
+    # 1 + x**2 rounds to 1 at 256 and 1024 bits: log gives 0 at both
+    assert exact(sympy.log(1 + x**2) / x**2, {x: 1e-300}) == 1.0
+
+
+def test_exact_zero_of_exact_terms_is_zero():
+    # x + 3 at x = -3 cancels without rounding: a true zero, found at the first precisions
+    assert exact(sympy.Max(x + 3, 0), {x: -3.0}) == 0.0
+    assert exact((x + 3) * sympy.exp(x), {x: -3.0}) == 0.0
+
+
+def test_a_value_that_never_settles_is_unknown():
+    # 0 times exp(45753) ~ 2**66000: at every precision up to the bound, rounding leaves a
+    # residue that the factor makes a different number (inf, then 2**-536 at 65536 bits...)
+    vanishing = (sympy.sin(x) ** 2 + sympy.cos(x) ** 2 - 1) * sympy.exp(x**2)
+    with pytest.raises(Unresolved):
+        exact(vanishing, {x: 213.9})
+
+
+def test_a_total_cancellation_that_holds_over_a_16_fold_rise_counts():
+    # 1 + tanh(-1e300) is exp(-2e300): beyond any precision; 0 at each, and 0 in float64
+    assert exact(1 + sympy.tanh(x), {x: -1e300}) == 0.0
+    # log((1 + erf(100/sqrt(2)))/2) is -erfc(70.7)/2 ~ -1e-2174: 0 in float64
+    assert exact(sympy.log((1 + sympy.erf(x / sympy.sqrt(2))) / 2), {x: 100.0}) == 0.0
