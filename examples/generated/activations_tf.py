@@ -28,6 +28,22 @@ def _reduce_to(grad: tf.Tensor, like: tf.Tensor) -> tf.Tensor:
     return tf.reshape(tf.reduce_sum(grad, axis=axes), shape)
 
 
+def _check_broadcast(name: str, **tensors) -> None:
+    """Raise an error naming the function and the shapes where the inputs of an
+    elementwise function do not broadcast (TF's own names neither)."""
+    shapes = {k: tf.TensorShape(getattr(v, "shape", ())) for k, v in tensors.items()}
+    try:
+        result = tf.TensorShape(())
+        for shape in shapes.values():
+            result = tf.broadcast_static_shape(result, shape)
+    except ValueError:
+        got = ", ".join(f"{k} {tuple(s.as_list())}" for k, s in shapes.items())
+        raise ValueError(
+            f"{name}(): the inputs do not broadcast: {got}. {name} is elementwise (its inputs "
+            "broadcast against each other as in x * y; no matrix products or reductions)"
+        ) from None
+
+
 # --- softplus --------------------------------------------------------------
 
 
@@ -195,7 +211,11 @@ def mul(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
 
         return out, backward
 
-    return forward(tf.convert_to_tensor(x), tf.convert_to_tensor(y))
+    try:
+        return forward(tf.convert_to_tensor(x), tf.convert_to_tensor(y))
+    except (tf.errors.InvalidArgumentError, ValueError):
+        _check_broadcast("mul", x=x, y=y)
+        raise
 
 
 def _mul_grad_x(y, grad):
@@ -410,7 +430,11 @@ def log_ratio(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
 
         return out, backward
 
-    return forward(tf.convert_to_tensor(x), tf.convert_to_tensor(y))
+    try:
+        return forward(tf.convert_to_tensor(x), tf.convert_to_tensor(y))
+    except (tf.errors.InvalidArgumentError, ValueError):
+        _check_broadcast("log_ratio", x=x, y=y)
+        raise
 
 
 def _log_ratio_grad_x(x, grad):
@@ -489,7 +513,11 @@ def weighted_bce(z: tf.Tensor, target: tf.Tensor) -> tf.Tensor:
 
         return out, backward
 
-    return forward(tf.convert_to_tensor(z), tf.convert_to_tensor(target))
+    try:
+        return forward(tf.convert_to_tensor(z), tf.convert_to_tensor(target))
+    except (tf.errors.InvalidArgumentError, ValueError):
+        _check_broadcast("weighted_bce", z=z, target=target)
+        raise
 
 
 def _weighted_bce_grad_z(z, target, grad):

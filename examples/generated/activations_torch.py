@@ -187,6 +187,20 @@ def _size_hinted(args: tuple) -> tuple:
     return tuple(hinted)
 
 
+def _check_broadcast(name: str, **tensors) -> None:
+    """Raise an error naming the function and the shapes where the inputs of an
+    elementwise function do not broadcast (torch's own says only which sizes differ)."""
+    shapes = {k: tuple(getattr(v, "shape", ())) for k, v in tensors.items()}
+    try:
+        torch.broadcast_shapes(*shapes.values())
+    except RuntimeError:
+        got = ", ".join(f"{k} {s}" for k, s in shapes.items())
+        raise ValueError(
+            f"{name}(): the inputs do not broadcast: {got}. {name} is elementwise (its inputs "
+            "broadcast against each other as in x * y; no matrix products or reductions)"
+        ) from None
+
+
 def _mul_into(buffer: torch.Tensor, other) -> torch.Tensor:
     """``buffer * other``, written into ``buffer`` (a temporary the caller owns and no
     longer needs) where the product has its shape and dtype.
@@ -859,7 +873,11 @@ def mul(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """
     # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
     function = _Mul if torch.compiler.is_compiling() else Mul
-    return function.apply(x, y)
+    try:
+        return function.apply(x, y)
+    except RuntimeError:
+        _check_broadcast("mul", x=x, y=y)
+        raise
 
 
 # --- sinh_cosh -------------------------------------------------------------
@@ -1403,7 +1421,11 @@ def log_ratio(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """
     # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
     function = _LogRatio if torch.compiler.is_compiling() else LogRatio
-    return function.apply(x, y)
+    try:
+        return function.apply(x, y)
+    except RuntimeError:
+        _check_broadcast("log_ratio", x=x, y=y)
+        raise
 
 
 # --- weighted_bce ----------------------------------------------------------
@@ -1598,7 +1620,11 @@ def weighted_bce(z: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """
     # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
     function = _WeightedBce if torch.compiler.is_compiling() else WeightedBce
-    return function.apply(z, target)
+    try:
+        return function.apply(z, target)
+    except RuntimeError:
+        _check_broadcast("weighted_bce", z=z, target=target)
+        raise
 
 
 # --- binarize --------------------------------------------------------------

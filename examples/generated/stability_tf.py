@@ -37,6 +37,22 @@ def _reduce_to(grad: tf.Tensor, like: tf.Tensor) -> tf.Tensor:
     return tf.reshape(tf.reduce_sum(grad, axis=axes), shape)
 
 
+def _check_broadcast(name: str, **tensors) -> None:
+    """Raise an error naming the function and the shapes where the inputs of an
+    elementwise function do not broadcast (TF's own names neither)."""
+    shapes = {k: tf.TensorShape(getattr(v, "shape", ())) for k, v in tensors.items()}
+    try:
+        result = tf.TensorShape(())
+        for shape in shapes.values():
+            result = tf.broadcast_static_shape(result, shape)
+    except ValueError:
+        got = ", ".join(f"{k} {tuple(s.as_list())}" for k, s in shapes.items())
+        raise ValueError(
+            f"{name}(): the inputs do not broadcast: {got}. {name} is elementwise (its inputs "
+            "broadcast against each other as in x * y; no matrix products or reductions)"
+        ) from None
+
+
 # --- softplus --------------------------------------------------------------
 
 
@@ -189,7 +205,11 @@ def bce_sigmoid(z: tf.Tensor, target: tf.Tensor) -> tf.Tensor:
 
         return out, backward
 
-    return forward(tf.convert_to_tensor(z), tf.convert_to_tensor(target))
+    try:
+        return forward(tf.convert_to_tensor(z), tf.convert_to_tensor(target))
+    except (tf.errors.InvalidArgumentError, ValueError):
+        _check_broadcast("bce_sigmoid", z=z, target=target)
+        raise
 
 
 def _bce_sigmoid_grad_z(z, target, grad):
@@ -637,7 +657,11 @@ def focal_loss(z: tf.Tensor, target: tf.Tensor, gamma: float = 2.0) -> tf.Tensor
 
         return out, backward
 
-    return forward(tf.convert_to_tensor(z), tf.convert_to_tensor(target))
+    try:
+        return forward(tf.convert_to_tensor(z), tf.convert_to_tensor(target))
+    except (tf.errors.InvalidArgumentError, ValueError):
+        _check_broadcast("focal_loss", z=z, target=target)
+        raise
 
 
 def _focal_loss_grad_z(z, target, grad, gamma):
@@ -1417,7 +1441,11 @@ def logaddexp(a: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
 
         return out, backward
 
-    return forward(tf.convert_to_tensor(a), tf.convert_to_tensor(b))
+    try:
+        return forward(tf.convert_to_tensor(a), tf.convert_to_tensor(b))
+    except (tf.errors.InvalidArgumentError, ValueError):
+        _check_broadcast("logaddexp", a=a, b=b)
+        raise
 
 
 def _logaddexp_grad_a(a, b, grad):

@@ -201,6 +201,20 @@ def _size_hinted(args: tuple) -> tuple:
     return tuple(hinted)
 
 
+def _check_broadcast(name: str, **tensors) -> None:
+    """Raise an error naming the function and the shapes where the inputs of an
+    elementwise function do not broadcast (torch's own says only which sizes differ)."""
+    shapes = {k: tuple(getattr(v, "shape", ())) for k, v in tensors.items()}
+    try:
+        torch.broadcast_shapes(*shapes.values())
+    except RuntimeError:
+        got = ", ".join(f"{k} {s}" for k, s in shapes.items())
+        raise ValueError(
+            f"{name}(): the inputs do not broadcast: {got}. {name} is elementwise (its inputs "
+            "broadcast against each other as in x * y; no matrix products or reductions)"
+        ) from None
+
+
 def _mul_into(buffer: torch.Tensor, other) -> torch.Tensor:
     """``buffer * other``, written into ``buffer`` (a temporary the caller owns and no
     longer needs) where the product has its shape and dtype.
@@ -980,7 +994,11 @@ def bce_sigmoid(z: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """
     # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
     function = _BceSigmoid if torch.compiler.is_compiling() else BceSigmoid
-    return function.apply(z, target)
+    try:
+        return function.apply(z, target)
+    except RuntimeError:
+        _check_broadcast("bce_sigmoid", z=z, target=target)
+        raise
 
 
 # --- logit -----------------------------------------------------------------
@@ -2567,7 +2585,11 @@ def focal_loss(
     """
     # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
     function = _FocalLoss if torch.compiler.is_compiling() else FocalLoss
-    return function.apply(z, target, gamma)
+    try:
+        return function.apply(z, target, gamma)
+    except RuntimeError:
+        _check_broadcast("focal_loss", z=z, target=target)
+        raise
 
 
 # --- student_t_logpdf ------------------------------------------------------
@@ -4170,7 +4192,11 @@ def logaddexp(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """
     # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
     function = _Logaddexp if torch.compiler.is_compiling() else Logaddexp
-    return function.apply(a, b)
+    try:
+        return function.apply(a, b)
+    except RuntimeError:
+        _check_broadcast("logaddexp", a=a, b=b)
+        raise
 
 
 # --- scaled_erfc -----------------------------------------------------------

@@ -48,9 +48,14 @@ def _assert_matches(actual, expected, dtype, rtol, what):
         if exact is None:
             continue  # undefined there (e.g. log of 0): nothing to compare
         rounded = _in_dtype(exact, dtype)
-        if math.isinf(rounded):
-            continue  # the exact value overflows this dtype
         got = float(actual[k])
+        if math.isinf(
+            rounded
+        ):  # the exact value overflows this dtype: so must the result
+            assert got == rounded, (
+                f"{what}[{k}]: got {got!r}, exact {exact!r} (overflows)"
+            )
+            continue
         assert math.isfinite(got), f"{what}[{k}]: got {got}, exact {exact!r}"
         assert abs(got - rounded) <= rtol * abs(rounded) + ATOL[dtype], (
             f"{what}[{k}]: got {got!r}, exact {exact!r}"

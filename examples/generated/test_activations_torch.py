@@ -52,9 +52,14 @@ def _assert_matches(actual, expected, dtype, rtol, what):
         if exact is None:
             continue  # undefined there (e.g. log of 0): nothing to compare
         rounded = torch.tensor(exact, dtype=torch.float64).to(dtype).double().item()
-        if math.isinf(rounded):
-            continue  # the exact value overflows this dtype
         got = actual[k].item()
+        if math.isinf(
+            rounded
+        ):  # the exact value overflows this dtype: so must the result
+            assert got == rounded, (
+                f"{what}[{k}]: got {got!r}, exact {exact!r} (overflows)"
+            )
+            continue
         assert math.isfinite(got), f"{what}[{k}]: got {got}, exact {exact!r}"
         assert abs(got - rounded) <= rtol * abs(rounded) + ATOL[dtype], (
             f"{what}[{k}]: got {got!r}, exact {exact!r}"
@@ -76,7 +81,7 @@ def _check_cases(
 ):
     """Values, gradients and second derivatives at the points of ``cases`` vs exact values.
 
-    ``differentiable``: the outputs with a derivative; each must require grad (an output
+    ``differentiable``: the outputs of a differentiable input; each must require grad (an output
     detached by mistake fails here), the others must not.
     """
     inputs = [
@@ -86,6 +91,13 @@ def _check_cases(
         for n in tensors
     ]
     outputs = _outputs(fn(*inputs, **scalars))
+    assert len(outputs) == len(output_names), (
+        f"{len(outputs)} outputs, not {len(output_names)}"
+    )
+    for out_name, out in zip(output_names, outputs):
+        assert out.requires_grad == (bool(diff) and out_name in differentiable), (
+            f"output {out_name}: requires_grad is {out.requires_grad}"
+        )
     for k, out in enumerate(outputs):
         _assert_matches(out, cases["outputs"][k], dtype, rtol, f"output {k}")
     # Derivatives are checked where every output is finite in this dtype: beside an
@@ -116,11 +128,8 @@ def _check_cases(
     outputs = _outputs(fn(*inputs, **scalars))
     wrt = [x for n, x in zip(tensors, inputs) if n in diff]
     for out_name, out in zip(output_names, outputs):
-        assert out.requires_grad == (out_name in differentiable), (
-            f"output {out_name}: requires_grad is {out.requires_grad}"
-        )
         if not out.requires_grad:
-            continue  # not differentiable: mark_non_differentiable
+            continue  # not differentiable: mark_non_differentiable (checked above)
         grads = torch.autograd.grad(
             out.sum(),
             wrt,
@@ -195,6 +204,11 @@ def _all_orders(fn, inputs, scalars, order):
         second = [g.sum() for g in grads if g is not None and g.requires_grad]
         if second:
             torch.autograd.grad(torch.stack(second).sum(), wrt, allow_unused=True)
+
+
+def _fell_back():
+    """The math functions the fused path sent back to the eager code (a warning only)."""
+    return sorted(fn.__name__ for (fn, _), c in generated._compiled.items() if c is fn)
 
 
 def _ran_compiled(math_fn):
@@ -566,8 +580,9 @@ def test_softplus_fused_path_matches_eager(device, monkeypatch):
         ]
         for a, b in zip(run(True, inputs), run(False, inputs)):
             torch.testing.assert_close(a, b)
-    # it really ran compiled (no fallback to the eager code)
+    # it really ran compiled (no fallback to the eager code), gradients included
     assert _ran_compiled(generated._softplus_forward)
+    assert not _fell_back(), f"fell back to eager code: {_fell_back()}"
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
@@ -589,8 +604,9 @@ def test_softplus_fused_path_stable_at_extremes(device, dtype, monkeypatch):
         device,
         EXTREME_RTOL[dtype],
     )
-    # compiled, not the eager fallback
+    # compiled, not the eager fallback, gradients included
     assert _ran_compiled(generated._softplus_forward)
+    assert not _fell_back(), f"fell back to eager code: {_fell_back()}"
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -969,8 +985,9 @@ def test_scaled_softplus_fused_path_matches_eager(device, monkeypatch):
         ]
         for a, b in zip(run(True, inputs), run(False, inputs)):
             torch.testing.assert_close(a, b)
-    # it really ran compiled (no fallback to the eager code)
+    # it really ran compiled (no fallback to the eager code), gradients included
     assert _ran_compiled(generated._scaled_softplus_forward)
+    assert not _fell_back(), f"fell back to eager code: {_fell_back()}"
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
@@ -992,8 +1009,9 @@ def test_scaled_softplus_fused_path_stable_at_extremes(device, dtype, monkeypatc
         device,
         EXTREME_RTOL[dtype],
     )
-    # compiled, not the eager fallback
+    # compiled, not the eager fallback, gradients included
     assert _ran_compiled(generated._scaled_softplus_forward)
+    assert not _fell_back(), f"fell back to eager code: {_fell_back()}"
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -1671,8 +1689,9 @@ def test_mul_fused_path_matches_eager(device, monkeypatch):
         ]
         for a, b in zip(run(True, inputs), run(False, inputs)):
             torch.testing.assert_close(a, b)
-    # it really ran compiled (no fallback to the eager code)
+    # it really ran compiled (no fallback to the eager code), gradients included
     assert _ran_compiled(generated._mul_forward)
+    assert not _fell_back(), f"fell back to eager code: {_fell_back()}"
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
@@ -1694,8 +1713,9 @@ def test_mul_fused_path_stable_at_extremes(device, dtype, monkeypatch):
         device,
         EXTREME_RTOL[dtype],
     )
-    # compiled, not the eager fallback
+    # compiled, not the eager fallback, gradients included
     assert _ran_compiled(generated._mul_forward)
+    assert not _fell_back(), f"fell back to eager code: {_fell_back()}"
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -2220,8 +2240,9 @@ def test_sinh_cosh_fused_path_matches_eager(device, monkeypatch):
         ]
         for a, b in zip(run(True, inputs), run(False, inputs)):
             torch.testing.assert_close(a, b)
-    # it really ran compiled (no fallback to the eager code)
+    # it really ran compiled (no fallback to the eager code), gradients included
     assert _ran_compiled(generated._sinh_cosh_forward)
+    assert not _fell_back(), f"fell back to eager code: {_fell_back()}"
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
@@ -2243,8 +2264,9 @@ def test_sinh_cosh_fused_path_stable_at_extremes(device, dtype, monkeypatch):
         device,
         EXTREME_RTOL[dtype],
     )
-    # compiled, not the eager fallback
+    # compiled, not the eager fallback, gradients included
     assert _ran_compiled(generated._sinh_cosh_forward)
+    assert not _fell_back(), f"fell back to eager code: {_fell_back()}"
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -2729,8 +2751,9 @@ def test_log_ratio_fused_path_matches_eager(device, monkeypatch):
         ]
         for a, b in zip(run(True, inputs), run(False, inputs)):
             torch.testing.assert_close(a, b)
-    # it really ran compiled (no fallback to the eager code)
+    # it really ran compiled (no fallback to the eager code), gradients included
     assert _ran_compiled(generated._log_ratio_forward)
+    assert not _fell_back(), f"fell back to eager code: {_fell_back()}"
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
@@ -2752,8 +2775,9 @@ def test_log_ratio_fused_path_stable_at_extremes(device, dtype, monkeypatch):
         device,
         EXTREME_RTOL[dtype],
     )
-    # compiled, not the eager fallback
+    # compiled, not the eager fallback, gradients included
     assert _ran_compiled(generated._log_ratio_forward)
+    assert not _fell_back(), f"fell back to eager code: {_fell_back()}"
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -3179,8 +3203,9 @@ def test_weighted_bce_fused_path_matches_eager(device, monkeypatch):
         ]
         for a, b in zip(run(True, inputs), run(False, inputs)):
             torch.testing.assert_close(a, b)
-    # it really ran compiled (no fallback to the eager code)
+    # it really ran compiled (no fallback to the eager code), gradients included
     assert _ran_compiled(generated._weighted_bce_forward)
+    assert not _fell_back(), f"fell back to eager code: {_fell_back()}"
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
@@ -3202,8 +3227,9 @@ def test_weighted_bce_fused_path_stable_at_extremes(device, dtype, monkeypatch):
         device,
         EXTREME_RTOL[dtype],
     )
-    # compiled, not the eager fallback
+    # compiled, not the eager fallback, gradients included
     assert _ran_compiled(generated._weighted_bce_forward)
+    assert not _fell_back(), f"fell back to eager code: {_fell_back()}"
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -3492,8 +3518,9 @@ def test_binarize_fused_path_matches_eager(device, monkeypatch):
         ]
         for a, b in zip(run(True, inputs), run(False, inputs)):
             torch.testing.assert_close(a, b)
-    # it really ran compiled (no fallback to the eager code)
+    # it really ran compiled (no fallback to the eager code), gradients included
     assert _ran_compiled(generated._binarize_forward)
+    assert not _fell_back(), f"fell back to eager code: {_fell_back()}"
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
@@ -3515,8 +3542,9 @@ def test_binarize_fused_path_stable_at_extremes(device, dtype, monkeypatch):
         device,
         EXTREME_RTOL[dtype],
     )
-    # compiled, not the eager fallback
+    # compiled, not the eager fallback, gradients included
     assert _ran_compiled(generated._binarize_forward)
+    assert not _fell_back(), f"fell back to eager code: {_fell_back()}"
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -3819,8 +3847,9 @@ def test_tanh_shrink_order1_fused_path_matches_eager(device, monkeypatch):
         ]
         for a, b in zip(run(True, inputs), run(False, inputs)):
             torch.testing.assert_close(a, b)
-    # it really ran compiled (no fallback to the eager code)
+    # it really ran compiled (no fallback to the eager code), gradients included
     assert _ran_compiled(generated._tanh_shrink_order1_forward)
+    assert not _fell_back(), f"fell back to eager code: {_fell_back()}"
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
@@ -3842,8 +3871,9 @@ def test_tanh_shrink_order1_fused_path_stable_at_extremes(device, dtype, monkeyp
         device,
         EXTREME_RTOL[dtype],
     )
-    # compiled, not the eager fallback
+    # compiled, not the eager fallback, gradients included
     assert _ran_compiled(generated._tanh_shrink_order1_forward)
+    assert not _fell_back(), f"fell back to eager code: {_fell_back()}"
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -52,9 +52,14 @@ def _assert_matches(actual, expected, dtype, rtol, what):
         if exact is None:
             continue  # undefined there (e.g. log of 0): nothing to compare
         rounded = torch.tensor(exact, dtype=torch.float64).to(dtype).double().item()
-        if math.isinf(rounded):
-            continue  # the exact value overflows this dtype
         got = actual[k].item()
+        if math.isinf(
+            rounded
+        ):  # the exact value overflows this dtype: so must the result
+            assert got == rounded, (
+                f"{what}[{k}]: got {got!r}, exact {exact!r} (overflows)"
+            )
+            continue
         assert math.isfinite(got), f"{what}[{k}]: got {got}, exact {exact!r}"
         assert abs(got - rounded) <= rtol * abs(rounded) + ATOL[dtype], (
             f"{what}[{k}]: got {got!r}, exact {exact!r}"
@@ -76,7 +81,7 @@ def _check_cases(
 ):
     """Values, gradients and second derivatives at the points of ``cases`` vs exact values.
 
-    ``differentiable``: the outputs with a derivative; each must require grad (an output
+    ``differentiable``: the outputs of a differentiable input; each must require grad (an output
     detached by mistake fails here), the others must not.
     """
     inputs = [
@@ -86,6 +91,13 @@ def _check_cases(
         for n in tensors
     ]
     outputs = _outputs(fn(*inputs, **scalars))
+    assert len(outputs) == len(output_names), (
+        f"{len(outputs)} outputs, not {len(output_names)}"
+    )
+    for out_name, out in zip(output_names, outputs):
+        assert out.requires_grad == (bool(diff) and out_name in differentiable), (
+            f"output {out_name}: requires_grad is {out.requires_grad}"
+        )
     for k, out in enumerate(outputs):
         _assert_matches(out, cases["outputs"][k], dtype, rtol, f"output {k}")
     # Derivatives are checked where every output is finite in this dtype: beside an
@@ -116,11 +128,8 @@ def _check_cases(
     outputs = _outputs(fn(*inputs, **scalars))
     wrt = [x for n, x in zip(tensors, inputs) if n in diff]
     for out_name, out in zip(output_names, outputs):
-        assert out.requires_grad == (out_name in differentiable), (
-            f"output {out_name}: requires_grad is {out.requires_grad}"
-        )
         if not out.requires_grad:
-            continue  # not differentiable: mark_non_differentiable
+            continue  # not differentiable: mark_non_differentiable (checked above)
         grads = torch.autograd.grad(
             out.sum(),
             wrt,
@@ -195,6 +204,11 @@ def _all_orders(fn, inputs, scalars, order):
         second = [g.sum() for g in grads if g is not None and g.requires_grad]
         if second:
             torch.autograd.grad(torch.stack(second).sum(), wrt, allow_unused=True)
+
+
+def _fell_back():
+    """The math functions the fused path sent back to the eager code (a warning only)."""
+    return sorted(fn.__name__ for (fn, _), c in generated._compiled.items() if c is fn)
 
 
 def _ran_compiled(math_fn):
@@ -566,8 +580,9 @@ def test_softplus_fused_path_matches_eager(device, monkeypatch):
         ]
         for a, b in zip(run(True, inputs), run(False, inputs)):
             torch.testing.assert_close(a, b)
-    # it really ran compiled (no fallback to the eager code)
+    # it really ran compiled (no fallback to the eager code), gradients included
     assert _ran_compiled(generated._softplus_forward)
+    assert not _fell_back(), f"fell back to eager code: {_fell_back()}"
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
@@ -589,8 +604,9 @@ def test_softplus_fused_path_stable_at_extremes(device, dtype, monkeypatch):
         device,
         EXTREME_RTOL[dtype],
     )
-    # compiled, not the eager fallback
+    # compiled, not the eager fallback, gradients included
     assert _ran_compiled(generated._softplus_forward)
+    assert not _fell_back(), f"fell back to eager code: {_fell_back()}"
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -966,8 +982,9 @@ def test_log_sigmoid_fused_path_matches_eager(device, monkeypatch):
         ]
         for a, b in zip(run(True, inputs), run(False, inputs)):
             torch.testing.assert_close(a, b)
-    # it really ran compiled (no fallback to the eager code)
+    # it really ran compiled (no fallback to the eager code), gradients included
     assert _ran_compiled(generated._log_sigmoid_forward)
+    assert not _fell_back(), f"fell back to eager code: {_fell_back()}"
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
@@ -989,8 +1006,9 @@ def test_log_sigmoid_fused_path_stable_at_extremes(device, dtype, monkeypatch):
         device,
         EXTREME_RTOL[dtype],
     )
-    # compiled, not the eager fallback
+    # compiled, not the eager fallback, gradients included
     assert _ran_compiled(generated._log_sigmoid_forward)
+    assert not _fell_back(), f"fell back to eager code: {_fell_back()}"
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -1411,8 +1429,9 @@ def test_bce_sigmoid_fused_path_matches_eager(device, monkeypatch):
         ]
         for a, b in zip(run(True, inputs), run(False, inputs)):
             torch.testing.assert_close(a, b)
-    # it really ran compiled (no fallback to the eager code)
+    # it really ran compiled (no fallback to the eager code), gradients included
     assert _ran_compiled(generated._bce_sigmoid_forward)
+    assert not _fell_back(), f"fell back to eager code: {_fell_back()}"
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
@@ -1434,8 +1453,9 @@ def test_bce_sigmoid_fused_path_stable_at_extremes(device, dtype, monkeypatch):
         device,
         EXTREME_RTOL[dtype],
     )
-    # compiled, not the eager fallback
+    # compiled, not the eager fallback, gradients included
     assert _ran_compiled(generated._bce_sigmoid_forward)
+    assert not _fell_back(), f"fell back to eager code: {_fell_back()}"
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -1671,8 +1691,9 @@ def test_logit_fused_path_matches_eager(device, monkeypatch):
         ]
         for a, b in zip(run(True, inputs), run(False, inputs)):
             torch.testing.assert_close(a, b)
-    # it really ran compiled (no fallback to the eager code)
+    # it really ran compiled (no fallback to the eager code), gradients included
     assert _ran_compiled(generated._logit_forward)
+    assert not _fell_back(), f"fell back to eager code: {_fell_back()}"
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
@@ -1694,8 +1715,9 @@ def test_logit_fused_path_stable_at_extremes(device, dtype, monkeypatch):
         device,
         EXTREME_RTOL[dtype],
     )
-    # compiled, not the eager fallback
+    # compiled, not the eager fallback, gradients included
     assert _ran_compiled(generated._logit_forward)
+    assert not _fell_back(), f"fell back to eager code: {_fell_back()}"
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -1995,8 +2017,9 @@ def test_log1mexp_fused_path_matches_eager(device, monkeypatch):
         ]
         for a, b in zip(run(True, inputs), run(False, inputs)):
             torch.testing.assert_close(a, b)
-    # it really ran compiled (no fallback to the eager code)
+    # it really ran compiled (no fallback to the eager code), gradients included
     assert _ran_compiled(generated._log1mexp_forward)
+    assert not _fell_back(), f"fell back to eager code: {_fell_back()}"
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
@@ -2018,8 +2041,9 @@ def test_log1mexp_fused_path_stable_at_extremes(device, dtype, monkeypatch):
         device,
         EXTREME_RTOL[dtype],
     )
-    # compiled, not the eager fallback
+    # compiled, not the eager fallback, gradients included
     assert _ran_compiled(generated._log1mexp_forward)
+    assert not _fell_back(), f"fell back to eager code: {_fell_back()}"
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -2389,8 +2413,9 @@ def test_mish_fused_path_matches_eager(device, monkeypatch):
         ]
         for a, b in zip(run(True, inputs), run(False, inputs)):
             torch.testing.assert_close(a, b)
-    # it really ran compiled (no fallback to the eager code)
+    # it really ran compiled (no fallback to the eager code), gradients included
     assert _ran_compiled(generated._mish_forward)
+    assert not _fell_back(), f"fell back to eager code: {_fell_back()}"
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
@@ -2412,8 +2437,9 @@ def test_mish_fused_path_stable_at_extremes(device, dtype, monkeypatch):
         device,
         EXTREME_RTOL[dtype],
     )
-    # compiled, not the eager fallback
+    # compiled, not the eager fallback, gradients included
     assert _ran_compiled(generated._mish_forward)
+    assert not _fell_back(), f"fell back to eager code: {_fell_back()}"
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -2783,8 +2809,9 @@ def test_gelu_fused_path_matches_eager(device, monkeypatch):
         ]
         for a, b in zip(run(True, inputs), run(False, inputs)):
             torch.testing.assert_close(a, b)
-    # it really ran compiled (no fallback to the eager code)
+    # it really ran compiled (no fallback to the eager code), gradients included
     assert _ran_compiled(generated._gelu_forward)
+    assert not _fell_back(), f"fell back to eager code: {_fell_back()}"
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
@@ -2806,8 +2833,9 @@ def test_gelu_fused_path_stable_at_extremes(device, dtype, monkeypatch):
         device,
         EXTREME_RTOL[dtype],
     )
-    # compiled, not the eager fallback
+    # compiled, not the eager fallback, gradients included
     assert _ran_compiled(generated._gelu_forward)
+    assert not _fell_back(), f"fell back to eager code: {_fell_back()}"
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -3177,8 +3205,9 @@ def test_swish_fused_path_matches_eager(device, monkeypatch):
         ]
         for a, b in zip(run(True, inputs), run(False, inputs)):
             torch.testing.assert_close(a, b)
-    # it really ran compiled (no fallback to the eager code)
+    # it really ran compiled (no fallback to the eager code), gradients included
     assert _ran_compiled(generated._swish_forward)
+    assert not _fell_back(), f"fell back to eager code: {_fell_back()}"
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
@@ -3200,8 +3229,9 @@ def test_swish_fused_path_stable_at_extremes(device, dtype, monkeypatch):
         device,
         EXTREME_RTOL[dtype],
     )
-    # compiled, not the eager fallback
+    # compiled, not the eager fallback, gradients included
     assert _ran_compiled(generated._swish_forward)
+    assert not _fell_back(), f"fell back to eager code: {_fell_back()}"
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -3622,8 +3652,9 @@ def test_focal_loss_fused_path_matches_eager(device, monkeypatch):
         ]
         for a, b in zip(run(True, inputs), run(False, inputs)):
             torch.testing.assert_close(a, b)
-    # it really ran compiled (no fallback to the eager code)
+    # it really ran compiled (no fallback to the eager code), gradients included
     assert _ran_compiled(generated._focal_loss_forward)
+    assert not _fell_back(), f"fell back to eager code: {_fell_back()}"
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
@@ -3645,8 +3676,9 @@ def test_focal_loss_fused_path_stable_at_extremes(device, dtype, monkeypatch):
         device,
         EXTREME_RTOL[dtype],
     )
-    # compiled, not the eager fallback
+    # compiled, not the eager fallback, gradients included
     assert _ran_compiled(generated._focal_loss_forward)
+    assert not _fell_back(), f"fell back to eager code: {_fell_back()}"
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -4042,8 +4074,9 @@ def test_student_t_logpdf_fused_path_matches_eager(device, monkeypatch):
         ]
         for a, b in zip(run(True, inputs), run(False, inputs)):
             torch.testing.assert_close(a, b)
-    # it really ran compiled (no fallback to the eager code)
+    # it really ran compiled (no fallback to the eager code), gradients included
     assert _ran_compiled(generated._student_t_logpdf_forward)
+    assert not _fell_back(), f"fell back to eager code: {_fell_back()}"
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
@@ -4065,8 +4098,9 @@ def test_student_t_logpdf_fused_path_stable_at_extremes(device, dtype, monkeypat
         device,
         EXTREME_RTOL[dtype],
     )
-    # compiled, not the eager fallback
+    # compiled, not the eager fallback, gradients included
     assert _ran_compiled(generated._student_t_logpdf_forward)
+    assert not _fell_back(), f"fell back to eager code: {_fell_back()}"
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -4367,8 +4401,9 @@ def test_entropy_term_fused_path_matches_eager(device, monkeypatch):
         ]
         for a, b in zip(run(True, inputs), run(False, inputs)):
             torch.testing.assert_close(a, b)
-    # it really ran compiled (no fallback to the eager code)
+    # it really ran compiled (no fallback to the eager code), gradients included
     assert _ran_compiled(generated._entropy_term_forward)
+    assert not _fell_back(), f"fell back to eager code: {_fell_back()}"
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
@@ -4390,8 +4425,9 @@ def test_entropy_term_fused_path_stable_at_extremes(device, dtype, monkeypatch):
         device,
         EXTREME_RTOL[dtype],
     )
-    # compiled, not the eager fallback
+    # compiled, not the eager fallback, gradients included
     assert _ran_compiled(generated._entropy_term_forward)
+    assert not _fell_back(), f"fell back to eager code: {_fell_back()}"
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -4691,8 +4727,9 @@ def test_sqrt_diff_fused_path_matches_eager(device, monkeypatch):
         ]
         for a, b in zip(run(True, inputs), run(False, inputs)):
             torch.testing.assert_close(a, b)
-    # it really ran compiled (no fallback to the eager code)
+    # it really ran compiled (no fallback to the eager code), gradients included
     assert _ran_compiled(generated._sqrt_diff_forward)
+    assert not _fell_back(), f"fell back to eager code: {_fell_back()}"
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
@@ -4714,8 +4751,9 @@ def test_sqrt_diff_fused_path_stable_at_extremes(device, dtype, monkeypatch):
         device,
         EXTREME_RTOL[dtype],
     )
-    # compiled, not the eager fallback
+    # compiled, not the eager fallback, gradients included
     assert _ran_compiled(generated._sqrt_diff_forward)
+    assert not _fell_back(), f"fell back to eager code: {_fell_back()}"
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -5087,8 +5125,9 @@ def test_exprel_fused_path_matches_eager(device, monkeypatch):
         ]
         for a, b in zip(run(True, inputs), run(False, inputs)):
             torch.testing.assert_close(a, b)
-    # it really ran compiled (no fallback to the eager code)
+    # it really ran compiled (no fallback to the eager code), gradients included
     assert _ran_compiled(generated._exprel_forward)
+    assert not _fell_back(), f"fell back to eager code: {_fell_back()}"
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
@@ -5110,8 +5149,9 @@ def test_exprel_fused_path_stable_at_extremes(device, dtype, monkeypatch):
         device,
         EXTREME_RTOL[dtype],
     )
-    # compiled, not the eager fallback
+    # compiled, not the eager fallback, gradients included
     assert _ran_compiled(generated._exprel_forward)
+    assert not _fell_back(), f"fell back to eager code: {_fell_back()}"
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -5823,8 +5863,9 @@ def test_logaddexp_fused_path_matches_eager(device, monkeypatch):
         ]
         for a, b in zip(run(True, inputs), run(False, inputs)):
             torch.testing.assert_close(a, b)
-    # it really ran compiled (no fallback to the eager code)
+    # it really ran compiled (no fallback to the eager code), gradients included
     assert _ran_compiled(generated._logaddexp_forward)
+    assert not _fell_back(), f"fell back to eager code: {_fell_back()}"
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
@@ -5846,8 +5887,9 @@ def test_logaddexp_fused_path_stable_at_extremes(device, dtype, monkeypatch):
         device,
         EXTREME_RTOL[dtype],
     )
-    # compiled, not the eager fallback
+    # compiled, not the eager fallback, gradients included
     assert _ran_compiled(generated._logaddexp_forward)
+    assert not _fell_back(), f"fell back to eager code: {_fell_back()}"
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -6233,8 +6275,9 @@ def test_scaled_erfc_fused_path_matches_eager(device, monkeypatch):
         ]
         for a, b in zip(run(True, inputs), run(False, inputs)):
             torch.testing.assert_close(a, b)
-    # it really ran compiled (no fallback to the eager code)
+    # it really ran compiled (no fallback to the eager code), gradients included
     assert _ran_compiled(generated._scaled_erfc_forward)
+    assert not _fell_back(), f"fell back to eager code: {_fell_back()}"
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
@@ -6256,8 +6299,9 @@ def test_scaled_erfc_fused_path_stable_at_extremes(device, dtype, monkeypatch):
         device,
         EXTREME_RTOL[dtype],
     )
-    # compiled, not the eager fallback
+    # compiled, not the eager fallback, gradients included
     assert _ran_compiled(generated._scaled_erfc_forward)
+    assert not _fell_back(), f"fell back to eager code: {_fell_back()}"
 
 
 @pytest.mark.parametrize("device", DEVICES)

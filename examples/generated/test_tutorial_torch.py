@@ -52,9 +52,14 @@ def _assert_matches(actual, expected, dtype, rtol, what):
         if exact is None:
             continue  # undefined there (e.g. log of 0): nothing to compare
         rounded = torch.tensor(exact, dtype=torch.float64).to(dtype).double().item()
-        if math.isinf(rounded):
-            continue  # the exact value overflows this dtype
         got = actual[k].item()
+        if math.isinf(
+            rounded
+        ):  # the exact value overflows this dtype: so must the result
+            assert got == rounded, (
+                f"{what}[{k}]: got {got!r}, exact {exact!r} (overflows)"
+            )
+            continue
         assert math.isfinite(got), f"{what}[{k}]: got {got}, exact {exact!r}"
         assert abs(got - rounded) <= rtol * abs(rounded) + ATOL[dtype], (
             f"{what}[{k}]: got {got!r}, exact {exact!r}"
@@ -76,7 +81,7 @@ def _check_cases(
 ):
     """Values, gradients and second derivatives at the points of ``cases`` vs exact values.
 
-    ``differentiable``: the outputs with a derivative; each must require grad (an output
+    ``differentiable``: the outputs of a differentiable input; each must require grad (an output
     detached by mistake fails here), the others must not.
     """
     inputs = [
@@ -86,6 +91,13 @@ def _check_cases(
         for n in tensors
     ]
     outputs = _outputs(fn(*inputs, **scalars))
+    assert len(outputs) == len(output_names), (
+        f"{len(outputs)} outputs, not {len(output_names)}"
+    )
+    for out_name, out in zip(output_names, outputs):
+        assert out.requires_grad == (bool(diff) and out_name in differentiable), (
+            f"output {out_name}: requires_grad is {out.requires_grad}"
+        )
     for k, out in enumerate(outputs):
         _assert_matches(out, cases["outputs"][k], dtype, rtol, f"output {k}")
     # Derivatives are checked where every output is finite in this dtype: beside an
@@ -116,11 +128,8 @@ def _check_cases(
     outputs = _outputs(fn(*inputs, **scalars))
     wrt = [x for n, x in zip(tensors, inputs) if n in diff]
     for out_name, out in zip(output_names, outputs):
-        assert out.requires_grad == (out_name in differentiable), (
-            f"output {out_name}: requires_grad is {out.requires_grad}"
-        )
         if not out.requires_grad:
-            continue  # not differentiable: mark_non_differentiable
+            continue  # not differentiable: mark_non_differentiable (checked above)
         grads = torch.autograd.grad(
             out.sum(),
             wrt,
@@ -195,6 +204,11 @@ def _all_orders(fn, inputs, scalars, order):
         second = [g.sum() for g in grads if g is not None and g.requires_grad]
         if second:
             torch.autograd.grad(torch.stack(second).sum(), wrt, allow_unused=True)
+
+
+def _fell_back():
+    """The math functions the fused path sent back to the eager code (a warning only)."""
+    return sorted(fn.__name__ for (fn, _), c in generated._compiled.items() if c is fn)
 
 
 def _ran_compiled(math_fn):
@@ -535,8 +549,9 @@ def test_my_relu_fused_path_matches_eager(device, monkeypatch):
         ]
         for a, b in zip(run(True, inputs), run(False, inputs)):
             torch.testing.assert_close(a, b)
-    # it really ran compiled (no fallback to the eager code)
+    # it really ran compiled (no fallback to the eager code), gradients included
     assert _ran_compiled(generated._my_relu_forward)
+    assert not _fell_back(), f"fell back to eager code: {_fell_back()}"
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
@@ -558,8 +573,9 @@ def test_my_relu_fused_path_stable_at_extremes(device, dtype, monkeypatch):
         device,
         EXTREME_RTOL[dtype],
     )
-    # compiled, not the eager fallback
+    # compiled, not the eager fallback, gradients included
     assert _ran_compiled(generated._my_relu_forward)
+    assert not _fell_back(), f"fell back to eager code: {_fell_back()}"
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -929,8 +945,9 @@ def test_exp_fused_path_matches_eager(device, monkeypatch):
         ]
         for a, b in zip(run(True, inputs), run(False, inputs)):
             torch.testing.assert_close(a, b)
-    # it really ran compiled (no fallback to the eager code)
+    # it really ran compiled (no fallback to the eager code), gradients included
     assert _ran_compiled(generated._exp_forward)
+    assert not _fell_back(), f"fell back to eager code: {_fell_back()}"
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
@@ -952,8 +969,9 @@ def test_exp_fused_path_stable_at_extremes(device, dtype, monkeypatch):
         device,
         EXTREME_RTOL[dtype],
     )
-    # compiled, not the eager fallback
+    # compiled, not the eager fallback, gradients included
     assert _ran_compiled(generated._exp_forward)
+    assert not _fell_back(), f"fell back to eager code: {_fell_back()}"
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -1307,8 +1325,9 @@ def test_square_fused_path_matches_eager(device, monkeypatch):
         ]
         for a, b in zip(run(True, inputs), run(False, inputs)):
             torch.testing.assert_close(a, b)
-    # it really ran compiled (no fallback to the eager code)
+    # it really ran compiled (no fallback to the eager code), gradients included
     assert _ran_compiled(generated._square_forward)
+    assert not _fell_back(), f"fell back to eager code: {_fell_back()}"
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
@@ -1330,8 +1349,9 @@ def test_square_fused_path_stable_at_extremes(device, dtype, monkeypatch):
         device,
         EXTREME_RTOL[dtype],
     )
-    # compiled, not the eager fallback
+    # compiled, not the eager fallback, gradients included
     assert _ran_compiled(generated._square_forward)
+    assert not _fell_back(), f"fell back to eager code: {_fell_back()}"
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -1701,8 +1721,9 @@ def test_cube_fused_path_matches_eager(device, monkeypatch):
         ]
         for a, b in zip(run(True, inputs), run(False, inputs)):
             torch.testing.assert_close(a, b)
-    # it really ran compiled (no fallback to the eager code)
+    # it really ran compiled (no fallback to the eager code), gradients included
     assert _ran_compiled(generated._cube_forward)
+    assert not _fell_back(), f"fell back to eager code: {_fell_back()}"
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
@@ -1724,8 +1745,9 @@ def test_cube_fused_path_stable_at_extremes(device, dtype, monkeypatch):
         device,
         EXTREME_RTOL[dtype],
     )
-    # compiled, not the eager fallback
+    # compiled, not the eager fallback, gradients included
     assert _ran_compiled(generated._cube_forward)
+    assert not _fell_back(), f"fell back to eager code: {_fell_back()}"
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -2103,8 +2125,9 @@ def test_sinh_fused_path_matches_eager(device, monkeypatch):
         ]
         for a, b in zip(run(True, inputs), run(False, inputs)):
             torch.testing.assert_close(a, b)
-    # it really ran compiled (no fallback to the eager code)
+    # it really ran compiled (no fallback to the eager code), gradients included
     assert _ran_compiled(generated._sinh_forward)
+    assert not _fell_back(), f"fell back to eager code: {_fell_back()}"
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
@@ -2126,8 +2149,9 @@ def test_sinh_fused_path_stable_at_extremes(device, dtype, monkeypatch):
         device,
         EXTREME_RTOL[dtype],
     )
-    # compiled, not the eager fallback
+    # compiled, not the eager fallback, gradients included
     assert _ran_compiled(generated._sinh_forward)
+    assert not _fell_back(), f"fell back to eager code: {_fell_back()}"
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -2503,8 +2527,9 @@ def test_log1pexp_fused_path_matches_eager(device, monkeypatch):
         ]
         for a, b in zip(run(True, inputs), run(False, inputs)):
             torch.testing.assert_close(a, b)
-    # it really ran compiled (no fallback to the eager code)
+    # it really ran compiled (no fallback to the eager code), gradients included
     assert _ran_compiled(generated._log1pexp_forward)
+    assert not _fell_back(), f"fell back to eager code: {_fell_back()}"
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
@@ -2526,8 +2551,9 @@ def test_log1pexp_fused_path_stable_at_extremes(device, dtype, monkeypatch):
         device,
         EXTREME_RTOL[dtype],
     )
-    # compiled, not the eager fallback
+    # compiled, not the eager fallback, gradients included
     assert _ran_compiled(generated._log1pexp_forward)
+    assert not _fell_back(), f"fell back to eager code: {_fell_back()}"
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -3205,8 +3231,9 @@ def test_mul_fused_path_matches_eager(device, monkeypatch):
         ]
         for a, b in zip(run(True, inputs), run(False, inputs)):
             torch.testing.assert_close(a, b)
-    # it really ran compiled (no fallback to the eager code)
+    # it really ran compiled (no fallback to the eager code), gradients included
     assert _ran_compiled(generated._mul_forward)
+    assert not _fell_back(), f"fell back to eager code: {_fell_back()}"
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
@@ -3228,8 +3255,9 @@ def test_mul_fused_path_stable_at_extremes(device, dtype, monkeypatch):
         device,
         EXTREME_RTOL[dtype],
     )
-    # compiled, not the eager fallback
+    # compiled, not the eager fallback, gradients included
     assert _ran_compiled(generated._mul_forward)
+    assert not _fell_back(), f"fell back to eager code: {_fell_back()}"
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -3550,8 +3578,9 @@ def test_quantize_fused_path_matches_eager(device, monkeypatch):
         ]
         for a, b in zip(run(True, inputs), run(False, inputs)):
             torch.testing.assert_close(a, b)
-    # it really ran compiled (no fallback to the eager code)
+    # it really ran compiled (no fallback to the eager code), gradients included
     assert _ran_compiled(generated._quantize_forward)
+    assert not _fell_back(), f"fell back to eager code: {_fell_back()}"
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
@@ -3573,8 +3602,9 @@ def test_quantize_fused_path_stable_at_extremes(device, dtype, monkeypatch):
         device,
         EXTREME_RTOL[dtype],
     )
-    # compiled, not the eager fallback
+    # compiled, not the eager fallback, gradients included
     assert _ran_compiled(generated._quantize_forward)
+    assert not _fell_back(), f"fell back to eager code: {_fell_back()}"
 
 
 @pytest.mark.parametrize("device", DEVICES)
