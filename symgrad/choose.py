@@ -145,6 +145,8 @@ def _libm(name: str):
 
     def evaluate(*args):
         dtype = np.result_type(*args)
+        if dtype.kind != "f":  # log(2): numbers in, a float out (not an integer)
+            dtype = np.dtype(np.float64)
         with np.errstate(over="ignore"):  # to float32: inf, as float32 arithmetic gives
             if all(np.ndim(a) == 0 for a in args):
                 return dtype.type(one(*(float(a) for a in args)))

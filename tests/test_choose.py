@@ -61,3 +61,4 @@ def test_libm_evaluation_keeps_numpys_special_values():
     assert log(np.float64(0.0)) == -np.inf and np.isnan(log(np.float64(-1.0)))
     assert exp(np.float64(-1000.0)) == 0.0
     assert list(exp(np.array([0.0, 1.0]))) == [1.0, np.exp(1.0)]
+    assert log(2) == np.log(2.0) and exp(np.array([0, 1])).dtype == np.float64  # ints in
