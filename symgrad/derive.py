@@ -472,12 +472,12 @@ def derive_function(fn: Function, measure: bool = True) -> Derived:
             fused[label] = compiled[0]
         return result
 
-    outputs = tuple((name, chosen(name, expr)) for name, expr in naive)
-
     diff_names = [i.name for i in fn.inputs if i.gets_gradient]
     overrides = {name: finish(expr) for name, expr in parsed_overrides.items()}
 
     try:
+        # inside: a SymPy failure on the forward is a DerivationError, not a traceback
+        outputs = tuple((name, chosen(name, expr)) for name, expr in naive)
         jacobian: dict[str, dict[str, sympy.Expr]] = {}
         plain: dict[str, dict[str, sympy.Expr]] = {}  # the jacobian before regime branches
         for (name, _), grad in zip(outputs, grads):
