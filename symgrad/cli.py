@@ -165,10 +165,9 @@ def _generated(
                 )
                 for f in failures
             ]
-            notes += [
-                f"{path}: {t} is not installed here: the generated {t} code was not run"
-                for t in skipped
-            ]
+            for t in skipped:
+                note = f"{t} is not installed here: the generated {t} code was not run"
+                notes += [] if note in notes else [note]
         planned += [Planned(directory / f.name, f.text) for f in files]
     raise_all(errors)
     return planned, warnings, notes
