@@ -390,7 +390,10 @@ def exact(expr: sympy.Basic, point: Mapping[sympy.Symbol, float]) -> float | Non
         value, lost = _at_precision(expr, point, prec)
         trusted = prec - lost >= TRUSTED_BITS
         if previous is not None and previous[0] == value:
-            if (trusted and previous[1]) or prec >= SETTLED_RISE * since:
+            # an infinity that cancellation made (log(1 - sigmoid(1e4)) is log(0) below
+            # 14,000 bits) is no settled value: only a finite one settles untrusted
+            settled = prec >= SETTLED_RISE * since and value is not None and math.isfinite(value)
+            if (trusted and previous[1]) or settled:
                 return value
         else:
             since = prec

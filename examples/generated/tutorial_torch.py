@@ -195,7 +195,7 @@ def _check_broadcast(name: str, **tensors) -> None:
         torch.broadcast_shapes(*shapes.values())
     except RuntimeError:
         got = ", ".join(f"{k} {s}" for k, s in shapes.items())
-        raise ValueError(
+        raise RuntimeError(  # torch's own type for it
             f"{name}(): the inputs do not broadcast: {got}. {name} is elementwise (its inputs "
             "broadcast against each other as in x * y; no matrix products or reductions)"
         ) from None
