@@ -15,9 +15,9 @@ once for symgrad's generated PyTorch module and once, side by side, for plain
 :class:`~symgrad.printers.TorchPrinter`, not stabilised; stable primitives the user wrote
 by name, such as ``sigmoid``, stay the framework's op).
 
-Exact values come from :func:`symgrad.reference.exact` on the NAIVE formula and SymPy's
+Exact values come from :func:`symgrad.numerics.mp.exact` on the NAIVE formula and SymPy's
 derivatives of it (a user's gradient override is its own reference, as in
-:func:`symgrad.reference.reference`). ``exact`` rounds to float64; for float32 that value
+:func:`symgrad.cases.reference`). ``exact`` rounds to float64; for float32 that value
 is rounded again to float32: a double rounding, off by one float32 ulp (1 bit of error)
 only where the exact result lies within one float64 rounding (2**-53 relative) of a
 float32 halfway point, which is rare enough to ignore in means over many points.
@@ -31,7 +31,7 @@ symgrad's own stable formula; when the two disagree the naive formula is retried
 
 Sample points follow Herbie: float bit patterns drawn uniformly between the ends of each
 input's domain (so every binade is equally likely: most points are huge or tiny), plus
-the fixed extreme points of :func:`symgrad.reference.extreme_points`.
+the fixed extreme points of :func:`symgrad.numerics.points.extreme_points`.
 
 Plots are not drawn (matplotlib is not a dependency); :func:`plot` writes the per-point
 data as CSV files that any plotting tool reads.
@@ -61,24 +61,16 @@ import sympy
 
 from symgrad.derive import Derived, derive_function
 from symgrad.errors import SpecError
-from symgrad.floats import (
-    FLOAT_MAX,
+from symgrad.numerics.floats import (
     _check_dtype,
     bits_of_error,
-    from_ordinal,
     ordinal,
     round_to,
     ulp_distance,
 )
-from symgrad.reference import (
-    Undefined,
-    evaluate,
-    exact,
-    extreme_points,
-    scalar_value,
-    to_float,
-)
-from symgrad.spec import Function, Input, Spec
+from symgrad.numerics.mp import Undefined, evaluate, exact, to_float
+from symgrad.numerics.points import dtype_extremes, sample_values, scalar_value, tame_value
+from symgrad.spec import Function, Spec
 
 #: Supported dtypes: name -> (struct float format, struct int format, bits).
 #: Precisions (bits) at which a disputed naive reference is evaluated again.
@@ -93,62 +85,6 @@ WORSE_MARGIN_BITS = 0.5
 
 
 # --------------------------------------------------------------------------- sample points
-def _inside(value: float, lo: float, hi: float, dtype: str) -> float:
-    """``value`` rounded to ``dtype``, nudged back inside ``[lo, hi]`` if rounding left it."""
-    r = round_to(value, dtype)
-    if r < lo:
-        r = from_ordinal(ordinal(r, dtype) + 1, dtype)
-    elif r > hi:
-        r = from_ordinal(ordinal(r, dtype) - 1, dtype)
-    return r
-
-
-def _domain(inp: Input, dtype: str) -> tuple[float, float]:
-    """The domain of ``inp`` clipped to the finite floats of ``dtype`` and its assumptions."""
-    big = FLOAT_MAX[dtype]
-    lo, hi = (max(inp.domain[0], -big), min(inp.domain[1], big))
-    assumptions = dict(inp.assumptions)
-    if assumptions.get("positive") and lo <= 0:
-        lo = from_ordinal(1, dtype)  # the smallest positive (subnormal) float
-    elif assumptions.get("nonnegative") and lo < 0:
-        lo = 0.0
-    return _inside(lo, lo, hi, dtype), _inside(hi, lo, hi, dtype)
-
-
-def sample_values(inp: Input, n: int, rng: random.Random, dtype: str = "float64") -> list[float]:
-    """``n`` floats of ``dtype`` drawn Herbie-style: uniform over the bit patterns of the domain.
-
-    Every float between the domain's ends is equally likely, so each binade gets about the
-    same share of points (for ``[-inf, inf]`` most points are huge or tiny).
-    """
-    lo, hi = _domain(inp, dtype)
-    a, b = ordinal(lo, dtype), ordinal(hi, dtype)
-    values = [from_ordinal(rng.randint(a, b), dtype) for _ in range(n)]
-    if dict(inp.assumptions).get("integer"):
-        values = [min(max(float(round(v)), math.ceil(lo)), math.floor(hi)) for v in values]
-    return values
-
-
-def _extremes(inp: Input, dtype: str) -> list[float]:
-    lo, hi = _domain(inp, dtype)
-    points = {round_to(v, dtype) for v in extreme_points(inp)}
-    return sorted(v for v in points if math.isfinite(v) and lo <= v <= hi)
-
-
-def _benign(inp: Input) -> float:
-    """A tame value inside the domain (other inputs' value while one sits at an extreme)."""
-    lo, hi = inp.domain
-    if lo <= 0.5 <= hi and not (dict(inp.assumptions).get("integer")):
-        return 0.5
-    if math.isfinite(lo) and math.isfinite(hi):
-        return (lo + hi) / 2
-    if math.isfinite(lo):
-        return lo + 1.0
-    if math.isfinite(hi):
-        return hi - 1.0
-    return 1.0
-
-
 def sample_points(
     fn: Function, n: int, rng: random.Random, dtype: str = "float64"
 ) -> list[dict[str, float]]:
@@ -160,12 +96,12 @@ def sample_points(
     """
     tensors = [i for i in fn.inputs if i.is_tensor]
     scalars = {i.name: scalar_value(i) for i in fn.inputs if not i.is_tensor}
-    tame = {i.name: round_to(_benign(i), dtype) for i in tensors}
+    tame = {i.name: round_to(tame_value(i), dtype) for i in tensors}
     points: list[dict[str, float]] = []
     for inp in tensors:
         if not inp.gets_gradient and len(tensors) > 1:
             continue
-        for v in _extremes(inp, dtype):
+        for v in dtype_extremes(inp, dtype):
             points.append({**tame, inp.name: v, **scalars})
     columns = {i.name: sample_values(i, n, rng, dtype) for i in tensors}
     for k in range(n):

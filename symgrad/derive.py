@@ -9,27 +9,26 @@ import math
 import signal
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 
 import sympy
 from sympy.functions.elementary.hyperbolic import HyperbolicFunction
 from sympy.functions.elementary.trigonometric import TrigonometricFunction
 
-from symgrad.choose import Accuracy, symbol_points
+from symgrad.choose import symbol_points
 from symgrad.cost import eager_cost, op_cost
+from symgrad.derived import Accuracy, Derived
 from symgrad.errors import DerivationError, SpecError, raise_all
 from symgrad.expr import parse_formula
 from symgrad.functions import dsigmoid, heaviside_as_piecewise, hypot, hypot_ratio, sigmoid
-from symgrad.spec import Function, Spec
-from symgrad.stabilize import (
-    clamp_select,
+from symgrad.rewrite.regimes import (
     exp_rational,
     guard_tails,
     rational_scaled,
     split_regimes,
-    stabilize,
     tails_as_clamps,
 )
+from symgrad.rewrite.rules import clamp_select, stabilize
+from symgrad.spec import Function, Spec
 
 #: Formulas larger than this (SymPy op count) are not given to simplify: the bound is on
 #: size, not time, so that output never depends on how fast or loaded the machine is.
@@ -41,75 +40,6 @@ SIMPLIFY_TRIG_MAX_OPS = 60
 #: A last-resort guard against a SymPy hang; never reached by the formulas seen so far
 #: (simplify takes < 0.3 s on each of them).
 SIMPLIFY_SECONDS = 60.0
-
-
-@dataclass(frozen=True)
-class Derived:
-    """Every formula the emitters need for one function, over the input symbols.
-
-    ``vjps[i]`` is the gradient of input ``i`` given the upstream gradients ``grads``;
-    ``jacobian[o][i]`` the derivative of output ``o`` w.r.t. input ``i`` (for forward mode);
-    ``second[i][w]`` the derivative of ``vjps[i]`` w.r.t. ``w`` (a differentiable input or an
-    upstream gradient): the formulas of the double backward. All are total derivatives
-    in terms of the inputs, stabilised and simplified.
-    """
-
-    function: Function
-    symbols: dict[str, sympy.Symbol]  # input name -> symbol
-    outputs: tuple[tuple[str, sympy.Expr], ...]  # stable forward
-    naive_outputs: tuple[tuple[str, sympy.Expr], ...]  # as the user wrote them
-    grads: tuple[sympy.Symbol, ...]  # upstream gradient symbol per output
-    vjps: dict[str, sympy.Expr]
-    jacobian: dict[str, dict[str, sympy.Expr]]
-    second: dict[str, dict[str, sympy.Expr]]
-    overridden: frozenset[str]
-    accuracy: dict[str, Accuracy] = field(default_factory=dict)  # label -> measured error
-    # label -> the fused path's form, where the cheapest for compiled code (arithmetic
-    # only) is another than the eager one (passes over memory too); as accurate
-    fused: dict[str, sympy.Expr] = field(default_factory=dict)
-
-    @property
-    def diff_inputs(self) -> tuple[str, ...]:
-        return tuple(i.name for i in self.function.inputs if i.gets_gradient)
-
-    @property
-    def scalars(self) -> frozenset[sympy.Symbol]:
-        return frozenset(self.symbols[i.name] for i in self.function.inputs if not i.is_tensor)
-
-    def for_fused(self) -> Derived:
-        """These formulas with the fused path's forms (see ``fused``)."""
-        forms = self.fused
-
-        def pick(label: str, expr: sympy.Expr) -> sympy.Expr:
-            return forms.get(label, expr)
-
-        return dataclasses.replace(
-            self,
-            outputs=tuple((name, pick(name, e)) for name, e in self.outputs),
-            vjps={
-                i: e if i in self.overridden else pick(f"grad_{i}", e) for i, e in self.vjps.items()
-            },
-            second={
-                i: {w: pick(f"d grad_{i} / d {w}", e) for w, e in by_w.items()}
-                for i, by_w in self.second.items()
-            },
-            fused={},
-        )
-
-    def outputs_requiring_grad(self) -> tuple[str, ...]:
-        """Outputs of some differentiable input: they require grad (one with derivative 0,
-        round(x), gets zero gradients, as in torch); the others are marked
-        non-differentiable."""
-        diff = {self.symbols[i] for i in self.diff_inputs}
-        return tuple(name for name, naive in self.naive_outputs if naive.free_symbols & diff)
-
-    def differentiable_outputs(self) -> tuple[str, ...]:
-        """Outputs with a nonzero derivative w.r.t. some input (others are marked so)."""
-        return tuple(
-            name
-            for name, _ in self.outputs
-            if any(self.jacobian[name][i] != 0 for i in self.diff_inputs)
-        )
 
 
 @contextlib.contextmanager
@@ -201,10 +131,10 @@ def finish(
 
     Candidates: the formula as written, stabilised, stabilised after a (size-bounded)
     simplify (also one per sign of x where it has |x|, and one through hypot's naive form),
-    and each with its regime branches (:func:`~symgrad.stabilize.split_regimes`). With
+    and each with its regime branches (:func:`~symgrad.rewrite.regimes.split_regimes`). With
     ``points``, also the formula as a rational function of one exponential
-    (:func:`~symgrad.stabilize.exp_rational`) and with its numerator's power divided out
-    (:func:`~symgrad.stabilize.rational_scaled`), and the choice is by measured error
+    (:func:`~symgrad.rewrite.regimes.exp_rational`) and with its numerator's power divided out
+    (:func:`~symgrad.rewrite.regimes.rational_scaled`), and the choice is by measured error
     (fewest non-finite results in float64 and float32, then float64 bits; ties to the
     cheaper for eager code by :func:`~symgrad.cost.eager_cost`); ``record`` gets the
     chosen form's :class:`~symgrad.choose.Accuracy`, ``fused`` the tie's cheapest for
@@ -322,8 +252,8 @@ def _dsigmoid_as_product(expr: sympy.Expr) -> sympy.Expr:
 
 def _finished(best: sympy.Expr) -> sympy.Expr:
     """The chosen form with its sigmoid tails guarded, impossible branches dropped and
-    selects that are a clamp written as one (:func:`~symgrad.stabilize.tails_as_clamps`,
-    :func:`~symgrad.stabilize.clamp_select`)."""
+    selects that are a clamp written as one (:func:`~symgrad.rewrite.regimes.tails_as_clamps`,
+    :func:`~symgrad.rewrite.rules.clamp_select`)."""
     if best.has(sigmoid, dsigmoid):
         best = guard_tails(best)
     if best.has(sympy.Piecewise):
@@ -513,7 +443,7 @@ def derive_function(fn: Function, measure: bool = True) -> Derived:
         raise
     except Exception as exc:  # SymPy raises many kinds; report them with the function
         raise DerivationError(where, f"SymPy could not differentiate: {exc}") from exc
-    return Derived(
+    derived = Derived(
         function=fn,
         symbols=symbols,
         outputs=outputs,
@@ -532,6 +462,37 @@ def derive_function(fn: Function, measure: bool = True) -> Derived:
             for label, e in fused.items()
         },
     )
+    return _with_second_partials(derived)
+
+
+def _with_second_partials(derived: Derived) -> Derived:
+    """``derived`` with :attr:`~symgrad.derived.Derived.second_partials` for every set of
+    reusable outputs (and for the fused path's forms): whichever the planner saves, the
+    derivatives it needs are here, so no differentiation happens after derive."""
+    if derived.function.order < 2:
+        return derived
+    partials: dict[sympy.Expr, dict[str, sympy.Expr]] = {}
+    outs = set(derived.output_symbols().values())
+    non_diff = {i.name for i in derived.function.inputs if not i.gets_gradient}
+    variants = [derived, derived.for_fused()] if derived.fused else [derived]
+    for variant in variants:
+        reusable = variant.reusable_outputs()
+        for k in range(1, len(reusable) + 1):
+            for subset in itertools.combinations(reusable, k):
+                for vjp in variant.vjps.values():
+                    reading = vjp.xreplace(dict(subset))
+                    if reading in partials or not reading.free_symbols & outs:
+                        continue
+                    wrt = sorted(
+                        (
+                            s
+                            for s in reading.free_symbols - derived.scalars
+                            if s.name not in non_diff
+                        ),
+                        key=lambda s: s.name,
+                    )
+                    partials[reading] = {s.name: differentiate(reading, s) for s in wrt}
+    return dataclasses.replace(derived, second_partials=partials)
 
 
 def derive_spec(spec: Spec) -> tuple[Derived, ...]:

@@ -853,3 +853,27 @@ STABLE_FUNCTIONS: dict[str, type[StableFunction]] = {
         clamp,
     )
 }
+
+
+def hypot_power_parts(expr: sympy.Expr):
+    """y**2 / hypot(x, y)**3 -> (1, hypot(x, y), 1, [(y, 2)]), to print (1/h)**1 * (y/h)**2.
+
+    h**3 overflows long before the value does (|y| > 5e102), and SymPy merges
+    (y/h)**2 / h back into y**2 / h**3, so the pairing is done by the printers (the
+    framework printers and the NumPy one the accuracy choice uses). ``None`` for other
+    expressions. Returns (rest, h, k, pairs): expr = rest * h**-k * prod((b/h)**m).
+    """
+    for factor in sympy.Mul.make_args(expr):
+        h, power = factor.as_base_exp()
+        if not (isinstance(h, hypot) and power.is_Integer and power <= -2):
+            continue
+        rest, pairs, k = list(sympy.Mul.make_args(expr)), [], -int(power)
+        rest.remove(factor)
+        for f in list(rest):
+            b, m = f.as_base_exp()
+            if b in h.args and m.is_Integer and 1 <= m < k:
+                rest.remove(f)
+                pairs.append((b, int(m)))
+                k -= int(m)
+        return sympy.Mul(*rest), h, k, pairs
+    return None

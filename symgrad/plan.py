@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 
 import sympy
 
-from symgrad.derive import Derived, differentiate
+from symgrad.derived import Derived
 from symgrad.functions import StableFunction, hypot, hypot_ratio, tan_half_atan
 from symgrad.printers import PRINTERS, FrameworkPrinter
-from symgrad.stabilize import hypot_power_ratio, stabilize
+from symgrad.rewrite.rules import hypot_power_ratio, stabilize
 
 
 @dataclass
@@ -132,7 +132,7 @@ def _paired_hypot_powers(expr: sympy.Expr) -> sympy.Expr:
 
     The printers pair the powers themselves, but only where they see hypot: once CSE has
     named hypot(x, y) t0, x*y / t0**3 overflows for |x| > 1e102. So the pairing rule of
-    :mod:`symgrad.stabilize` is applied before CSE, whatever form the choice took.
+    :mod:`symgrad.rewrite.rules` is applied before CSE, whatever form the choice took.
     """
     return stabilize(expr, (hypot_power_ratio,)) if expr.has(hypot) else expr
 
@@ -801,27 +801,14 @@ class _TorchPlanner:
             sympy.Symbol(f"grad_grad_{i}", real=True) for i in derived.diff_inputs
         )
         self.reduce = _broadcasts(derived)
-        self.out_syms = {name: sympy.Symbol(name, real=True) for name, _ in derived.outputs}
+        self.out_syms = derived.output_symbols()
         self._second: dict[str, dict[str, sympy.Expr]] = {}
         self.non_diff = {i.name for i in self.fn.inputs if not i.gets_gradient}
         # Save-vs-recompute: an output whose formula reappears in a gradient is reused
         # (d exp(x)/dx = grad * out) when that is cheaper by the cost model: fewer tensors
-        # saved for the backward first, then fewer passes over memory in it. Never where a
-        # gradient would read the output beside a differentiable input: hypot's
-        # grad*x/out would make the double backward chain two partial derivatives whose
-        # sum cancels (1/h - x**2/h**3) where the derived y**2/h**3 does not.
+        # saved for the backward first, then fewer passes over memory in it.
         self.reuse = {}
-        diff_syms = {self.sym[i] for i in derived.diff_inputs}
-        for name, expr in derived.outputs:
-            if expr.is_Atom or expr.has(sympy.Piecewise):
-                continue
-            out = self.out_syms[name]
-            mixed = any(
-                out in v.free_symbols and v.free_symbols & diff_syms
-                for v in (e.xreplace({expr: out}) for e in derived.vjps.values())
-            )
-            if mixed:
-                continue
+        for expr, out in derived.reusable_outputs():
             candidate = {**self.reuse, expr: out}
             if self.backward_cost(candidate) < self.backward_cost(self.reuse):
                 self.reuse = candidate
@@ -1120,8 +1107,7 @@ class _TorchPlanner:
         vjp = self.subst(d.vjps[i])
         outs = set(self.out_syms.values())
         if vjp.free_symbols & outs:
-            wrt = [s for s in self.tensors_in([vjp]) if s.name not in self.non_diff]
-            terms = {s.name: self.subst(differentiate(vjp, s)) for s in wrt}
+            terms = {w: self.subst(e) for w, e in d.second_partials[vjp].items()}
         else:
             terms = {w: self.subst(e) for w, e in d.second[i].items()}
         self._second[i] = {w: e for w, e in terms.items() if not is_zero(e)}

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from symgrad.reference import domain_interior, scalar_value
+from symgrad.numerics.points import domain_interior, scalar_value
 from symgrad.spec import Function, Input, Spec
 
 #: Points per tensor input, as fractions of its benign interval (domain_interior).

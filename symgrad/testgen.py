@@ -6,10 +6,11 @@ import math
 from dataclasses import dataclass
 
 from symgrad import functions as F
-from symgrad.derive import Derived
+from symgrad.cases import Case, reference
+from symgrad.derived import Derived
 from symgrad.errors import DerivationError
+from symgrad.numerics.points import domain_interior, scalar_value
 from symgrad.printers import TorchPrinter
-from symgrad.reference import Case, domain_interior, reference, scalar_value
 from symgrad.render import render
 from symgrad.spec import Spec
 

@@ -17,7 +17,7 @@ _NO_SIMD = (
 _SCRIPT = """
 import numpy as np, sympy
 from symgrad import functions as F
-from symgrad.choose import _evaluator
+from symgrad.numerics.native import evaluator as _evaluator
 x = sympy.Symbol("x", real=True)
 unit = [sympy.asin, sympy.acos, sympy.atanh]  # on (-1, 1)
 formulas = [sympy.exp, sympy.log, sympy.sin, sympy.cos, sympy.tan, sympy.atan, sympy.sinh,
@@ -53,7 +53,7 @@ def test_candidate_values_do_not_depend_on_the_cpus_simd(disabled):
 def test_libm_evaluation_keeps_numpys_special_values():
     import numpy as np
 
-    from symgrad.choose import _libm
+    from symgrad.numerics.native import _libm
 
     exp, log = _libm("exp"), _libm("log")
     assert exp(np.float64(1000.0)) == np.inf

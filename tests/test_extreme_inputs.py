@@ -10,7 +10,7 @@ import sympy
 import torch
 
 from symgrad import functions as F
-from symgrad.reference import exact
+from symgrad.numerics.mp import exact
 
 SQUAREPLUS = """
 module: squareplus_spec

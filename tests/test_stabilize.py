@@ -13,7 +13,7 @@ from symgrad import functions as F
 from symgrad.errors import Location
 from symgrad.expr import parse_formula
 from symgrad.printers import TorchPrinter
-from symgrad.stabilize import RULES, stabilize
+from symgrad.rewrite.rules import RULES, stabilize
 
 x, y = sympy.symbols("x y", real=True)
 
@@ -151,7 +151,7 @@ def test_choice_is_driven_by_measured_error():
 
 
 def test_bits_of_error():
-    from symgrad.floats import bits_of_error
+    from symgrad.numerics.floats import bits_of_error
 
     assert bits_of_error(1.0, 1.0) == 0
     assert bits_of_error(math.nextafter(1.0, 2.0), 1.0) == 1
@@ -166,7 +166,7 @@ def test_log_sum_exp_of_three_terms():
 
 def test_gaussian_tail_is_zero_where_the_exponential_underflows():
     """(2 - x**2) exp(-x**2/2) at x = 1e200: x**2 is inf, exp is 0, the exact value 0."""
-    from symgrad.stabilize import split_regimes
+    from symgrad.rewrite.regimes import split_regimes
 
     expr = (2 - x**2) * sympy.exp(-(x**2) / 2)
     stable = split_regimes(expr)
@@ -178,7 +178,7 @@ def test_gaussian_tail_is_zero_where_the_exponential_underflows():
 
 def test_rational_tail_keeps_second_derivatives_finite_where_powers_overflow():
     """(nu - x**2)/(nu + x**2)**2 at x = 1e200 is inf/inf as written; rescaled it is ~ -1e-400."""
-    from symgrad.stabilize import split_regimes
+    from symgrad.rewrite.regimes import split_regimes
 
     nu = sympy.Symbol("nu", real=True)
     expr = (nu - x**2) / (nu + x**2) ** 2
@@ -194,7 +194,7 @@ def test_rational_tail_keeps_second_derivatives_finite_where_powers_overflow():
 
 def test_log1p_tail_keeps_log1p_of_overflowing_squares_finite():
     """log1p(x**2/nu) at x = 1e200: x**2 is inf; the exact value is 2 log(1e200) - log(nu)."""
-    from symgrad.stabilize import split_regimes
+    from symgrad.rewrite.regimes import split_regimes
 
     nu = sympy.Symbol("nu", real=True)
     expr = stabilize(sympy.log(1 + x**2 / nu))
@@ -226,7 +226,7 @@ def test_log1p_of_a_scaled_square_is_one_log1p_that_does_not_overflow(dtype, gen
     x**2 overflows (1.8e19 in float32), within 4 ulp everywhere (3 logs became 1)."""
     import mpmath
 
-    from symgrad.stabilize import split_regimes
+    from symgrad.rewrite.regimes import split_regimes
 
     nu = sympy.Symbol("nu", real=True)
     expr = stabilize(sympy.log(1 + x**2 / nu))
@@ -260,7 +260,7 @@ def test_polygamma_difference_is_a_power():
 
 def test_hypot_minus_one_regimes():
     """sqrt(x**2 + 1) - 1: cancels near 0 (x = 1e-10) and x**2 overflows (x = 1e200)."""
-    from symgrad.stabilize import split_regimes
+    from symgrad.rewrite.regimes import split_regimes
 
     naive = sympy.sqrt(x**2 + 1) - 1
     stable = split_regimes(stabilize(naive))
@@ -284,7 +284,7 @@ def test_powers_of_hypot_print_as_ratios():
 
 def test_sigmoid_tail_is_zero_where_the_sigmoid_underflows():
     """x**3 * sigmoid(-x**3) at x = 1e200: x**3 is inf, sigmoid 0; the exact value is 0."""
-    from symgrad.stabilize import split_regimes
+    from symgrad.rewrite.regimes import split_regimes
 
     expr = x**3 * F.sigmoid(-(x**3))
     stable = split_regimes(expr)
@@ -302,7 +302,7 @@ def test_tails_as_clamps_clamps_polynomial_cofactors_only_where_that_is_exact():
     """A sigmoid tail's select becomes its polynomial cofactor with x clamped to the cut
     (each side its own cut, one-sided where the sigmoid decays one way), with the values
     of the select; tails that a clamp could make NaN keep the select."""
-    from symgrad.stabilize import split_regimes, tails_as_clamps
+    from symgrad.rewrite.regimes import split_regimes, tails_as_clamps
 
     def clamped(expr):
         return tails_as_clamps(split_regimes(expr))
@@ -365,7 +365,7 @@ def test_log_erfc_regimes():
     and for the normal log-CDF at x = 30, erfc(-x/sqrt(2))/2 rounds to 1 (log = 0)."""
     import mpmath
 
-    from symgrad.stabilize import split_regimes
+    from symgrad.rewrite.regimes import split_regimes
 
     cases = (
         ("log(1 - erf(x))", 30.0, lambda v: mpmath.log(mpmath.erfc(v))),
@@ -420,7 +420,7 @@ def test_sinh_and_cosh_print_finite_up_to_their_overflow():
 
 def test_log_ratio_where_the_quotient_overflows():
     """log(x/y) at x = 1e300, y = 1e-300: x/y is inf; log(x) - log(y) = 1381.55."""
-    from symgrad.stabilize import split_regimes
+    from symgrad.rewrite.regimes import split_regimes
 
     naive = sympy.log(x / y)
     stable = split_regimes(naive)
@@ -434,7 +434,7 @@ def test_log_ratio_where_the_quotient_overflows():
 def test_guard_tails_zeroes_overflowing_cofactors_of_underflowing_sigmoids():
     """gamma**2 * softplus(-z) * sigmoid(z)**2 at z = -3e38 in float32: the cofactor overflows
     (4 * 3e38) before it meets sigmoid(z)**2 = 0 unless the tail is zero by construction."""
-    from symgrad.stabilize import guard_tails
+    from symgrad.rewrite.regimes import guard_tails
 
     z = sympy.Symbol("z", real=True)
     expr = 4 * F.softplus(-z) * F.sigmoid(z) ** 2
@@ -474,10 +474,10 @@ def test_impossible_branches_of_folded_regimes_are_dropped():
     "value", [-1e308, -800.0, -30.0, -2.0, -1e-3, 0.0, 1e-300, 2.5, 40.0, 1e300]
 )
 def test_exp_rational_gives_mish_gradient_from_one_exponential(value):
-    from symgrad.choose import _evaluator
-    from symgrad.floats import bits_of_error
-    from symgrad.reference import exact as reference_exact
-    from symgrad.stabilize import exp_rational
+    from symgrad.numerics.floats import bits_of_error
+    from symgrad.numerics.mp import exact as reference_exact
+    from symgrad.numerics.native import evaluator as _evaluator
+    from symgrad.rewrite.regimes import exp_rational
 
     mish_grad = sympy.diff(x * sympy.tanh(F.softplus(x)), x)
     rational = exp_rational(mish_grad)
@@ -492,7 +492,7 @@ def test_exp_rational_gives_mish_gradient_from_one_exponential(value):
 
 
 def test_exp_rational_declines_what_is_not_a_rational_function_of_one_exponential():
-    from symgrad.stabilize import exp_rational
+    from symgrad.rewrite.regimes import exp_rational
 
     z = sympy.Symbol("z", real=True)
     two_bases = x * F.sigmoid(y) + z * sympy.tanh(x)
@@ -537,8 +537,8 @@ def test_eager_cost_adds_a_pass_per_operation():
 
 
 def test_rational_scaled_divides_out_the_numerator_power():
-    from symgrad.choose import _evaluator
-    from symgrad.stabilize import rational_scaled
+    from symgrad.numerics.native import evaluator as _evaluator
+    from symgrad.rewrite.regimes import rational_scaled
 
     nu = sympy.Symbol("nu", positive=True)
     grad = sympy.Symbol("grad", real=True)
@@ -559,7 +559,7 @@ def test_rational_scaled_divides_out_the_numerator_power():
 
 
 def test_clamp_select_matches_symmetric_selects_only():
-    from symgrad.stabilize import clamp_select
+    from symgrad.rewrite.rules import clamp_select
 
     p, t, g = sympy.symbols("pred target grad", real=True)
     delta = sympy.Symbol("delta", positive=True)

@@ -12,9 +12,10 @@ import torch
 
 from symgrad.derive import derive_function
 from symgrad.expr import parse_formula
-from symgrad.reference import exact
+from symgrad.numerics.mp import exact
+from symgrad.rewrite.regimes import exp_rational, rational_scaled
+from symgrad.rewrite.rules import stabilize
 from symgrad.spec import load_spec
-from symgrad.stabilize import exp_rational, rational_scaled, stabilize
 
 CORPUS = Path(__file__).resolve().parent.parent / "benchmarks" / "accuracy" / "trig.yaml"
 

@@ -9,7 +9,7 @@ from sympy.printing.precedence import PRECEDENCE, precedence
 from sympy.printing.str import StrPrinter
 
 from symgrad.errors import DerivationError
-from symgrad.functions import StableFunction, heaviside_as_piecewise
+from symgrad.functions import StableFunction, heaviside_as_piecewise, hypot_power_parts
 
 
 class UnsupportedError(DerivationError):
@@ -21,32 +21,6 @@ class UnsupportedError(DerivationError):
             f"cannot print {type(expr).__name__} ({expr}) for {framework}",
             "rewrite the formula with the functions listed in SPEC.md",
         )
-
-
-def hypot_power_parts(expr: sympy.Expr):
-    """y**2 / hypot(x, y)**3 -> (1, hypot(x, y), 1, [(y, 2)]), to print (1/h)**1 * (y/h)**2.
-
-    h**3 overflows long before the value does (|y| > 5e102), and SymPy merges
-    (y/h)**2 / h back into y**2 / h**3, so the pairing is done by the printers (the
-    framework printers and the NumPy one the accuracy choice uses). ``None`` for other
-    expressions. Returns (rest, h, k, pairs): expr = rest * h**-k * prod((b/h)**m).
-    """
-    from symgrad.functions import hypot
-
-    for factor in sympy.Mul.make_args(expr):
-        h, power = factor.as_base_exp()
-        if not (isinstance(h, hypot) and power.is_Integer and power <= -2):
-            continue
-        rest, pairs, k = list(sympy.Mul.make_args(expr)), [], -int(power)
-        rest.remove(factor)
-        for f in list(rest):
-            b, m = f.as_base_exp()
-            if b in h.args and m.is_Integer and 1 <= m < k:
-                rest.remove(f)
-                pairs.append((b, int(m)))
-                k -= int(m)
-        return sympy.Mul(*rest), h, k, pairs
-    return None
 
 
 class FrameworkPrinter(StrPrinter):

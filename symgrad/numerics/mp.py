@@ -1,26 +1,19 @@
-"""High-precision reference values with mpmath, for the generated tests.
+"""Exact values of SymPy formulas with mpmath, at adaptive precision.
 
-References are computed from the user's NAIVE formula (and SymPy's derivatives of it),
-never from symgrad's rewritten forms, so a wrong rewrite cannot agree with itself.
+The lowest layer of symgrad's numerics: it knows formulas and points, nothing of specs'
+functions or of derived gradients (the test-case builder, :mod:`symgrad.cases`, and the
+accuracy report sit on top of it).
 """
 
 from __future__ import annotations
 
 import math
-import random
-import struct
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import mpmath
 import sympy
 
 from symgrad.functions import StableFunction, heaviside_as_piecewise
-from symgrad.spec import Input
-
-if TYPE_CHECKING:
-    from symgrad.derive import Derived
 
 PREC_BITS = 256
 MAX_PREC_BITS = 65536
@@ -255,93 +248,6 @@ def to_float(value) -> float | None:
         return math.inf if value > 0 else -math.inf
 
 
-# --------------------------------------------------------------------------- test points
-EXTREMES = (
-    -1e4,
-    -710.0,
-    -100.0,
-    -89.0,
-    -30.0,
-    -1.0,
-    -1e-8,
-    0.0,
-    1e-8,
-    1.0,
-    30.0,
-    89.0,
-    100.0,
-    710.0,
-    1e4,
-)
-
-
-def scalar_value(inp: Input) -> float:
-    """The value a scalar input takes in tests and measurements: its default, else a point
-    inside its domain."""
-    if inp.has_default and inp.default is not None:
-        return inp.default
-    lo, hi = inp.domain
-    if math.isfinite(lo) and math.isfinite(hi):
-        return (lo + hi) / 2
-    if math.isfinite(lo):
-        return lo + 1.0
-    if math.isfinite(hi):
-        return hi - 1.0
-    return 1.0
-
-
-def domain_interior(inp: Input) -> tuple[float, float]:
-    """A benign sampling interval inside an input's domain (for gradcheck-style tests)."""
-    lo, hi = inp.domain
-    if math.isinf(lo) and math.isinf(hi):
-        return (-2.0, 2.0)
-    if math.isinf(hi):
-        return (lo + 0.2, lo + 3.0)
-    if math.isinf(lo):
-        return (hi - 3.0, hi - 0.2)
-    width = hi - lo
-    return (lo + 0.1 * width, hi - 0.1 * width)
-
-
-def extreme_points(inp: Input) -> list[float]:
-    """Extreme and tricky values inside an input's domain (edges included)."""
-    lo, hi = inp.domain
-    points = [v for v in EXTREMES if lo <= v <= hi]
-    for edge in (lo, hi):
-        if math.isfinite(edge):
-            points += [edge, edge + 1e-8 if edge == lo else edge - 1e-8]
-    if inp.assumptions and dict(inp.assumptions).get("positive"):
-        points = [p for p in points if p > 0]
-    if dict(inp.assumptions).get("nonnegative"):
-        points = [p for p in points if p >= 0]
-    return sorted(set(p for p in points if lo <= p <= hi))
-
-
-def sample_points(inp: Input, rng: random.Random, n: int) -> list[float]:
-    """Random benign values inside the domain (rounded, to keep the test files readable)."""
-    lo, hi = domain_interior(inp)
-    return [round(rng.uniform(lo, hi), 6) for _ in range(n)]
-
-
-@dataclass(frozen=True)
-class Case:
-    """One input point and the exact values there (None = undefined, +-inf = overflow)."""
-
-    inputs: dict[str, float]
-    values: tuple[float | None, ...]  # per output
-    grads: dict[str, float | None]  # "output:input" -> d output / d input
-    second: dict[str, float | None]  # "output:input" -> d2 output / d input2
-
-
-@dataclass(frozen=True)
-class Reference:
-    """Reference cases for one function, from its naive formula."""
-
-    benign: tuple[Case, ...]
-    extreme: tuple[Case, ...]
-    extreme32: tuple[Case, ...]  # the same points rounded to float32, exact values there
-
-
 class Unresolved(ArithmeticError):
     """No two precisions up to :data:`MAX_PREC_BITS` agree on the value: unknown."""
 
@@ -406,74 +312,3 @@ def exact(expr: sympy.Basic, point: Mapping[sympy.Symbol, float]) -> float | Non
             past = int(lost) + 2 * TRUSTED_BITS if math.isfinite(lost) else 0
             prec = max(4 * prec, min(past, MAX_PREC_BITS))
     raise Unresolved(f"no value settles up to {MAX_PREC_BITS} bits")
-
-
-def _eval_case(derived: Derived, exprs, point: dict[str, float]) -> Case:
-    syms = derived.symbols
-    env = {syms[k]: v for k, v in point.items()}
-
-    def value(e):
-        try:
-            return exact(e, env)
-        except Unresolved:
-            return None  # unknown: the tests check nothing there
-
-    outs, grads, second = exprs
-    return Case(
-        inputs=dict(point),
-        values=tuple(value(e) for e in outs),
-        grads={k: value(e) for k, e in grads.items()},
-        second={k: value(e) for k, e in second.items()},
-    )
-
-
-def reference(derived: Derived, n_benign: int = 6) -> Reference:
-    """Values, gradients and second derivatives of the naive formula at test points.
-
-    Derivatives are per output and input; where the user overrides a gradient, that
-    formula (upstream gradient 1 for that output, 0 for the others) is the reference.
-    """
-    fn = derived.function
-    syms = derived.symbols
-    grads, second = {}, {}
-    for (out, expr), g in zip(derived.naive_outputs, derived.grads):
-        only_this = {h: (sympy.S.One if h == g else sympy.S.Zero) for h in derived.grads}
-        for name in derived.diff_inputs:
-            if name in derived.overridden:
-                d = derived.vjps[name].xreplace(only_this)
-            else:
-                d = sympy.diff(expr, syms[name])
-            grads[f"{out}:{name}"] = d
-            if fn.order >= 2:
-                second[f"{out}:{name}"] = sympy.diff(d, syms[name])
-    exprs = ([e for _, e in derived.naive_outputs], grads, second)
-
-    rng = random.Random(f"symgrad:{fn.name}")
-    tensors = [i for i in fn.inputs if i.is_tensor]
-    scalars = {i.name: scalar_value(i) for i in fn.inputs if not i.is_tensor}
-    benign = []
-    samples = {i.name: sample_points(i, rng, n_benign) for i in tensors}
-    for k in range(n_benign):
-        point = {name: vals[k] for name, vals in samples.items()} | scalars
-        benign.append(_eval_case(derived, exprs, point))
-    extreme = []
-    # Each input in turn at its extreme points, the others at a benign value.
-    for inp in tensors:
-        if not inp.gets_gradient and len(tensors) > 1:
-            continue
-        for v in extreme_points(inp):
-            point = {i.name: samples[i.name][0] for i in tensors} | scalars
-            point[inp.name] = v
-            extreme.append(_eval_case(derived, exprs, point))
-    # float32 tests feed float32 inputs: 1 - 1e-8 becomes 1.0, and the exact value
-    # must be the one at the rounded input.
-    extreme32 = []
-    for case in extreme:
-        point = {k: (v if k in scalars else _round32(v)) for k, v in case.inputs.items()}
-        same = point == case.inputs
-        extreme32.append(case if same else _eval_case(derived, exprs, point))
-    return Reference(tuple(benign), tuple(extreme), tuple(extreme32))
-
-
-def _round32(value: float) -> float:
-    return struct.unpack("f", struct.pack("f", value))[0]

@@ -1,0 +1,614 @@
+"""Rewrite rules that turn naive formulas into numerically stable ones.
+
+Each rule is a plain function ``rule(node) -> replacement | None`` looking at one SymPy
+node whose arguments are already rewritten; :func:`stabilize` applies them bottom-up to a
+fixed point. The rules follow PyTensor's stabilize phase: exact identities whose
+right-hand side has no overflow, cancellation or unused-branch NaN where the left has.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import sympy
+from sympy import Add, Mul, Pow, exp, log
+
+from symgrad.functions import (
+    dsigmoid,
+    erfcx,
+    erfcx_inv,
+    expm1,
+    exprel,
+    hypot,
+    hypot_ratio,
+    log1mexp,
+    log1p,
+    logaddexp,
+    logcosh,
+    one_plus_erf,
+    sigmoid,
+    softplus,
+    xlogy,
+)
+
+Rule = Callable[[sympy.Basic], sympy.Basic | None]
+
+
+def _drop(node: sympy.Basic, *args: sympy.Basic) -> sympy.Basic:
+    """``node`` (an Add or a Mul) without one occurrence of each of ``args``."""
+    rest = list(node.args)
+    for a in args:
+        rest.remove(a)
+    return node.func(*rest)
+
+
+def _split_add(node: sympy.Basic, constant: sympy.Expr) -> sympy.Expr | None:
+    """For an Add containing ``constant`` as a term, the sum of the other terms."""
+    if isinstance(node, Add) and constant in node.args:
+        rest = list(node.args)
+        rest.remove(constant)
+        return Add(*rest)
+    return None
+
+
+def log_one_plus(node):
+    """log(1 + u) -> log1p(u)."""
+    if isinstance(node, log):
+        rest = _split_add(node.args[0], sympy.S.One)
+        if rest is not None:
+            return log1p(rest)
+    return None
+
+
+def log1p_exp(node):
+    """log1p(exp(a)) -> softplus(a)."""
+    if isinstance(node, log1p) and isinstance(node.args[0], exp):
+        return softplus(node.args[0].args[0])
+    return None
+
+
+def exp_minus_one(node):
+    """c*exp(a) - c -> c*expm1(a) (SymPy distributes c over exp(a) - 1 on its own)."""
+    if not isinstance(node, Add):
+        return None
+    for term in node.args:
+        coeff, rest = term.as_coeff_Mul()
+        if isinstance(rest, exp) and -coeff in node.args:
+            return coeff * expm1(rest.args[0]) + _drop(node, term, -coeff)
+    return None
+
+
+def reciprocal_one_plus_exp(node):
+    """1 / (1 + exp(a)) -> sigmoid(-a), also for other negative integer powers."""
+    if isinstance(node, Pow) and node.exp.is_Integer and node.exp < 0:
+        rest = _split_add(node.base, sympy.S.One)
+        if isinstance(rest, exp):
+            return sigmoid(-rest.args[0]) ** (-node.exp)
+    return None
+
+
+def exp_times_sigmoid(node):
+    """exp(a) * sigmoid(-a)**k -> sigmoid(a) * sigmoid(-a)**(k-1) (what exp(a) / (1 + exp(a))
+    becomes, k = 1; its derivative has k = 2)."""
+    if not isinstance(node, Mul):
+        return None
+    exps = [f for f in node.args if isinstance(f, exp)]
+    for e in exps:
+        for f in node.args:
+            base, k = f.as_base_exp()
+            if not (isinstance(base, sigmoid) and k.is_Integer and k >= 1):
+                continue
+            if sympy.expand(base.args[0] + e.args[0]) == 0:
+                return _drop(node, e, f) * sigmoid(e.args[0]) * base ** (k - 1)
+    return None
+
+
+def exp_over_expm1_power(node):
+    """exp(a) / expm1(a)**k -> 1 / (expm1(a)**(k-1) * -expm1(-a)): no inf/inf for large a.
+
+    k = 1 is the derivative of log(expm1(a)): exp(a)/expm1(a) -> -1/expm1(-a).
+    """
+    if not isinstance(node, Mul):
+        return None
+    for e in (f for f in node.args if isinstance(f, exp)):
+        for p in (f for f in node.args if isinstance(f, Pow) and isinstance(f.base, expm1)):
+            if p.base.args[0] == e.args[0] and p.exp.is_Integer and p.exp <= -1:
+                a = e.args[0]
+                return _drop(node, e, p) * expm1(a) ** (p.exp + 1) / (-expm1(-a))
+    return None
+
+
+def log_sigmoid(node):
+    """log(sigmoid(a)) -> -softplus(-a)."""
+    if isinstance(node, log) and isinstance(node.args[0], sigmoid):
+        return -softplus(-node.args[0].args[0])
+    return None
+
+
+def one_minus_sigmoid(node):
+    """1 - sigmoid(a) -> sigmoid(-a)."""
+    rest = _split_add(node, sympy.S.One)
+    if rest is None:
+        return None
+    for term in Add.make_args(rest):
+        if isinstance(-term, sigmoid):
+            return sigmoid(-(-term).args[0]) + (rest - term)
+    return None
+
+
+def one_minus_two_sigmoid(node):
+    """1 - 2 sigmoid(u) -> -tanh(u/2): no cancellation for small u."""
+    rest = _split_add(node, sympy.S.One)
+    if rest is None:
+        return None
+    for term in Add.make_args(rest):
+        coeff, factor = term.as_coeff_Mul()
+        if coeff == -2 and isinstance(factor, sigmoid):
+            return -sympy.tanh(factor.args[0] / 2) + (rest - term)
+    return None
+
+
+def log_sum_exp(node):
+    """log(exp(a) + exp(b) + ...) -> logaddexp(logaddexp(a, b), ...)."""
+    if isinstance(node, log) and isinstance(node.args[0], Add):
+        terms = node.args[0].args
+        if len(terms) >= 2 and all(isinstance(t, exp) for t in terms):
+            result = terms[0].args[0]
+            for t in terms[1:]:
+                result = logaddexp(result, t.args[0])
+            return result
+    return None
+
+
+def exp_ratio(node):
+    """exp(a) / (exp(a) + exp(b)) -> sigmoid(a - b) (a two-way softmax)."""
+    if not isinstance(node, Mul):
+        return None
+    for e in (f for f in node.args if isinstance(f, exp)):
+        for p in (f for f in node.args if isinstance(f, Pow) and f.exp == -1):
+            terms = p.base.args if isinstance(p.base, Add) else ()
+            if len(terms) == 2 and e in terms and all(isinstance(t, exp) for t in terms):
+                other = terms[1] if terms[0] == e else terms[0]
+                return _drop(node, e, p) * sigmoid(e.args[0] - other.args[0])
+    return None
+
+
+def log_asinh(node):
+    """log(x + sqrt(x**2 + 1)) -> asinh(x): the sum cancels for x << 0, x**2 overflows."""
+    if isinstance(node, log) and isinstance(node.args[0], Add) and len(node.args[0].args) == 2:
+        for x, root in (node.args[0].args, node.args[0].args[::-1]):
+            if isinstance(root, Pow) and root.exp == sympy.S.Half:
+                if sympy.expand(root.base - x**2 - 1) == 0:
+                    return sympy.asinh(x)
+            if isinstance(root, hypot) and set(root.args) in ({x, 1}, {-x, 1}):
+                return sympy.asinh(x)
+    return None
+
+
+def one_minus_erf(node):
+    """c - c*erf(a) -> c*erfc(a); c + c*erf(a) -> c*erfc(-a) (no cancellation on either
+    side; c = 1/2 in the normal CDF (1 + erf(x/sqrt(2)))/2)."""
+    if not isinstance(node, Add):
+        return None
+    for term in node.args:
+        coeff, factor = term.as_coeff_Mul()
+        if not isinstance(factor, sympy.erf):
+            continue
+        for c, replacement in ((-coeff, sympy.erfc), (coeff, one_plus_erf)):
+            if c in node.args:
+                return c * replacement(factor.args[0]) + _drop(node, term, c)
+    return None
+
+
+def log_minus_expm1(node):
+    """log(-expm1(a)) (what log(1 - exp(a)) becomes) -> log1mexp(a)."""
+    if isinstance(node, log):
+        arg = node.args[0]
+        if isinstance(-arg, expm1):
+            return log1mexp((-arg).args[0])
+    return None
+
+
+def sqrt_difference(node):
+    """sqrt(a) - sqrt(b) -> (a - b) / (sqrt(a) + sqrt(b)) when a - b is simpler."""
+    if not isinstance(node, Add) or len(node.args) != 2:
+        return None
+    first, second = node.args
+    if isinstance(-first, Pow):
+        first, second = second, first
+    if not (isinstance(first, Pow) and first.exp == sympy.S.Half):
+        return None
+    if not (isinstance(-second, Pow) and (-second).exp == sympy.S.Half):
+        return None
+    a, b = first.base, (-second).base
+    difference = sympy.expand(a - b)
+    if sympy.count_ops(difference) >= sympy.count_ops(a):
+        return None
+    return difference / (sympy.sqrt(a) + sympy.sqrt(b))
+
+
+def sqrt_sum_squares(node):
+    """(x**2 + y**2)**(k/2) -> hypot(x, y)**k."""
+    if isinstance(node, Pow) and node.exp.is_Rational and node.exp.q == 2:
+        terms = node.base.args if isinstance(node.base, Add) else ()
+        if len(terms) == 2 and all(isinstance(t, Pow) and t.exp == 2 for t in terms):
+            return hypot(terms[0].base, terms[1].base) ** node.exp.p
+    return None
+
+
+def log_reciprocal(node):
+    """log(1/x) -> -log(x)."""
+    if isinstance(node, log) and isinstance(node.args[0], Pow) and node.args[0].exp == -1:
+        return -log(node.args[0].base)
+    return None
+
+
+def exp_square_erfc(node):
+    """exp(a**2) * erfc(a) -> erfcx(a), and exp(-a**2) / erfc(a) -> erfcx_inv(a) (the
+    derivative of log(erfc(a))): exp overflows or underflows and erfc underflows for large a."""
+    if not isinstance(node, Mul):
+        return None
+    for e in (f for f in node.args if isinstance(f, exp)):
+        for c in node.args:
+            base, power = c.as_base_exp()
+            if not (isinstance(base, (sympy.erfc, one_plus_erf)) and power in (1, -1)):
+                continue
+            a = base.args[0] if isinstance(base, sympy.erfc) else -base.args[0]
+            if sympy.expand(power * e.args[0] - a**2) == 0:
+                return _drop(node, e, c) * (erfcx(a) if power == 1 else erfcx_inv(a))
+    return None
+
+
+def x_log_x(node):
+    """x * log(x) -> xlogy(x, x): 0 at x = 0 instead of 0 * -inf = NaN."""
+    if not isinstance(node, Mul):
+        return None
+    for factor in node.args:
+        if isinstance(factor, log) and factor.args[0] in node.args:
+            return _drop(node, factor, factor.args[0]) * xlogy(factor.args[0], factor.args[0])
+    return None
+
+
+def log_cosh(node):
+    """log(cosh(a)) -> logcosh(a): cosh overflows long before the result."""
+    if isinstance(node, log) and isinstance(node.args[0], sympy.cosh):
+        return logcosh(node.args[0].args[0])
+    return None
+
+
+def log_expm1(node):
+    """log(expm1(a)) -> a + log1mexp(-a): expm1 overflows for a > 709.8, the log does not."""
+    if isinstance(node, log) and isinstance(node.args[0], expm1):
+        a = node.args[0].args[0]
+        return a + log1mexp(-a)
+    return None
+
+
+def sigmoid_difference(node):
+    """c*sigmoid(a) - c*sigmoid(-a) -> c*tanh(a/2): the difference cancels near a = 0."""
+    if not isinstance(node, Add):
+        return None
+    for term in node.args:
+        coeff, factor = term.as_coeff_Mul()
+        if not isinstance(factor, sigmoid):
+            continue
+        a = factor.args[0]
+        partner = -coeff * sigmoid(-a)
+        if partner in node.args:
+            return coeff * sympy.tanh(a / 2) + _drop(node, term, partner)
+    return None
+
+
+def one_minus_cos(node):
+    """c - c*cos(a) -> 2c sin(a/2)**2: no cancellation near a = 0."""
+    if not isinstance(node, Add):
+        return None
+    for term in node.args:
+        coeff, factor = term.as_coeff_Mul()
+        if isinstance(factor, sympy.cos) and -coeff in node.args:
+            return -2 * coeff * sympy.sin(factor.args[0] / 2) ** 2 + _drop(node, term, -coeff)
+    return None
+
+
+def cosh_minus_one(node):
+    """c*cosh(a) - c -> 2c sinh(a/2)**2: no cancellation near a = 0."""
+    if not isinstance(node, Add):
+        return None
+    for term in node.args:
+        coeff, factor = term.as_coeff_Mul()
+        if isinstance(factor, sympy.cosh) and -coeff in node.args:
+            return 2 * coeff * sympy.sinh(factor.args[0] / 2) ** 2 + _drop(node, term, -coeff)
+    return None
+
+
+def sinh_over_cosh(node):
+    """sinh(a)**m / cosh(a)**k -> tanh(a)**m / cosh(a)**(k-m) (k >= m): no inf/inf."""
+    if not isinstance(node, Mul):
+        return None
+    powers = {}
+    for f in node.args:
+        base, power = f.as_base_exp()
+        if isinstance(base, (sympy.sinh, sympy.cosh)) and power.is_Integer:
+            powers[base] = power
+    for base, m in powers.items():
+        if not isinstance(base, sympy.sinh) or m < 1:
+            continue
+        cosh = sympy.cosh(base.args[0])
+        k = -powers.get(cosh, 0)
+        if k >= m:
+            others = [f for f in node.args if f.as_base_exp()[0] not in (base, cosh)]
+            return Mul(*others) * sympy.tanh(base.args[0]) ** m * cosh ** (m - k)
+    return None
+
+
+def gamma_difference(node):
+    """loggamma(a + n) - loggamma(a) -> sum of log(a + j); the same for polygamma.
+
+    For large a both terms are huge and nearly equal: loggamma(x + 1) - loggamma(x) at
+    x = 1e15 keeps no correct digit of log(x).
+    """
+    if not isinstance(node, Add):
+        return None
+    for term in node.args:
+        coeff, factor = term.as_coeff_Mul()
+        if not isinstance(factor, (sympy.loggamma, sympy.polygamma)):
+            continue
+        for other in node.args:
+            c2, f2 = other.as_coeff_Mul()
+            if c2 != -coeff or f2.func is not factor.func or f2 == factor:
+                continue
+            if isinstance(factor, sympy.polygamma):
+                if f2.args[0] != factor.args[0] or not factor.args[0].is_Integer:
+                    continue
+                m, big, small = factor.args[0], factor.args[1], f2.args[1]
+            else:
+                m, big, small = None, factor.args[0], f2.args[0]
+            n = sympy.expand(big - small)
+            if not (n.is_Integer and 1 <= n <= 4):
+                continue
+            if m is None:
+                value = Add(*(log(small + j) for j in range(n)))
+            else:
+                # psi^(m)(a + 1) - psi^(m)(a) = (-1)^m m! / a^(m + 1)
+                value = Add(
+                    *((-1) ** m * sympy.factorial(m) / (small + j) ** (m + 1) for j in range(n))
+                )
+            return coeff * value + _drop(node, term, other)
+    return None
+
+
+def sqrt_square_plus_constant(node):
+    """(x**2 + c)**(k/2) -> hypot(x, sqrt(c))**k for a positive number c: x**2 overflows."""
+    if not (isinstance(node, Pow) and isinstance(node.base, Add) and node.exp.is_Rational):
+        return None
+    if node.exp.q != 2 or len(node.base.args) != 2:
+        return None
+    for square, c in (node.base.args, node.base.args[::-1]):
+        if c.is_number and c.is_positive and isinstance(square, Pow) and square.exp == 2:
+            return hypot(square.base, sympy.sqrt(c)) ** node.exp.p
+    return None
+
+
+def sqrt_minus_one(node):
+    """sqrt(a) - 1 -> (a - 1)/(sqrt(a) + 1) when a - 1 is simpler: cancels near a = 1.
+
+    hypot(x, 1) - 1 (what sqrt(x**2 + 1) - 1 becomes) is split by regime instead, see
+    :func:`_hypot_minus_one`.
+    """
+    if not isinstance(node, Add) or sympy.S.NegativeOne not in node.args or len(node.args) != 2:
+        return None
+    (root,) = (t for t in node.args if t != -1)
+    if isinstance(root, Pow) and root.exp == sympy.S.Half:
+        difference = sympy.expand(root.base - 1)
+        if sympy.count_ops(difference) < sympy.count_ops(root.base):
+            return difference / (root + 1)
+    return None
+
+
+def one_plus_tanh(node):
+    """c + c*tanh(u) -> 2c sigmoid(2u), c - c*tanh(u) -> 2c sigmoid(-2u): no cancellation
+    where tanh(u) is near -1 or 1 (gelu's tail)."""
+    if not isinstance(node, Add):
+        return None
+    for term in node.args:
+        coeff, factor = term.as_coeff_Mul()
+        if not isinstance(factor, sympy.tanh):
+            continue
+        for c, sign in ((coeff, 1), (-coeff, -1)):
+            if c in node.args:
+                return 2 * c * sigmoid(2 * sign * factor.args[0]) + _drop(node, term, c)
+    return None
+
+
+def one_minus_tanh_squared(node):
+    """c - c*tanh(u)**2 -> 4c sigmoid(2u) sigmoid(-2u): the difference is 0 once tanh
+    rounds to 1 (u > 19), the product keeps its value down to the underflow."""
+    if not isinstance(node, Add):
+        return None
+    for term in node.args:
+        coeff, factor = term.as_coeff_Mul()
+        base, power = factor.as_base_exp()
+        if isinstance(base, sympy.tanh) and power == 2 and -coeff in node.args:
+            u = base.args[0]
+            return -4 * coeff * sigmoid(2 * u) * sigmoid(-2 * u) + _drop(node, term, -coeff)
+    return None
+
+
+def expm1_over_x(node):
+    """expm1(a) / a -> exprel(a) (also c*expm1(a)/a' when a = c*a'): 0/0 at 0, and inf/a
+    for a in [709.8, 716] where exp overflows but the quotient does not."""
+    if not isinstance(node, Mul):
+        return None
+    for e in (f for f in node.args if isinstance(f, expm1)):
+        a = e.args[0]
+        for p in (f for f in node.args if isinstance(f, Pow) and f.exp == -1):
+            ratio = sympy.cancel(a / p.base)
+            if ratio.is_number and ratio != 0:
+                return _drop(node, e, p) * ratio * exprel(a)
+    return None
+
+
+def exp_difference(node):
+    """c*exp(a) - c*exp(-a) -> 2c sinh(a), c*exp(a) + c*exp(-a) -> 2c cosh(a): no
+    cancellation near a = 0, and one overflow-safe function instead of two exps."""
+    if not isinstance(node, Add):
+        return None
+    for term in node.args:
+        coeff, factor = term.as_coeff_Mul()
+        if not isinstance(factor, exp):
+            continue
+        a = factor.args[0]
+        for sign, hyperbolic in ((-1, sympy.sinh), (1, sympy.cosh)):
+            partner = sign * coeff * exp(-a)
+            if partner in node.args and (sign == 1 or not a.could_extract_minus_sign()):
+                return 2 * coeff * hyperbolic(a) + _drop(node, term, partner)
+    return None
+
+
+def sigmoid_product(node):
+    """sigmoid(a) * sigmoid(-a) -> dsigmoid(a): one exp, exact down to the subnormals."""
+    if not isinstance(node, Mul):
+        return None
+    sigmoids = [f for f in node.args if isinstance(f, sigmoid)]
+    for s in sigmoids:
+        partner = sigmoid(-s.args[0])
+        if partner in sigmoids:
+            return _drop(node, s, partner) * dsigmoid(s.args[0])
+    return None
+
+
+def hypot_power_ratio(node):
+    """y**m / hypot(x, y)**k -> hypot_ratio(y, x, y)**m / hypot(x, y)**(k-m) (m < k): each
+    ratio is at most 1, where hypot**k overflows long before the value (y**2/hypot**3)."""
+    if not isinstance(node, Mul):
+        return None
+    for h in node.args:
+        base, power = h.as_base_exp()
+        if not (isinstance(base, hypot) and power.is_Integer and power <= -2):
+            continue
+        for f in node.args:
+            b, m = f.as_base_exp()
+            if b in base.args and m.is_Integer and 1 <= m < -power:
+                return _drop(node, h, f) * hypot_ratio(b, *base.args) ** m * base ** (power + m)
+    return None
+
+
+def _symmetric_bound(cond: sympy.Basic) -> tuple[sympy.Expr, sympy.Expr] | None:
+    """(a, c) where ``cond`` says -c <= a <= c (or |a| <= c, strict or not), c > 0."""
+    if isinstance(cond, (sympy.Le, sympy.Lt)) and isinstance(cond.lhs, sympy.Abs):
+        a, c = cond.lhs.args[0], cond.rhs
+    elif isinstance(cond, (sympy.Ge, sympy.Gt)) and isinstance(cond.rhs, sympy.Abs):
+        a, c = cond.rhs.args[0], cond.lhs  # c >= |a|, as SymPy writes |a| <= c for a symbol c
+    elif isinstance(cond, sympy.And) and len(cond.args) == 2:
+        room = []  # big - small of each side: c - a and a + c
+        for rel in cond.args:
+            if isinstance(rel, (sympy.Le, sympy.Lt)):
+                room.append(rel.rhs - rel.lhs)
+            elif isinstance(rel, (sympy.Ge, sympy.Gt)):
+                room.append(rel.lhs - rel.rhs)
+            else:
+                return None
+        c, a = sympy.expand((room[0] + room[1]) / 2), sympy.expand((room[1] - room[0]) / 2)
+    else:
+        return None
+    if c.is_positive is not True or a == 0 or c.free_symbols & a.free_symbols:
+        return None
+    return a, c
+
+
+def clamp_select(node):
+    """Piecewise((k*a, |a| <= c), (k*c*sign(a), True)) -> k*Min(Max(a, -c), c), for k
+    free of a and c > 0 (Huber's and hardtanh's gradients).
+
+    The same value everywhere, +-inf included, in one clamp where the select is five
+    passes over memory in eager code (two comparisons, their and, the sign, the select).
+    A NaN stays NaN (as in F.huber_loss's gradient; torch's sign(NaN) is 0, so the select
+    gave 0 there). Either sign of a: the clamp is odd. Not a rule of :data:`RULES`:
+    applied to the chosen form only, never to what is differentiated (SymPy's derivative
+    of Min/Max is Heaviside(0) = 1/2 at |a| = c, the select's is the branch its condition
+    takes there).
+    """
+    if not isinstance(node, sympy.Piecewise) or len(node.args) != 2:
+        return None
+    (inside, cond), (outside, otherwise) = node.args
+    if otherwise is not sympy.true:
+        return None
+    bound = _symmetric_bound(cond)
+    if bound is None:
+        return None
+    a, c = bound
+    for x in (a, -a):  # (SymPy keeps sign(b - a) and -sign(a - b) apart)
+        k = sympy.cancel(inside / x)
+        # k free of a's symbols: Piecewise((1, |x| <= 1), (sign(x)/x, True)) is no clamp
+        # times 1/x (NaN at 0, where the select gives 1)
+        if k != 0 and not k.has(sympy.Piecewise) and not k.free_symbols & a.free_symbols:
+            if sympy.expand(outside - k * c * sympy.sign(x)) == 0:
+                return k * sympy.Min(sympy.Max(x, -c), c)
+    return None
+
+
+#: The rules, in the order they are tried on each node.
+RULES: tuple[Rule, ...] = (
+    log_reciprocal,
+    log_one_plus,
+    log1p_exp,
+    log_sum_exp,
+    log_asinh,
+    log_cosh,
+    exp_minus_one,
+    reciprocal_one_plus_exp,
+    exp_times_sigmoid,
+    exp_ratio,
+    exp_over_expm1_power,
+    log_sigmoid,
+    one_minus_sigmoid,
+    one_minus_two_sigmoid,
+    one_minus_erf,
+    log_minus_expm1,
+    sqrt_difference,
+    sqrt_sum_squares,
+    exp_square_erfc,
+    x_log_x,
+    log_expm1,
+    sigmoid_difference,
+    one_minus_cos,
+    cosh_minus_one,
+    sinh_over_cosh,
+    gamma_difference,
+    sqrt_square_plus_constant,
+    sqrt_minus_one,
+    one_plus_tanh,
+    one_minus_tanh_squared,
+    expm1_over_x,
+    exp_difference,
+    sigmoid_product,
+    hypot_power_ratio,
+)
+
+_MAX_PASSES = 32
+
+
+def _rewrite_node(node: sympy.Basic, rules: tuple[Rule, ...]) -> sympy.Basic:
+    for _ in range(_MAX_PASSES):
+        for rule in rules:
+            new = rule(node)
+            if new is not None and new != node:
+                node = _rewrite(new, rules)
+                break
+        else:
+            return node
+    return node
+
+
+def _rewrite(expr: sympy.Basic, rules: tuple[Rule, ...]) -> sympy.Basic:
+    if expr.is_Atom or not expr.args:
+        return expr
+    args = tuple(_rewrite(a, rules) for a in expr.args)
+    if args != expr.args:
+        expr = expr.func(*args)
+    return _rewrite_node(expr, rules)
+
+
+def stabilize(expr: sympy.Expr, rules: tuple[Rule, ...] = RULES) -> sympy.Expr:
+    """Apply the stabilizing rewrites bottom-up until none applies."""
+    return _rewrite(expr, rules)

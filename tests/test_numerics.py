@@ -1,0 +1,103 @@
+"""The numerics layer: float bit patterns, sample points (symgrad.numerics)."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from symgrad.numerics import floats, points
+from symgrad.spec import Input
+
+
+def _input(domain=(-math.inf, math.inf), **assumptions) -> Input:
+    return Input(
+        name="x",
+        kind="tensor",
+        differentiable=True,
+        domain=domain,
+        assumptions=tuple(assumptions.items()),
+        default=None,
+        has_default=False,
+        shape=None,
+        line=1,
+    )
+
+
+# --------------------------------------------------------------------------- bits of error
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_bits_of_error_is_zero_for_the_exact_result(dtype):
+    for value in (1.0, -2.5, 0.0, 1e-30, math.inf, -math.inf):
+        assert floats.bits_of_error(value, value, dtype) == 0.0
+    assert floats.bits_of_error(-0.0, 0.0, dtype) == 0.0
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_bits_of_error_grows_with_ulp_distance(dtype):
+    one = floats.ordinal(1.0, dtype)
+    bits = [floats.bits_of_error(floats.from_ordinal(one + d, dtype), 1.0, dtype) for d in range(9)]
+    assert bits[0] == 0.0
+    assert bits[1] == 1.0  # log2(1 + 1)
+    assert bits[3] == 2.0  # log2(1 + 3)
+    assert bits == sorted(bits) and len(set(bits)) == len(bits)
+    width = 64 if dtype == "float64" else 32
+    assert floats.bits_of_error(math.nan, 1.0, dtype) == width
+    assert 0 < floats.bits_of_error(-1.0, 1.0, dtype) < width
+    # +-inf sit next to the largest finite float: an overflow by one float is 1 bit.
+    assert floats.bits_of_error(math.inf, floats.FLOAT_MAX[dtype], dtype) == 1.0
+
+
+def test_ordinals_order_floats_and_round_trip():
+    values = [-math.inf, -1e300, -1.0, -5e-324, 0.0, 5e-324, 1e-300, 1.0, 2.0, 1e300, math.inf]
+    ords = [floats.ordinal(v) for v in values]
+    assert ords == sorted(ords) and len(set(ords)) == len(ords)
+    assert floats.ordinal(0.0) == floats.ordinal(-0.0) == 0
+    assert floats.ordinal(5e-324) == 1
+    assert [floats.from_ordinal(o) for o in ords] == values
+    assert floats.ulp_distance(1.0, math.nextafter(1.0, 2.0)) == 1
+    tiny32 = floats.from_ordinal(1, "float32")
+    assert tiny32 == pytest.approx(1.4e-45, rel=0.01)
+    assert floats.from_ordinal(
+        floats.ordinal(floats.FLOAT_MAX["float32"], "float32") + 1, "float32"
+    ) == (math.inf)
+
+
+def test_round_to_float32():
+    assert floats.round_to(0.1, "float32") == pytest.approx(0.1, rel=1e-7)
+    assert floats.round_to(0.1, "float32") != 0.1
+    assert floats.round_to(1e300, "float32") == math.inf
+    assert floats.round_to(-1e300, "float32") == -math.inf
+    assert floats.round_to(0.1, "float64") == 0.1
+    with pytest.raises(ValueError, match="unknown dtype"):
+        floats.round_to(1.0, "float16")
+
+
+# --------------------------------------------------------------------------- sampling
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_samples_cover_the_float_range_of_the_domain(dtype):
+    inp = _input()  # domain [-inf, inf]
+    values = points.sample_values(inp, 400, random.Random(0), dtype)
+    assert all(math.isfinite(v) and floats.round_to(v, dtype) == v for v in values)
+    # Uniform over bit patterns: huge, tiny and negative values all show up.
+    assert any(abs(v) > 1e30 for v in values)
+    assert any(0 < abs(v) < 1e-30 for v in values)
+    assert any(v < 0 for v in values) and any(v > 0 for v in values)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_samples_stay_inside_a_bounded_domain(dtype):
+    values = points.sample_values(_input((0.0, 1.0), positive=True), 300, random.Random(3), dtype)
+    assert all(0 < v <= 1 and floats.round_to(v, dtype) == v for v in values)
+
+
+def test_extreme_points_keep_to_the_domain_and_its_assumptions():
+    assert points.extreme_points(_input((0.0, 1.0))) == [0.0, 1e-08, 0.99999999, 1.0]
+    assert min(points.extreme_points(_input(positive=True))) == 1e-8
+    assert -1e4 in points.extreme_points(_input())
+
+
+def test_range_ends_are_float32_points_where_they_fit():
+    fits = [v for v in points.RANGE_ENDS if abs(v) <= floats.FLOAT_MAX["float32"]]
+    assert len(fits) == 6
+    assert all(floats.round_to(v, "float32") == v for v in fits if abs(v) != 1e38)
