@@ -7,15 +7,17 @@ lines of code already printed) that the templates lay out. No maths happens afte
 from __future__ import annotations
 
 import ast
+import copy
 import functools
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import sympy
 
 from symgrad.derived import Derived
 from symgrad.functions import StableFunction, hypot, hypot_ratio, tan_half_atan
+from symgrad.ir import Node, Role, Tape, Value, parse_expr
 from symgrad.printers import PRINTERS, FrameworkPrinter
 from symgrad.rewrite.rules import hypot_power_ratio, stabilize
 
@@ -24,8 +26,12 @@ from symgrad.rewrite.rules import hypot_power_ratio, stabilize
 class Body:
     """Straight-line code: CSE temporaries then named results."""
 
-    lines: list[str]
+    tape: Tape
     uses_math: bool
+
+    @property
+    def lines(self) -> list[str]:
+        return self.tape.lines()
 
 
 def emit(
@@ -33,18 +39,19 @@ def emit(
     printer: FrameworkPrinter,
     temp_prefix: str = "t",
     copy_inputs: bool = False,
-    buffers: dict[str, _Value] | None = None,
+    values: Mapping[str, Value] | None = None,
+    in_place: bool = False,
     group_scalars: bool = False,
     upstream: frozenset[sympy.Symbol] = frozenset(),
 ) -> Body:
-    """Print ``name = expr`` for each assignment, sharing common subexpressions.
+    """The tape of ``name = expr`` for each assignment, sharing common subexpressions.
 
-    With ``buffers`` (what is known of the tensors the code starts with, see
-    :func:`update_in_place`) temporaries are updated in place: only for code that runs
-    without autograd recording. ``group_scalars``: the Python-number terms and factors of
-    a sum or product with tensors become one number first (one pass over the tensor
-    instead of one per term). ``upstream``: upstream-gradient symbols, multiplied after a
-    select rather than into each of its branches (:func:`_select_then_scale`).
+    ``values``: what the code starts from (inputs, saved tensors, upstream gradients; see
+    :mod:`symgrad.ir`). With ``in_place`` temporaries are updated in place: only for code
+    that runs without autograd recording. ``group_scalars``: the Python-number terms and
+    factors of a sum or product with tensors become one number first (one pass over the
+    tensor instead of one per term). ``upstream``: upstream-gradient symbols, multiplied
+    after a select rather than into each of its branches (:func:`_select_then_scale`).
     """
     exprs = [
         _expand_regimes(_paired_hypot_powers(_select_then_scale(sympy.sympify(e), upstream)))
@@ -64,10 +71,13 @@ def emit(
         exprs = [e.xreplace(names) for e in exprs]
     cse_replacements, reduced = sympy.cse(exprs, symbols=temps)
     replacements += cse_replacements
-    lines = []
+    tape = Tape(dict(values or {}))
+    tape.values |= {s.name: Value(s.name, Role.NUMBER, "other") for s in printer.scalars}
     for temp, value in replacements:
-        lines.append(f"{temp.name} = {printer.doprint(value)}")
-        if printer.is_scalar(value):
+        scalar = printer.is_scalar(value)
+        role = Role.NUMBER if scalar else Role.TEMPORARY
+        tape.define(temp.name, parse_expr(printer.doprint(value)), role)
+        if scalar:
             printer.scalars = printer.scalars | {temp}
         if isinstance(value, sympy.logic.boolalg.Boolean):
             printer.booleans.add(temp)
@@ -76,11 +86,10 @@ def emit(
         if isinstance(value, sympy.Symbol) and copy_inputs and not printer.is_scalar(value):
             # autograd.Function outputs must not be inputs returned as they are.
             code = f"{code}.clone()"
-        lines.append(f"{name} = {code}")
-    if buffers is not None:
-        numbers = {s.name for s in printer.scalars}
-        lines = update_in_place(lines, buffers, {name for name, _ in assignments}, numbers)
-    return Body(lines, printer.uses_math)
+        tape.define(name, parse_expr(code), Role.RESULT)
+    if in_place:
+        tape = update_in_place(tape)
+    return Body(tape, printer.uses_math)
 
 
 def _expand_regimes(expr: sympy.Expr) -> sympy.Expr:
@@ -279,37 +288,40 @@ class _Buffers:
     wherever they are). Python numbers never widen a floating tensor.
     """
 
-    def __init__(self, tensors: dict[str, _Value], keep: set[str], numbers: set[str]):
+    def __init__(self, tape: Tape, keep_results: bool = True):
         self.passes = 0  # tensor operations, each a pass over memory
-        self.values = {n: _Value(v.shape, v.dtype, v.kind, False) for n, v in tensors.items()}
-        self.keep = set(keep)
-        self.numbers = set(numbers) | {"math", "torch"}
+        tensors = {n: v for n, v in tape.values.items() if v.role is not Role.NUMBER}
+        self.values = {
+            n: _Value(frozenset({n}), frozenset({n}), v.kind) for n, v in tensors.items()
+        }
+        self.keep = tape.names(Role.RESULT) if keep_results else set()
+        self.numbers = tape.names(Role.NUMBER) | {"math", "torch"}
         self.floats = {n for n, v in tensors.items() if v.kind == "float"}
         self.routed: set[int] = set()  # id() of the sigmoid calls sent to _sigmoid
+        self.tape = tape
 
-    def rewrite(self, lines: list[str]) -> list[str]:
-        trees = [ast.parse(line).body[0] for line in lines]
-        trees = _single_reads(trees, self.keep | self.numbers)
-        self.routed = _share_exp_neg_abs(trees)
+    def rewrite(self) -> Tape:
+        # the passes rebuild and annotate operation trees: never those of the tape given
+        fresh = [Node(n.target, copy.deepcopy(n.expr)) for n in self.tape.nodes]
+        nodes = _single_reads(fresh, self.keep | self.numbers)
+        self.routed = _share_exp_neg_abs(nodes)
         last_use: dict[str, int] = {}
-        for k, tree in enumerate(trees):
-            for node in ast.walk(tree.value):
-                if isinstance(node, ast.Name):
-                    last_use[node.id] = k
-        result = []
-        for k, tree in enumerate(trees):
-            (target,) = tree.targets
-            reads = [n.id for n in ast.walk(tree.value) if isinstance(n, ast.Name)]
+        for k, node in enumerate(nodes):
+            for name in node.reads():
+                last_use[name] = k
+        result = Tape(dict(self.tape.values))
+        for k, node in enumerate(nodes):
+            reads = node.reads()
             self.dead = {
                 n for n in reads if last_use[n] == k and reads.count(n) == 1 and n not in self.keep
             }
-            value, info = self.visit(tree.value)
+            value, info = self.visit(node.expr)
             if info is not None:
-                if isinstance(tree.value, ast.Name):  # an alias: neither name may be updated
-                    self.keep.add(tree.value.id)
+                if isinstance(node.expr, ast.Name):  # an alias: neither name may be updated
+                    self.keep.add(node.expr.id)
                     info = _Value(info.shape, info.dtype, info.kind, False)
-                self.values[target.id] = info
-            result.append(ast.unparse(ast.Assign(targets=[target], value=value, lineno=0)))
+                self.values[node.target.name] = info
+            result.nodes.append(Node(node.target, value))
         return result
 
     # ------------------------------------------------------------------ expressions
@@ -476,7 +488,7 @@ _OPERATIONS = (ast.BinOp, ast.UnaryOp, ast.Compare, ast.Call)
 _EXP_NEG_ABS_USERS = ("torch.sigmoid", "torch.nn.functional.softplus")
 
 
-def _share_exp_neg_abs(trees: list[ast.Assign]) -> set[int]:
+def _share_exp_neg_abs(nodes: list[Node]) -> set[int]:
     """Lets the compiled forms of sigmoid and softplus share one ``exp(-|a|)``.
 
     Compiled, ``_sigmoid`` and ``_softplus`` compute ``t = exp(-|a|)`` of their argument,
@@ -489,15 +501,15 @@ def _share_exp_neg_abs(trees: list[ast.Assign]) -> set[int]:
     log, not two of each. Eagerly the hint is ignored.
     """
     negations = {
-        tree.targets[0].id: tree.value.operand
-        for tree in trees
-        if isinstance(tree.value, ast.UnaryOp)
-        and isinstance(tree.value.op, ast.USub)
-        and isinstance(tree.value.operand, ast.Name)
+        node.target.name: node.expr.operand
+        for node in nodes
+        if isinstance(node.expr, ast.UnaryOp)
+        and isinstance(node.expr.op, ast.USub)
+        and isinstance(node.expr.operand, ast.Name)
     }
     users: dict[str, list[tuple[ast.Call | None, ast.Name | None]]] = {}
-    for tree in trees:
-        for node in ast.walk(tree.value):
+    for statement in nodes:
+        for node in ast.walk(statement.expr):
             if not isinstance(node, ast.Call) or len(node.args) != 1:
                 continue
             func, (arg,) = _dotted(node.func), node.args
@@ -541,22 +553,23 @@ def _in_order(node: ast.AST, parent: ast.AST | None = None):
     yield node, parent
 
 
-def _single_reads(trees: list[ast.Assign], keep: set[str]) -> list[ast.Assign]:
+def _single_reads(nodes: list[Node], keep: set[str]) -> list[Node]:
     """Where a temporary's last statement reads it more than once, the operations of the
     earlier reads become statements of their own before it, so that the last read may
     update the temporary in place (``where(t <= 1, a, t - 0.5)``: ``t.sub_(0.5)``).
     Names in ``keep`` (results, Python numbers) are left alone."""
-    defined = {tree.targets[0].id for tree in trees}
-    taken = {n.id for tree in trees for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    defined = {node.target.name for node in nodes}
+    taken = defined | {name for node in nodes for name in node.reads()}
     fresh = (f"t{k}" for k in range(10**6) if f"t{k}" not in taken)
-    result: list[ast.Assign] = []
-    for k, tree in enumerate(trees):
-        later = {n.id for t in trees[k + 1 :] for n in ast.walk(t) if isinstance(n, ast.Name)}
+    result: list[Node] = []
+    for k, node in enumerate(nodes):
+        later = {name for n in nodes[k + 1 :] for name in n.reads()}
+        expr = node.expr
         for name in sorted(defined - later - keep):
             reads = [
-                (node, parent)
-                for node, parent in _in_order(tree.value, tree)
-                if isinstance(node, ast.Name) and node.id == name
+                (child, parent)
+                for child, parent in _in_order(expr)
+                if isinstance(child, ast.Name) and child.id == name
             ]
             if len(reads) < 2:
                 continue
@@ -572,9 +585,9 @@ def _single_reads(trees: list[ast.Assign], keep: set[str]) -> list[ast.Assign]:
                 continue
             for operation in earlier:
                 temp = next(fresh)
-                result.append(ast.Assign([ast.Name(temp, ast.Store())], operation, lineno=0))
-                tree = _replace(tree, operation, ast.Name(temp, ast.Load()))
-        result.append(tree)
+                result.append(Node(Value(temp, Role.TEMPORARY), operation))
+                expr = _replace(expr, operation, ast.Name(temp, ast.Load()))
+        result.append(Node(node.target, expr))
     return result
 
 
@@ -590,23 +603,18 @@ def _is_one(node: ast.expr) -> bool:
     return isinstance(node, ast.Constant) and node.value == 1
 
 
-def count_passes(lines: list[str], tensors: dict[str, _Value], numbers: set[str]) -> int:
-    """Tensor operations in ``lines`` (in-place ones included): passes over memory."""
-    buffers = _Buffers(tensors, set(), numbers)
-    buffers.rewrite(lines)
+def count_passes(tape: Tape) -> int:
+    """Tensor operations of ``tape`` (in-place ones included): passes over memory."""
+    buffers = _Buffers(tape, keep_results=False)
+    buffers.rewrite()
     return buffers.passes
 
 
-def update_in_place(
-    lines: list[str], tensors: dict[str, _Value], keep: set[str], numbers: set[str] = frozenset()
-) -> list[str]:
-    """``lines`` (``name = expr``) with owned temporaries updated in place.
-
-    ``tensors``: what is known of the tensors the code starts with (an input ``x`` is
-    ``_Value({"x"}, {"x"}, kind)``); ``keep``: names that must not change (results);
-    ``numbers``: names of Python numbers. Any other name is taken for a tensor.
-    """
-    return _Buffers(tensors, keep, numbers).rewrite(lines)
+def update_in_place(tape: Tape) -> Tape:
+    """``tape`` with the temporaries it owns updated in place where that cannot change a
+    result (see :class:`_Buffers`). Values not on the tape are taken for tensors that
+    nothing may update."""
+    return _Buffers(tape).rewrite()
 
 
 _UNPACK_SOURCES = ("inputs", "output", "ctx.saved_tensors")
@@ -638,19 +646,19 @@ def mark_unused(lines: list[str]) -> list[str]:
     return result
 
 
-def guarded(lines: list[str], results: dict[str, str]) -> list[str]:
-    """Straight-line ``name = expr`` code computing several ``results`` (name -> flag),
-    each only when its flag is true: a line runs when a result that needs it does."""
-    targets = [line.partition(" = ")[0] for line in lines]
+def guarded(tape: Tape, results: dict[str, str]) -> list[str]:
+    """The lines of ``tape``, which computes several ``results`` (name -> flag), each only
+    when its flag is true: a statement runs when a result that needs it does."""
     flags: dict[str, set[str]] = {r: {f} for r, f in results.items()}
-    for line, target in zip(reversed(lines), reversed(targets)):
-        for name in re.findall(r"\b[A-Za-z_]\w*\b", line.partition(" = ")[2]):
-            flags.setdefault(name, set()).update(flags.get(target, set()))
+    for node in reversed(tape.nodes):
+        for name in node.reads():
+            flags.setdefault(name, set()).update(flags.get(node.target.name, set()))
     every = set(results.values())
     out = [f"{' = '.join(results)} = None"]
     current = None
-    for line, target in zip(lines, targets):
-        need = flags.get(target, every)
+    for node in tape:
+        line = node.line()
+        need = flags.get(node.target.name, every)
         if need == every:
             current = None
             out.append(line)
@@ -819,42 +827,49 @@ class _TorchPlanner:
         saved = self.tensors_in(e for _, e in vjps) - set(self.d.grads)
         if not vjps:
             return len(saved), 0
-        printer = self.printer()
-        lines = emit(vjps, printer, group_scalars=True).lines
-        return len(saved), count_passes(lines, self.buffers(), {s.name for s in printer.scalars})
+        tape = emit(vjps, self.printer(), values=self.values(), group_scalars=True).tape
+        return len(saved), count_passes(tape)
 
     def printer(self) -> FrameworkPrinter:
         return PRINTERS["torch"](scalars=self.scalars)
 
-    def body(self, assignments, copy_inputs: bool = False, in_place: bool = False) -> list[str]:
-        """Printed code; ``in_place`` for code that runs without autograd recording."""
-        printer = self.printer()
-        buffers = self.buffers() if in_place else None
+    def tape(self, assignments, copy_inputs: bool = False, in_place: bool = False) -> Tape:
+        """The code of ``assignments``; ``in_place`` for code that runs without autograd
+        recording."""
         result = emit(
             assignments,
-            printer,
+            self.printer(),
             copy_inputs=copy_inputs,
-            buffers=buffers,
+            values=self.values(),
+            in_place=in_place,
             group_scalars=True,
             upstream=self.upstream,
         )
         self.uses_math = self.uses_math or result.uses_math
         self.helpers |= _helpers_in(result.lines)
-        return result.lines
+        return result.tape
 
-    def buffers(self) -> dict[str, _Value]:
-        """Shapes, dtypes and kinds of the tensors generated code starts from."""
+    def body(self, assignments, copy_inputs: bool = False, in_place: bool = False) -> list[str]:
+        """:meth:`tape` as lines."""
+        return self.tape(assignments, copy_inputs, in_place).lines()
+
+    def values(self) -> dict[str, Value]:
+        """The tensors generated code starts from: inputs, saved outputs, upstream gradients.
+
+        Outputs and upstream gradients count as names of their own, although their shapes
+        are those of the inputs: under vmap one of them can be batched where the inputs
+        are not (torch.func.hessian, autograd.grad(is_grads_batched=True)).
+        """
         result = {}
         for inp in self.fn.inputs:
             if inp.is_tensor:
                 kind = "float" if inp.gets_gradient else "other"
-                result[inp.name] = _Value(frozenset({inp.name}), frozenset({inp.name}), kind)
-        # Outputs and upstream gradients count as names of their own, although their shapes
-        # are those of the inputs: under vmap one of them can be batched where the inputs
-        # are not (torch.func.hessian, autograd.grad(is_grads_batched=True)).
+                result[inp.name] = Value(inp.name, Role.INPUT, kind)
+        for name in self.out_syms:
+            result[name] = Value(name, Role.SAVED)
         grads_of_grads = [f"grad_grad_{i}" for i in self.d.diff_inputs]
-        for name in [*self.out_syms, *(g.name for g in self.d.grads), *grads_of_grads]:
-            result[name] = _Value(frozenset({name}), frozenset({name}), "float")
+        for name in [*(g.name for g in self.d.grads), *grads_of_grads]:
+            result[name] = Value(name, Role.UPSTREAM)
         return result
 
     def subst(self, expr: sympy.Expr) -> sympy.Expr:
@@ -917,9 +932,10 @@ class _TorchPlanner:
         args += sorted(s.name for s in tensors if s.name not in args)  # grad_grad_<input>
         scalars = self.scalar_names(exprs)
         flags = [f"need_{var}" for _, var, _, _ in results] if len(results) > 1 else []
-        lines = self.body([(var, e) for _, var, e, _ in results], in_place=True)
+        tape = self.tape([(var, e) for _, var, e, _ in results], in_place=True)
+        lines = tape.lines()
         if flags:
-            lines = guarded(lines, {var: f"need_{var}" for _, var, _, _ in results})
+            lines = guarded(tape, {var: f"need_{var}" for _, var, _, _ in results})
         lines.append(f"return {', '.join(var for _, var, _, _ in results)}")
         call_args = [*args, *(f"ctx.{s}" for s in scalars)]
         call_args += [f"ctx.needs_input_grad[{k}]" for k, _, _, _ in results] if flags else []

@@ -1,4 +1,5 @@
-"""In-place updates of owned temporaries (plan.update_in_place) and the first-order path."""
+"""In-place updates of owned temporaries (plan.update_in_place on an ir.Tape) and the
+first-order path."""
 
 from __future__ import annotations
 
@@ -10,15 +11,14 @@ import mpmath
 import numpy as np
 import pytest
 
-from symgrad.plan import _Value, update_in_place
-
-
-def _inputs(**kinds: str) -> dict[str, _Value]:
-    return {n: _Value(frozenset({n}), frozenset({n}), k) for n, k in kinds.items()}
+from symgrad.ir import Tape
+from symgrad.plan import update_in_place
 
 
 def _rewrite(lines: list[str], keep: set[str], **kinds: str) -> list[str]:
-    return update_in_place(lines, _inputs(**kinds), keep)
+    """``lines`` with the inputs ``kinds`` (name -> "float" or "other") and the results
+    ``keep``, after the in-place pass."""
+    return update_in_place(Tape.of(lines, inputs=kinds, results=keep)).lines()
 
 
 # ----------------------------------------------------------------------------- strings
