@@ -1,0 +1,139 @@
+"""The plan stage on its own: the typed tape (symgrad.ir), its passes, save-vs-recompute.
+
+No framework is needed: these read the planned code, they do not run it.
+"""
+
+from __future__ import annotations
+
+import sympy
+
+from symgrad.derive import derive_function
+from symgrad.ir import Role, Tape, Value, parse_expr
+from symgrad.plan import count_passes, emit, guarded, plan_torch, update_in_place
+from symgrad.printers import TorchPrinter
+from symgrad.spec import load_spec
+
+SPEC = """\
+module: m
+functions:
+  exp:
+    inputs: {x: {}}
+    output: exp(x)
+  hyp:
+    inputs: {x: {}, y: {}}
+    output: sqrt(x**2 + y**2)
+  scaled:
+    inputs: {x: {}, beta: {kind: scalar, default: 2.0}}
+    output: log(1 + exp(beta*x))/beta
+"""
+
+
+def _derived(tmp_path, name):
+    path = tmp_path / "m.yaml"
+    path.write_text(SPEC)
+    fn = next(f for f in load_spec(path).functions if f.name == name)
+    return derive_function(fn, measure=False)
+
+
+# ----------------------------------------------------------------------------- the tape
+def test_a_tape_knows_what_each_value_is():
+    tape = Tape.of(
+        ["t0 = torch.exp(x)", "s = nu * 2", "out = t0 * s"],
+        inputs={"x": "float"},
+        results={"out"},
+        numbers={"nu"},
+    )
+    assert tape.role_of("x") is Role.INPUT and tape.role_of("nu") is Role.NUMBER
+    assert tape.role_of("t0") is Role.TEMPORARY and tape.role_of("out") is Role.RESULT
+    assert tape.names(Role.RESULT) == {"out"}
+    assert tape.nodes[2].reads() == ["t0", "s"]
+    assert tape.lines() == ["t0 = torch.exp(x)", "s = nu * 2", "out = t0 * s"]
+
+
+def test_a_value_takes_named_axes_and_refuses_an_unknown_kind():
+    assert Value("x", Role.INPUT, axes=("b", "i")).axes == ("b", "i")
+    try:
+        Value("x", Role.INPUT, kind="int8")
+    except ValueError as error:
+        assert "int8" in str(error)
+    else:
+        raise AssertionError("an unknown kind was accepted")
+
+
+def test_emit_gives_roles_to_temporaries_numbers_and_results():
+    x, beta = sympy.symbols("x beta", real=True)
+    printer = TorchPrinter(scalars=frozenset({beta}))
+    body = emit(
+        [("a", sympy.exp(x) * beta * (beta + 1)), ("b", sympy.exp(x) * 2)],
+        printer,
+        values={"x": Value("x", Role.INPUT)},
+        group_scalars=True,
+    )
+    roles = {node.target.name: node.target.role for node in body.tape}
+    assert roles["a"] is roles["b"] is Role.RESULT
+    assert Role.NUMBER in roles.values()  # beta*(beta + 1), one Python number
+    assert Role.TEMPORARY in roles.values()  # exp(x), shared by both results
+    assert body.tape.values["beta"].role is Role.NUMBER
+
+
+def test_passes_count_tensor_operations_only():
+    tape = Tape.of(["out = torch.exp(x) * (s + 1) + 2"], {"x": "float"}, {"out"}, {"s"})
+    assert count_passes(tape) == 3  # exp, *, + (s + 1 is a Python number)
+
+
+def test_the_in_place_pass_leaves_the_tape_it_was_given_alone():
+    tape = Tape.of(["t0 = torch.exp(x)", "out = t0 * 2"], {"x": "float"}, {"out"})
+    before = tape.lines()
+    assert update_in_place(tape).lines() == ["t0 = torch.exp(x)", "out = t0.mul_(2)"]
+    assert tape.lines() == before
+
+
+def test_guards_run_a_statement_only_for_the_results_that_need_it():
+    tape = Tape.of(
+        ["t0 = torch.exp(x)", "t1 = torch.sin(x)", "a = t0 * 2", "b = t0 * t1"],
+        {"x": "float"},
+        {"a", "b"},
+    )
+    assert guarded(tape, {"a": "need_a", "b": "need_b"}) == [
+        "a = b = None",
+        "t0 = torch.exp(x)",
+        "if need_b:",
+        "    t1 = torch.sin(x)",
+        "if need_a:",
+        "    a = t0 * 2",
+        "if need_b:",
+        "    b = t0 * t1",
+    ]
+
+
+def test_parse_expr_reads_one_expression():
+    assert parse_expr("torch.exp(-x)").func.attr == "exp"
+
+
+# ----------------------------------------------------------------------------- planning
+def test_the_backward_reads_the_saved_output_where_that_is_cheaper(tmp_path):
+    d = _derived(tmp_path, "exp")
+    main, backward = plan_torch(d).kernels
+    assert main.setup.lines[-2:] == ["ctx.save_for_backward(out)", "ctx.save_for_forward(out)"]
+    # the derived partials with the output as a variable (d (grad*out) / d out = grad)
+    assert backward.inputs == ["out", "grad"]
+    assert {
+        w: str(e)
+        for w, e in d.second_partials[
+            sympy.Symbol("grad", real=True) * sympy.Symbol("out", real=True)
+        ].items()
+    } == {"grad": "out", "out": "grad"}
+
+
+def test_an_output_read_beside_a_differentiable_input_is_never_saved(tmp_path):
+    d = _derived(tmp_path, "hyp")
+    assert d.reusable_outputs() == () and d.second_partials == {}
+    main = plan_torch(d).kernels[0]
+    assert main.setup.lines[-2] == "ctx.save_for_backward(x, y)"
+
+
+def test_scalars_reach_the_backward_through_ctx(tmp_path):
+    plan = plan_torch(_derived(tmp_path, "scaled"))
+    main = plan.kernels[0]
+    assert "ctx.beta = beta" in main.setup.lines
+    assert main.inputs == ["x", "beta"]
