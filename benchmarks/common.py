@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
-import importlib.util
 import math
 import os
 import statistics
@@ -74,11 +73,9 @@ def generate_module(target: str, outdir: Path, functions: list[str] | None = Non
 
 def import_file(path: Path, name: str) -> ModuleType:
     """Import ``path`` as module ``name`` (a second name gives an independent copy)."""
-    module_spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(module_spec)
-    sys.modules[name] = module
-    module_spec.loader.exec_module(module)
-    return module
+    from symgrad.load import import_path
+
+    return import_path(path, name)
 
 
 def print_codegen_times(gen: Generated) -> None:

@@ -42,12 +42,8 @@ from __future__ import annotations
 import contextlib
 import csv
 import dataclasses
-import importlib.util
 import math
-import os
 import random
-import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -59,8 +55,10 @@ from typing import Any
 import mpmath
 import sympy
 
+from symgrad.cases import Quantity, quantities
 from symgrad.derive import Derived, derive_function
 from symgrad.errors import SpecError
+from symgrad.load import imported
 from symgrad.numerics.floats import (
     _check_dtype,
     bits_of_error,
@@ -110,61 +108,6 @@ def sample_points(
 
 
 # --------------------------------------------------------------------------- quantities
-@dataclass(frozen=True)
-class Quantity:
-    """One measured quantity of a function: a forward output, a gradient or a second derivative.
-
-    ``reference`` is the naive formula (or its SymPy derivative, or the user's override);
-    ``stable`` symgrad's derived formula for the same value, used to cross-check suspicious
-    references. ``naive_available`` is False where plain autograd has nothing to compare
-    (a gradient the user overrides).
-    """
-
-    label: str
-    kind: str  # "forward", "grad" or "second"
-    output: int
-    input: str | None
-    reference: sympy.Expr
-    stable: sympy.Expr | None
-    naive_available: bool
-
-
-def quantities(derived: Derived) -> list[Quantity]:
-    """Every quantity measured for a function, in table order."""
-    fn = derived.function
-    syms = derived.symbols
-    result: list[Quantity] = []
-    stable_outputs = dict(derived.outputs)
-    for k, (out, expr) in enumerate(derived.naive_outputs):
-        result.append(
-            Quantity(f"forward {out}", "forward", k, None, expr, stable_outputs[out], True)
-        )
-    for k, ((out, expr), g) in enumerate(zip(derived.naive_outputs, derived.grads)):
-        only_this = {h: (sympy.S.One if h == g else sympy.S.Zero) for h in derived.grads}
-        for name in derived.diff_inputs:
-            overridden = name in derived.overridden
-            if overridden:
-                d = derived.vjps[name].xreplace(only_this)
-            else:
-                d = sympy.diff(expr, syms[name])
-            stable = derived.jacobian[out][name]
-            result.append(Quantity(f"d {out}/d {name}", "grad", k, name, d, stable, not overridden))
-            if fn.order >= 2:
-                second = derived.second.get(name, {}).get(name)
-                result.append(
-                    Quantity(
-                        f"d2 {out}/d {name}2",
-                        "second",
-                        k,
-                        name,
-                        sympy.diff(d, syms[name]),
-                        second.xreplace(only_this) if second is not None else None,
-                        not overridden,
-                    )
-                )
-    return result
-
-
 # --------------------------------------------------------------------------- exact values
 #: The reference at a point was left out: naive and stable exact values disagree.
 DISPUTED = "disputed"
@@ -269,20 +212,6 @@ def _exact_values(
 
 
 # --------------------------------------------------------------------------- torch values
-def _import_module(path: Path) -> ModuleType:
-    name = f"_symgrad_accuracy_{path.stem}_{os.getpid()}_{time.monotonic_ns()}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:  # pragma: no cover - a .py path always loads
-        raise ImportError(f"cannot import {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.modules.pop(name, None)
-    return module
-
-
 def generated_module(spec: Spec, derived: Sequence[Derived]) -> ModuleType:
     """symgrad's torch module for ``derived`` (generated into a temporary dir and imported)."""
     from symgrad.generate import generate
@@ -290,10 +219,8 @@ def generated_module(spec: Spec, derived: Sequence[Derived]) -> ModuleType:
     functions = tuple(d.function for d in derived)
     sub = dataclasses.replace(spec, functions=functions, targets=("torch",))
     (file,) = generate(sub, targets=("torch",), tests=False, derived=tuple(derived))
-    with tempfile.TemporaryDirectory(prefix="symgrad-accuracy-") as tmp:
-        path = Path(tmp) / file.name
-        path.write_text(file.text)
-        return _import_module(path)
+    with imported(file.name, file.text) as (module, _):
+        return module
 
 
 Outputs = Callable[[Mapping[str, Any]], Sequence[Any]]

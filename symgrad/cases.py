@@ -19,6 +19,61 @@ from symgrad.numerics.points import extreme_points, sample_points, scalar_value
 
 
 @dataclass(frozen=True)
+class Quantity:
+    """One measured quantity of a function: a forward output, a gradient or a second derivative.
+
+    ``reference`` is the naive formula (or its SymPy derivative, or the user's override);
+    ``stable`` symgrad's derived formula for the same value, used to cross-check suspicious
+    references. ``naive_available`` is False where plain autograd has nothing to compare
+    (a gradient the user overrides).
+    """
+
+    label: str
+    kind: str  # "forward", "grad" or "second"
+    output: int
+    input: str | None
+    reference: sympy.Expr
+    stable: sympy.Expr | None
+    naive_available: bool
+
+
+def quantities(derived: Derived) -> list[Quantity]:
+    """Every quantity measured for a function, in table order."""
+    fn = derived.function
+    syms = derived.symbols
+    result: list[Quantity] = []
+    stable_outputs = dict(derived.outputs)
+    for k, (out, expr) in enumerate(derived.naive_outputs):
+        result.append(
+            Quantity(f"forward {out}", "forward", k, None, expr, stable_outputs[out], True)
+        )
+    for k, ((out, expr), g) in enumerate(zip(derived.naive_outputs, derived.grads)):
+        only_this = {h: (sympy.S.One if h == g else sympy.S.Zero) for h in derived.grads}
+        for name in derived.diff_inputs:
+            overridden = name in derived.overridden
+            if overridden:
+                d = derived.vjps[name].xreplace(only_this)
+            else:
+                d = sympy.diff(expr, syms[name])
+            stable = derived.jacobian[out][name]
+            result.append(Quantity(f"d {out}/d {name}", "grad", k, name, d, stable, not overridden))
+            if fn.order >= 2:
+                second = derived.second.get(name, {}).get(name)
+                result.append(
+                    Quantity(
+                        f"d2 {out}/d {name}2",
+                        "second",
+                        k,
+                        name,
+                        sympy.diff(d, syms[name]),
+                        second.xreplace(only_this) if second is not None else None,
+                        not overridden,
+                    )
+                )
+    return result
+
+
+@dataclass(frozen=True)
 class Case:
     """One input point and the exact values there (None = undefined, +-inf = overflow)."""
 
@@ -63,18 +118,13 @@ def reference(derived: Derived, n_benign: int = 6) -> Reference:
     formula (upstream gradient 1 for that output, 0 for the others) is the reference.
     """
     fn = derived.function
-    syms = derived.symbols
     grads, second = {}, {}
-    for (out, expr), g in zip(derived.naive_outputs, derived.grads):
-        only_this = {h: (sympy.S.One if h == g else sympy.S.Zero) for h in derived.grads}
-        for name in derived.diff_inputs:
-            if name in derived.overridden:
-                d = derived.vjps[name].xreplace(only_this)
-            else:
-                d = sympy.diff(expr, syms[name])
-            grads[f"{out}:{name}"] = d
-            if fn.order >= 2:
-                second[f"{out}:{name}"] = sympy.diff(d, syms[name])
+    for q in quantities(derived):
+        key = f"{derived.naive_outputs[q.output][0]}:{q.input}"
+        if q.kind == "grad":
+            grads[key] = q.reference
+        elif q.kind == "second":
+            second[key] = q.reference
     exprs = ([e for _, e in derived.naive_outputs], grads, second)
 
     rng = random.Random(f"symgrad:{fn.name}")

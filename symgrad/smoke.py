@@ -15,20 +15,18 @@ import contextlib
 import importlib.util
 import itertools
 import os
-import sys
-import tempfile
 import traceback
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from symgrad.load import imported
 from symgrad.numerics.points import domain_interior, scalar_value
 from symgrad.spec import Function, Input, Spec
 
 #: Points per tensor input, as fractions of its benign interval (domain_interior).
 _FRACTIONS = (0.2, 0.55, 0.9)
 _MODULES = {"torch": "_torch.py", "tensorflow": "_tf.py"}
-_counter = itertools.count()
 
 
 @dataclass(frozen=True)
@@ -63,23 +61,6 @@ def _error(exc: BaseException, module_file: Path, function: str = "") -> str:
     for frame in shown:
         text += f"\n    at {module_file.name}:{frame.lineno} in {frame.name}: {frame.line}"
     return text
-
-
-@contextlib.contextmanager
-def _imported(name: str, text: str) -> Iterator[tuple[object, Path]]:
-    """The module ``text`` imported from a temporary file, gone again afterwards."""
-    with tempfile.TemporaryDirectory(prefix="symgrad-smoke-") as tmp:
-        path = Path(tmp) / name
-        path.write_text(text, encoding="utf-8")
-        unique = f"_symgrad_smoke_{next(_counter)}_{path.stem}"
-        spec = importlib.util.spec_from_file_location(unique, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[unique] = module
-        try:
-            spec.loader.exec_module(module)
-            yield module, path
-        finally:
-            sys.modules.pop(unique, None)
 
 
 def _steps_torch(fn: Function, wrapper: Callable, dtype) -> Iterator[tuple[str, Callable]]:
@@ -211,7 +192,7 @@ def _run_module(spec: Spec, target: str, name: str, text: str, framework) -> lis
     failures = []
     with contextlib.ExitStack() as stack:
         try:
-            module, path = stack.enter_context(_imported(name, text))
+            module, path = stack.enter_context(imported(name, text))
         except Exception as exc:  # noqa: BLE001 - any import failure is reported, not raised
             error = _error(exc, Path(name))
             return [SmokeFailure(spec.functions[0], target, "import", "", error)]

@@ -3,23 +3,19 @@
 from __future__ import annotations
 
 import importlib.util
-import sys
 import warnings
 from pathlib import Path
 
 import pytest
+
+from symgrad.load import import_path
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def import_file(path: Path):
     """Import a generated module from its file, under a unique name."""
-    name = f"_symgrad_test_{path.stem}_{abs(hash(str(path)))}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    return import_path(path)
 
 
 @pytest.fixture

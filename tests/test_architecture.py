@@ -28,7 +28,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("symgrad.render",),
     ("symgrad.write",),
     # consumers and drivers on top of the pipeline
-    ("symgrad.cases", "symgrad.testgen", "symgrad.generate", "symgrad.smoke"),
+    ("symgrad.cases", "symgrad.testgen", "symgrad.generate", "symgrad.load", "symgrad.smoke"),
     ("symgrad.accuracy", "symgrad.report"),
     ("symgrad.cli",),
 )
