@@ -384,7 +384,7 @@ def accuracy(
     device: str,
 ) -> None:
     """Bits of error of the generated torch code vs plain autograd of the naive formula."""
-    from symgrad import accuracy as acc
+    from symgrad import report as acc
     from symgrad.derive import validate_spec
 
     spec = _load(spec_path)

@@ -9,7 +9,7 @@ import random
 import pytest
 import sympy
 
-from symgrad import accuracy as acc
+from symgrad import report as acc
 from symgrad.spec import load_spec
 
 SPEC = """
@@ -223,6 +223,8 @@ def test_plot_shows_every_point_the_table_counts(tmp_path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from symgrad.report.plot import _panel
+
     xs = [-1e300, -3e100, -1.0, -1e-300, 0.0, 1e-300, 1e-5, 2.0, 1e200, 1e300]
     samples = tuple(
         acc.Sample(inputs=(x,), exact=1.0, symgrad=1.0 + k * 1e-10, naive=math.inf)
@@ -243,7 +245,7 @@ def test_plot_shows_every_point_the_table_counts(tmp_path):
         input_names=("x",),
     )
     fig, ax = plt.subplots()
-    acc._panel(ax, row)
+    _panel(ax, row)
     (x_lo, x_hi), (y_lo, y_hi) = ax.get_xlim(), ax.get_ylim()
     plotted = [p for c in ax.collections for p in c.get_offsets()]
     assert len(plotted) == 2 * len(xs)  # symgrad's and naive's (non-finite) points

@@ -29,7 +29,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("symgrad.write",),
     # consumers and drivers on top of the pipeline
     ("symgrad.cases", "symgrad.testgen", "symgrad.generate", "symgrad.load", "symgrad.smoke"),
-    ("symgrad.accuracy", "symgrad.report"),
+    ("symgrad.report",),
     ("symgrad.cli",),
 )
 

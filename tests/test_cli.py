@@ -196,14 +196,15 @@ def test_show_latex_prints_multi_letter_names_as_words(tmp_path):
 
 
 def test_accuracy_exits_1_when_the_generated_code_raised(tmp_path, monkeypatch):
-    from symgrad import accuracy as acc
+    from symgrad import report as acc
+    from symgrad.report import measure
 
     (tmp_path / "a.yaml").write_text(GOOD.format(module="a"))
     fn = load_spec(tmp_path / "a.yaml").functions[0]
-    failing = [acc._failed(fn, "forward out", "float64", "symgrad: TypeError: boom")]
+    failing = [measure._failed(fn, "forward out", "float64", "symgrad: TypeError: boom")]
     monkeypatch.setattr(acc, "measure_spec", lambda spec, **kw: failing)
     result = run("accuracy", "a.yaml", cwd=tmp_path)
     assert result.exit_code == 1 and "TypeError: boom" in result.output
-    naive_only = [acc._failed(fn, "forward out", "float64", "naive: OverflowError")]
+    naive_only = [measure._failed(fn, "forward out", "float64", "naive: OverflowError")]
     monkeypatch.setattr(acc, "measure_spec", lambda spec, **kw: naive_only)
     assert run("accuracy", "a.yaml", cwd=tmp_path).exit_code == 0  # the user's formula's
