@@ -62,3 +62,39 @@ def test_libm_evaluation_keeps_numpys_special_values():
     assert exp(np.float64(-1000.0)) == 0.0
     assert list(exp(np.array([0.0, 1.0]))) == [1.0, np.exp(1.0)]
     assert log(2) == np.log(2.0) and exp(np.array([0, 1])).dtype == np.float64  # ints in
+
+
+# ----------------------------------------------------------------------------- the choice
+def test_measure_counts_overflow_where_the_exact_value_is_finite():
+    import sympy
+
+    from symgrad import functions as F
+    from symgrad.choose import measure
+
+    x = sympy.Symbol("x", real=True)
+    naive = sympy.log(1 + sympy.exp(x))
+    points = [{x: v} for v in (-800.0, -1.0, 0.0, 2.0, 100.0, 800.0, 1e300)]
+    worse = measure(naive, naive, points)
+    better = measure(F.softplus(x), naive, points)
+    # exp(800) and exp(1e300) overflow float64; float32's exp overflows at 100 and 800 too
+    # (1e300 is no float32: not counted there)
+    assert (worse.non_finite64, worse.non_finite) == (2, 4) and "x = 800" in worse.worst
+    assert better.non_finite == 0 and better.max_bits <= 1
+    assert worse.points == better.points == len(points)
+
+
+def test_the_most_accurate_candidates_keep_their_order_and_drop_the_worse():
+    import sympy
+
+    from symgrad import functions as F
+    from symgrad.choose import most_accurate, symbol_points
+    from symgrad.spec import Input
+
+    x = sympy.Symbol("x", real=True)
+    inputs = [Input("x", "tensor", True, (-1e308, 1e308), (), None, False, None, 1)]
+    points = symbol_points(inputs, {"x": x}, n=16)
+    naive = sympy.log(1 + sympy.exp(x))
+    mirrored = x + sympy.log(1 + sympy.exp(-x))  # overflows for x < -710 instead
+    chosen = most_accurate([naive, F.softplus(x), mirrored], points)
+    assert [form for form, _ in chosen] == [F.softplus(x)]
+    assert chosen[0][1].non_finite == 0
