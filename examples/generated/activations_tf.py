@@ -331,7 +331,7 @@ def _sinh_cosh_grad_x(x, grad_s, grad_c):
             tf.math.exp(tf.math.abs(x) / 2) * (tf.math.exp(tf.math.abs(x) / 2) / 2),
         )
         grad_x = tf.where(
-            (t0) & (t1),
+            t0 & t1,
             tf.constant(0.0, t2.dtype),
             tf.where(t1, t2, tf.where(t0, t3, t2 + t3)),
         )
@@ -352,7 +352,7 @@ def _sinh_cosh_grad_x(x, grad_s, grad_c):
                 * (tf.math.exp(tf.math.abs(x) / 2) / 2),
             )
             x_bar = grad_grad_x * tf.where(
-                (t0) & (t1),
+                t0 & t1,
                 tf.constant(0.0, t2.dtype),
                 tf.where(t1, t2, tf.where(t0, t3, t2 + t3)),
             )
@@ -633,7 +633,7 @@ def tanh_shrink_order1(x: tf.Tensor) -> tf.Tensor:
             -62 * (tf.math.square(tf.math.square(tf.math.square(x))) * x) / 2835
             + 17 * (tf.math.square(tf.math.square(x) * x) * x) / 315
             - 2 * (tf.math.square(tf.math.square(x)) * x) / 15
-            + (tf.math.square(x) * x) / 3,
+            + tf.math.square(x) * x / 3,
             x - tf.math.tanh(x),
         )
 

@@ -1105,7 +1105,7 @@ class _SinhCoshBackward(torch.autograd.Function):
                 * (torch.exp(torch.abs(x) / 2) / 2),
             )
             x_bar = grad_grad_x * torch.where(
-                (t0) & (t1), 0.0, torch.where(t1, t2, torch.where(t0, t3, t2 + t3))
+                t0 & t1, 0.0, torch.where(t1, t2, torch.where(t0, t3, t2 + t3))
             )
         grad_s_bar = None
         if ctx.needs_input_grad[1]:
@@ -1153,7 +1153,7 @@ class SinhCoshBackward(_SinhCoshBackward):
             + grad_s_t * t1
             + x_t
             * torch.where(
-                (t2) & (t3), 0.0, torch.where(t3, t4, torch.where(t2, t5, t4 + t5))
+                t2 & t3, 0.0, torch.where(t3, t4, torch.where(t2, t5, t4 + t5))
             )
         )
         return grad_x_t

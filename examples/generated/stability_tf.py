@@ -425,11 +425,11 @@ def _mish_grad_x(x, grad):
             t5 = t0 * t3 * t4
             t6 = 8 * t5
             t7 = x < -1600.0
-            t8 = (t7) | (x > 1600.0)
+            t8 = t7 | (x > 1600.0)
             t9 = 4 * t5 * x * tf.math.sigmoid(-x) + t6
             t10 = 8 * tf.math.square(t0) * t3 * t4 * x * tf.math.tanh(t1)
             x_bar = grad_grad_x * tf.where(
-                (t7) & (t8),
+                t7 & t8,
                 grad * t6,
                 tf.where(
                     t7,
@@ -705,20 +705,20 @@ def _focal_loss_grad_z(z, target, grad, gamma):
             t12 = t0 * tf.math.square(t1) * t3 * t5 + t11
             t13 = z > 1600.0
             t14 = z < -1600.0
-            t15 = (t13) | (t14)
+            t15 = t13 | t14
             t16 = tf.math.softplus(z)
             t17 = -gamma * t16 * t9 - gamma * t3 * t7
             t18 = t0 * t16 * tf.math.square(t4) * t8
             t19 = t11 + t18
             t20 = t12 + t18
             z_bar = grad_grad_z * tf.where(
-                (t13) & (t15),
+                t13 & t15,
                 grad * t12,
                 tf.where(
                     t13,
                     grad * (t12 + t17),
                     tf.where(
-                        (t14) & (t15),
+                        t14 & t15,
                         grad * t19,
                         tf.where(
                             t14,
@@ -796,23 +796,21 @@ def student_t_logpdf(x: tf.Tensor, nu: float = 3.0) -> tf.Tensor:
                 * tf.where(
                     tf.math.is_inf(t2),
                     tf.math.sign(t2),
-                    (
-                        t2
-                        / (
-                            tf.where(
-                                tf.math.maximum(tf.math.abs(t2), 1.0) > 0,
-                                tf.math.maximum(tf.math.abs(t2), 1.0)
-                                * tf.math.sqrt(
-                                    1
-                                    + tf.math.square(
-                                        tf.math.minimum(tf.math.abs(t2), 1.0)
-                                        / tf.math.maximum(tf.math.abs(t2), 1.0)
-                                    )
-                                ),
-                                tf.math.maximum(tf.math.abs(t2), 1.0),
-                            )
-                            + 1
+                    t2
+                    / (
+                        tf.where(
+                            tf.math.maximum(tf.math.abs(t2), 1.0) > 0,
+                            tf.math.maximum(tf.math.abs(t2), 1.0)
+                            * tf.math.sqrt(
+                                1
+                                + tf.math.square(
+                                    tf.math.minimum(tf.math.abs(t2), 1.0)
+                                    / tf.math.maximum(tf.math.abs(t2), 1.0)
+                                )
+                            ),
+                            tf.math.maximum(tf.math.abs(t2), 1.0),
                         )
+                        + 1
                     ),
                 )
             )
@@ -959,7 +957,7 @@ def _sqrt_diff_grad_x(x, grad):
     @tf.custom_gradient
     def forward(x, grad):
         grad_x = -grad / (
-            2 * x ** (1.5) + 2 * tf.math.sqrt(x) + 2 * x * tf.math.sqrt(x + 1)
+            2 * x**1.5 + 2 * tf.math.sqrt(x) + 2 * x * tf.math.sqrt(x + 1)
         )
 
         def backward(grad_grad_x):
@@ -970,10 +968,10 @@ def _sqrt_diff_grad_x(x, grad):
                 -grad
                 * grad_grad_x
                 * (-3 * t0 - t2 - x / t1 - 1 / t0)
-                / tf.math.square(2 * t0 + t2 * x + 2 * x ** (1.5))
+                / tf.math.square(2 * t0 + t2 * x + 2 * x**1.5)
             )
             grad_bar = -grad_grad_x / (
-                2 * x ** (1.5) + 2 * tf.math.sqrt(x) + 2 * x * tf.math.sqrt(x + 1)
+                2 * x**1.5 + 2 * tf.math.sqrt(x) + 2 * x * tf.math.sqrt(x + 1)
             )
             return x_bar, grad_bar
 
@@ -1090,7 +1088,7 @@ def exprel(x: tf.Tensor) -> tf.Tensor:
             + 1,
             tf.where(
                 x > 80,
-                (tf.math.exp(x / 2) / x) * tf.math.exp(x / 2),
+                tf.math.exp(x / 2) / x * tf.math.exp(x / 2),
                 tf.math.expm1(x) / x,
             ),
         )
@@ -1109,8 +1107,187 @@ def _exprel_grad_x(x, grad):
 
     @tf.custom_gradient
     def forward(x, grad):
-        grad_x = grad * (
+        grad_x = grad * tf.where(
+            tf.math.abs(x) < 1,
+            x
+            * (
+                x
+                * (
+                    x
+                    * (
+                        x
+                        * (
+                            x
+                            * (
+                                x
+                                * (
+                                    x
+                                    * (
+                                        x
+                                        * (
+                                            x
+                                            * (
+                                                x
+                                                * (
+                                                    x
+                                                    * (
+                                                        x
+                                                        * (
+                                                            x
+                                                            * (
+                                                                x
+                                                                * (
+                                                                    x
+                                                                    * (
+                                                                        x
+                                                                        * (
+                                                                            x
+                                                                            * (
+                                                                                x
+                                                                                * (
+                                                                                    3.9145882126782523e-19
+                                                                                    * x
+                                                                                    + 7.809603484293113e-18
+                                                                                )
+                                                                                + 1.4797143443923793e-16
+                                                                            )
+                                                                            + 2.6552651846596585e-15
+                                                                        )
+                                                                        + 4.498331606952833e-14
+                                                                    )
+                                                                    + 7.169215998581078e-13
+                                                                )
+                                                                + 1.0706029224547743e-11
+                                                            )
+                                                            + 1.4911969277048643e-10
+                                                        )
+                                                        + 1.9270852604185937e-09
+                                                    )
+                                                    + 2.296443268665491e-08
+                                                )
+                                                + 2.505210838544172e-07
+                                            )
+                                            + 2.48015873015873e-06
+                                        )
+                                        + 2.2045855379188714e-05
+                                    )
+                                    + 0.00017361111111111112
+                                )
+                                + 0.0011904761904761906
+                            )
+                            + 0.006944444444444444
+                        )
+                        + 0.03333333333333333
+                    )
+                    + 0.125
+                )
+                + 0.3333333333333333
+            )
+            + 0.5,
             tf.where(
+                x > 80,
+                (1 / x - 1 / tf.math.square(x))
+                * tf.math.exp(x / 2)
+                * tf.math.exp(x / 2),
+                (tf.math.exp(x) - tf.math.expm1(x) / x) / x,
+            ),
+        )
+
+        def backward(grad_grad_x):
+            x_bar = (
+                grad
+                * grad_grad_x
+                * tf.where(
+                    tf.math.abs(x) < 1,
+                    x
+                    * (
+                        x
+                        * (
+                            x
+                            * (
+                                x
+                                * (
+                                    x
+                                    * (
+                                        x
+                                        * (
+                                            x
+                                            * (
+                                                x
+                                                * (
+                                                    x
+                                                    * (
+                                                        x
+                                                        * (
+                                                            x
+                                                            * (
+                                                                x
+                                                                * (
+                                                                    x
+                                                                    * (
+                                                                        x
+                                                                        * (
+                                                                            x
+                                                                            * (
+                                                                                x
+                                                                                * (
+                                                                                    x
+                                                                                    * (
+                                                                                        x
+                                                                                        * (
+                                                                                            3.7366523848292405e-19
+                                                                                            * x
+                                                                                            + 7.437717604088679e-18
+                                                                                        )
+                                                                                        + 1.4057286271727604e-16
+                                                                                    )
+                                                                                    + 2.515514385467045e-15
+                                                                                )
+                                                                                + 4.2484242954554536e-14
+                                                                            )
+                                                                            + 6.74749741042925e-13
+                                                                        )
+                                                                        + 1.0036902398013508e-11
+                                                                    )
+                                                                    + 1.3917837991912066e-10
+                                                                )
+                                                                + 1.789436313245837e-09
+                                                            )
+                                                            + 2.1197937864604532e-08
+                                                        )
+                                                        + 2.296443268665491e-07
+                                                    )
+                                                    + 2.2546897546897547e-06
+                                                )
+                                                + 1.984126984126984e-05
+                                            )
+                                            + 0.00015432098765432098
+                                        )
+                                        + 0.0010416666666666667
+                                    )
+                                    + 0.005952380952380952
+                                )
+                                + 0.027777777777777776
+                            )
+                            + 0.1
+                        )
+                        + 0.25
+                    )
+                    + 0.3333333333333333,
+                    tf.where(
+                        x > 80,
+                        (1 / x - 2 / tf.math.square(x) + 2 / (tf.math.square(x) * x))
+                        * tf.math.exp(x / 2)
+                        * tf.math.exp(x / 2),
+                        (
+                            tf.math.exp(x)
+                            - 2 * (tf.math.exp(x) - tf.math.expm1(x) / x) / x
+                        )
+                        / x,
+                    ),
+                )
+            )
+            grad_bar = grad_grad_x * tf.where(
                 tf.math.abs(x) < 1,
                 x
                 * (
@@ -1189,200 +1366,11 @@ def _exprel_grad_x(x, grad):
                 + 0.5,
                 tf.where(
                     x > 80,
-                    ((1 / x - 1 / tf.math.square(x)) * tf.math.exp(x / 2))
+                    (1 / x - 1 / tf.math.square(x))
+                    * tf.math.exp(x / 2)
                     * tf.math.exp(x / 2),
                     (tf.math.exp(x) - tf.math.expm1(x) / x) / x,
                 ),
-            )
-        )
-
-        def backward(grad_grad_x):
-            x_bar = (
-                grad
-                * grad_grad_x
-                * (
-                    tf.where(
-                        tf.math.abs(x) < 1,
-                        x
-                        * (
-                            x
-                            * (
-                                x
-                                * (
-                                    x
-                                    * (
-                                        x
-                                        * (
-                                            x
-                                            * (
-                                                x
-                                                * (
-                                                    x
-                                                    * (
-                                                        x
-                                                        * (
-                                                            x
-                                                            * (
-                                                                x
-                                                                * (
-                                                                    x
-                                                                    * (
-                                                                        x
-                                                                        * (
-                                                                            x
-                                                                            * (
-                                                                                x
-                                                                                * (
-                                                                                    x
-                                                                                    * (
-                                                                                        x
-                                                                                        * (
-                                                                                            x
-                                                                                            * (
-                                                                                                3.7366523848292405e-19
-                                                                                                * x
-                                                                                                + 7.437717604088679e-18
-                                                                                            )
-                                                                                            + 1.4057286271727604e-16
-                                                                                        )
-                                                                                        + 2.515514385467045e-15
-                                                                                    )
-                                                                                    + 4.2484242954554536e-14
-                                                                                )
-                                                                                + 6.74749741042925e-13
-                                                                            )
-                                                                            + 1.0036902398013508e-11
-                                                                        )
-                                                                        + 1.3917837991912066e-10
-                                                                    )
-                                                                    + 1.789436313245837e-09
-                                                                )
-                                                                + 2.1197937864604532e-08
-                                                            )
-                                                            + 2.296443268665491e-07
-                                                        )
-                                                        + 2.2546897546897547e-06
-                                                    )
-                                                    + 1.984126984126984e-05
-                                                )
-                                                + 0.00015432098765432098
-                                            )
-                                            + 0.0010416666666666667
-                                        )
-                                        + 0.005952380952380952
-                                    )
-                                    + 0.027777777777777776
-                                )
-                                + 0.1
-                            )
-                            + 0.25
-                        )
-                        + 0.3333333333333333,
-                        tf.where(
-                            x > 80,
-                            (
-                                (
-                                    1 / x
-                                    - 2 / tf.math.square(x)
-                                    + 2 / (tf.math.square(x) * x)
-                                )
-                                * tf.math.exp(x / 2)
-                            )
-                            * tf.math.exp(x / 2),
-                            (
-                                tf.math.exp(x)
-                                - 2 * (tf.math.exp(x) - tf.math.expm1(x) / x) / x
-                            )
-                            / x,
-                        ),
-                    )
-                )
-            )
-            grad_bar = grad_grad_x * (
-                tf.where(
-                    tf.math.abs(x) < 1,
-                    x
-                    * (
-                        x
-                        * (
-                            x
-                            * (
-                                x
-                                * (
-                                    x
-                                    * (
-                                        x
-                                        * (
-                                            x
-                                            * (
-                                                x
-                                                * (
-                                                    x
-                                                    * (
-                                                        x
-                                                        * (
-                                                            x
-                                                            * (
-                                                                x
-                                                                * (
-                                                                    x
-                                                                    * (
-                                                                        x
-                                                                        * (
-                                                                            x
-                                                                            * (
-                                                                                x
-                                                                                * (
-                                                                                    x
-                                                                                    * (
-                                                                                        x
-                                                                                        * (
-                                                                                            3.9145882126782523e-19
-                                                                                            * x
-                                                                                            + 7.809603484293113e-18
-                                                                                        )
-                                                                                        + 1.4797143443923793e-16
-                                                                                    )
-                                                                                    + 2.6552651846596585e-15
-                                                                                )
-                                                                                + 4.498331606952833e-14
-                                                                            )
-                                                                            + 7.169215998581078e-13
-                                                                        )
-                                                                        + 1.0706029224547743e-11
-                                                                    )
-                                                                    + 1.4911969277048643e-10
-                                                                )
-                                                                + 1.9270852604185937e-09
-                                                            )
-                                                            + 2.296443268665491e-08
-                                                        )
-                                                        + 2.505210838544172e-07
-                                                    )
-                                                    + 2.48015873015873e-06
-                                                )
-                                                + 2.2045855379188714e-05
-                                            )
-                                            + 0.00017361111111111112
-                                        )
-                                        + 0.0011904761904761906
-                                    )
-                                    + 0.006944444444444444
-                                )
-                                + 0.03333333333333333
-                            )
-                            + 0.125
-                        )
-                        + 0.3333333333333333
-                    )
-                    + 0.5,
-                    tf.where(
-                        x > 80,
-                        ((1 / x - 1 / tf.math.square(x)) * tf.math.exp(x / 2))
-                        * tf.math.exp(x / 2),
-                        (tf.math.exp(x) - tf.math.expm1(x) / x) / x,
-                    ),
-                )
             )
             return x_bar, grad_bar
 

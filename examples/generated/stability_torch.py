@@ -1624,14 +1624,14 @@ class _MishBackward(torch.autograd.Function):
             t5 = t0 * t3 * t4
             t6 = 8 * t5
             t7 = x < -1600.0
-            t8 = (t7) | (x > 1600.0)
+            t8 = t7 | (x > 1600.0)
             t9 = 4 * t5 * x * torch.sigmoid(-x) + t6
             t10 = 8 * t0**2 * t3 * t4 * x * torch.tanh(t1)
             x_bar = (
                 grad
                 * grad_grad_x
                 * torch.where(
-                    (t7) & (t8),
+                    t7 & t8,
                     t6,
                     torch.where(
                         t7, t9, torch.where(t8, 8 * t0 * t3 * t4 - t10, -t10 + t9)
@@ -1673,11 +1673,11 @@ class MishBackward(_MishBackward):
         t10 = t5 * t8 * t9
         t11 = 8 * t10
         t12 = x < -1600.0
-        t13 = (t12) | (x > 1600.0)
+        t13 = t12 | (x > 1600.0)
         t14 = 4 * t10 * x * torch.sigmoid(-x) + t11
         t15 = 8 * t5**2 * t8 * t9 * x * torch.tanh(t6)
         grad_x_t = grad * x_t * torch.where(
-            (t12) & (t13),
+            t12 & t13,
             t11,
             torch.where(t12, t14, torch.where(t13, -t15 + 8 * t5 * t8 * t9, t14 - t15)),
         ) + grad_t * torch.where(
@@ -2482,7 +2482,7 @@ class _FocalLossBackward(torch.autograd.Function):
             t13 = t12 + t2 * t3**2 * t5 * t7
             t14 = z > 1600.0
             t15 = z < -1600.0
-            t16 = (t14) | (t15)
+            t16 = t14 | t15
             t17 = torch.nn.functional.softplus(z, threshold=40.0)
             t18 = t1 * t11 * t17 + t1 * t5 * t9
             t19 = t10 * t17 * t2 * t6**2
@@ -2492,13 +2492,13 @@ class _FocalLossBackward(torch.autograd.Function):
                 grad
                 * grad_grad_z
                 * torch.where(
-                    (t14) & (t16),
+                    t14 & t16,
                     t13,
                     torch.where(
                         t14,
                         t13 + t18,
                         torch.where(
-                            (t15) & (t16),
+                            t15 & t16,
                             t20,
                             torch.where(
                                 t15, t18 + t20, torch.where(t16, t21, t18 + t21)
@@ -2555,19 +2555,19 @@ class FocalLossBackward(_FocalLossBackward):
         t20 = t5 * t9
         t21 = t1 * t19 + t1 * t20 + t19 + t20
         t22 = t18 * t2**2 * t7 + t21
-        t23 = (t13) | (t17)
+        t23 = t13 | t17
         t24 = t0 * t14 * t20 + t0 * t19 * t4
         t25 = t15 * t18 * t5**2
         t26 = t21 + t25
         t27 = t22 + t25
         grad_z_t = grad * z_t * torch.where(
-            (t13) & (t23),
+            t13 & t23,
             t22,
             torch.where(
                 t13,
                 t22 + t24,
                 torch.where(
-                    (t17) & (t23),
+                    t17 & t23,
                     t26,
                     torch.where(t17, t24 + t26, torch.where(t23, t27, t24 + t27)),
                 ),
@@ -3019,7 +3019,7 @@ class SqrtDiff(_SqrtDiff):
     @staticmethod
     def jvp(ctx, x_t):
         (x,) = ctx.saved_tensors
-        out_t = -x_t / (2 * x ** (1.5) + 2 * torch.sqrt(x) + 2 * x * torch.sqrt(x + 1))
+        out_t = -x_t / (2 * x**1.5 + 2 * torch.sqrt(x) + 2 * x * torch.sqrt(x + 1))
         return out_t
 
 
@@ -3085,12 +3085,12 @@ class _SqrtDiffBackward(torch.autograd.Function):
                 -grad
                 * grad_grad_x
                 * (-3 * t0 - t2 - x / t1 - 1 / t0)
-                / (2 * t0 + t2 * x + 2 * x ** (1.5)) ** 2
+                / (2 * t0 + t2 * x + 2 * x**1.5) ** 2
             )
         grad_bar = None
         if ctx.needs_input_grad[1]:
             grad_bar = -grad_grad_x / (
-                2 * x ** (1.5) + 2 * torch.sqrt(x) + 2 * x * torch.sqrt(x + 1)
+                2 * x**1.5 + 2 * torch.sqrt(x) + 2 * x * torch.sqrt(x + 1)
             )
         return x_bar, grad_bar
 
@@ -3104,7 +3104,7 @@ class SqrtDiffBackward(_SqrtDiffBackward):
         t0 = torch.sqrt(x)
         t1 = torch.sqrt(x + 1)
         t2 = 2 * t1
-        t3 = 2 * t0 + t2 * x + 2 * x ** (1.5)
+        t3 = 2 * t0 + t2 * x + 2 * x**1.5
         grad_x_t = -grad * x_t * (-3 * t0 - t2 - x / t1 - 1 / t0) / t3**2 - grad_t / t3
         return grad_x_t
 
@@ -3234,9 +3234,10 @@ class Exprel(_Exprel):
     @staticmethod
     def jvp(ctx, x_t):
         (x,) = ctx.saved_tensors
-        out_t = x_t * (
-            torch.where(
-                (x < 1) & (x > -1),
+        out_t = x_t * torch.where(
+            (x < 1) & (x > -1),
+            x
+            * (
                 x
                 * (
                     x
@@ -3271,53 +3272,50 @@ class Exprel(_Exprel):
                                                                             * (
                                                                                 x
                                                                                 * (
-                                                                                    x
-                                                                                    * (
-                                                                                        3.9145882126782523e-19
-                                                                                        * x
-                                                                                        + 7.809603484293113e-18
-                                                                                    )
-                                                                                    + 1.4797143443923793e-16
+                                                                                    3.9145882126782523e-19
+                                                                                    * x
+                                                                                    + 7.809603484293113e-18
                                                                                 )
-                                                                                + 2.6552651846596585e-15
+                                                                                + 1.4797143443923793e-16
                                                                             )
-                                                                            + 4.498331606952833e-14
+                                                                            + 2.6552651846596585e-15
                                                                         )
-                                                                        + 7.169215998581078e-13
+                                                                        + 4.498331606952833e-14
                                                                     )
-                                                                    + 1.0706029224547743e-11
+                                                                    + 7.169215998581078e-13
                                                                 )
-                                                                + 1.4911969277048643e-10
+                                                                + 1.0706029224547743e-11
                                                             )
-                                                            + 1.9270852604185937e-09
+                                                            + 1.4911969277048643e-10
                                                         )
-                                                        + 2.296443268665491e-08
+                                                        + 1.9270852604185937e-09
                                                     )
-                                                    + 2.505210838544172e-07
+                                                    + 2.296443268665491e-08
                                                 )
-                                                + 2.48015873015873e-06
+                                                + 2.505210838544172e-07
                                             )
-                                            + 2.2045855379188714e-05
+                                            + 2.48015873015873e-06
                                         )
-                                        + 0.00017361111111111112
+                                        + 2.2045855379188714e-05
                                     )
-                                    + 0.0011904761904761906
+                                    + 0.00017361111111111112
                                 )
-                                + 0.006944444444444444
+                                + 0.0011904761904761906
                             )
-                            + 0.03333333333333333
+                            + 0.006944444444444444
                         )
-                        + 0.125
+                        + 0.03333333333333333
                     )
-                    + 0.3333333333333333
+                    + 0.125
                 )
-                + 0.5,
-                torch.where(
-                    x > 80,
-                    ((1 / x - 1 / x**2) * torch.exp(x / 2)) * torch.exp(x / 2),
-                    (torch.exp(x) - torch.expm1(x) / x) / x,
-                ),
+                + 0.3333333333333333
             )
+            + 0.5,
+            torch.where(
+                x > 80,
+                (1 / x - 1 / x**2) * torch.exp(x / 2) * torch.exp(x / 2),
+                (torch.exp(x) - torch.expm1(x) / x) / x,
+            ),
         )
         return out_t
 
@@ -3532,98 +3530,7 @@ class _ExprelBackward(torch.autograd.Function):
             x_bar = (
                 grad
                 * grad_grad_x
-                * (
-                    torch.where(
-                        (x < 1) & (x > -1),
-                        x
-                        * (
-                            x
-                            * (
-                                x
-                                * (
-                                    x
-                                    * (
-                                        x
-                                        * (
-                                            x
-                                            * (
-                                                x
-                                                * (
-                                                    x
-                                                    * (
-                                                        x
-                                                        * (
-                                                            x
-                                                            * (
-                                                                x
-                                                                * (
-                                                                    x
-                                                                    * (
-                                                                        x
-                                                                        * (
-                                                                            x
-                                                                            * (
-                                                                                x
-                                                                                * (
-                                                                                    x
-                                                                                    * (
-                                                                                        x
-                                                                                        * (
-                                                                                            x
-                                                                                            * (
-                                                                                                3.7366523848292405e-19
-                                                                                                * x
-                                                                                                + 7.437717604088679e-18
-                                                                                            )
-                                                                                            + 1.4057286271727604e-16
-                                                                                        )
-                                                                                        + 2.515514385467045e-15
-                                                                                    )
-                                                                                    + 4.2484242954554536e-14
-                                                                                )
-                                                                                + 6.74749741042925e-13
-                                                                            )
-                                                                            + 1.0036902398013508e-11
-                                                                        )
-                                                                        + 1.3917837991912066e-10
-                                                                    )
-                                                                    + 1.789436313245837e-09
-                                                                )
-                                                                + 2.1197937864604532e-08
-                                                            )
-                                                            + 2.296443268665491e-07
-                                                        )
-                                                        + 2.2546897546897547e-06
-                                                    )
-                                                    + 1.984126984126984e-05
-                                                )
-                                                + 0.00015432098765432098
-                                            )
-                                            + 0.0010416666666666667
-                                        )
-                                        + 0.005952380952380952
-                                    )
-                                    + 0.027777777777777776
-                                )
-                                + 0.1
-                            )
-                            + 0.25
-                        )
-                        + 0.3333333333333333,
-                        torch.where(
-                            x > 80,
-                            ((1 / x - 2 / x**2 + 2 / x**3) * torch.exp(x / 2))
-                            * torch.exp(x / 2),
-                            (torch.exp(x) - 2 * (torch.exp(x) - torch.expm1(x) / x) / x)
-                            / x,
-                        ),
-                    )
-                )
-            )
-        grad_bar = None
-        if ctx.needs_input_grad[1]:
-            grad_bar = grad_grad_x * (
-                torch.where(
+                * torch.where(
                     (x < 1) & (x > -1),
                     x
                     * (
@@ -3661,148 +3568,58 @@ class _ExprelBackward(torch.autograd.Function):
                                                                                     * (
                                                                                         x
                                                                                         * (
-                                                                                            3.9145882126782523e-19
+                                                                                            3.7366523848292405e-19
                                                                                             * x
-                                                                                            + 7.809603484293113e-18
+                                                                                            + 7.437717604088679e-18
                                                                                         )
-                                                                                        + 1.4797143443923793e-16
+                                                                                        + 1.4057286271727604e-16
                                                                                     )
-                                                                                    + 2.6552651846596585e-15
+                                                                                    + 2.515514385467045e-15
                                                                                 )
-                                                                                + 4.498331606952833e-14
+                                                                                + 4.2484242954554536e-14
                                                                             )
-                                                                            + 7.169215998581078e-13
+                                                                            + 6.74749741042925e-13
                                                                         )
-                                                                        + 1.0706029224547743e-11
+                                                                        + 1.0036902398013508e-11
                                                                     )
-                                                                    + 1.4911969277048643e-10
+                                                                    + 1.3917837991912066e-10
                                                                 )
-                                                                + 1.9270852604185937e-09
+                                                                + 1.789436313245837e-09
                                                             )
-                                                            + 2.296443268665491e-08
+                                                            + 2.1197937864604532e-08
                                                         )
-                                                        + 2.505210838544172e-07
+                                                        + 2.296443268665491e-07
                                                     )
-                                                    + 2.48015873015873e-06
+                                                    + 2.2546897546897547e-06
                                                 )
-                                                + 2.2045855379188714e-05
+                                                + 1.984126984126984e-05
                                             )
-                                            + 0.00017361111111111112
+                                            + 0.00015432098765432098
                                         )
-                                        + 0.0011904761904761906
+                                        + 0.0010416666666666667
                                     )
-                                    + 0.006944444444444444
+                                    + 0.005952380952380952
                                 )
-                                + 0.03333333333333333
+                                + 0.027777777777777776
                             )
-                            + 0.125
+                            + 0.1
                         )
-                        + 0.3333333333333333
+                        + 0.25
                     )
-                    + 0.5,
+                    + 0.3333333333333333,
                     torch.where(
                         x > 80,
-                        ((1 / x - 1 / x**2) * torch.exp(x / 2)) * torch.exp(x / 2),
-                        (torch.exp(x) - torch.expm1(x) / x) / x,
+                        (1 / x - 2 / x**2 + 2 / x**3)
+                        * torch.exp(x / 2)
+                        * torch.exp(x / 2),
+                        (torch.exp(x) - 2 * (torch.exp(x) - torch.expm1(x) / x) / x)
+                        / x,
                     ),
                 )
             )
-        return x_bar, grad_bar
-
-
-class ExprelBackward(_ExprelBackward):
-    """ExprelBackward with forward mode (jvp) from the derived formulas."""
-
-    @staticmethod
-    def jvp(ctx, x_t, grad_t):
-        x, grad = ctx.saved_tensors
-        grad_x_t = grad * x_t * (
-            torch.where(
-                (x < 1) & (x > -1),
-                x
-                * (
-                    x
-                    * (
-                        x
-                        * (
-                            x
-                            * (
-                                x
-                                * (
-                                    x
-                                    * (
-                                        x
-                                        * (
-                                            x
-                                            * (
-                                                x
-                                                * (
-                                                    x
-                                                    * (
-                                                        x
-                                                        * (
-                                                            x
-                                                            * (
-                                                                x
-                                                                * (
-                                                                    x
-                                                                    * (
-                                                                        x
-                                                                        * (
-                                                                            x
-                                                                            * (
-                                                                                x
-                                                                                * (
-                                                                                    x
-                                                                                    * (
-                                                                                        3.7366523848292405e-19
-                                                                                        * x
-                                                                                        + 7.437717604088679e-18
-                                                                                    )
-                                                                                    + 1.4057286271727604e-16
-                                                                                )
-                                                                                + 2.515514385467045e-15
-                                                                            )
-                                                                            + 4.2484242954554536e-14
-                                                                        )
-                                                                        + 6.74749741042925e-13
-                                                                    )
-                                                                    + 1.0036902398013508e-11
-                                                                )
-                                                                + 1.3917837991912066e-10
-                                                            )
-                                                            + 1.789436313245837e-09
-                                                        )
-                                                        + 2.1197937864604532e-08
-                                                    )
-                                                    + 2.296443268665491e-07
-                                                )
-                                                + 2.2546897546897547e-06
-                                            )
-                                            + 1.984126984126984e-05
-                                        )
-                                        + 0.00015432098765432098
-                                    )
-                                    + 0.0010416666666666667
-                                )
-                                + 0.005952380952380952
-                            )
-                            + 0.027777777777777776
-                        )
-                        + 0.1
-                    )
-                    + 0.25
-                )
-                + 0.3333333333333333,
-                torch.where(
-                    x > 80,
-                    ((1 / x - 2 / x**2 + 2 / x**3) * torch.exp(x / 2))
-                    * torch.exp(x / 2),
-                    (torch.exp(x) - 2 * (torch.exp(x) - torch.expm1(x) / x) / x) / x,
-                ),
-            )
-        ) + grad_t * (
-            torch.where(
+        grad_bar = None
+        if ctx.needs_input_grad[1]:
+            grad_bar = grad_grad_x * torch.where(
                 (x < 1) & (x > -1),
                 x
                 * (
@@ -3881,10 +3698,183 @@ class ExprelBackward(_ExprelBackward):
                 + 0.5,
                 torch.where(
                     x > 80,
-                    ((1 / x - 1 / x**2) * torch.exp(x / 2)) * torch.exp(x / 2),
+                    (1 / x - 1 / x**2) * torch.exp(x / 2) * torch.exp(x / 2),
                     (torch.exp(x) - torch.expm1(x) / x) / x,
                 ),
             )
+        return x_bar, grad_bar
+
+
+class ExprelBackward(_ExprelBackward):
+    """ExprelBackward with forward mode (jvp) from the derived formulas."""
+
+    @staticmethod
+    def jvp(ctx, x_t, grad_t):
+        x, grad = ctx.saved_tensors
+        grad_x_t = grad * x_t * torch.where(
+            (x < 1) & (x > -1),
+            x
+            * (
+                x
+                * (
+                    x
+                    * (
+                        x
+                        * (
+                            x
+                            * (
+                                x
+                                * (
+                                    x
+                                    * (
+                                        x
+                                        * (
+                                            x
+                                            * (
+                                                x
+                                                * (
+                                                    x
+                                                    * (
+                                                        x
+                                                        * (
+                                                            x
+                                                            * (
+                                                                x
+                                                                * (
+                                                                    x
+                                                                    * (
+                                                                        x
+                                                                        * (
+                                                                            x
+                                                                            * (
+                                                                                x
+                                                                                * (
+                                                                                    3.7366523848292405e-19
+                                                                                    * x
+                                                                                    + 7.437717604088679e-18
+                                                                                )
+                                                                                + 1.4057286271727604e-16
+                                                                            )
+                                                                            + 2.515514385467045e-15
+                                                                        )
+                                                                        + 4.2484242954554536e-14
+                                                                    )
+                                                                    + 6.74749741042925e-13
+                                                                )
+                                                                + 1.0036902398013508e-11
+                                                            )
+                                                            + 1.3917837991912066e-10
+                                                        )
+                                                        + 1.789436313245837e-09
+                                                    )
+                                                    + 2.1197937864604532e-08
+                                                )
+                                                + 2.296443268665491e-07
+                                            )
+                                            + 2.2546897546897547e-06
+                                        )
+                                        + 1.984126984126984e-05
+                                    )
+                                    + 0.00015432098765432098
+                                )
+                                + 0.0010416666666666667
+                            )
+                            + 0.005952380952380952
+                        )
+                        + 0.027777777777777776
+                    )
+                    + 0.1
+                )
+                + 0.25
+            )
+            + 0.3333333333333333,
+            torch.where(
+                x > 80,
+                (1 / x - 2 / x**2 + 2 / x**3) * torch.exp(x / 2) * torch.exp(x / 2),
+                (torch.exp(x) - 2 * (torch.exp(x) - torch.expm1(x) / x) / x) / x,
+            ),
+        ) + grad_t * torch.where(
+            (x < 1) & (x > -1),
+            x
+            * (
+                x
+                * (
+                    x
+                    * (
+                        x
+                        * (
+                            x
+                            * (
+                                x
+                                * (
+                                    x
+                                    * (
+                                        x
+                                        * (
+                                            x
+                                            * (
+                                                x
+                                                * (
+                                                    x
+                                                    * (
+                                                        x
+                                                        * (
+                                                            x
+                                                            * (
+                                                                x
+                                                                * (
+                                                                    x
+                                                                    * (
+                                                                        x
+                                                                        * (
+                                                                            x
+                                                                            * (
+                                                                                x
+                                                                                * (
+                                                                                    3.9145882126782523e-19
+                                                                                    * x
+                                                                                    + 7.809603484293113e-18
+                                                                                )
+                                                                                + 1.4797143443923793e-16
+                                                                            )
+                                                                            + 2.6552651846596585e-15
+                                                                        )
+                                                                        + 4.498331606952833e-14
+                                                                    )
+                                                                    + 7.169215998581078e-13
+                                                                )
+                                                                + 1.0706029224547743e-11
+                                                            )
+                                                            + 1.4911969277048643e-10
+                                                        )
+                                                        + 1.9270852604185937e-09
+                                                    )
+                                                    + 2.296443268665491e-08
+                                                )
+                                                + 2.505210838544172e-07
+                                            )
+                                            + 2.48015873015873e-06
+                                        )
+                                        + 2.2045855379188714e-05
+                                    )
+                                    + 0.00017361111111111112
+                                )
+                                + 0.0011904761904761906
+                            )
+                            + 0.006944444444444444
+                        )
+                        + 0.03333333333333333
+                    )
+                    + 0.125
+                )
+                + 0.3333333333333333
+            )
+            + 0.5,
+            torch.where(
+                x > 80,
+                (1 / x - 1 / x**2) * torch.exp(x / 2) * torch.exp(x / 2),
+                (torch.exp(x) - torch.expm1(x) / x) / x,
+            ),
         )
         return grad_x_t
 
