@@ -19,7 +19,7 @@ class UnsupportedError(DerivationError):
         super().__init__(
             None,
             f"cannot print {type(expr).__name__} ({expr}) for {framework}",
-            "rewrite the formula with the functions listed in SPEC.md",
+            "rewrite the formula with the functions listed in docs/spec-language.md",
         )
 
 
