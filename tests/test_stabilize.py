@@ -93,7 +93,18 @@ CASES = {
     ),
     # sqrt(1 + 1e-20) rounds to 1; exact 5e-21.
     "sqrt_minus_one": ("sqrt(1 + x) - 1", {"x": 1e-20}, sympy.Pow, False, None),
+    # sin(1 + 1e-20) rounds to sin(1): 0; exact cos(1) * 1e-20.
+    "sum_to_product": ("sin(x + y) - sin(x)", {"x": 1.0, "y": 1e-20}, sympy.cos, False, None),
 }
+
+
+def test_sum_to_product_where_the_arguments_share_a_part_only():
+    e = sympy.Symbol("e", real=True)
+    sin, cos = sympy.sin, sympy.cos
+    assert stabilize(cos(x + e) - cos(x)) == -2 * sin(e / 2) * sin(x + e / 2)
+    assert stabilize(sin(x + e) - sin(x - e)) == 2 * sin(e) * cos(x)  # sin(e + x) + sin(e - x)
+    for alone in (sin(x) - sin(y), cos(x) + cos(x + e)):
+        assert stabilize(alone) == alone
 
 
 def run_torch(expr, values):

@@ -534,6 +534,40 @@ def hypot_power_ratio(node):
     return None
 
 
+@register("stabilize")
+def sum_to_product(node):
+    """c*sin(a) - c*sin(b) -> 2c cos((a+b)/2) sin((a-b)/2), c*sin(a) + c*sin(b) ->
+    2c sin((a+b)/2) cos((a-b)/2), c*cos(a) - c*cos(b) -> -2c sin((a+b)/2) sin((a-b)/2),
+    where a - b (a + b for the sum) has fewer symbols than a or b: sin(x + e) - sin(x)
+    keeps no digit of cos(x) e for small e, sin(e/2) keeps them all. (The sum is the
+    difference as SymPy writes it: sin(x + e) - sin(x - e) is sin(e + x) + sin(e - x).)"""
+    if not isinstance(node, Add):
+        return None
+    for term in node.args:
+        coeff, factor = term.as_coeff_Mul()
+        if not isinstance(factor, (sympy.sin, sympy.cos)):
+            continue
+        for other in node.args:
+            c2, f2 = other.as_coeff_Mul()
+            if f2.func is not factor.func or f2 == factor:
+                continue
+            a, b = factor.args[0], f2.args[0]
+            half_sum, half_difference = (a + b) / 2, (a - b) / 2
+            if c2 == -coeff and isinstance(factor, sympy.sin):
+                cancels, value = (a - b,), sympy.cos(half_sum) * sympy.sin(half_difference)
+            elif c2 == coeff and isinstance(factor, sympy.sin):
+                cancels, value = (a + b,), sympy.sin(half_sum) * sympy.cos(half_difference)
+            elif c2 == -coeff:
+                cancels = (a - b, a + b)
+                value = -sympy.sin(half_sum) * sympy.sin(half_difference)
+            else:
+                continue
+            most = max(len(a.free_symbols), len(b.free_symbols))
+            if any(len(c.free_symbols) < most for c in cancels):
+                return 2 * coeff * value + _drop(node, term, other)
+    return None
+
+
 # The clamp phase: on the chosen form only.
 
 
