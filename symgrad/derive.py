@@ -20,14 +20,9 @@ from symgrad.derived import Accuracy, Derived
 from symgrad.errors import DerivationError, SpecError, raise_all
 from symgrad.expr import parse_formula
 from symgrad.functions import dsigmoid, heaviside_as_piecewise, hypot, hypot_ratio, sigmoid
-from symgrad.rewrite.regimes import (
-    exp_rational,
-    guard_tails,
-    rational_scaled,
-    split_regimes,
-    tails_as_clamps,
-)
-from symgrad.rewrite.rules import clamp_select, stabilize
+from symgrad.rewrite.phases import phase
+from symgrad.rewrite.regimes import split_regimes
+from symgrad.rewrite.rules import stabilize
 from symgrad.spec import Function, Spec
 
 #: Formulas larger than this (SymPy op count) are not given to simplify: the bound is on
@@ -132,10 +127,9 @@ def finish(
     Candidates: the formula as written, stabilised, stabilised after a (size-bounded)
     simplify (also one per sign of x where it has |x|, and one through hypot's naive form),
     and each with its regime branches (:func:`~symgrad.rewrite.regimes.split_regimes`). With
-    ``points``, also the formula as a rational function of one exponential
-    (:func:`~symgrad.rewrite.regimes.exp_rational`) and with its numerator's power divided out
-    (:func:`~symgrad.rewrite.regimes.rational_scaled`), and the choice is by measured error
-    (fewest non-finite results in float64 and float32, then float64 bits; ties to the
+    ``points``, also the forms of the whole formula that the ``candidates`` phase makes
+    (:mod:`symgrad.rewrite.phases`), and the choice is by measured error (fewest
+    non-finite results in float64 and float32, then float64 bits; ties to the
     cheaper for eager code by :func:`~symgrad.cost.eager_cost`); ``record`` gets the
     chosen form's :class:`~symgrad.choose.Accuracy`, ``fused`` the tie's cheapest for
     compiled code (:func:`~symgrad.cost.op_cost`: arithmetic only, the passes fuse).
@@ -200,7 +194,7 @@ def finish(
         # only where their error is measured (polynomials may cancel, x/x**2 may overflow);
         # differentiated, if chosen, as the formula they came from.
         if _cost(stable[0]) <= SIMPLIFY_MAX_OPS:
-            for rewrite in (exp_rational, rational_scaled):
+            for rewrite in phase("candidates").rewrites:
                 try:
                     with _time_limit(SIMPLIFY_SECONDS):
                         rewritten = rewrite(stable[0])
@@ -251,35 +245,12 @@ def _dsigmoid_as_product(expr: sympy.Expr) -> sympy.Expr:
 
 
 def _finished(best: sympy.Expr) -> sympy.Expr:
-    """The chosen form with its sigmoid tails guarded, impossible branches dropped and
-    selects that are a clamp written as one (:func:`~symgrad.rewrite.regimes.tails_as_clamps`,
-    :func:`~symgrad.rewrite.rules.clamp_select`)."""
-    if best.has(sigmoid, dsigmoid):
-        best = guard_tails(best)
-    if best.has(sympy.Piecewise):
-        best = _prune_branches(sympy.piecewise_fold(tails_as_clamps(best)))
-        best = stabilize(best, (clamp_select,))
-    return best
-
-
-def _prune_branches(expr: sympy.Expr) -> sympy.Expr:
-    """Piecewise branches whose condition no real input satisfies, dropped: folding two
-    regime splits pairs every condition of one with every condition of the other
-    ((z > 1600) & (z < -1600) in focal loss), and each branch is a pass in the code."""
-
-    def possible(cond) -> bool:
-        if cond is sympy.true or len(cond.free_symbols) != 1:
-            return True
-        try:
-            return cond.as_set() != sympy.S.EmptySet
-        except (NotImplementedError, TypeError, ValueError):
-            return True
-
-    def prune(node: sympy.Piecewise) -> sympy.Expr:
-        pairs = [(e, c) for e, c in node.args if possible(c)]
-        return sympy.Piecewise(*pairs) if pairs and pairs != list(node.args) else node
-
-    return expr.replace(lambda e: isinstance(e, sympy.Piecewise), prune)
+    """The chosen form through the ``tails`` phase's passes (sigmoid tails guarded or
+    clamped, impossible branches dropped) and the ``clamp`` phase's rules (selects that
+    are a clamp written as one)."""
+    for rewrite in phase("tails").rewrites:
+        best = rewrite(best)
+    return stabilize(best, phase("clamp").rewrites)
 
 
 def differentiate(expr: sympy.Expr, wrt: sympy.Symbol, points=None, record=None) -> sympy.Expr:

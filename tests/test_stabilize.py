@@ -1,7 +1,10 @@
-"""Each stabilize rule: the naive form fails numerically at a named point, the rewrite does not."""
+"""Each rewrite of each phase: a case where it fires and changes the formula; for the
+stabilize rules, the naive form fails numerically at a named point and the rewrite does not."""
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import math
 
 import mpmath
@@ -12,8 +15,12 @@ import torch
 from symgrad import functions as F
 from symgrad.errors import Location
 from symgrad.expr import parse_formula
+from symgrad.numerics.mp import exact as mp_exact
 from symgrad.printers import TorchPrinter
-from symgrad.rewrite.rules import RULES, stabilize
+from symgrad.rewrite import phases, regimes, rules
+from symgrad.rewrite.phases import PHASES, phase
+from symgrad.rewrite.regimes import split_regimes
+from symgrad.rewrite.rules import stabilize
 
 x, y = sympy.symbols("x y", real=True)
 
@@ -86,11 +93,18 @@ CASES = {
     ),
     # sqrt(1 + 1e-20) rounds to 1; exact 5e-21.
     "sqrt_minus_one": ("sqrt(1 + x) - 1", {"x": 1e-20}, sympy.Pow, False, None),
+    # sin(1 + 1e-20) rounds to sin(1): 0; exact cos(1) * 1e-20.
+    "sum_to_product": ("sin(x + y) - sin(x)", {"x": 1.0, "y": 1e-20}, sympy.cos, False, None),
 }
 
 
-def test_every_rule_has_a_case():
-    assert {rule.__name__ for rule in RULES} == set(CASES)
+def test_sum_to_product_where_the_arguments_share_a_part_only():
+    e = sympy.Symbol("e", real=True)
+    sin, cos = sympy.sin, sympy.cos
+    assert stabilize(cos(x + e) - cos(x)) == -2 * sin(e / 2) * sin(x + e / 2)
+    assert stabilize(sin(x + e) - sin(x - e)) == 2 * sin(e) * cos(x)  # sin(e + x) + sin(e - x)
+    for alone in (sin(x) - sin(y), cos(x) + cos(x + e)):
+        assert stabilize(alone) == alone
 
 
 def run_torch(expr, values):
@@ -117,6 +131,158 @@ def test_rule_fixes_naive_failure(rule):
     assert not (math.isfinite(bad) and bad == pytest.approx(exact, rel=1e-6, abs=1e-300)), bad
     good = run_torch(stable, values)
     assert good == pytest.approx(exact, rel=1e-12, abs=1e-300)
+
+
+# --- every phase ---------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """A formula a rewrite fires on, as its phase receives it. ``at``: where the formula is
+    wrong in float64 (non-finite, or off by more than 1e-6) and its phase's result is right
+    to 1e-12."""
+
+    formula: sympy.Expr
+    at: dict[str, float] | None = None
+    params: frozenset = frozenset()  # the scalar inputs' symbols
+    positive: frozenset = frozenset()  # those known to be positive
+
+
+def _parse(text: str) -> sympy.Expr:
+    return parse_formula(text, {"x": x, "y": y}, Location("t.yaml", 1, "f"))
+
+
+nu = sympy.Symbol("nu", real=True)
+nu_positive = sympy.Symbol("nu", positive=True)
+z = sympy.Symbol("z", real=True)
+grad = sympy.Symbol("grad", real=True)
+_d = x - y
+
+#: phase -> rewrite -> its case; the stabilize rules' are :data:`CASES`.
+PHASE_CASES: dict[str, dict[str, Case]] = {
+    "stabilize": {name: Case(_parse(case[0])) for name, case in CASES.items()},
+    "whole": {
+        # x**2 overflows at 1e200: inf/inf; rescaled, every power is at most 1
+        "rational_tail": Case(
+            (nu - x**2) / (nu + x**2) ** 2, {"x": 1e200, "nu": 3.0}, frozenset({nu})
+        ),
+    },
+    "asymptotes": {
+        # erfcx_inv(1e10) ~ 1.8e10 cancels against sqrt(pi) x; exact sqrt(pi)/(2x) - ...
+        "erfcx_inv_tail": Case(F.erfcx_inv(x) - sympy.sqrt(sympy.pi) * x, {"x": 1e10}),
+    },
+    "limits": {
+        # 2 sin(x/2)**2 / x**2 (1 - cos(x) stabilised) at 1e-200: 0/0
+        "removable_regime": Case(2 * sympy.sin(x / 2) ** 2 / x**2, {"x": 1e-200}),
+    },
+    "regimes": {
+        # x + hypot(x, 1) cancels to 0 at x = -1e10
+        "conjugate_regime": Case((x + F.hypot(x, 1)) / 2, {"x": -1e10}),
+        # x - sin(x) at 1e-5: 1.7e-16 with the error of x's last bit
+        "series_regime": Case(x - sympy.sin(x), {"x": 1e-5}),
+        # x**2 is inf, exp 0 at 1e200: NaN
+        "gaussian_tail": Case((2 - x**2) * sympy.exp(-(x**2) / 2), {"x": 1e200}),
+        # x**3 is inf, sigmoid 0 at 1e200: NaN
+        "sigmoid_tail": Case(x**3 * F.sigmoid(-(x**3)), {"x": 1e200}),
+        # x**2 overflows at 1e200: log1p(inf)
+        "log1p_tail": Case(F.log1p(x**2 / nu), {"x": 1e200, "nu": 3.0}, frozenset({nu})),
+        # hypot(1e-10, 1) rounds to 1: 0
+        "hypot_minus_one": Case(F.hypot(x, 1) - 1, {"x": 1e-10}),
+        # erfc(30) underflows: log(0)
+        "log_erfc_tail": Case(sympy.log(sympy.erfc(x)), {"x": 30.0}),
+        # 1e300/1e-300 overflows: log(inf)
+        "log_ratio": Case(sympy.log(x / y), {"x": 1e300, "y": 1e-300}),
+    },
+    "candidates": {
+        "exp_rational": Case(sympy.diff(x * sympy.tanh(F.softplus(x)), x)),
+        "rational_scaled": Case(-grad * x * (nu_positive + 1) / (nu_positive + x**2)),
+    },
+    "tails": {
+        # z**2 overflows at -1e200 before it meets sigmoid(z) = 0: NaN
+        "guard_tails": Case(z**2 * F.sigmoid(z), {"z": -1e200}),
+        "tails_as_clamps": Case(split_regimes(x**3 * F.sigmoid(-(x**3)))),
+        "prune_branches": Case(
+            sympy.Piecewise((z, (z > 1600) & (z < -1600)), (z**2, z > 1600), (1, True))
+        ),
+    },
+    "clamp": {
+        "clamp_select": Case(sympy.Piecewise((_d, sympy.Abs(_d) <= 1), (sympy.sign(_d), True))),
+    },
+}
+
+#: Public functions of symgrad/rewrite that are no rewrite, and what they are.
+HELPERS = {
+    "stabilize": "applies the stabilize and clamp phases",
+    "split_regimes": "applies the whole, asymptotes, limits and regimes phases",
+    "phase": "the registry: a phase by name",
+    "register": "the registry: the decorator",
+}
+
+
+def _run(name: str, rewrites: tuple, case: Case, monkeypatch) -> object:
+    """``case``'s formula through phase ``name`` with only ``rewrites`` registered."""
+    if name in ("stabilize", "clamp"):
+        return stabilize(case.formula, rewrites)
+    if name in ("whole", "asymptotes", "limits", "regimes"):
+        monkeypatch.setattr(phase(name), "rewrites", rewrites)
+        return split_regimes(case.formula, case.params, case.positive)
+    if name == "candidates":  # each a form of its own beside the formula
+        return tuple(rewrite(case.formula) for rewrite in rewrites)
+    if name == "tails":
+        formula = case.formula
+        for rewrite in rewrites:
+            formula = rewrite(formula)
+        return formula
+    raise AssertionError(f"tests/test_stabilize.py cannot run phase {name!r}: add it to _run")
+
+
+ENTRIES = [(p.name, r.__name__) for p in PHASES for r in p.rewrites]
+
+
+@pytest.mark.parametrize("name", [p.name for p in PHASES])
+def test_every_registered_rewrite_has_a_case(name):
+    assert phase(name).names() and set(phase(name).names()) == set(PHASE_CASES[name])
+
+
+def test_every_public_function_in_rewrite_is_registered_or_a_helper():
+    registered = {r for p in PHASES for r in p.names()}
+    public = {
+        f_name
+        for module in (rules, regimes, phases)
+        for f_name, f in inspect.getmembers(module, inspect.isfunction)
+        if f.__module__ == module.__name__ and not f_name.startswith("_")
+    }
+    assert public - registered == set(HELPERS)
+
+
+@pytest.mark.parametrize(("name", "rewrite"), ENTRIES)
+def test_every_rewrite_says_lhs_to_rhs(name, rewrite):
+    """The first paragraph of its docstring: ``lhs -> rhs`` and why."""
+    function = next(r for r in phase(name).rewrites if r.__name__ == rewrite)
+    first = (inspect.getdoc(function) or "").split("\n\n")[0]
+    assert " -> " in first, f"{rewrite}'s docstring should open with `lhs -> rhs`"
+
+
+@pytest.mark.parametrize(("name", "rewrite"), ENTRIES)
+def test_every_rewrite_fires_on_its_case(name, rewrite, monkeypatch):
+    """Its phase changes the case's formula, and without this rewrite changes it otherwise
+    (or not at all); where the case names a point, the formula fails there and the
+    phase's result does not."""
+    case = PHASE_CASES[name][rewrite]
+    everything = phase(name).rewrites
+    after = _run(name, everything, case, monkeypatch)
+    without = _run(name, tuple(r for r in everything if r.__name__ != rewrite), case, monkeypatch)
+    assert after != without, f"{rewrite} does not change its case: {after}"
+    if name == "candidates":
+        assert all(form is None or form != case.formula for form in after)
+    else:
+        assert after != case.formula
+    if case.at is not None:
+        exact = mp_exact(case.formula, {sympy.Symbol(k, real=True): v for k, v in case.at.items()})
+        bad = run_torch(case.formula, case.at)
+        assert not (math.isfinite(bad) and bad == pytest.approx(exact, rel=1e-6, abs=1e-300))
+        good = run_torch(after, case.at)
+        assert good == pytest.approx(exact, rel=1e-12, abs=1e-300), (after, good, exact)
 
 
 def test_softplus_at_1000_prints_and_evaluates():
@@ -456,18 +622,18 @@ def test_primitives_printed_by_regime_keep_their_precedence():
 
 
 def test_impossible_branches_of_folded_regimes_are_dropped():
-    from symgrad.derive import _prune_branches
+    from symgrad.rewrite.regimes import prune_branches
 
     z = sympy.Symbol("z", real=True)
     folded = sympy.Piecewise(
         (z, (z > 1600) & (z < -1600)), (z**2, z > 1600), (z**3, (z < -1600) & (z < 0)), (1, True)
     )
-    assert _prune_branches(folded) == sympy.Piecewise(
+    assert prune_branches(folded) == sympy.Piecewise(
         (z**2, z > 1600), (z**3, (z < -1600) & (z < 0)), (1, True)
     )
     y = sympy.Symbol("y", real=True)
     two = sympy.Piecewise((z, (z > 1) & (y < 0)), (y, True))  # two inputs: kept as it is
-    assert _prune_branches(two) == two
+    assert prune_branches(two) == two
 
 
 @pytest.mark.parametrize(
@@ -641,3 +807,16 @@ def test_clamps_are_printed_as_one_and_differentiated_as_the_select(generate_mod
         torch.testing.assert_close(
             h, torch.tensor([1.0, 1.0, 1.0, 0.0], dtype=dtype), rtol=0, atol=0
         )
+
+
+def test_register_names_a_phase_and_the_module_its_rewrites_live_in():
+    with pytest.raises(ValueError, match="no rewrite phase 'stabilise'"):
+        phases.register("stabilise")
+
+    def rule(node):
+        """a -> b."""
+
+    with pytest.raises(ValueError, match=r"live in symgrad\.rewrite\.rules"):
+        phases.register("stabilize")(rule)
+    assert "rule" not in phase("stabilize").names()
+    assert [p.name for p in PHASES] == list(dict.fromkeys(p.name for p in PHASES))

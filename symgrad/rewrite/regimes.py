@@ -1,5 +1,12 @@
-"""Regime passes: a formula split by input range where one form cannot be accurate
-everywhere (a series near a removable singularity, tails past overflow, conjugate forms).
+"""Regime rewrites: a formula split by input range where one form cannot be accurate
+everywhere (a series near a removable singularity, tails past overflow, conjugate forms),
+other forms of a whole formula for the measured choice, and the chosen form's tails: the
+``whole``, ``asymptotes``, ``limits``, ``regimes``, ``candidates`` and ``tails`` phases
+(:mod:`symgrad.rewrite.phases`).
+
+Every rule of the first four is called ``rule(node, params, positive)`` by
+:func:`split_regimes` (``params``: the scalar inputs' symbols; ``positive``: those known to
+be positive).
 """
 
 from __future__ import annotations
@@ -21,33 +28,10 @@ from symgrad.functions import (
     sigmoid,
     softplus,
 )
+from symgrad.rewrite.phases import phase, register
 
 _SERIES_TERMS = 4
 _EPS = 2.0**-53
-
-
-def _series_regime(node: sympy.Basic) -> sympy.Basic | None:
-    """x - tanh(x), x - sin(x), ...: the linear terms cancel near 0, so below a threshold
-    use the Taylor polynomial, truncated where the next term is under float64's epsilon."""
-    if not isinstance(node, Add) or len(node.free_symbols) != 1 or sympy.count_ops(node) > 30:
-        return None
-    (x,) = node.free_symbols
-    if not any(
-        term.has(x) and sympy.degree(term, x) == 1 for term in node.args if term.is_polynomial(x)
-    ):
-        return None
-    if node.has(sympy.Piecewise) or node.subs(x, 0) != 0:
-        return None
-    try:
-        poly = sympy.series(node, x, 0, 16).removeO()
-    except Exception:  # noqa: BLE001 - SymPy cannot expand it: keep the formula
-        return None
-    terms = _series_terms(poly, x)
-    if terms is None or sympy.degree(terms[0], x) < 2:
-        return None
-    return sympy.Piecewise(
-        (Add(*terms[:_SERIES_TERMS]), sympy.Abs(x) < _cut(terms, x)), (node, True)
-    )
 
 
 def _series_terms(poly: sympy.Expr, x: sympy.Symbol) -> list[sympy.Expr] | None:
@@ -81,30 +65,50 @@ _REMOVABLE_MAX_OPS = 60
 _REMOVABLE_ORDER = 10
 
 
-def _bounded_near_zero(node: sympy.Basic, x: sympy.Symbol) -> bool:
-    """``node`` is finite and below 2**50 in magnitude at x = +-2**-100 (512 bits): a
-    limit at 0 is likely, where a pole would be near 2**100 (a cheap test before a series).
-    """
-    from symgrad.numerics.mp import Undefined, evaluate
+# The whole phase.
 
-    with mpmath.workprec(512):
-        for at in (mpmath.ldexp(1, -100), -mpmath.ldexp(1, -100)):
-            try:
-                value = evaluate(node, {x: at})
-            except (Undefined, ArithmeticError, ValueError, NotImplementedError):
-                return False
-            if not mpmath.isfinite(value) or abs(value) > mpmath.ldexp(1, 50):
-                return False
-    return True
+
+@register("whole")
+def rational_tail(node: sympy.Basic, params: frozenset, positive: frozenset) -> sympy.Basic | None:
+    """P(x)/Q(x) with deg Q >= 2 -> (P/x^k)/(Q/x^k) for |x| >= 1.
+
+    (nu - x**2)/(nu + x**2)**2 is inf/inf once x**2 overflows (|x| > 1e154, 1e19 in float32);
+    divided through by x**k every power is at most 1. ``params`` are the scalar inputs, which
+    are coefficients here, never the variable.
+    """
+    if not isinstance(node, (Mul, Pow)):
+        return None
+    for x in sorted(node.free_symbols - params, key=lambda s: s.name):
+        if not node.is_rational_function(x):
+            continue
+        numerator, denominator = sympy.fraction(sympy.together(node))
+        if not denominator.is_polynomial(x) or not numerator.is_polynomial(x):
+            continue
+        k = sympy.degree(denominator, x)
+        if k < 2 or not sympy.expand(denominator).is_Add:
+            continue
+        top = sympy.expand(numerator / x**k)
+        if top.has(x) and not top.is_Add and sympy.degree(top.as_numer_denom()[1], x) > 1:
+            # a lone x**-m (m > 1) would be printed as 1/(x**m * ...) and overflow again
+            continue
+        scaled = top / sympy.expand(denominator / x**k)
+        return sympy.Piecewise((node, sympy.Abs(x) < 1), (scaled, True))
+    return None
+
+
+# The asymptotes phase.
 
 
 #: Past this, erfcx_inv(a) is sqrt(pi) (a + 1/(2a) - 1/(2a**3)) to a relative 1e-48.
 _ERFCX_INV_ASYMPTOTIC = 1e8
 
 
-def _erfcx_inv_tail(node: sympy.Basic) -> tuple[sympy.Expr, sympy.Basic] | None:
-    """A formula in erfcx_inv(a), a linear in one symbol, for a > 1e8: its asymptotic
-    series, expanded. erfcx_inv(a) ~ a sqrt(pi) overflows first (float32 log_ndtr's
+@register("asymptotes")
+def erfcx_inv_tail(
+    node: sympy.Basic, params: frozenset, positive: frozenset
+) -> tuple[sympy.Expr, sympy.Basic] | None:
+    """f(erfcx_inv(a)) -> (f(sqrt(pi) (a + 1/(2a) - 1/(2a**3))) expanded, a > 1e8), a linear
+    in one symbol: the asymptotic series. erfcx_inv(a) ~ a sqrt(pi) overflows first (float32 log_ndtr's
     gradient sqrt(2/pi) erfcx_inv(-z/sqrt(2)) at z = -3e38: 3.8e38 before the factor), and
     its second derivative cancels a**2 terms; expanded, what is left is -z - 1/z, -1...
     """
@@ -124,10 +128,33 @@ def _erfcx_inv_tail(node: sympy.Basic) -> tuple[sympy.Expr, sympy.Basic] | None:
     return asymptote, a > _ERFCX_INV_ASYMPTOTIC
 
 
-def _removable_regime(node: sympy.Basic) -> tuple[sympy.Expr, sympy.Basic] | None:
-    """(x - sin(x))/x**3, 1/x - 1/tan(x), (1 - cos(x))/x**2: 0/0 or inf - inf at x = 0
-    where the value has a limit. Near 0 the parts underflow or overflow (x**3 is 0 below
-    1e-108) while the value is tame: there, the Taylor polynomial and the condition.
+# The limits phase.
+
+
+def _bounded_near_zero(node: sympy.Basic, x: sympy.Symbol) -> bool:
+    """``node`` is finite and below 2**50 in magnitude at x = +-2**-100 (512 bits): a
+    limit at 0 is likely, where a pole would be near 2**100 (a cheap test before a series).
+    """
+    from symgrad.numerics.mp import Undefined, evaluate
+
+    with mpmath.workprec(512):
+        for at in (mpmath.ldexp(1, -100), -mpmath.ldexp(1, -100)):
+            try:
+                value = evaluate(node, {x: at})
+            except (Undefined, ArithmeticError, ValueError, NotImplementedError):
+                return False
+            if not mpmath.isfinite(value) or abs(value) > mpmath.ldexp(1, 50):
+                return False
+    return True
+
+
+@register("limits")
+def removable_regime(
+    node: sympy.Basic, params: frozenset, positive: frozenset
+) -> tuple[sympy.Expr, sympy.Basic] | None:
+    """f(x) -> (Taylor polynomial of f, |x| < cut) where f is 0/0 or inf - inf at x = 0 and
+    has a limit there: (x - sin(x))/x**3, 1/x - 1/tan(x), (1 - cos(x))/x**2. Near 0 the
+    parts underflow or overflow (x**3 is 0 below 1e-108) while the value is tame.
     """
     if not isinstance(node, (Add, Mul)) or node.has(sympy.Piecewise):
         return None
@@ -152,11 +179,118 @@ def _removable_regime(node: sympy.Basic) -> tuple[sympy.Expr, sympy.Basic] | Non
     return None
 
 
+# The regimes phase: tried on each node in this order.
+
+
+def _roots(node: sympy.Basic, positive: frozenset) -> list[tuple[sympy.Expr, sympy.Expr]]:
+    """The square roots in ``node``, each as (radicand R, its stable form sqrt(R)):
+    hypot(a, c) as it is; sqrt(a**2 + c) for c > 0 (a number or a ``positive`` scalar) as
+    hypot(a, sqrt(c)), whose square does not overflow; other radicands as sqrt(R)."""
+    roots = {}
+    for h in node.atoms(hypot):
+        roots[h.args[0] ** 2 + h.args[1] ** 2] = h
+    for p in node.atoms(Pow):
+        if p.exp.is_Rational and p.exp.q == 2 and p.base.free_symbols:
+            roots.setdefault(p.base, _stable_root(p.base, positive))
+    return sorted(roots.items(), key=lambda r: sympy.default_sort_key(r[0]))
+
+
+def _stable_root(radicand: sympy.Expr, positive: frozenset) -> sympy.Expr:
+    """sqrt(radicand), as hypot(a, sqrt(c)) where it is a**2 + c with c > 0."""
+    if isinstance(radicand, Add) and len(radicand.args) == 2:
+        for square, c in (radicand.args, radicand.args[::-1]):
+            known = c.is_positive or (c in positive)
+            if known and isinstance(square, Pow) and square.exp == 2:
+                return hypot(square.base, sympy.sqrt(c))
+    return sympy.sqrt(radicand)
+
+
+def _degree(expr: sympy.Expr) -> int:
+    """The total degree of ``expr`` as a polynomial in its symbols (a large number where it
+    is not one)."""
+    if not expr.free_symbols:
+        return 0
+    try:
+        return sympy.Poly(
+            expr, *sorted(expr.free_symbols, key=sympy.default_sort_key)
+        ).total_degree()
+    except (sympy.PolynomialError, sympy.GeneratorsNeeded):
+        return 1 << 30
+
+
+@register("regimes")
+def conjugate_regime(
+    node: sympy.Basic, params: frozenset, positive: frozenset
+) -> sympy.Basic | None:
+    """a + b*sqrt(R) -> (a**2 - b**2 R)/(a - b*sqrt(R)) where a and b*sqrt(R) have opposite
+    signs, when a**2 - b**2 R is simpler (the squares cancel): squareplus
+    (x + sqrt(x**2 + c))/2 is c/(2 (sqrt(x**2 + c) - x)) for x < 0, the quadratic formula's
+    (-p + sqrt(p**2 - 4q))/2 is 2q/(p + sqrt(p**2 - 4q)) for p > 0, and a sum over a
+    common root, 1/2 + x/(2 sqrt(x**2 + c)), is the same cancellation. Where the signs
+    agree the sum does not cancel (and the conjugate would): the formula as written.
+    """
+    if not isinstance(node, Add) or node.has(sympy.Piecewise):
+        return None
+    for radicand, root in _roots(node, positive):
+        s = sympy.Dummy("s", positive=True)
+        powers = node.replace(
+            lambda e, r=radicand: isinstance(e, Pow) and e.base == r and e.exp.q == 2,
+            lambda e, s=s: s ** (2 * e.exp),
+        ).xreplace({h: s for h in node.atoms(hypot) if h == root})
+        num, den = sympy.fraction(sympy.together(powers))
+        try:
+            poly = sympy.Poly(sympy.expand(num), s)
+        except sympy.PolynomialError:
+            continue
+        even = Add(*(c * radicand ** (k // 2) for (k,), c in poly.terms() if k % 2 == 0))
+        odd = Add(*(c * radicand ** (k // 2) for (k,), c in poly.terms() if k % 2 == 1))
+        if even == 0 or odd == 0 or even.has(s) or odd.has(s):
+            continue
+        difference = sympy.factor_terms(sympy.expand(even**2 - odd**2 * radicand))
+        if _degree(difference) >= _degree(even**2):
+            continue  # the squares do not cancel: nothing gained
+        # halves: a - b*sqrt(R) overflows for |a| past half the largest float (float32's
+        # squareplus at x = -3e38), its halves do not; the number factor stays outside
+        # (SymPy would distribute it over the sum)
+        halves = Add(even / 2, -odd * s / 2)
+        conjugate = (difference / (2 * den) * Pow(halves, -1)).xreplace({s: root})
+        written = (powers).xreplace({s: root})
+        return sympy.Piecewise((conjugate, even * odd < 0), (written, True))
+    return None
+
+
+@register("regimes")
+def series_regime(node: sympy.Basic, params: frozenset, positive: frozenset) -> sympy.Basic | None:
+    """f(x) -> Piecewise((Taylor polynomial of f, |x| < cut), (f(x), True)) where a sum's
+    linear terms cancel near 0 (x - tanh(x), x - sin(x), ...); the polynomial is truncated
+    where the next term is under float64's epsilon, the cut."""
+    if not isinstance(node, Add) or len(node.free_symbols) != 1 or sympy.count_ops(node) > 30:
+        return None
+    (x,) = node.free_symbols
+    if not any(
+        term.has(x) and sympy.degree(term, x) == 1 for term in node.args if term.is_polynomial(x)
+    ):
+        return None
+    if node.has(sympy.Piecewise) or node.subs(x, 0) != 0:
+        return None
+    try:
+        poly = sympy.series(node, x, 0, 16).removeO()
+    except Exception:  # noqa: BLE001 - SymPy cannot expand it: keep the formula
+        return None
+    terms = _series_terms(poly, x)
+    if terms is None or sympy.degree(terms[0], x) < 2:
+        return None
+    return sympy.Piecewise(
+        (Add(*terms[:_SERIES_TERMS]), sympy.Abs(x) < _cut(terms, x)), (node, True)
+    )
+
+
 #: exp(-800) ~ 1e-348 underflows to 0 in every dtype.
 _UNDERFLOW_EXPONENT = 800
 
 
-def _gaussian_tail(node: sympy.Basic) -> sympy.Basic | None:
+@register("regimes")
+def gaussian_tail(node: sympy.Basic, params: frozenset, positive: frozenset) -> sympy.Basic | None:
     """p(x) * exp(-c x**2 + ...) -> 0 where the exponential underflows.
 
     Beyond that point the exact value is below any float, but p(x) can overflow first
@@ -185,38 +319,64 @@ def _gaussian_tail(node: sympy.Basic) -> sympy.Basic | None:
     return sympy.Piecewise((node, sympy.Abs(x) < cut), (0, True))
 
 
-def _rational_tail(node: sympy.Basic, params: frozenset) -> sympy.Basic | None:
-    """P(x)/Q(x) with deg Q >= 2 -> (P/x^k)/(Q/x^k) for |x| >= 1.
+def _decays(f: sympy.Basic) -> bool:
+    """``f`` is a sigmoid, a dsigmoid or a positive power of one."""
+    base, power = f.as_base_exp()
+    return isinstance(base, (sigmoid, dsigmoid)) and power.is_number and power > 0
 
-    (nu - x**2)/(nu + x**2)**2 is inf/inf once x**2 overflows (|x| > 1e154, 1e19 in float32);
-    divided through by x**k every power is at most 1. ``params`` are the scalar inputs, which
-    are coefficients here, never the variable.
+
+@register("regimes")
+def sigmoid_tail(node: sympy.Basic, params: frozenset, positive: frozenset) -> sympy.Basic | None:
+    """q(x) * sigmoid(p(x)) -> 0 where p(x) < -800 for a polynomial p.
+
+    There sigmoid is below exp(-800), under every float, but q(x) (x**2 in gelu's
+    derivative, gamma**2 * softplus(-z) in the focal loss's) can overflow first and make
+    0 * inf = NaN.
     """
-    if not isinstance(node, (Mul, Pow)):
+    if not isinstance(node, Mul):
         return None
-    for x in sorted(node.free_symbols - params, key=lambda s: s.name):
-        if not node.is_rational_function(x):
+    decaying = [f.as_base_exp()[0] for f in node.args if _decays(f)]
+    arg_symbols = {s for f in decaying for s in f.args[0].free_symbols}
+    if len(arg_symbols) != 1:
+        return None
+    (x,) = arg_symbols
+    others = Mul(*(f for f in node.args if not _decays(f)))
+    bounded = (sigmoid, dsigmoid, sympy.tanh, sympy.erf, sympy.sin, sympy.cos)
+    if not others.replace(lambda e: isinstance(e, bounded), lambda e: sympy.S.One).has(x):
+        return None  # nothing that grows: the product underflows with the sigmoid
+    # dsigmoid(p) = sigmoid(p) * sigmoid(-p) decays both ways
+    arguments = [f.args[0] for f in decaying]
+    arguments += [-f.args[0] for f in decaying if isinstance(f, dsigmoid)]
+    conditions = []
+    for argument in arguments:
+        arg = sympy.expand(argument)
+        if not arg.is_polynomial(x) or sympy.degree(arg, x) < 1:
             continue
-        numerator, denominator = sympy.fraction(sympy.together(node))
-        if not denominator.is_polynomial(x) or not numerator.is_polynomial(x):
-            continue
-        k = sympy.degree(denominator, x)
-        if k < 2 or not sympy.expand(denominator).is_Add:
-            continue
-        top = sympy.expand(numerator / x**k)
-        if top.has(x) and not top.is_Add and sympy.degree(top.as_numer_denom()[1], x) > 1:
-            # a lone x**-m (m > 1) would be printed as 1/(x**m * ...) and overflow again
-            continue
-        scaled = top / sympy.expand(denominator / x**k)
-        return sympy.Piecewise((node, sympy.Abs(x) < 1), (scaled, True))
-    return None
+        poly = sympy.Poly(arg, x)
+        d, coeffs = poly.degree(), [float(c) for c in poly.all_coeffs()]
+        lead = coeffs[0]
+        # beyond this |x| each lower term is at most 2**-i of the leading one, which is
+        # 1600 or more: |p(x)| >= 1600 / 2**d (800 for d = 1; sigmoid(-200) is 1e-87)
+        bound = max(
+            [(1600 / abs(lead)) ** (1 / d)]
+            + [2 * abs(c / lead) ** (1 / i) for i, c in enumerate(coeffs[1:], 1) if c]
+        )
+        cut = sympy.Float(float(f"{bound:.3g}"), 3)
+        if lead < 0:  # p -> -inf as x -> +inf
+            conditions.append(x > cut)
+        if (lead > 0) == (d % 2 == 1):  # p -> -inf as x -> -inf
+            conditions.append(x < -cut)
+    if not conditions:
+        return None
+    return sympy.Piecewise((0, sympy.Or(*conditions)), (node, True))
 
 
 #: log1p(u) for u above this is evaluated as log(u) + log1p(1/u), log(u) from its factors.
 _LOG1P_TAIL_FROM = 2**20
 
 
-def _log1p_tail(node: sympy.Basic, params: frozenset, positive: frozenset) -> sympy.Basic | None:
+@register("regimes")
+def log1p_tail(node: sympy.Basic, params: frozenset, positive: frozenset) -> sympy.Basic | None:
     """log1p(c * x**k) -> log(c) + k log|x| + log1p(1/u) where u = c * x**k is large;
     log1p(c * x**2) -> :class:`~symgrad.functions.log1p_square` (sqrt(c) * x), no branch.
 
@@ -265,166 +425,23 @@ def _square_root(u: sympy.Expr, params: frozenset, positive: frozenset) -> sympy
     return sympy.sqrt(c) * x
 
 
-def _decays(f: sympy.Basic) -> bool:
-    """``f`` is a sigmoid, a dsigmoid or a positive power of one."""
-    base, power = f.as_base_exp()
-    return isinstance(base, (sigmoid, dsigmoid)) and power.is_number and power > 0
-
-
-def _sigmoid_tail(node: sympy.Basic) -> sympy.Basic | None:
-    """q(x) * sigmoid(p(x)) -> 0 where p(x) < -800 for a polynomial p.
-
-    There sigmoid is below exp(-800), under every float, but q(x) (x**2 in gelu's
-    derivative, gamma**2 * softplus(-z) in the focal loss's) can overflow first and make
-    0 * inf = NaN.
-    """
-    if not isinstance(node, Mul):
+@register("regimes")
+def hypot_minus_one(
+    node: sympy.Basic, params: frozenset, positive: frozenset
+) -> sympy.Basic | None:
+    """hypot(x, 1) - 1 -> x**2/(hypot(x, 1) + 1) for |x| < 1, where the difference cancels;
+    beyond, x**2 would overflow (|x| > 1e154) and the difference is exact enough."""
+    if not (isinstance(node, Add) and len(node.args) == 2 and sympy.S.NegativeOne in node.args):
         return None
-    decaying = [f.as_base_exp()[0] for f in node.args if _decays(f)]
-    arg_symbols = {s for f in decaying for s in f.args[0].free_symbols}
-    if len(arg_symbols) != 1:
+    (root,) = (t for t in node.args if t != -1)
+    if not (isinstance(root, hypot) and sympy.S.One in root.args):
         return None
-    (x,) = arg_symbols
-    others = Mul(*(f for f in node.args if not _decays(f)))
-    bounded = (sigmoid, dsigmoid, sympy.tanh, sympy.erf, sympy.sin, sympy.cos)
-    if not others.replace(lambda e: isinstance(e, bounded), lambda e: sympy.S.One).has(x):
-        return None  # nothing that grows: the product underflows with the sigmoid
-    # dsigmoid(p) = sigmoid(p) * sigmoid(-p) decays both ways
-    arguments = [f.args[0] for f in decaying]
-    arguments += [-f.args[0] for f in decaying if isinstance(f, dsigmoid)]
-    conditions = []
-    for argument in arguments:
-        arg = sympy.expand(argument)
-        if not arg.is_polynomial(x) or sympy.degree(arg, x) < 1:
-            continue
-        poly = sympy.Poly(arg, x)
-        d, coeffs = poly.degree(), [float(c) for c in poly.all_coeffs()]
-        lead = coeffs[0]
-        # beyond this |x| each lower term is at most 2**-i of the leading one, which is
-        # 1600 or more: |p(x)| >= 1600 / 2**d (800 for d = 1; sigmoid(-200) is 1e-87)
-        bound = max(
-            [(1600 / abs(lead)) ** (1 / d)]
-            + [2 * abs(c / lead) ** (1 / i) for i, c in enumerate(coeffs[1:], 1) if c]
-        )
-        cut = sympy.Float(float(f"{bound:.3g}"), 3)
-        if lead < 0:  # p -> -inf as x -> +inf
-            conditions.append(x > cut)
-        if (lead > 0) == (d % 2 == 1):  # p -> -inf as x -> -inf
-            conditions.append(x < -cut)
-    if not conditions:
-        return None
-    return sympy.Piecewise((0, sympy.Or(*conditions)), (node, True))
+    x = root.args[0] if root.args[1] == 1 else root.args[1]
+    return sympy.Piecewise((x**2 / (root + 1), sympy.Abs(x) < 1), (node, True))
 
 
-#: The largest |cofactor| at the cut that :func:`tails_as_clamps` clamps: an upstream
-#: gradient up to 3e30 times it stays finite in float32 before it meets the sigmoid's 0.
-_CLAMPED_COFACTOR_MAX = 1e8
-
-
-def tails_as_clamps(expr: sympy.Expr) -> sympy.Expr:
-    """Sigmoid tails (:func:`_sigmoid_tail`) with a polynomial cofactor, clamped instead.
-
-    ``Piecewise((0, x > cut), (q(x) * sigmoid(p(x)), True))`` becomes
-    ``q(min(x, cut)) * sigmoid(p(x))`` (``max(x, -cut)`` for a tail at ``x < -cut``; both,
-    each at its own cut, where it has both): one pass over memory in eager code, where the
-    select is four or more (two comparisons, their or, the select).
-
-    Past the cut the sigmoid is below exp(-1600 / 2**d) for p of degree d, 0 or below
-    exp(-100) for d <= 4, and the clamped cofactor is finite: the product is the select's
-    0, or below 1e-35. Clamped only where that holds for every float:
-
-    - every decaying factor is a sigmoid or dsigmoid of a polynomial of degree 4 at most
-      whose terms cannot cancel as inf - inf (:func:`_no_cancelling_terms`);
-    - the cofactor is a polynomial with numeric coefficients, below
-      :data:`_CLAMPED_COFACTOR_MAX` at the cut;
-    - nothing around the tail grows with x (in ``x * (tail + ...)`` that x would meet the
-      0 unclamped, where the select, folded around it, covers it).
-
-    Other tails keep the select.
-    """
-
-    def visit(node: sympy.Basic, around: frozenset) -> sympy.Basic:
-        if isinstance(node, sympy.Piecewise):
-            clamped = _tail_clamped(node)
-            if clamped is not None and clamped[1] not in around:
-                return clamped[0]
-            return node
-        if isinstance(node, Add):
-            return Add(*(visit(a, around) for a in node.args))
-        if isinstance(node, Mul):
-            new = []
-            for k, a in enumerate(node.args):
-                rest = node.args[:k] + node.args[k + 1 :]
-                new.append(visit(a, around.union(*(r.free_symbols for r in rest))))
-            return Mul(*new)
-        return node  # inside another function: as it is
-
-    return visit(expr, frozenset())
-
-
-def _tail_clamped(node: sympy.Piecewise) -> tuple[sympy.Expr, sympy.Symbol] | None:
-    """:func:`tails_as_clamps`'s form of one tail and the symbol clamped, or None."""
-    if len(node.args) != 2 or node.args[0].expr != 0 or node.args[1].cond is not sympy.true:
-        return None
-    cond, product = node.args[0].cond, node.args[1].expr
-    if not isinstance(product, Mul):
-        return None
-    cuts = {}
-    for rel in cond.args if isinstance(cond, sympy.Or) else (cond,):
-        if not (
-            isinstance(rel, (sympy.StrictGreaterThan, sympy.StrictLessThan))
-            and rel.lhs.is_Symbol
-            and rel.rhs.is_number
-        ):
-            return None
-        cuts[rel.rel_op] = (rel.lhs, rel.rhs)
-    symbols = {x for x, _ in cuts.values()}
-    if len(symbols) != 1:
-        return None
-    (x,) = symbols
-    decaying = [f for f in product.args if _decays(f)]
-    if not decaying or not all(
-        _no_cancelling_terms(f.as_base_exp()[0].args[0], x) for f in decaying
-    ):
-        return None
-    scale, cofactor = Mul(*(f for f in product.args if not _decays(f))).as_independent(
-        x, as_Add=False
-    )
-    if not cofactor.is_polynomial(x):
-        return None
-    coeffs = sympy.Poly(cofactor, x).all_coeffs()
-    if not all(c.is_number for c in coeffs):
-        return None
-    reach = max(abs(float(c)) for _, c in cuts.values())
-    if (
-        sum(abs(float(c)) * reach**k for k, c in enumerate(reversed(coeffs)))
-        > _CLAMPED_COFACTOR_MAX
-    ):
-        return None
-    clamped = x
-    if "<" in cuts:
-        clamped = sympy.Max(clamped, cuts["<"][1])
-    if ">" in cuts:
-        clamped = sympy.Min(clamped, cuts[">"][1])
-    return scale * cofactor.xreplace({x: clamped}) * Mul(*decaying), x
-
-
-def _no_cancelling_terms(p: sympy.Expr, x: sympy.Symbol) -> bool:
-    """``p`` is a polynomial in x of degree 1 to 4 with numeric coefficients whose
-    non-constant terms all have one sign for every x (degrees of one parity, coefficients
-    of one sign): however large x, its printed sum is never inf - inf."""
-    p = sympy.expand(p)
-    if not p.is_polynomial(x):
-        return False
-    terms = [
-        (monomial[0], coeff) for monomial, coeff in sympy.Poly(p, x).terms() if monomial[0] > 0
-    ]
-    if not terms or max(d for d, _ in terms) > 4 or not all(c.is_number for _, c in terms):
-        return False
-    return len({d % 2 for d, _ in terms}) == 1 and len({c > 0 for _, c in terms}) == 1
-
-
-def _log_erfc_tail(node: sympy.Basic) -> sympy.Basic | None:
+@register("regimes")
+def log_erfc_tail(node: sympy.Basic, params: frozenset, positive: frozenset) -> sympy.Basic | None:
     """log(c * erfc(a)) -> log(c) + log(erfcx(a)) - a**2 for a >= 1: erfc underflows to 0
     for a > 26.5 (9.2 in float32) where the log is still about -a**2; log(c) +
     log1p(-erf(a)) for |a| < 1/2, where erfc(a) rounds away the small part; log(2c) +
@@ -450,7 +467,8 @@ def _log_erfc_tail(node: sympy.Basic) -> sympy.Basic | None:
     )
 
 
-def _log_ratio(node: sympy.Basic) -> sympy.Basic | None:
+@register("regimes")
+def log_ratio(node: sympy.Basic, params: frozenset, positive: frozenset) -> sympy.Basic | None:
     """log(x/y) -> log(x) - log(y) where x/y over- or underflows (outside [2**-100, 2**100],
     inside every dtype's normal range): there |log(x/y)| > 69 and the difference of the logs
     cannot cancel much. Inside, log(x/y) is exact where the difference of logs would cancel."""
@@ -464,125 +482,6 @@ def _log_ratio(node: sympy.Basic) -> sympy.Basic | None:
     return sympy.Piecewise((node, inside), (log(numerator) - log(denominator), True))
 
 
-def _hypot_minus_one(node: sympy.Basic) -> sympy.Basic | None:
-    """hypot(x, 1) - 1 -> x**2/(hypot(x, 1) + 1) for |x| < 1, where the difference cancels;
-    beyond, x**2 would overflow (|x| > 1e154) and the difference is exact enough."""
-    if not (isinstance(node, Add) and len(node.args) == 2 and sympy.S.NegativeOne in node.args):
-        return None
-    (root,) = (t for t in node.args if t != -1)
-    if not (isinstance(root, hypot) and sympy.S.One in root.args):
-        return None
-    x = root.args[0] if root.args[1] == 1 else root.args[1]
-    return sympy.Piecewise((x**2 / (root + 1), sympy.Abs(x) < 1), (node, True))
-
-
-def _roots(node: sympy.Basic, positive: frozenset) -> list[tuple[sympy.Expr, sympy.Expr]]:
-    """The square roots in ``node``, each as (radicand R, its stable form sqrt(R)):
-    hypot(a, c) as it is; sqrt(a**2 + c) for c > 0 (a number or a ``positive`` scalar) as
-    hypot(a, sqrt(c)), whose square does not overflow; other radicands as sqrt(R)."""
-    roots = {}
-    for h in node.atoms(hypot):
-        roots[h.args[0] ** 2 + h.args[1] ** 2] = h
-    for p in node.atoms(Pow):
-        if p.exp.is_Rational and p.exp.q == 2 and p.base.free_symbols:
-            roots.setdefault(p.base, _stable_root(p.base, positive))
-    return sorted(roots.items(), key=lambda r: sympy.default_sort_key(r[0]))
-
-
-def _stable_root(radicand: sympy.Expr, positive: frozenset) -> sympy.Expr:
-    """sqrt(radicand), as hypot(a, sqrt(c)) where it is a**2 + c with c > 0."""
-    if isinstance(radicand, Add) and len(radicand.args) == 2:
-        for square, c in (radicand.args, radicand.args[::-1]):
-            known = c.is_positive or (c in positive)
-            if known and isinstance(square, Pow) and square.exp == 2:
-                return hypot(square.base, sympy.sqrt(c))
-    return sympy.sqrt(radicand)
-
-
-def _degree(expr: sympy.Expr) -> int:
-    """The total degree of ``expr`` as a polynomial in its symbols (a large number where it
-    is not one)."""
-    if not expr.free_symbols:
-        return 0
-    try:
-        return sympy.Poly(
-            expr, *sorted(expr.free_symbols, key=sympy.default_sort_key)
-        ).total_degree()
-    except (sympy.PolynomialError, sympy.GeneratorsNeeded):
-        return 1 << 30
-
-
-def _conjugate_regime(node: sympy.Basic, positive: frozenset) -> sympy.Basic | None:
-    """a + b*sqrt(R) -> (a**2 - b**2 R)/(a - b*sqrt(R)) where a and b*sqrt(R) have opposite
-    signs, when a**2 - b**2 R is simpler (the squares cancel): squareplus
-    (x + sqrt(x**2 + c))/2 is c/(2 (sqrt(x**2 + c) - x)) for x < 0, the quadratic formula's
-    (-p + sqrt(p**2 - 4q))/2 is 2q/(p + sqrt(p**2 - 4q)) for p > 0, and a sum over a
-    common root, 1/2 + x/(2 sqrt(x**2 + c)), is the same cancellation. Where the signs
-    agree the sum does not cancel (and the conjugate would): the formula as written.
-    """
-    if not isinstance(node, Add) or node.has(sympy.Piecewise):
-        return None
-    for radicand, root in _roots(node, positive):
-        s = sympy.Dummy("s", positive=True)
-        powers = node.replace(
-            lambda e, r=radicand: isinstance(e, Pow) and e.base == r and e.exp.q == 2,
-            lambda e, s=s: s ** (2 * e.exp),
-        ).xreplace({h: s for h in node.atoms(hypot) if h == root})
-        num, den = sympy.fraction(sympy.together(powers))
-        try:
-            poly = sympy.Poly(sympy.expand(num), s)
-        except sympy.PolynomialError:
-            continue
-        even = Add(*(c * radicand ** (k // 2) for (k,), c in poly.terms() if k % 2 == 0))
-        odd = Add(*(c * radicand ** (k // 2) for (k,), c in poly.terms() if k % 2 == 1))
-        if even == 0 or odd == 0 or even.has(s) or odd.has(s):
-            continue
-        difference = sympy.factor_terms(sympy.expand(even**2 - odd**2 * radicand))
-        if _degree(difference) >= _degree(even**2):
-            continue  # the squares do not cancel: nothing gained
-        # halves: a - b*sqrt(R) overflows for |a| past half the largest float (float32's
-        # squareplus at x = -3e38), its halves do not; the number factor stays outside
-        # (SymPy would distribute it over the sum)
-        halves = Add(even / 2, -odd * s / 2)
-        conjugate = (difference / (2 * den) * Pow(halves, -1)).xreplace({s: root})
-        written = (powers).xreplace({s: root})
-        return sympy.Piecewise((conjugate, even * odd < 0), (written, True))
-    return None
-
-
-def guard_tails(expr: sympy.Expr) -> sympy.Expr:
-    """The sigmoid tail (:func:`_sigmoid_tail`) wherever a cofactor can overflow on its own
-    (a power of x >= 2, or softplus, log or |x|), whatever the choice said.
-
-    The choice measures in NumPy; the generated code groups numbers and updates temporaries
-    in place, so gamma**2 * softplus(-z) may be computed (and overflow, in float32) before it
-    meets sigmoid(z)**2 = 0. Where the tail applies the exact value is below 1e-300.
-    """
-
-    def risky(node: sympy.Basic) -> bool:
-        if not isinstance(node, Mul):
-            return False
-        cofactors = [
-            f for f in node.args if not isinstance(f.as_base_exp()[0], (sigmoid, dsigmoid))
-        ]
-        return any(
-            f.has(softplus, log, sympy.Abs)
-            or any(p.exp.is_number and p.exp >= 2 for p in f.atoms(Pow) if p.base.is_Symbol)
-            for f in cofactors
-        )
-
-    def visit(node: sympy.Basic) -> sympy.Basic:
-        if node.is_Atom or not node.args or isinstance(node, sympy.Piecewise):
-            return node
-        args = tuple(visit(a) for a in node.args)
-        node = node.func(*args) if args != node.args else node
-        if risky(node):
-            return _sigmoid_tail(node) or node
-        return node
-
-    return visit(expr)
-
-
 def split_regimes(
     expr: sympy.Expr,
     params: frozenset = frozenset(),
@@ -594,51 +493,50 @@ def split_regimes(
     rational functions rescaled where their powers overflow, a conjugate where a sum with a
     square root cancels.
 
-    One bottom-up pass: a branch made here is not visited again (its fallback is the sum).
-    ``near_zero``: whether to look for removable singularities (not inside a formula that
-    has its own polynomial near 0).
+    Each formula top-down: the first ``whole`` rule that applies replaces it, its parts
+    left as they are; else the ``asymptotes`` and ``limits`` rules on the formula before
+    its parts; then its parts; then the first ``regimes`` rule that applies to the formula
+    with its parts split. One pass: a branch made here is not visited again (its
+    fallback is the sum). ``near_zero``: whether to try the ``limits`` rules (not inside a
+    formula that has its own polynomial near 0).
     """
     if expr.is_Atom or not expr.args or isinstance(expr, sympy.Piecewise):
         return expr
     # Rational functions as a whole (top-down): rescaling only the denominator of a
     # quotient would leave the numerator's powers to overflow.
-    whole = _rational_tail(expr, params)
+    whole = _first(phase("whole").rewrites, expr, params, positive)
     if whole is not None:
         return whole
-    # the formula's own asymptote and limit at 0 (top-down): of the formula, not of its
+    # the formula's own asymptotes and limit at 0 (top-down): of the formula, not of its
     # parts' branches, so that leading terms cancel symbolically
-    tail = _erfcx_inv_tail(expr)
-    rest = _split_parts(expr, params, positive, near_zero)
-    return rest if tail is None else sympy.Piecewise(tail, (rest, True))
-
-
-def _split_parts(
-    expr: sympy.Expr, params: frozenset, positive: frozenset, near_zero: bool
-) -> sympy.Expr:
-    """:func:`split_regimes` but for the formula's asymptote."""
-    removable = _removable_regime(expr) if near_zero else None
-    inner = near_zero and removable is None
+    branches = [
+        branch
+        for rule in phase("asymptotes").rewrites
+        if (branch := rule(expr, params, positive)) is not None
+    ]
+    limit = _first(phase("limits").rewrites, expr, params, positive) if near_zero else None
+    if limit is not None:
+        branches.append(limit)
+    inner = near_zero and limit is None
     args = tuple(split_regimes(a, params, positive, inner) for a in expr.args)
     node = expr.func(*args) if args != expr.args else expr
-    if removable is not None:
-        return sympy.Piecewise(removable, (_regime(node, params, positive), True))
-    return _regime(node, params, positive)
+    split = _first(phase("regimes").rewrites, node, params, positive)
+    split = node if split is None else split
+    for branch in reversed(branches):  # the first registered outermost
+        split = sympy.Piecewise(branch, (split, True))
+    return split
 
 
-def _regime(node: sympy.Basic, params: frozenset, positive: frozenset) -> sympy.Basic:
-    """``node`` split by the first regime rule that applies to it (itself if none does)."""
-    return (
-        _conjugate_regime(node, positive)
-        or _series_regime(node)
-        or _gaussian_tail(node)
-        or _sigmoid_tail(node)
-        or _rational_tail(node, params)
-        or _log1p_tail(node, params, positive)
-        or _hypot_minus_one(node)
-        or _log_erfc_tail(node)
-        or _log_ratio(node)
-        or node
-    )
+def _first(rules, node: sympy.Basic, params: frozenset, positive: frozenset):
+    """What the first of ``rules`` that applies to ``node`` makes of it (None if none does)."""
+    for rule in rules:
+        new = rule(node, params, positive)
+        if new is not None:
+            return new
+    return None
+
+
+# The candidates phase.
 
 
 #: Largest power of the exponential in :func:`exp_rational`'s polynomials.
@@ -647,8 +545,10 @@ _EXP_RATIONAL_MAX_DEGREE = 6
 _EXP_UNDERFLOW = 745.2
 
 
+@register("candidates")
 def exp_rational(expr: sympy.Expr) -> sympy.Expr | None:
-    """``expr`` as a rational function of one exponential, evaluated from ``t = exp(-|b|)``.
+    """f(exp(b)) -> P(t)/Q(t) with t = exp(-|b|), by the sign of b: ``expr`` as a rational
+    function of one exponential.
 
     Where every transcendental in ``expr`` is a function of ``exp(b)`` for one argument
     ``b`` (sigmoid, softplus inside tanh, tanh, their derivatives...), the whole formula is
@@ -738,6 +638,7 @@ def exp_rational(expr: sympy.Expr) -> sympy.Expr | None:
     return factor * sympy.Piecewise(*branches)
 
 
+@register("candidates")
 def rational_scaled(expr: sympy.Expr) -> sympy.Expr | None:
     """A rational function of one tensor symbol with its numerator's degree divided out:
     -(nu + 1)*x/(nu + x**2) -> -(nu + 1)/(x + nu/x).
@@ -773,3 +674,182 @@ def rational_scaled(expr: sympy.Expr) -> sympy.Expr | None:
         ]
         return factor * terms[0] / terms[1]
     return None
+
+
+# The tails phase: on the chosen form, in this order.
+
+_NONE: frozenset = frozenset()
+
+
+@register("tails")
+def guard_tails(expr: sympy.Expr) -> sympy.Expr:
+    """q(x) * sigmoid(p(x)) -> Piecewise((0, p(x) < -800), (q(x) * sigmoid(p(x)), True))
+    (:func:`sigmoid_tail`) wherever a cofactor q can overflow on its own (a power of x >= 2,
+    or softplus, log or |x|), whatever the choice said.
+
+    The choice measures in NumPy; the generated code groups numbers and updates temporaries
+    in place, so gamma**2 * softplus(-z) may be computed (and overflow, in float32) before it
+    meets sigmoid(z)**2 = 0. Where the tail applies the exact value is below 1e-300.
+    """
+
+    if not expr.has(sigmoid, dsigmoid):
+        return expr
+
+    def risky(node: sympy.Basic) -> bool:
+        if not isinstance(node, Mul):
+            return False
+        cofactors = [
+            f for f in node.args if not isinstance(f.as_base_exp()[0], (sigmoid, dsigmoid))
+        ]
+        return any(
+            f.has(softplus, log, sympy.Abs)
+            or any(p.exp.is_number and p.exp >= 2 for p in f.atoms(Pow) if p.base.is_Symbol)
+            for f in cofactors
+        )
+
+    def visit(node: sympy.Basic) -> sympy.Basic:
+        if node.is_Atom or not node.args or isinstance(node, sympy.Piecewise):
+            return node
+        args = tuple(visit(a) for a in node.args)
+        node = node.func(*args) if args != node.args else node
+        if risky(node):
+            return sigmoid_tail(node, _NONE, _NONE) or node
+        return node
+
+    return visit(expr)
+
+
+#: The largest |cofactor| at the cut that :func:`tails_as_clamps` clamps: an upstream
+#: gradient up to 3e30 times it stays finite in float32 before it meets the sigmoid's 0.
+_CLAMPED_COFACTOR_MAX = 1e8
+
+
+@register("tails")
+def tails_as_clamps(expr: sympy.Expr) -> sympy.Expr:
+    """Piecewise((0, x > cut), (q(x) * sigmoid(p(x)), True)) -> q(min(x, cut)) * sigmoid(p(x)):
+    sigmoid tails (:func:`sigmoid_tail`) with a polynomial cofactor, clamped instead.
+
+    ``max(x, -cut)`` for a tail at ``x < -cut``; both, each at its own cut, where it has
+    both: one pass over memory in eager code, where the select is four or more (two
+    comparisons, their or, the select).
+
+    Past the cut the sigmoid is below exp(-1600 / 2**d) for p of degree d, 0 or below
+    exp(-100) for d <= 4, and the clamped cofactor is finite: the product is the select's
+    0, or below 1e-35. Clamped only where that holds for every float:
+
+    - every decaying factor is a sigmoid or dsigmoid of a polynomial of degree 4 at most
+      whose terms cannot cancel as inf - inf (:func:`_no_cancelling_terms`);
+    - the cofactor is a polynomial with numeric coefficients, below
+      :data:`_CLAMPED_COFACTOR_MAX` at the cut;
+    - nothing around the tail grows with x (in ``x * (tail + ...)`` that x would meet the
+      0 unclamped, where the select, folded around it, covers it).
+
+    Other tails keep the select.
+    """
+
+    if not expr.has(sympy.Piecewise):
+        return expr
+
+    def visit(node: sympy.Basic, around: frozenset) -> sympy.Basic:
+        if isinstance(node, sympy.Piecewise):
+            clamped = _tail_clamped(node)
+            if clamped is not None and clamped[1] not in around:
+                return clamped[0]
+            return node
+        if isinstance(node, Add):
+            return Add(*(visit(a, around) for a in node.args))
+        if isinstance(node, Mul):
+            new = []
+            for k, a in enumerate(node.args):
+                rest = node.args[:k] + node.args[k + 1 :]
+                new.append(visit(a, around.union(*(r.free_symbols for r in rest))))
+            return Mul(*new)
+        return node  # inside another function: as it is
+
+    return visit(expr, frozenset())
+
+
+def _tail_clamped(node: sympy.Piecewise) -> tuple[sympy.Expr, sympy.Symbol] | None:
+    """:func:`tails_as_clamps`'s form of one tail and the symbol clamped, or None."""
+    if len(node.args) != 2 or node.args[0].expr != 0 or node.args[1].cond is not sympy.true:
+        return None
+    cond, product = node.args[0].cond, node.args[1].expr
+    if not isinstance(product, Mul):
+        return None
+    cuts = {}
+    for rel in cond.args if isinstance(cond, sympy.Or) else (cond,):
+        if not (
+            isinstance(rel, (sympy.StrictGreaterThan, sympy.StrictLessThan))
+            and rel.lhs.is_Symbol
+            and rel.rhs.is_number
+        ):
+            return None
+        cuts[rel.rel_op] = (rel.lhs, rel.rhs)
+    symbols = {x for x, _ in cuts.values()}
+    if len(symbols) != 1:
+        return None
+    (x,) = symbols
+    decaying = [f for f in product.args if _decays(f)]
+    if not decaying or not all(
+        _no_cancelling_terms(f.as_base_exp()[0].args[0], x) for f in decaying
+    ):
+        return None
+    scale, cofactor = Mul(*(f for f in product.args if not _decays(f))).as_independent(
+        x, as_Add=False
+    )
+    if not cofactor.is_polynomial(x):
+        return None
+    coeffs = sympy.Poly(cofactor, x).all_coeffs()
+    if not all(c.is_number for c in coeffs):
+        return None
+    reach = max(abs(float(c)) for _, c in cuts.values())
+    if (
+        sum(abs(float(c)) * reach**k for k, c in enumerate(reversed(coeffs)))
+        > _CLAMPED_COFACTOR_MAX
+    ):
+        return None
+    clamped = x
+    if "<" in cuts:
+        clamped = sympy.Max(clamped, cuts["<"][1])
+    if ">" in cuts:
+        clamped = sympy.Min(clamped, cuts[">"][1])
+    return scale * cofactor.xreplace({x: clamped}) * Mul(*decaying), x
+
+
+def _no_cancelling_terms(p: sympy.Expr, x: sympy.Symbol) -> bool:
+    """``p`` is a polynomial in x of degree 1 to 4 with numeric coefficients whose
+    non-constant terms all have one sign for every x (degrees of one parity, coefficients
+    of one sign): however large x, its printed sum is never inf - inf."""
+    p = sympy.expand(p)
+    if not p.is_polynomial(x):
+        return False
+    terms = [
+        (monomial[0], coeff) for monomial, coeff in sympy.Poly(p, x).terms() if monomial[0] > 0
+    ]
+    if not terms or max(d for d, _ in terms) > 4 or not all(c.is_number for _, c in terms):
+        return False
+    return len({d % 2 for d, _ in terms}) == 1 and len({c > 0 for _, c in terms}) == 1
+
+
+@register("tails")
+def prune_branches(expr: sympy.Expr) -> sympy.Expr:
+    """Piecewise((a, c), ...) -> the same, folded, without the branches whose condition no
+    real input satisfies: folding two regime splits pairs every condition of one with every
+    condition of the other ((z > 1600) & (z < -1600) in focal loss), and each branch is a
+    pass in the code."""
+    if not expr.has(sympy.Piecewise):
+        return expr
+
+    def possible(cond) -> bool:
+        if cond is sympy.true or len(cond.free_symbols) != 1:
+            return True
+        try:
+            return cond.as_set() != sympy.S.EmptySet
+        except (NotImplementedError, TypeError, ValueError):
+            return True
+
+    def prune(node: sympy.Piecewise) -> sympy.Expr:
+        pairs = [(e, c) for e, c in node.args if possible(c)]
+        return sympy.Piecewise(*pairs) if pairs and pairs != list(node.args) else node
+
+    return sympy.piecewise_fold(expr).replace(lambda e: isinstance(e, sympy.Piecewise), prune)

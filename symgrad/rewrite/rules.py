@@ -1,9 +1,12 @@
-"""Rewrite rules that turn naive formulas into numerically stable ones.
+"""Rewrite rules that turn naive formulas into numerically stable ones: the ``stabilize``
+and ``clamp`` phases (:mod:`symgrad.rewrite.phases`).
 
 Each rule is a plain function ``rule(node) -> replacement | None`` looking at one SymPy
-node whose arguments are already rewritten; :func:`stabilize` applies them bottom-up to a
-fixed point. The rules follow PyTensor's stabilize phase: exact identities whose
-right-hand side has no overflow, cancellation or unused-branch NaN where the left has.
+node whose arguments are already rewritten, registered with its phase; :func:`stabilize`
+applies a phase's rules bottom-up to a fixed point, in the order they are written here.
+The rules follow PyTensor's stabilize phase: exact identities whose right-hand side has no
+overflow, cancellation or unused-branch NaN where the left has. Pure SymPy: nothing here
+evaluates (the plan imports this module).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from symgrad.functions import (
     softplus,
     xlogy,
 )
+from symgrad.rewrite.phases import phase, register
 
 Rule = Callable[[sympy.Basic], sympy.Basic | None]
 
@@ -51,6 +55,18 @@ def _split_add(node: sympy.Basic, constant: sympy.Expr) -> sympy.Expr | None:
     return None
 
 
+# The stabilize phase: tried on each node in this order.
+
+
+@register("stabilize")
+def log_reciprocal(node):
+    """log(1/x) -> -log(x)."""
+    if isinstance(node, log) and isinstance(node.args[0], Pow) and node.args[0].exp == -1:
+        return -log(node.args[0].base)
+    return None
+
+
+@register("stabilize")
 def log_one_plus(node):
     """log(1 + u) -> log1p(u)."""
     if isinstance(node, log):
@@ -60,6 +76,7 @@ def log_one_plus(node):
     return None
 
 
+@register("stabilize")
 def log1p_exp(node):
     """log1p(exp(a)) -> softplus(a)."""
     if isinstance(node, log1p) and isinstance(node.args[0], exp):
@@ -67,6 +84,41 @@ def log1p_exp(node):
     return None
 
 
+@register("stabilize")
+def log_sum_exp(node):
+    """log(exp(a) + exp(b) + ...) -> logaddexp(logaddexp(a, b), ...)."""
+    if isinstance(node, log) and isinstance(node.args[0], Add):
+        terms = node.args[0].args
+        if len(terms) >= 2 and all(isinstance(t, exp) for t in terms):
+            result = terms[0].args[0]
+            for t in terms[1:]:
+                result = logaddexp(result, t.args[0])
+            return result
+    return None
+
+
+@register("stabilize")
+def log_asinh(node):
+    """log(x + sqrt(x**2 + 1)) -> asinh(x): the sum cancels for x << 0, x**2 overflows."""
+    if isinstance(node, log) and isinstance(node.args[0], Add) and len(node.args[0].args) == 2:
+        for x, root in (node.args[0].args, node.args[0].args[::-1]):
+            if isinstance(root, Pow) and root.exp == sympy.S.Half:
+                if sympy.expand(root.base - x**2 - 1) == 0:
+                    return sympy.asinh(x)
+            if isinstance(root, hypot) and set(root.args) in ({x, 1}, {-x, 1}):
+                return sympy.asinh(x)
+    return None
+
+
+@register("stabilize")
+def log_cosh(node):
+    """log(cosh(a)) -> logcosh(a): cosh overflows long before the result."""
+    if isinstance(node, log) and isinstance(node.args[0], sympy.cosh):
+        return logcosh(node.args[0].args[0])
+    return None
+
+
+@register("stabilize")
 def exp_minus_one(node):
     """c*exp(a) - c -> c*expm1(a) (SymPy distributes c over exp(a) - 1 on its own)."""
     if not isinstance(node, Add):
@@ -78,6 +130,7 @@ def exp_minus_one(node):
     return None
 
 
+@register("stabilize")
 def reciprocal_one_plus_exp(node):
     """1 / (1 + exp(a)) -> sigmoid(-a), also for other negative integer powers."""
     if isinstance(node, Pow) and node.exp.is_Integer and node.exp < 0:
@@ -87,6 +140,7 @@ def reciprocal_one_plus_exp(node):
     return None
 
 
+@register("stabilize")
 def exp_times_sigmoid(node):
     """exp(a) * sigmoid(-a)**k -> sigmoid(a) * sigmoid(-a)**(k-1) (what exp(a) / (1 + exp(a))
     becomes, k = 1; its derivative has k = 2)."""
@@ -103,6 +157,21 @@ def exp_times_sigmoid(node):
     return None
 
 
+@register("stabilize")
+def exp_ratio(node):
+    """exp(a) / (exp(a) + exp(b)) -> sigmoid(a - b) (a two-way softmax)."""
+    if not isinstance(node, Mul):
+        return None
+    for e in (f for f in node.args if isinstance(f, exp)):
+        for p in (f for f in node.args if isinstance(f, Pow) and f.exp == -1):
+            terms = p.base.args if isinstance(p.base, Add) else ()
+            if len(terms) == 2 and e in terms and all(isinstance(t, exp) for t in terms):
+                other = terms[1] if terms[0] == e else terms[0]
+                return _drop(node, e, p) * sigmoid(e.args[0] - other.args[0])
+    return None
+
+
+@register("stabilize")
 def exp_over_expm1_power(node):
     """exp(a) / expm1(a)**k -> 1 / (expm1(a)**(k-1) * -expm1(-a)): no inf/inf for large a.
 
@@ -118,6 +187,7 @@ def exp_over_expm1_power(node):
     return None
 
 
+@register("stabilize")
 def log_sigmoid(node):
     """log(sigmoid(a)) -> -softplus(-a)."""
     if isinstance(node, log) and isinstance(node.args[0], sigmoid):
@@ -125,6 +195,7 @@ def log_sigmoid(node):
     return None
 
 
+@register("stabilize")
 def one_minus_sigmoid(node):
     """1 - sigmoid(a) -> sigmoid(-a)."""
     rest = _split_add(node, sympy.S.One)
@@ -136,6 +207,7 @@ def one_minus_sigmoid(node):
     return None
 
 
+@register("stabilize")
 def one_minus_two_sigmoid(node):
     """1 - 2 sigmoid(u) -> -tanh(u/2): no cancellation for small u."""
     rest = _split_add(node, sympy.S.One)
@@ -148,43 +220,7 @@ def one_minus_two_sigmoid(node):
     return None
 
 
-def log_sum_exp(node):
-    """log(exp(a) + exp(b) + ...) -> logaddexp(logaddexp(a, b), ...)."""
-    if isinstance(node, log) and isinstance(node.args[0], Add):
-        terms = node.args[0].args
-        if len(terms) >= 2 and all(isinstance(t, exp) for t in terms):
-            result = terms[0].args[0]
-            for t in terms[1:]:
-                result = logaddexp(result, t.args[0])
-            return result
-    return None
-
-
-def exp_ratio(node):
-    """exp(a) / (exp(a) + exp(b)) -> sigmoid(a - b) (a two-way softmax)."""
-    if not isinstance(node, Mul):
-        return None
-    for e in (f for f in node.args if isinstance(f, exp)):
-        for p in (f for f in node.args if isinstance(f, Pow) and f.exp == -1):
-            terms = p.base.args if isinstance(p.base, Add) else ()
-            if len(terms) == 2 and e in terms and all(isinstance(t, exp) for t in terms):
-                other = terms[1] if terms[0] == e else terms[0]
-                return _drop(node, e, p) * sigmoid(e.args[0] - other.args[0])
-    return None
-
-
-def log_asinh(node):
-    """log(x + sqrt(x**2 + 1)) -> asinh(x): the sum cancels for x << 0, x**2 overflows."""
-    if isinstance(node, log) and isinstance(node.args[0], Add) and len(node.args[0].args) == 2:
-        for x, root in (node.args[0].args, node.args[0].args[::-1]):
-            if isinstance(root, Pow) and root.exp == sympy.S.Half:
-                if sympy.expand(root.base - x**2 - 1) == 0:
-                    return sympy.asinh(x)
-            if isinstance(root, hypot) and set(root.args) in ({x, 1}, {-x, 1}):
-                return sympy.asinh(x)
-    return None
-
-
+@register("stabilize")
 def one_minus_erf(node):
     """c - c*erf(a) -> c*erfc(a); c + c*erf(a) -> c*erfc(-a) (no cancellation on either
     side; c = 1/2 in the normal CDF (1 + erf(x/sqrt(2)))/2)."""
@@ -200,6 +236,7 @@ def one_minus_erf(node):
     return None
 
 
+@register("stabilize")
 def log_minus_expm1(node):
     """log(-expm1(a)) (what log(1 - exp(a)) becomes) -> log1mexp(a)."""
     if isinstance(node, log):
@@ -209,6 +246,7 @@ def log_minus_expm1(node):
     return None
 
 
+@register("stabilize")
 def sqrt_difference(node):
     """sqrt(a) - sqrt(b) -> (a - b) / (sqrt(a) + sqrt(b)) when a - b is simpler."""
     if not isinstance(node, Add) or len(node.args) != 2:
@@ -227,6 +265,7 @@ def sqrt_difference(node):
     return difference / (sympy.sqrt(a) + sympy.sqrt(b))
 
 
+@register("stabilize")
 def sqrt_sum_squares(node):
     """(x**2 + y**2)**(k/2) -> hypot(x, y)**k."""
     if isinstance(node, Pow) and node.exp.is_Rational and node.exp.q == 2:
@@ -236,13 +275,7 @@ def sqrt_sum_squares(node):
     return None
 
 
-def log_reciprocal(node):
-    """log(1/x) -> -log(x)."""
-    if isinstance(node, log) and isinstance(node.args[0], Pow) and node.args[0].exp == -1:
-        return -log(node.args[0].base)
-    return None
-
-
+@register("stabilize")
 def exp_square_erfc(node):
     """exp(a**2) * erfc(a) -> erfcx(a), and exp(-a**2) / erfc(a) -> erfcx_inv(a) (the
     derivative of log(erfc(a))): exp overflows or underflows and erfc underflows for large a."""
@@ -259,6 +292,7 @@ def exp_square_erfc(node):
     return None
 
 
+@register("stabilize")
 def x_log_x(node):
     """x * log(x) -> xlogy(x, x): 0 at x = 0 instead of 0 * -inf = NaN."""
     if not isinstance(node, Mul):
@@ -269,13 +303,7 @@ def x_log_x(node):
     return None
 
 
-def log_cosh(node):
-    """log(cosh(a)) -> logcosh(a): cosh overflows long before the result."""
-    if isinstance(node, log) and isinstance(node.args[0], sympy.cosh):
-        return logcosh(node.args[0].args[0])
-    return None
-
-
+@register("stabilize")
 def log_expm1(node):
     """log(expm1(a)) -> a + log1mexp(-a): expm1 overflows for a > 709.8, the log does not."""
     if isinstance(node, log) and isinstance(node.args[0], expm1):
@@ -284,6 +312,7 @@ def log_expm1(node):
     return None
 
 
+@register("stabilize")
 def sigmoid_difference(node):
     """c*sigmoid(a) - c*sigmoid(-a) -> c*tanh(a/2): the difference cancels near a = 0."""
     if not isinstance(node, Add):
@@ -299,6 +328,7 @@ def sigmoid_difference(node):
     return None
 
 
+@register("stabilize")
 def one_minus_cos(node):
     """c - c*cos(a) -> 2c sin(a/2)**2: no cancellation near a = 0."""
     if not isinstance(node, Add):
@@ -310,6 +340,7 @@ def one_minus_cos(node):
     return None
 
 
+@register("stabilize")
 def cosh_minus_one(node):
     """c*cosh(a) - c -> 2c sinh(a/2)**2: no cancellation near a = 0."""
     if not isinstance(node, Add):
@@ -321,6 +352,7 @@ def cosh_minus_one(node):
     return None
 
 
+@register("stabilize")
 def sinh_over_cosh(node):
     """sinh(a)**m / cosh(a)**k -> tanh(a)**m / cosh(a)**(k-m) (k >= m): no inf/inf."""
     if not isinstance(node, Mul):
@@ -341,6 +373,7 @@ def sinh_over_cosh(node):
     return None
 
 
+@register("stabilize")
 def gamma_difference(node):
     """loggamma(a + n) - loggamma(a) -> sum of log(a + j); the same for polygamma.
 
@@ -377,6 +410,7 @@ def gamma_difference(node):
     return None
 
 
+@register("stabilize")
 def sqrt_square_plus_constant(node):
     """(x**2 + c)**(k/2) -> hypot(x, sqrt(c))**k for a positive number c: x**2 overflows."""
     if not (isinstance(node, Pow) and isinstance(node.base, Add) and node.exp.is_Rational):
@@ -389,11 +423,12 @@ def sqrt_square_plus_constant(node):
     return None
 
 
+@register("stabilize")
 def sqrt_minus_one(node):
     """sqrt(a) - 1 -> (a - 1)/(sqrt(a) + 1) when a - 1 is simpler: cancels near a = 1.
 
     hypot(x, 1) - 1 (what sqrt(x**2 + 1) - 1 becomes) is split by regime instead, see
-    :func:`_hypot_minus_one`.
+    :func:`~symgrad.rewrite.regimes.hypot_minus_one`.
     """
     if not isinstance(node, Add) or sympy.S.NegativeOne not in node.args or len(node.args) != 2:
         return None
@@ -405,6 +440,7 @@ def sqrt_minus_one(node):
     return None
 
 
+@register("stabilize")
 def one_plus_tanh(node):
     """c + c*tanh(u) -> 2c sigmoid(2u), c - c*tanh(u) -> 2c sigmoid(-2u): no cancellation
     where tanh(u) is near -1 or 1 (gelu's tail)."""
@@ -420,6 +456,7 @@ def one_plus_tanh(node):
     return None
 
 
+@register("stabilize")
 def one_minus_tanh_squared(node):
     """c - c*tanh(u)**2 -> 4c sigmoid(2u) sigmoid(-2u): the difference is 0 once tanh
     rounds to 1 (u > 19), the product keeps its value down to the underflow."""
@@ -434,6 +471,7 @@ def one_minus_tanh_squared(node):
     return None
 
 
+@register("stabilize")
 def expm1_over_x(node):
     """expm1(a) / a -> exprel(a) (also c*expm1(a)/a' when a = c*a'): 0/0 at 0, and inf/a
     for a in [709.8, 716] where exp overflows but the quotient does not."""
@@ -448,6 +486,7 @@ def expm1_over_x(node):
     return None
 
 
+@register("stabilize")
 def exp_difference(node):
     """c*exp(a) - c*exp(-a) -> 2c sinh(a), c*exp(a) + c*exp(-a) -> 2c cosh(a): no
     cancellation near a = 0, and one overflow-safe function instead of two exps."""
@@ -465,6 +504,7 @@ def exp_difference(node):
     return None
 
 
+@register("stabilize")
 def sigmoid_product(node):
     """sigmoid(a) * sigmoid(-a) -> dsigmoid(a): one exp, exact down to the subnormals."""
     if not isinstance(node, Mul):
@@ -477,6 +517,7 @@ def sigmoid_product(node):
     return None
 
 
+@register("stabilize")
 def hypot_power_ratio(node):
     """y**m / hypot(x, y)**k -> hypot_ratio(y, x, y)**m / hypot(x, y)**(k-m) (m < k): each
     ratio is at most 1, where hypot**k overflows long before the value (y**2/hypot**3)."""
@@ -491,6 +532,43 @@ def hypot_power_ratio(node):
             if b in base.args and m.is_Integer and 1 <= m < -power:
                 return _drop(node, h, f) * hypot_ratio(b, *base.args) ** m * base ** (power + m)
     return None
+
+
+@register("stabilize")
+def sum_to_product(node):
+    """c*sin(a) - c*sin(b) -> 2c cos((a+b)/2) sin((a-b)/2), c*sin(a) + c*sin(b) ->
+    2c sin((a+b)/2) cos((a-b)/2), c*cos(a) - c*cos(b) -> -2c sin((a+b)/2) sin((a-b)/2),
+    where a - b (a + b for the sum) has fewer symbols than a or b: sin(x + e) - sin(x)
+    keeps no digit of cos(x) e for small e, sin(e/2) keeps them all. (The sum is the
+    difference as SymPy writes it: sin(x + e) - sin(x - e) is sin(e + x) + sin(e - x).)"""
+    if not isinstance(node, Add):
+        return None
+    for term in node.args:
+        coeff, factor = term.as_coeff_Mul()
+        if not isinstance(factor, (sympy.sin, sympy.cos)):
+            continue
+        for other in node.args:
+            c2, f2 = other.as_coeff_Mul()
+            if f2.func is not factor.func or f2 == factor:
+                continue
+            a, b = factor.args[0], f2.args[0]
+            half_sum, half_difference = (a + b) / 2, (a - b) / 2
+            if c2 == -coeff and isinstance(factor, sympy.sin):
+                cancels, value = (a - b,), sympy.cos(half_sum) * sympy.sin(half_difference)
+            elif c2 == coeff and isinstance(factor, sympy.sin):
+                cancels, value = (a + b,), sympy.sin(half_sum) * sympy.cos(half_difference)
+            elif c2 == -coeff:
+                cancels = (a - b, a + b)
+                value = -sympy.sin(half_sum) * sympy.sin(half_difference)
+            else:
+                continue
+            most = max(len(a.free_symbols), len(b.free_symbols))
+            if any(len(c.free_symbols) < most for c in cancels):
+                return 2 * coeff * value + _drop(node, term, other)
+    return None
+
+
+# The clamp phase: on the chosen form only.
 
 
 def _symmetric_bound(cond: sympy.Basic) -> tuple[sympy.Expr, sympy.Expr] | None:
@@ -516,6 +594,7 @@ def _symmetric_bound(cond: sympy.Basic) -> tuple[sympy.Expr, sympy.Expr] | None:
     return a, c
 
 
+@register("clamp")
 def clamp_select(node):
     """Piecewise((k*a, |a| <= c), (k*c*sign(a), True)) -> k*Min(Max(a, -c), c), for k
     free of a and c > 0 (Huber's and hardtanh's gradients).
@@ -523,10 +602,10 @@ def clamp_select(node):
     The same value everywhere, +-inf included, in one clamp where the select is five
     passes over memory in eager code (two comparisons, their and, the sign, the select).
     A NaN stays NaN (as in F.huber_loss's gradient; torch's sign(NaN) is 0, so the select
-    gave 0 there). Either sign of a: the clamp is odd. Not a rule of :data:`RULES`:
-    applied to the chosen form only, never to what is differentiated (SymPy's derivative
-    of Min/Max is Heaviside(0) = 1/2 at |a| = c, the select's is the branch its condition
-    takes there).
+    gave 0 there). Either sign of a: the clamp is odd. A clamp-phase rule, not a
+    stabilize one: applied to the chosen form only, never to what is differentiated
+    (SymPy's derivative of Min/Max is Heaviside(0) = 1/2 at |a| = c, the select's is the
+    branch its condition takes there).
     """
     if not isinstance(node, sympy.Piecewise) or len(node.args) != 2:
         return None
@@ -546,44 +625,6 @@ def clamp_select(node):
                 return k * sympy.Min(sympy.Max(x, -c), c)
     return None
 
-
-#: The rules, in the order they are tried on each node.
-RULES: tuple[Rule, ...] = (
-    log_reciprocal,
-    log_one_plus,
-    log1p_exp,
-    log_sum_exp,
-    log_asinh,
-    log_cosh,
-    exp_minus_one,
-    reciprocal_one_plus_exp,
-    exp_times_sigmoid,
-    exp_ratio,
-    exp_over_expm1_power,
-    log_sigmoid,
-    one_minus_sigmoid,
-    one_minus_two_sigmoid,
-    one_minus_erf,
-    log_minus_expm1,
-    sqrt_difference,
-    sqrt_sum_squares,
-    exp_square_erfc,
-    x_log_x,
-    log_expm1,
-    sigmoid_difference,
-    one_minus_cos,
-    cosh_minus_one,
-    sinh_over_cosh,
-    gamma_difference,
-    sqrt_square_plus_constant,
-    sqrt_minus_one,
-    one_plus_tanh,
-    one_minus_tanh_squared,
-    expm1_over_x,
-    exp_difference,
-    sigmoid_product,
-    hypot_power_ratio,
-)
 
 _MAX_PASSES = 32
 
@@ -609,6 +650,6 @@ def _rewrite(expr: sympy.Basic, rules: tuple[Rule, ...]) -> sympy.Basic:
     return _rewrite_node(expr, rules)
 
 
-def stabilize(expr: sympy.Expr, rules: tuple[Rule, ...] = RULES) -> sympy.Expr:
-    """Apply the stabilizing rewrites bottom-up until none applies."""
-    return _rewrite(expr, rules)
+def stabilize(expr: sympy.Expr, rules: tuple[Rule, ...] | None = None) -> sympy.Expr:
+    """Apply ``rules`` (the stabilize phase's by default) bottom-up until none applies."""
+    return _rewrite(expr, phase("stabilize").rewrites if rules is None else rules)
