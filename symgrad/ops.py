@@ -24,6 +24,7 @@ from typing import Any
 import mpmath
 import numpy as np
 import sympy
+from sympy.codegen import cfunctions
 
 from symgrad import functions as F
 
@@ -205,6 +206,10 @@ OPS: tuple[Op, ...] = (
     Op(sympy.log, ("log",), mp=mpmath.log, numpy="log", python="math.log",
        torch="torch.log", torch_inplace="log_", tf="tf.math.log", cost=10,
        cancels_near_one=True),
+    # log2: TF's is log(x) / log(2), within 2 ulp; cost as benchmarks/op_costs.py measures
+    Op(cfunctions.log2, ("log2",), mp=lambda v: mpmath.log(v, 2), numpy="log2",
+       python="math.log2", torch="torch.log2", torch_inplace="log2_",
+       tf="tf.experimental.numpy.log2", cost=10, cancels_near_one=True),
     Op(sympy.sin, ("sin",), mp=mpmath.sin, numpy="sin", python="math.sin",
        torch="torch.sin", torch_inplace="sin_", tf="tf.math.sin", cost=15),
     Op(sympy.cos, ("cos",), mp=mpmath.cos, numpy="cos", python="math.cos",

@@ -4,12 +4,14 @@ table a view of it, and every cell true of the framework it names."""
 from __future__ import annotations
 
 import importlib
+import math
 import re
 
 import numpy as np
 import pytest
 import sympy
 from conftest import ROOT
+from sympy.codegen import cfunctions
 from sympy.core.relational import Relational
 from sympy.functions.elementary.piecewise import ExprCondPair
 from sympy.logic.boolalg import Boolean
@@ -261,3 +263,78 @@ def test_no_module_keeps_a_table_of_its_own():
         text = open(source).read()
         for name in ("erfc", "loggamma", "xlog1py"):
             assert f'"{name}":' not in text and f"sympy.{name}: mpmath" not in text, module
+
+
+# ------------------------------------------------------------------------------ log2
+BITS = """\
+module: bits
+functions:
+  bits:
+    inputs: {x: {domain: [0, 1.0e300]}}
+    output: log2(x)
+  bits_of_product:
+    inputs: {x: {domain: [0, 1.0e150]}, y: {domain: [0, 1.0e150]}}
+    output: log2(x*y)
+"""
+
+
+def test_log2_parses_and_differentiates():
+    parsed = parse_formula("log2(x) + log2(8)", {"x": x}, Location("t.yaml"))
+    assert parsed == cfunctions.log2(x) + 3
+    assert sympy.diff(parsed, x) == 1 / (x * sympy.log(2))
+
+
+def test_log2_values():
+    log2 = cfunctions.log2(x)
+    assert mp.exact(log2, {x: 3.0}) == math.log2(3.0)
+    assert mp.exact(log2, {x: 0.0}) == -math.inf and mp.exact(log2, {x: -1.0}) is None
+    # 1 + 1e-200 is 1 at the first precisions: log2 reports what it cancels, and the
+    # precision rises until the value is 1e-200 / log(2), not 0
+    assert mp.exact(cfunctions.log2(1 + x), {x: 1e-200}) == pytest.approx(
+        1e-200 / math.log(2), rel=1e-15, abs=0
+    )
+    evaluate = native.evaluator(log2, [x])
+    assert evaluate(np.float64(3.0)) == math.log2(3.0)
+    assert evaluate(np.float32(3.0)) == np.float32(math.log2(3.0))
+    assert evaluate(np.float32(3.0)).dtype == np.float32
+
+
+def test_log2_prints():
+    s = sympy.Symbol("s", real=True)
+    assert TorchPrinter().doprint(cfunctions.log2(x)) == "torch.log2(x)"
+    assert TensorFlowPrinter().doprint(cfunctions.log2(x)) == "tf.experimental.numpy.log2(x)"
+    assert TorchPrinter(scalars=[s]).doprint(cfunctions.log2(s)) == "math.log2(s)"
+
+
+def test_generated_log2_runs_in_torch(generate_module):
+    import inspect
+
+    torch = pytest.importorskip("torch")
+    m = generate_module(BITS)
+    assert "log2_()" in inspect.getsource(m)  # the product's buffer, updated in place
+    x = torch.tensor([1e-300, 0.3, 1.0, 3.0, 1e300], dtype=torch.float64, requires_grad=True)
+    out = m.bits(x)
+    torch.testing.assert_close(out, torch.log2(x.detach()), rtol=0, atol=0)
+    (grad,) = torch.autograd.grad(out.sum(), x)
+    torch.testing.assert_close(grad, 1 / (x.detach() * math.log(2)))
+    points = torch.tensor([0.2, 1.5, 40.0], dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(m.bits, (points,))
+    assert torch.autograd.gradgradcheck(m.bits, (points,))
+    y = torch.tensor([2.0, 0.25, 8.0], dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(m.bits_of_product, (points, y))
+    want = torch.log2(points.detach() * y.detach())
+    torch.testing.assert_close(m.bits_of_product(points, y), want)
+
+
+def test_generated_log2_runs_in_tensorflow(generate_module):
+    tf = pytest.importorskip("tensorflow")
+    m = generate_module(BITS, "tensorflow")
+    for dtype in (tf.float32, tf.float64):
+        x = tf.constant([0.3, 1.0, 3.0, 1e30], dtype)
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            out = m.bits(x)
+        grad = tape.gradient(out, x)
+        assert out.dtype == dtype
+        np.testing.assert_allclose(out.numpy(), np.log2(x.numpy()), rtol=1e-6)
+        np.testing.assert_allclose(grad.numpy(), 1 / (x.numpy() * np.log(2)), rtol=1e-6)
