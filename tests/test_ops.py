@@ -121,6 +121,7 @@ def test_the_language_doc_lists_every_word():
 @pytest.mark.parametrize("op", OPS, ids=lambda op: op.name)
 def test_printer_methods_are_the_ones_the_row_names(op):
     classes = (FrameworkPrinter, TorchPrinter, TensorFlowPrinter)
+    assert tuple(c.__name__ for c in classes) == ops.PRINTER_CLASSES
     have = {c.__name__ for c in classes if f"_print_{op.name}" in vars(c)}
     assert have == set(op.printer_methods)
 
