@@ -13,57 +13,11 @@ from __future__ import annotations
 import sympy
 from sympy.functions.elementary.piecewise import ExprCondPair
 
-#: Cost of one elementwise call relative to a multiply, by SymPy function name.
-OP_COST: dict[str, float] = {
-    "Abs": 1,
-    "Max": 1.5,
-    "Min": 1.5,
-    "relu": 1.5,
-    "clamp": 1.5,
-    "round": 1,
-    "floor": 1,
-    "ceil": 1,
-    "trunc": 15,  # torch.trunc is not vectorised on CPU: 7-45x a multiply (op_costs.py)
-    "sign": 3,
-    "Heaviside": 3,
-    "sigmoid": 3,  # torch.sigmoid uses a faster exp than torch.exp
-    "exp": 8,
-    "expm1": 9,
-    "log": 10,
-    "log1p": 7,
-    "hypot": 10,
-    "cosh": 10,
-    "sinh": 11,
-    "dsigmoid": 13,  # exp(-|x|) / (1 + exp(-|x|))**2
-    "erf": 13,
-    "sin": 15,
-    "cos": 15,
-    "exprel": 15,
-    "softplus": 16,
-    "tan": 20,
-    "erfc": 20,
-    "one_plus_erf": 20,  # erfc(-x)
-    "logaddexp": 20,
-    "log1mexp": 20,
-    "tanh": 24,
-    "logcosh": 25,
-    "exprel_d": 25,
-    "xlogy": 25,
-    "atan": 28,
-    "hypot_ratio": 12,
-    "log1p_square": 21,  # a log1p, two multiplies and its tan_half_atan
-    "tan_half_atan": 12,  # a hypot and a division
-    "loggamma": 45,
-    "gamma": 45,
-    "xlog1py": 90,
-    "asinh": 150,
-    "acosh": 150,
-    "atanh": 150,
-    "digamma": 150,
-    "erfcx": 200,
-    "erfcx_inv": 200,
-    "polygamma": 200,
-}
+from symgrad.ops import OPS
+
+#: Cost of one elementwise call relative to a multiply, by SymPy function name (the rows'
+#: ``cost``; ``benchmarks/op_costs.py`` measures them).
+OP_COST: dict[str, float] = {op.name: op.cost for op in OPS if op.cost is not None}
 #: Functions not in the table: as dear as the dear ones.
 UNKNOWN_FUNCTION = 40
 #: A non-integer power (pow with a float exponent); sqrt and 1/sqrt are cheaper.
@@ -108,17 +62,7 @@ def eager_cost(expr: sympy.Basic) -> float:
 
 
 #: Operations of the primitives the printers write out as several (their regimes).
-REGIME_OPS: dict[str, int] = {
-    "dsigmoid": 6,
-    "hypot_ratio": 2,
-    "log1p_square": 6,
-    "tan_half_atan": 3,
-    "one_plus_erf": 2,
-    "exprel": 8,
-    "erfcx_inv": 10,
-    "logcosh": 10,
-    "exprel_d": 12,
-}
+REGIME_OPS: dict[str, int] = {op.name: op.passes for op in OPS if op.passes != 1}
 
 
 def _node_ops(node: sympy.Basic) -> int:

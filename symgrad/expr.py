@@ -16,70 +16,29 @@ import sympy
 
 from symgrad import functions as F
 from symgrad.errors import Location, SpecError
+from symgrad.ops import OPS
 
 MAX_FORMULA_LENGTH = 4000
 MAX_POWER_BITS = 4096
 MAX_SPECIAL_ARGUMENT = 1000  # gamma & co. of a larger number constant are refused
-_EAGER = frozenset(
-    {"gamma", "loggamma", "digamma"}
-)  # refuse numeric powers whose exact value needs more bits than this
+#: Functions SymPy evaluates exactly at a number: a large constant argument is refused.
+_EAGER = frozenset(name for op in OPS if op.exact_at_numbers for name in op.spelled)
 
 
 def _where(cond: sympy.Basic, a: sympy.Expr, b: sympy.Expr) -> sympy.Expr:
     return sympy.Piecewise((a, cond), (b, True))
 
 
-def _heaviside(x: sympy.Expr, h0: sympy.Expr = sympy.S.Half) -> sympy.Expr:
-    return sympy.Heaviside(x, h0)
-
-
-#: Function name in a formula -> (SymPy constructor, allowed argument counts).
-FUNCTIONS: dict[str, tuple[Callable[..., sympy.Basic], tuple[int, ...]]] = {
-    "exp": (sympy.exp, (1,)),
-    "log": (sympy.log, (1,)),
+#: Words that build arithmetic or branches, not a primitive (symgrad.ops has those).
+_SYNTAX: dict[str, tuple[Callable[..., sympy.Basic], tuple[int, ...]]] = {
     "sqrt": (sympy.sqrt, (1,)),
-    "sin": (sympy.sin, (1,)),
-    "cos": (sympy.cos, (1,)),
-    "tan": (sympy.tan, (1,)),
-    "asin": (sympy.asin, (1,)),
-    "acos": (sympy.acos, (1,)),
-    "atan": (sympy.atan, (1,)),
-    "atan2": (sympy.atan2, (2,)),
-    "sinh": (sympy.sinh, (1,)),
-    "cosh": (sympy.cosh, (1,)),
-    "tanh": (sympy.tanh, (1,)),
-    "asinh": (sympy.asinh, (1,)),
-    "acosh": (sympy.acosh, (1,)),
-    "atanh": (sympy.atanh, (1,)),
-    "erf": (sympy.erf, (1,)),
-    "erfc": (sympy.erfc, (1,)),
-    "gamma": (sympy.gamma, (1,)),
-    "loggamma": (sympy.loggamma, (1,)),
-    "digamma": (sympy.digamma, (1,)),
-    "Abs": (sympy.Abs, (1,)),
-    "abs": (sympy.Abs, (1,)),
-    "sign": (sympy.sign, (1,)),
-    "Heaviside": (_heaviside, (1, 2)),
-    "Max": (sympy.Max, (2, 3, 4, 5, 6, 7, 8)),
-    "Min": (sympy.Min, (2, 3, 4, 5, 6, 7, 8)),
     "Piecewise": (sympy.Piecewise, tuple(range(1, 17))),
     "where": (_where, (3,)),
-    "sigmoid": (F.sigmoid, (1,)),
-    "softplus": (F.softplus, (1,)),
-    "log1p": (F.log1p, (1,)),
-    "expm1": (F.expm1, (1,)),
-    "logaddexp": (F.logaddexp, (2,)),
-    "xlogy": (F.xlogy, (2,)),
-    "hypot": (F.hypot, (2,)),
-    "relu": (F.relu, (1,)),
-    "log1mexp": (F.log1mexp, (1,)),
-    "xlog1py": (F.xlog1py, (2,)),
-    "erfcx": (F.erfcx, (1,)),
-    "round": (F.round, (1,)),
-    "floor": (F.floor, (1,)),
-    "ceil": (F.ceil, (1,)),
-    "trunc": (F.trunc, (1,)),
-    "clamp": (F.clamp, (3,)),
+}
+#: Function name in a formula -> (SymPy constructor, allowed argument counts).
+FUNCTIONS: dict[str, tuple[Callable[..., sympy.Basic], tuple[int, ...]]] = {
+    **{name: (op.constructor, op.arity) for op in OPS for name in op.spelled},
+    **_SYNTAX,
 }
 
 CONSTANTS: dict[str, sympy.Basic] = {

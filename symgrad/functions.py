@@ -2,8 +2,8 @@
 
 Each one has its derivative in stable terms (``fdiff``), a high-precision mpmath
 evaluation (``mp``, used for reference values and accuracy measurement) and a naive
-SymPy definition (``naive``, what a user would write; used to cross-check). Printers map
-each class to the best framework op.
+SymPy definition (``naive``, what a user would write; used to cross-check). Each class's
+row in :mod:`symgrad.ops` maps it to the best framework op.
 """
 
 from __future__ import annotations
@@ -827,32 +827,6 @@ def as_clamps(expr: sympy.Expr) -> sympy.Expr:
 
     expr = expr.replace(lambda e: nested(e) is not None, nested)
     return expr.replace(lambda e: scaled(e) is not None, scaled)
-
-
-#: Every stable primitive, by the name a spec uses.
-STABLE_FUNCTIONS: dict[str, type[StableFunction]] = {
-    cls.__name__: cls
-    for cls in (
-        sigmoid,
-        softplus,
-        log1p,
-        expm1,
-        log1mexp,
-        logaddexp,
-        xlogy,
-        xlog1py,
-        hypot,
-        relu,
-        erfcx,
-        exprel,
-        logcosh,
-        round,
-        floor,
-        ceil,
-        trunc,
-        clamp,
-    )
-}
 
 
 def hypot_power_parts(expr: sympy.Expr):

@@ -18,6 +18,7 @@ import sympy
 from symgrad.derived import Derived
 from symgrad.functions import StableFunction, hypot, hypot_ratio, tan_half_atan
 from symgrad.ir import Node, Role, Tape, Value, parse_expr
+from symgrad.ops import OPS, TORCH_ARITHMETIC, spelled
 from symgrad.printers import PRINTERS, FrameworkPrinter
 from symgrad.rewrite.rules import hypot_power_ratio, stabilize
 
@@ -194,21 +195,13 @@ def _group_scalars(
 
 #: torch functions of one tensor (the first argument) with an in-place method.
 _TORCH_INPLACE = {
-    f"torch.{name}": f"{name}_"
-    for name in (
-        "exp log log1p expm1 sin cos tan asin acos atan sinh cosh tanh asinh acosh atanh "
-        "erf erfc lgamma digamma abs sign sigmoid sqrt rsqrt relu atan2 hypot xlogy floor "
-        "remainder clamp round ceil trunc"
-    ).split()
+    **{op.torch: op.torch_inplace for op in OPS if op.torch_inplace},
+    **{func: method for func, method in TORCH_ARITHMETIC.items() if method},
 }
 #: torch functions that return a new tensor (never a view of an argument).
 _TORCH_FRESH = {
-    *_TORCH_INPLACE,
-    *(f"torch.{n}" for n in ("where", "full_like", "zeros_like", "ones_like", "polygamma")),
-    *(f"torch.{n}" for n in ("maximum", "minimum", "logaddexp", "square", "neg")),
-    "torch.nn.functional.softplus",
-    "torch.special.erfcx",
-    "torch.special.xlog1py",
+    *(op.torch for op in OPS if spelled(op.torch)),
+    *TORCH_ARITHMETIC,
 }
 
 
@@ -258,15 +251,7 @@ MUL_HELPER = "_mul_into"
 #: erfc a scalar loop (6x its erf: a Chebyshev series instead, symgrad.series); its
 #: sigmoid computes an exp(-x) of its own where the code (a dsigmoid, a softplus) already
 #: has exp(-|x|): sigmoid is routed only there (on its own, inductor's is the cheaper).
-COMPILED_FORMS = {
-    "torch.log1p": "_log1p",
-    "torch.expm1": "_expm1",
-    "torch.atanh": "_atanh",
-    "torch.erf": "_erf",
-    "torch.erfc": "_erfc",
-    "torch.nn.functional.softplus": "_softplus",
-    "torch.sigmoid": "_sigmoid",
-}
+COMPILED_FORMS = {op.torch: op.torch_compiled for op in OPS if op.torch_compiled}
 #: The module helpers generated code may call (the printer writes tan_half_atan as one);
 #: the template emits those it does.
 HELPERS = (WHERE_HELPER, MUL_HELPER, *COMPILED_FORMS.values(), "_tan_half_atan")

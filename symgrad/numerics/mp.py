@@ -13,33 +13,15 @@ from collections.abc import Mapping
 import mpmath
 import sympy
 
-from symgrad.functions import StableFunction, heaviside_as_piecewise
+from symgrad.ops import OPS
 
 PREC_BITS = 256
 MAX_PREC_BITS = 65536
 
-_MP_FUNCS = {
-    sympy.exp: mpmath.exp,
-    sympy.log: mpmath.log,
-    sympy.sin: mpmath.sin,
-    sympy.cos: mpmath.cos,
-    sympy.tan: mpmath.tan,
-    sympy.asin: mpmath.asin,
-    sympy.acos: mpmath.acos,
-    sympy.atan: mpmath.atan,
-    sympy.sinh: mpmath.sinh,
-    sympy.cosh: mpmath.cosh,
-    sympy.tanh: mpmath.tanh,
-    sympy.asinh: mpmath.asinh,
-    sympy.acosh: mpmath.acosh,
-    sympy.atanh: mpmath.atanh,
-    sympy.erf: mpmath.erf,
-    sympy.erfc: mpmath.erfc,
-    sympy.gamma: mpmath.gamma,
-    sympy.loggamma: mpmath.loggamma,
-    sympy.digamma: mpmath.digamma,
-    sympy.Abs: abs,
-}
+#: SymPy class -> its exact value with mpmath (the rows' ``mp``).
+_MP_FUNCS = {op.sympy: op.mp for op in OPS if op.mp is not None}
+#: Where an argument near 1 cancels inside the function (log).
+_CANCELS_NEAR_ONE = frozenset(op.sympy for op in OPS if op.cancels_near_one)
 
 
 class Undefined(ArithmeticError):
@@ -203,23 +185,6 @@ def _node(expr: sympy.Basic, env, trace: Trace | None, memo: dict):
         return any(evaluate(a, env) for a in args)
     if isinstance(expr, sympy.Not):
         return not evaluate(args[0], env)
-    if isinstance(expr, sympy.Heaviside):
-        return evaluate(heaviside_as_piecewise(*args), env)
-    if isinstance(expr, sympy.DiracDelta):
-        return mpmath.mpf(0)
-    if isinstance(expr, sympy.sign):
-        v = evaluate(args[0], env)
-        return mpmath.mpf((v > 0) - (v < 0))
-    if isinstance(expr, sympy.Max):
-        return max(evaluate(a, env) for a in args)
-    if isinstance(expr, sympy.Min):
-        return min(evaluate(a, env) for a in args)
-    if isinstance(expr, sympy.atan2):
-        return mpmath.atan2(evaluate(args[0], env), evaluate(args[1], env))
-    if isinstance(expr, sympy.polygamma):
-        return mpmath.polygamma(int(args[0]), evaluate(args[1], env))
-    if isinstance(expr, StableFunction):
-        return _real(type(expr).mp(*(evaluate(a, env) for a in args)))
     func = _MP_FUNCS.get(type(expr))
     if func is None:
         raise NotImplementedError(f"no mpmath evaluation for {type(expr).__name__}")
@@ -230,7 +195,7 @@ def _node(expr: sympy.Basic, env, trace: Trace | None, memo: dict):
         raise Undefined(str(exc)) from None
     if (
         trace is not None
-        and func is mpmath.log
+        and type(expr) in _CANCELS_NEAR_ONE
         and abs(value) < 1
         and not _exact_node(args[0], env)
     ):

@@ -10,18 +10,12 @@ import functools
 import math
 from collections.abc import Sequence
 
-import mpmath
-import numpy as np
 import sympy
 from sympy.printing.numpy import NumPyPrinter
 
 from symgrad import functions as F
 from symgrad.functions import hypot_power_parts
-
-
-def _np(fn):
-    # plain Python floats in: mpmath takes no NumPy float32
-    return np.vectorize(lambda *args: fn(*(float(a) for a in args)), otypes=[np.float64])
+from symgrad.ops import LIBM, OPS, REGIMES, libm
 
 
 @functools.cache
@@ -47,120 +41,17 @@ def _numpy_modules() -> list:
     return [stable_numpy(), "numpy"]
 
 
-#: NumPy ufuncs whose SIMD loops round differently on different CPUs (float64 tanh on AVX2
-#: against SSE; sinh, expm1, ... with AVX-512's SVML), each with the C library's function.
-_LIBM = {
-    "exp": math.exp,
-    "expm1": math.expm1,
-    "exp2": lambda v: math.pow(2.0, v),
-    "log": math.log,
-    "log1p": math.log1p,
-    "log2": math.log2,
-    "log10": math.log10,
-    "sin": math.sin,
-    "cos": math.cos,
-    "tan": math.tan,
-    "arcsin": math.asin,
-    "arccos": math.acos,
-    "arctan": math.atan,
-    "arctan2": math.atan2,
-    "sinh": math.sinh,
-    "cosh": math.cosh,
-    "tanh": math.tanh,
-    "arcsinh": math.asinh,
-    "arccosh": math.acosh,
-    "arctanh": math.atanh,
-    "cbrt": math.cbrt,
-    "power": math.pow,
-}
-
-
-def _libm(name: str):
-    """NumPy's ufunc ``name`` computed by the C library in double, rounded to the
-    arguments' dtype: the same bits on every CPU, so the measured errors, and with them
-    the chosen forms and the generated files, do not depend on the machine that made
-    them. Special values (overflow, poles, outside the domain) are NumPy's own."""
-    ufunc, scalar = getattr(np, name), _LIBM[name]
-
-    def one(*args: float) -> float:
-        try:
-            return scalar(*args)
-        except (OverflowError, ValueError):
-            with np.errstate(all="ignore"):
-                return float(ufunc(*args))
-
-    elementwise = np.vectorize(one, otypes=[np.float64])
-
-    def evaluate(*args):
-        dtype = np.result_type(*args)
-        if dtype.kind != "f":  # log(2): numbers in, a float out (not an integer)
-            dtype = np.dtype(np.float64)
-        with np.errstate(over="ignore"):  # to float32: inf, as float32 arithmetic gives
-            if all(np.ndim(a) == 0 for a in args):
-                return dtype.type(one(*(float(a) for a in args)))
-            return elementwise(*args).astype(dtype)
-
-    return evaluate
-
-
 def stable_numpy() -> dict[str, object]:
-    """NumPy evaluations of symgrad's primitives, as the frameworks compute them."""
-    exp = _libm("exp")
-
-    def softplus(x):
-        return np.logaddexp(0.0, x)
-
-    log, log1p, expm1 = _libm("log"), _libm("log1p"), _libm("expm1")
-
-    def log1mexp(x):
-        return np.where(x > -math.log(2), log(-expm1(x)), log1p(-exp(x)))
-
-    def xlogy(x, y):
-        return np.where(x == 0, 0.0, x * log(y))
-
-    def xlog1py(x, y):
-        return np.where(x == 0, 0.0, x * log1p(y))
-
-    # primitives the printers write out by regime are evaluated from the same regimes
-    by_regimes = {
-        cls.__name__: _by_regimes(cls)
-        for cls in (
-            F.dsigmoid,
-            F.erfcx_inv,
-            F.exprel,
-            F.exprel_d,
-            F.hypot_ratio,
-            F.logcosh,
-            F.log1p_square,
-            F.tan_half_atan,
-        )
-    }
-    return {
-        **{name: _libm(name) for name in _LIBM},
-        **by_regimes,
-        "xlog1py": xlog1py,
-        "erfcx": _np(lambda v: float(F.erfcx.mp(mpmath.mpf(v)))),
-        "sigmoid": lambda x: exp(-np.logaddexp(0.0, -x)),
-        "softplus": softplus,
-        "log1mexp": log1mexp,
-        "logaddexp": np.logaddexp,
-        "xlogy": xlogy,
-        "hypot": np.hypot,
-        "relu": lambda x: np.maximum(x, 0.0),
-        "one_plus_erf": _np(lambda v: math.erfc(-v)),
-        "erf": _np(math.erf),
-        "erfc": _np(math.erfc),
-        "loggamma": _np(math.lgamma),
-        "gamma": _np(lambda v: math.gamma(v) if v > 0 or v != int(v) else math.nan),
-        "digamma": _np(lambda v: float(mpmath.digamma(v)) if v > 0 or v != int(v) else math.nan),
-        "polygamma": _np(lambda n, v: float(mpmath.polygamma(int(n), v))),
-        "Heaviside": lambda x, h0=0.5: np.heaviside(x, h0),
-        "round": np.rint,  # ties to even, as torch.round
-        "floor": np.floor,
-        "ceil": np.ceil,
-        "trunc": np.trunc,
-        "clamp": lambda x, lo, hi: np.minimum(np.maximum(x, lo), hi),  # hi where lo > hi
-    }
+    """NumPy evaluations of symgrad's primitives, as the frameworks compute them: the
+    C library's for the ufuncs of :data:`~symgrad.ops.LIBM`, the rows' ``numpy``
+    functions, and the regimes of those the printers write out by regime."""
+    table: dict[str, object] = {name: libm(name) for name in LIBM}
+    for op in OPS:
+        if callable(op.numpy):
+            table[op.name] = op.numpy
+        elif op.numpy == REGIMES:  # the same regimes as the printers write
+            table[op.name] = _by_regimes(op.sympy)
+    return table
 
 
 class _NumPyPrinter(NumPyPrinter):

@@ -10,6 +10,7 @@ from sympy.printing.str import StrPrinter
 
 from symgrad.errors import DerivationError
 from symgrad.functions import StableFunction, heaviside_as_piecewise, hypot_power_parts
+from symgrad.ops import OPS, spelled
 
 
 class UnsupportedError(DerivationError):
@@ -26,8 +27,9 @@ class UnsupportedError(DerivationError):
 class FrameworkPrinter(StrPrinter):
     """Prints one expression as framework code.
 
-    Subclasses fill ``functions`` (SymPy class name -> framework function) and override
-    ``_print_<Class>`` where a plain call is not right. Anything without a rule raises
+    Subclasses fill ``functions`` (SymPy class name -> framework function, a view of
+    :data:`symgrad.ops.OPS`) and override ``_print_<Class>`` where a plain call is not
+    right (the row names the class). Anything without a rule raises
     :class:`UnsupportedError` instead of printing something that merely looks like code.
 
     ``scalars`` are symbols bound to Python floats at run time: expressions over scalars
@@ -36,44 +38,13 @@ class FrameworkPrinter(StrPrinter):
 
     framework = "python"
     functions: dict[str, str] = {}
+    #: Python numbers (expressions of scalar inputs only): a function (the rows' ``python``).
     math_functions: dict[str, str] = {
-        "exp": "math.exp",
-        "log": "math.log",
-        "log1p": "math.log1p",
-        "expm1": "math.expm1",
-        "sin": "math.sin",
-        "cos": "math.cos",
-        "tan": "math.tan",
-        "asin": "math.asin",
-        "acos": "math.acos",
-        "atan": "math.atan",
-        "atan2": "math.atan2",
-        "sinh": "math.sinh",
-        "cosh": "math.cosh",
-        "tanh": "math.tanh",
-        "asinh": "math.asinh",
-        "acosh": "math.acosh",
-        "atanh": "math.atanh",
-        "erf": "math.erf",
-        "erfc": "math.erfc",
-        "gamma": "math.gamma",
-        "loggamma": "math.lgamma",
-        "hypot": "math.hypot",
-        "Abs": "abs",
-        "floor": "math.floor",
-        "ceil": "math.ceil",
-        "trunc": "math.trunc",
-        "round": "round",  # Python's round ties to even, as torch.round
+        op.name: op.python for op in OPS if spelled(op.python) and "{" not in op.python
     }
-    #: Stable functions of Python floats (scalar inputs only), as Python source.
+    #: Stable functions of Python floats (scalar inputs only), as Python source formats.
     scalar_formats: dict[str, str] = {
-        "sigmoid": "(1 / (1 + math.exp(-({0}))))",
-        "softplus": "(max({0}, 0.0) + math.log1p(math.exp(-abs({0}))))",
-        "relu": "max({0}, 0.0)",
-        "logaddexp": "(max({0}, {1}) + math.log1p(math.exp(-abs({0} - {1}))))",
-        "xlogy": "({0} * math.log({1}) if {0} else 0.0)",
-        "sign": "((({0}) > 0) - (({0}) < 0))",
-        "clamp": "min(max({0}, {1}), {2})",
+        op.name: op.python for op in OPS if spelled(op.python) and "{" in op.python
     }
     _default_settings = dict(StrPrinter._default_settings)
 

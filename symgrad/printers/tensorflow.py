@@ -5,6 +5,7 @@ from __future__ import annotations
 import sympy
 from sympy.printing.precedence import PRECEDENCE
 
+from symgrad.ops import OPS, spelled
 from symgrad.printers.base import FrameworkPrinter
 
 #: Integer powers up to this are written as squares and products (see _print_Pow).
@@ -17,39 +18,7 @@ class TensorFlowPrinter(FrameworkPrinter):
     framework = "tensorflow"
     sqrt = "tf.math.sqrt"
     rsqrt = "tf.math.rsqrt"
-    functions = {
-        "exp": "tf.math.exp",
-        "log": "tf.math.log",
-        "log1p": "tf.math.log1p",
-        "expm1": "tf.math.expm1",
-        "sin": "tf.math.sin",
-        "cos": "tf.math.cos",
-        "tan": "tf.math.tan",
-        "asin": "tf.math.asin",
-        "acos": "tf.math.acos",
-        "atan": "tf.math.atan",
-        "atan2": "tf.math.atan2",
-        "sinh": "tf.math.sinh",
-        "cosh": "tf.math.cosh",
-        "tanh": "tf.math.tanh",
-        "asinh": "tf.math.asinh",
-        "acosh": "tf.math.acosh",
-        "atanh": "tf.math.atanh",
-        "erf": "tf.math.erf",
-        "erfc": "tf.math.erfc",
-        "loggamma": "tf.math.lgamma",
-        "digamma": "tf.math.digamma",
-        "Abs": "tf.math.abs",
-        "sign": "tf.math.sign",
-        "sigmoid": "tf.math.sigmoid",
-        "softplus": "tf.math.softplus",
-        "xlogy": "tf.math.xlogy",
-        "relu": "tf.nn.relu",
-        "xlog1py": "tf.math.xlog1py",
-        "round": "tf.math.round",  # ties to even
-        "floor": "tf.math.floor",
-        "ceil": "tf.math.ceil",
-    }
+    functions = {op.name: op.tf for op in OPS if spelled(op.tf)}
 
     def _print_Pow(self, expr, rational=False):
         base, e = expr.as_base_exp()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sympy
 from sympy.printing.precedence import PRECEDENCE
 
+from symgrad.ops import OPS, spelled
 from symgrad.printers.base import FrameworkPrinter
 
 
@@ -14,42 +15,7 @@ class TorchPrinter(FrameworkPrinter):
     framework = "torch"
     sqrt = "torch.sqrt"
     rsqrt = "torch.rsqrt"
-    functions = {
-        "exp": "torch.exp",
-        "log": "torch.log",
-        "log1p": "torch.log1p",
-        "expm1": "torch.expm1",
-        "sin": "torch.sin",
-        "cos": "torch.cos",
-        "tan": "torch.tan",
-        "asin": "torch.asin",
-        "acos": "torch.acos",
-        "atan": "torch.atan",
-        "atan2": "torch.atan2",
-        "sinh": "torch.sinh",
-        "cosh": "torch.cosh",
-        "tanh": "torch.tanh",
-        "asinh": "torch.asinh",
-        "acosh": "torch.acosh",
-        "atanh": "torch.atanh",
-        "erf": "torch.erf",
-        "erfc": "torch.erfc",
-        "loggamma": "torch.lgamma",
-        "digamma": "torch.digamma",
-        "Abs": "torch.abs",
-        "sign": "torch.sign",
-        "sigmoid": "torch.sigmoid",
-        "logaddexp": "torch.logaddexp",
-        "xlogy": "torch.xlogy",
-        "hypot": "torch.hypot",
-        "relu": "torch.relu",
-        "erfcx": "torch.special.erfcx",
-        "xlog1py": "torch.special.xlog1py",
-        "round": "torch.round",  # ties to even
-        "floor": "torch.floor",
-        "ceil": "torch.ceil",
-        "trunc": "torch.trunc",
-    }
+    functions = {op.name: op.torch for op in OPS if spelled(op.torch)}
 
     def _print_Mul(self, expr):
         ratios = None if self.is_scalar(expr) else self._hypot_ratios(expr)
