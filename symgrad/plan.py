@@ -235,7 +235,7 @@ def _method(owner: ast.expr, name: str, *args: ast.expr, **kwargs: ast.expr) -> 
     )
 
 
-#: The select helper of the generated torch module (templates/torch_module.py.jinja): code
+#: The select helper of the generated torch module (symgrad/runtime/torch_helpers.py): code
 #: that records no autograd graph calls it instead of torch.where.
 WHERE_HELPER = "_where"
 #: The module helper that multiplies into an owned buffer where a check at run time shows
@@ -258,16 +258,6 @@ COMPILED_FORMS = {
     "torch.nn.functional.softplus": "_softplus",
     "torch.sigmoid": "_sigmoid",
 }
-#: The module helpers generated code may call (the printer writes tan_half_atan as one);
-#: the template emits those it does.
-HELPERS = (WHERE_HELPER, MUL_HELPER, *COMPILED_FORMS.values(), "_tan_half_atan")
-
-
-def _helpers_in(lines: list[str]) -> set[str]:
-    """The module helpers (:data:`HELPERS`) that ``lines`` call."""
-    return {h for h in HELPERS if any(f"{h}(" in line for line in lines)}
-
-
 class _Buffers:
     """Rewrites straight-line ``name = expr`` torch code to update owned buffers in place.
 
@@ -726,7 +716,6 @@ class FunctionPlan:
     kernels: list[Kernel] = field(default_factory=list)
     uses_math: bool = False
     needs_reduce: bool = False
-    helpers: frozenset[str] = frozenset()  # of HELPERS, those its code calls
 
 
 def _camel(name: str) -> str:
@@ -795,7 +784,6 @@ class _TorchPlanner:
         self.sym = derived.symbols
         self.scalars = derived.scalars
         self.uses_math = False
-        self.helpers: set[str] = set()
         # upstream gradients: of the outputs, and of each VJP (the double backward's)
         self.upstream = frozenset(derived.grads) | frozenset(
             sympy.Symbol(f"grad_grad_{i}", real=True) for i in derived.diff_inputs
@@ -852,7 +840,6 @@ class _TorchPlanner:
             upstream=self.upstream,
         )
         self.uses_math = self.uses_math or result.uses_math
-        self.helpers |= _helpers_in(result.lines)
         return result.lines
 
     def buffers(self) -> dict[str, _Value]:
@@ -1262,7 +1249,6 @@ def plan_torch(derived: Derived) -> FunctionPlan:
         _fused_versions(kernels, _torch_kernels(_TorchPlanner(derived.for_fused())))
         lines = [line for k in kernels for _, math in k.fused_math for line in math.lines]
         planner.uses_math |= any("math." in line for line in lines)
-        planner.helpers |= _helpers_in(lines)
     outputs = [name for name, _ in derived.outputs]
     return FunctionPlan(
         name=fn.name,
@@ -1275,7 +1261,6 @@ def plan_torch(derived: Derived) -> FunctionPlan:
         kernels=kernels,
         uses_math=planner.uses_math,
         needs_reduce=planner.reduce,
-        helpers=frozenset(planner.helpers),
     )
 
 

@@ -53,9 +53,6 @@ _SIZE_HINT = 1 << 24
 # fewest operations (compiled, an operation is no pass over memory of its own).
 _FUSED_FORMS: dict[Callable, Callable] = {}
 
-#: Whether a functorch transform (vmap, grad, ...) is running: no in-place tricks then.
-_transforms_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: True)
-
 
 def use_fused(enabled: bool = True) -> None:
     """Compile this module's forward and backward math with ``torch.compile``.
@@ -103,8 +100,11 @@ def _run(math_fn: Callable, *args):
     try:
         return compiled(*(_size_hinted(args) if compiling else args))
     except Exception as error:  # noqa: BLE001 - any compiler failure: keep the eager code
-        limit = getattr(torch._dynamo.exc, "FailOnRecompileLimitHit", ())
-        if isinstance(error, limit) and not compiling and _fresh_copies.get(key, 0) < 2:
+        if (
+            _recompile_limit_hit(error)
+            and not compiling
+            and _fresh_copies.get(key, 0) < 2
+        ):
             # This kind of call alone has had 8 versions (layouts: transposed, sliced,
             # sizes 0 and 1): a fresh copy, twice at most.
             _fresh_copies[key] = _fresh_copies.get(key, 0) + 1
@@ -178,11 +178,8 @@ def _size_hinted(args: tuple) -> tuple:
         if isinstance(a, torch.Tensor) and size in a.shape:
             a = a.detach().requires_grad_(a.requires_grad)  # (dynamo guards on it)
             for dim, n in enumerate(a.shape):
-                if n == size:
-                    try:
-                        torch._dynamo.mark_dynamic(a, dim, hint_override=hint)
-                    except TypeError:  # torch 2.8 and older: no hint_override
-                        return args
+                if n == size and not _mark_dynamic_hinted(a, dim, hint):
+                    return args  # (torch 2.8 and older: no hints)
         hinted.append(a)
     return tuple(hinted)
 
@@ -318,6 +315,31 @@ def _sigmoid(
         r = 1 / (1 + t)
         return torch.where(x >= 0, r, t * r)
     return x.sigmoid_() if overwrite else torch.sigmoid(x)
+
+
+# Private torch APIs, each with its fallback (symgrad/runtime/torch_private.py).
+
+#: Whether a functorch transform (vmap, grad, ...) is running: no in-place tricks then.
+#: (torch._C; where it is missing, one is taken to be running.)
+_transforms_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: True)
+
+
+def _recompile_limit_hit(error: Exception) -> bool:
+    """Whether ``error`` is dynamo's refusal of a compiled version past its recompile
+    limit under fullgraph=True (torch._dynamo.exc.FailOnRecompileLimitHit; never, where
+    this torch has no such error)."""
+    return isinstance(error, getattr(torch._dynamo.exc, "FailOnRecompileLimitHit", ()))
+
+
+def _mark_dynamic_hinted(tensor: torch.Tensor, dim: int, hint: int) -> bool:
+    """Mark ``tensor``'s dimension ``dim`` dynamic, with ``hint`` as the size compiled
+    code is tuned for (torch._dynamo.mark_dynamic); False, with nothing marked, where
+    this torch has no ``hint_override`` (2.8 and older)."""
+    try:
+        torch._dynamo.mark_dynamic(tensor, dim, hint_override=hint)
+    except TypeError:
+        return False
+    return True
 
 
 # --- softplus --------------------------------------------------------------
