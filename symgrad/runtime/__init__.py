@@ -78,7 +78,9 @@ def runtime(framework: str) -> Runtime:
             end = node.end_lineno
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 imports.update(_bound_by(node))
-            elif isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.Assign, ast.AnnAssign)):
+            elif isinstance(
+                node, (ast.FunctionDef, ast.ClassDef, ast.Assign, ast.AnnAssign)
+            ):
                 definitions.append(Definition(_bound(node), _read(node), source))
             # (the module docstring is left out)
     return Runtime(tuple(definitions), imports)
@@ -113,12 +115,16 @@ def _bound(node: ast.stmt) -> frozenset[str]:
     if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
         return frozenset({node.name})
     targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-    return frozenset(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+    return frozenset(
+        n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)
+    )
 
 
 def _read(node: ast.stmt) -> frozenset[str]:
     return frozenset(
-        n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+        n.id
+        for n in ast.walk(node)
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
     ) - _bound(node)
 
 

@@ -51,12 +51,47 @@ def use_fused(enabled: bool = True) -> None:
     _fused_enabled = enabled
 
 
-def _signature_once(function: type) -> type:
-    """Class decorator: ``autograd.Function.apply`` binds its arguments to ``forward``'s
-    signature on every call, and ``inspect.signature`` costs ~4 us of a ~14 us call;
-    computed once here (inspect returns a function's ``__signature__``)."""
-    function.forward.__signature__ = inspect.signature(function.forward)
-    return function
+class _Function(torch.autograd.Function):
+    """The base of the generated autograd Functions: vmap from their own formulas
+    (``generate_vmap_rule``), and ``forward``'s signature computed once: ``apply`` binds
+    its arguments to it on every call, and ``inspect.signature`` costs ~4 us of a ~14 us
+    call (inspect returns a function's ``__signature__``)."""
+
+    generate_vmap_rule = True
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls.forward.__signature__ = inspect.signature(cls.forward)
+
+
+def _without_jvp(function: type) -> type:
+    """The Function ``function`` without its jvp, what torch.compile traces: dynamo cannot
+    trace a custom jvp (so compiled code has no forward mode)."""
+    return type(
+        f"_{function.__name__}", (function,), {"jvp": torch.autograd.Function.jvp}
+    )
+
+
+def _apply(function: type, traced: type, *args):
+    """``function.apply(*args)``; ``traced`` (``function`` without its jvp) under
+    torch.compile."""
+    return (traced if torch.compiler.is_compiling() else function).apply(*args)
+
+
+def _grad(needed: bool, function: type, traced: type, *args):
+    """The gradient that the Function ``function`` computes from ``args``, if ``needed``:
+    where autograd records (create_graph=True), a call of the Function, whose backward is
+    the second order; otherwise its forward alone, with no graph."""
+    if not needed:
+        return None
+    if torch.is_grad_enabled():
+        return _apply(function, traced, *args)
+    return function.forward(*args)
+
+
+def _sum_to(grad: torch.Tensor | None, shape: torch.Size) -> torch.Tensor | None:
+    """``grad`` summed to ``shape``: the gradient of an input that was broadcast."""
+    return None if grad is None else grad.sum_to_size(shape)
 
 
 def _run(math_fn: Callable, *args):
