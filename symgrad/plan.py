@@ -9,16 +9,13 @@ from __future__ import annotations
 import ast
 import functools
 import re
-import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import sympy
-from sympy.printing.pretty.pretty import PrettyPrinter
-from sympy.printing.pretty.stringpict import prettyForm, stringPict
-from sympy.printing.str import StrPrinter
 
 from symgrad.derive import Derived, differentiate
+from symgrad.docstrings import formula_doc, one_line
 from symgrad.functions import StableFunction, hypot, hypot_ratio, tan_half_atan
 from symgrad.printers import PRINTERS, FrameworkPrinter
 from symgrad.stabilize import hypot_power_ratio, stabilize
@@ -744,79 +741,6 @@ def _camel(name: str) -> str:
     return "".join(p[:1].upper() + p[1:] for p in name.split("_") if p)
 
 
-def formula_doc(derived: Derived, fused: bool = False) -> list[str]:
-    """The formulas, as text for the generated docstrings; with ``fused``, also the forms
-    the fused path compiles instead. Printed as `symgrad show` prints them."""
-    formulas = [(name, expr, "") for name, expr in derived.outputs]
-    for i, expr in derived.vjps.items():
-        formulas.append((f"grad_{i}", expr, "  (user-defined)" if i in derived.overridden else ""))
-    for i, row in derived.second.items():
-        formulas += [(f"d grad_{i} / d {w}", expr, "") for w, expr in row.items()]
-    what = "Forward, gradients (VJP)" if derived.vjps else "Forward"
-    if derived.second:
-        what += " and second order (d grad_<input> / d <w>)"
-    lines = [f"{what}::", "", *_pretty_formulas(formulas)]
-    if derived.accuracy:
-        lines += ["", "Measured float64 error of the chosen forms vs mpmath::", ""]
-        alike: dict[str, list[str]] = {}  # the same error: one line
-        for label, acc in derived.accuracy.items():
-            alike.setdefault(str(acc), []).append(label)
-        for acc, labels in alike.items():
-            # broken between labels, or before the error; never inside one
-            nbsp = [s.replace(" ", "\N{NO-BREAK SPACE}") for s in (*labels, acc)]
-            text = f"{', '.join(nbsp[:-1])}: {nbsp[-1]}"
-            wrapped = textwrap.wrap(text, 84, initial_indent="    ", subsequent_indent="        ")
-            lines += [line.replace("\N{NO-BREAK SPACE}", " ") for line in wrapped]
-    if fused and derived.fused:
-        lines += ["", "Compiled instead by the fused path (as accurate, less arithmetic)::", ""]
-        lines += _pretty_formulas([(label, e, "") for label, e in derived.fused.items()])
-    return lines
-
-
-def _pretty_formulas(formulas: Sequence[tuple[str, sympy.Expr, str]]) -> list[str]:
-    """``label = expr`` for each (label, expr, note), indented 4, as `symgrad show` prints
-    expressions (``sympy.pretty``, in unicode), the label and the note on the formula's
-    baseline; a blank line between two where rows of the first and the second would
-    meet. One too wide for 80 columns is one line instead (as ``sympy.sstr``, a
-    Piecewise as ``a if c else b``, wrapped at 80 columns): cut into blocks of 80
-    columns, its 2D form would be unreadable."""
-    printer = PrettyPrinter({"use_unicode": True})
-    lines: list[str] = []
-    below = 0  # rows of the formula before under its baseline
-    for label, expr, note in formulas:
-        form = prettyForm(
-            *stringPict.next(prettyForm(f"{label} = "), printer._print(expr), prettyForm(note))
-        )
-        if form.width() <= 80:
-            text = [line.rstrip() for line in form.render(wrap_line=False).split("\n")]
-            above = form.baseline
-        else:
-            one_line = f"{label} = {_OneLine().doprint(expr)}{note}"
-            text = textwrap.wrap(one_line, 80, subsequent_indent="    ", break_long_words=False)
-            above = 0
-        if lines and below and above:
-            lines.append("")
-        lines += [f"    {line}" for line in text]
-        below = len(text) - 1 - above
-    return lines
-
-
-class _OneLine(StrPrinter):
-    """``sympy.sstr``, but a Piecewise as Python's ``a if c else b``."""
-
-    def _print_Piecewise(self, expr: sympy.Piecewise) -> str:
-        text = ""
-        for value, cond in expr.args:
-            if cond == sympy.true:
-                return f"({text}{self._print(value)})"
-            text += f"{self._print(value)} if {self._print(cond)} else "
-        return f"({text}nan)"
-
-    def doprint(self, expr: sympy.Basic) -> str:
-        text = super().doprint(expr)
-        return text[1:-1] if isinstance(expr, sympy.Piecewise) else text
-
-
 def _params(derived: Derived, framework: str) -> list[Param]:
     tensor = "torch.Tensor" if framework == "torch" else "tf.Tensor"
     params = []
@@ -833,7 +757,7 @@ def _summary(derived: Derived) -> str:
     fn = derived.function
     if fn.doc:
         return fn.doc.strip().splitlines()[0]
-    formulas = ", ".join(f"{sympy.sstr(e)}" for _, e in derived.naive_outputs)
+    formulas = ", ".join(one_line(e) for _, e in derived.naive_outputs)
     return f"{fn.name}: {formulas}."
 
 

@@ -53,8 +53,8 @@ def softplus(x: tf.Tensor) -> tf.Tensor:
     Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
 
         out = softplus(x)
-        grad_x = grad⋅sigmoid(x)
-        d grad_x / d x = grad⋅sigmoid(-x)⋅sigmoid(x)
+        grad_x = grad*sigmoid(x)
+        d grad_x / d x = grad*sigmoid(-x)*sigmoid(x)
         d grad_x / d grad = sigmoid(x)
 
     Measured float64 error of the chosen forms vs mpmath::
@@ -101,12 +101,13 @@ def scaled_softplus(x: tf.Tensor, beta: float = 1.0) -> tf.Tensor:
 
     Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
 
-              softplus(β⋅x)
-        out = ─────────────
-                    β
-        grad_x = grad⋅sigmoid(β⋅x)
-        d grad_x / d x = β⋅grad⋅sigmoid(-β⋅x)⋅sigmoid(β⋅x)
-        d grad_x / d grad = sigmoid(β⋅x)
+              softplus(beta*x)
+        out = ----------------
+                    beta
+
+        grad_x = grad*sigmoid(beta*x)
+        d grad_x / d x = beta*grad*sigmoid(-beta*x)*sigmoid(beta*x)
+        d grad_x / d grad = sigmoid(beta*x)
 
     Measured float64 error of the chosen forms vs mpmath::
 
@@ -156,9 +157,9 @@ def mul(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
 
     Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
 
-        out = x⋅y
-        grad_x = grad⋅y
-        grad_y = grad⋅x
+        out = x*y
+        grad_x = grad*y
+        grad_y = grad*x
         d grad_x / d x = 0
         d grad_x / d y = grad
         d grad_x / d grad = y
@@ -236,27 +237,25 @@ def _mul_grad_y(x, grad):
 
 
 def sinh_cosh(x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-    """sinh_cosh: sinh(x), cosh(x).
+    r"""sinh_cosh: sinh(x), cosh(x).
 
     Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
 
         s = sinh(x)
         c = cosh(x)
-                 ⎧              0                 for grad_c = 0 ∧ gradₛ = 0
-                 ⎪
-                 ⎪        grad_c⋅sinh(x)                for gradₛ = 0
-        grad_x = ⎨
-                 ⎪        gradₛ⋅cosh(x)                 for grad_c = 0
-                 ⎪
-                 ⎩grad_c⋅sinh(x) + gradₛ⋅cosh(x)          otherwise
 
-                         ⎧              0                 for grad_c = 0 ∧ gradₛ = 0
-                         ⎪
-                         ⎪        grad_c⋅cosh(x)                for gradₛ = 0
-        d grad_x / d x = ⎨
-                         ⎪        gradₛ⋅sinh(x)                 for grad_c = 0
-                         ⎪
-                         ⎩grad_c⋅cosh(x) + gradₛ⋅sinh(x)          otherwise
+                 /               0                 for And(grad_c = 0, grad_s = 0)
+                 |
+                 |        grad_c*sinh(x)                   for grad_s = 0
+        grad_x = <
+                 |        grad_s*cosh(x)                   for grad_c = 0
+                 |
+                 \grad_c*sinh(x) + grad_s*cosh(x)             otherwise
+
+        d grad_x / d x = 0 if Eq(grad_c, 0) & Eq(grad_s, 0) else grad_c*cosh(x) if
+            Eq(grad_s, 0) else grad_s*sinh(x) if Eq(grad_c, 0) else grad_c*cosh(x) +
+            grad_s*sinh(x)
+
         d grad_x / d grad_s = cosh(x)
         d grad_x / d grad_c = sinh(x)
 
@@ -363,36 +362,37 @@ def log_ratio(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
 
     Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
 
-              ⎧       ⎛x⎞           x                          x
-              ⎪    log⎜─⎟       for ─ > 7.88860905221012e-31 ∧ ─ < 1.26765060022823e+30
-        out = ⎨       ⎝y⎠           y                          y
-              ⎪
-              ⎩log(x) - log(y)                         otherwise
+        out = log(x/y) if (x/y > 7.88860905221012e-31) & (x/y < 1.26765060022823e+30)
+            else log(x) - log(y)
 
                  grad
-        grad_x = ────
+        grad_x = ----
                   x
 
                  -grad
-        grad_y = ──────
+        grad_y = ------
                    y
 
                          -grad
-        d grad_x / d x = ──────
+        d grad_x / d x = ------
                             2
                            x
+
         d grad_x / d y = 0
+
                             1
-        d grad_x / d grad = ─
+        d grad_x / d grad = -
                             x
+
         d grad_y / d x = 0
+
                          grad
-        d grad_y / d y = ────
+        d grad_y / d y = ----
                            2
                           y
 
                             -1
-        d grad_y / d grad = ───
+        d grad_y / d grad = ---
                              y
 
     Measured float64 error of the chosen forms vs mpmath::
@@ -475,10 +475,10 @@ def weighted_bce(z: tf.Tensor, target: tf.Tensor) -> tf.Tensor:
 
     Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
 
-        out = target⋅softplus(-z) + (1 - target)⋅softplus(z)
-        grad_z = -grad⋅(target⋅sigmoid(-z) + (target - 1)⋅sigmoid(z))
-        d grad_z / d z = grad⋅sigmoid(-z)⋅sigmoid(z)
-        d grad_z / d grad = -target⋅sigmoid(-z) - (target - 1)⋅sigmoid(z)
+        out = target*softplus(-z) + (1 - target)*softplus(z)
+        grad_z = -grad*(target*sigmoid(-z) + (target - 1)*sigmoid(z))
+        d grad_z / d z = grad*sigmoid(-z)*sigmoid(z)
+        d grad_z / d grad = -target*sigmoid(-z) - (target - 1)*sigmoid(z)
 
     Measured float64 error of the chosen forms vs mpmath::
 
@@ -532,21 +532,23 @@ def _weighted_bce_grad_z(z, target, grad):
 
 
 def binarize(x: tf.Tensor) -> tf.Tensor:
-    """binarize: Heaviside(x, 1).
+    r"""binarize: Heaviside(x, 1).
 
     Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
 
-              ⎧1  for x ≥ 0
-        out = ⎨
-              ⎩0  otherwise
+              /1  for x >= 0
+        out = <
+              \0  otherwise
 
-                 ⎧grad  for │x│ ≤ 1
-        grad_x = ⎨                   (user-defined)
-                 ⎩ 0     otherwise
+                 /grad  for |x| <= 1
+        grad_x = <                    (user-defined)
+                 \ 0     otherwise
+
         d grad_x / d x = 0
-                            ⎧1  for │x│ ≤ 1
-        d grad_x / d grad = ⎨
-                            ⎩0   otherwise
+
+                            /1  for |x| <= 1
+        d grad_x / d grad = <
+                            \0   otherwise
 
     Measured float64 error of the chosen forms vs mpmath::
 
@@ -594,20 +596,20 @@ def _binarize_grad_x(x, grad):
 
 
 def tanh_shrink_order1(x: tf.Tensor) -> tf.Tensor:
-    """tanh_shrink_order1: x - tanh(x).
+    r"""tanh_shrink_order1: x - tanh(x).
 
     Forward, gradients (VJP)::
 
-              ⎧      9       7      5    3
-              ⎪  62⋅x    17⋅x    2⋅x    x
-              ⎪- ───── + ───── - ──── + ──  for │x│ < 0.0159
-        out = ⎨  2835     315     15    3
-              ⎪
-              ⎪        x - tanh(x)             otherwise
-              ⎩
+              /      9       7      5    3
+              |  62*x    17*x    2*x    x
+              |- ----- + ----- - ---- + --  for |x| < 0.0159
+        out = <  2835     315     15    3
+              |
+              |        x - tanh(x)             otherwise
+              \
 
                           2
-        grad_x = grad⋅tanh (x)
+        grad_x = grad*tanh (x)
 
     Measured float64 error of the chosen forms vs mpmath::
 

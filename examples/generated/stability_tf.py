@@ -62,8 +62,8 @@ def softplus(x: tf.Tensor) -> tf.Tensor:
     Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
 
         out = softplus(x)
-        grad_x = grad⋅sigmoid(x)
-        d grad_x / d x = grad⋅sigmoid(-x)⋅sigmoid(x)
+        grad_x = grad*sigmoid(x)
+        d grad_x / d x = grad*sigmoid(-x)*sigmoid(x)
         d grad_x / d grad = sigmoid(x)
 
     Measured float64 error of the chosen forms vs mpmath::
@@ -111,8 +111,8 @@ def log_sigmoid(x: tf.Tensor) -> tf.Tensor:
     Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
 
         out = -softplus(-x)
-        grad_x = grad⋅sigmoid(-x)
-        d grad_x / d x = -grad⋅sigmoid(-x)⋅sigmoid(x)
+        grad_x = grad*sigmoid(-x)
+        d grad_x / d x = -grad*sigmoid(-x)*sigmoid(x)
         d grad_x / d grad = sigmoid(-x)
 
     Measured float64 error of the chosen forms vs mpmath::
@@ -159,10 +159,10 @@ def bce_sigmoid(z: tf.Tensor, target: tf.Tensor) -> tf.Tensor:
 
     Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
 
-        out = target⋅softplus(-z) + (1 - target)⋅softplus(z)
-        grad_z = -grad⋅(target⋅sigmoid(-z) + (target - 1)⋅sigmoid(z))
-        d grad_z / d z = grad⋅sigmoid(-z)⋅sigmoid(z)
-        d grad_z / d grad = -target⋅sigmoid(-z) - (target - 1)⋅sigmoid(z)
+        out = target*softplus(-z) + (1 - target)*softplus(z)
+        grad_z = -grad*(target*sigmoid(-z) + (target - 1)*sigmoid(z))
+        d grad_z / d z = grad*sigmoid(-z)*sigmoid(z)
+        d grad_z / d grad = -target*sigmoid(-z) - (target - 1)*sigmoid(z)
 
     Measured float64 error of the chosen forms vs mpmath::
 
@@ -215,26 +215,26 @@ def _bce_sigmoid_grad_z(z, target, grad):
 
 
 def logit(p: tf.Tensor) -> tf.Tensor:
-    """logit: log(p/(1 - p)).
+    r"""logit: log(p/(1 - p)).
 
     Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
 
-                 ⎛  p  ⎞
-        out = log⎜─────⎟
-                 ⎝1 - p⎠
+                 /  p  \
+        out = log|-----|
+                 \1 - p/
 
                   -grad
-        grad_p = ─────────
-                 p⋅(p - 1)
+        grad_p = ---------
+                 p*(p - 1)
 
-                         grad⋅(2⋅p - 1)
-        d grad_p / d p = ──────────────
+                         grad*(2*p - 1)
+        d grad_p / d p = --------------
                            2        2
-                          p ⋅(p - 1)
+                          p *(p - 1)
 
                                -1
-        d grad_p / d grad = ─────────
-                            p⋅(p - 1)
+        d grad_p / d grad = ---------
+                            p*(p - 1)
 
     Measured float64 error of the chosen forms vs mpmath::
 
@@ -287,17 +287,18 @@ def log1mexp(x: tf.Tensor) -> tf.Tensor:
     Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
 
         out = log1mexp(x)
+
                   -grad
-        grad_x = ─────────
-                 expm₁(-x)
+        grad_x = ---------
+                 expm1(-x)
 
                                 grad
-        d grad_x / d x = ──────────────────
-                         expm₁(-x)⋅expm₁(x)
+        d grad_x / d x = ------------------
+                         expm1(-x)*expm1(x)
 
                                -1
-        d grad_x / d grad = ─────────
-                            expm₁(-x)
+        d grad_x / d grad = ---------
+                            expm1(-x)
 
     Measured float64 error of the chosen forms vs mpmath::
 
@@ -348,13 +349,15 @@ def mish(x: tf.Tensor) -> tf.Tensor:
 
     Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
 
-        out = x⋅tanh(softplus(x))
+        out = x*tanh(softplus(x))
+
         grad_x = grad*(((4 + exp(-Abs(x)))*exp(-Abs(x)) + 4*Min(745.2, Max(-745.2, x)) +
             6)*exp(-Abs(x)) + 4*Min(745.2, Max(-745.2, x)) + 4)*exp(-Abs(x))/((((4 +
             exp(-Abs(x)))*exp(-Abs(x)) + 8)*exp(-Abs(x)) + 8)*exp(-Abs(x)) + 4) if x <=
             0 else grad*((((4*Min(745.2, Max(-745.2, x)) + 4)*exp(-Abs(x)) +
             4*Min(745.2, Max(-745.2, x)) + 6)*exp(-Abs(x)) + 4)*exp(-Abs(x)) + 1)/((((8
             + 4*exp(-Abs(x)))*exp(-Abs(x)) + 8)*exp(-Abs(x)) + 4)*exp(-Abs(x)) + 1)
+
         d grad_x / d x =
             8*grad*sigmoid(x)*sigmoid(-2*softplus(x))*sigmoid(2*softplus(x)) if (x <
             -1.6e+3) & ((x > 1.6e+3) | (x < -1.6e+3)) else
@@ -367,6 +370,7 @@ def mish(x: tf.Tensor) -> tf.Tensor:
             grad*(-8*x*tanh(softplus(x))*sigmoid(x)**2*sigmoid(-2*softplus(x))*sigmoid(2*softplus(x))
             + 4*x*sigmoid(-x)*sigmoid(x)*sigmoid(-2*softplus(x))*sigmoid(2*softplus(x))
             + 8*sigmoid(x)*sigmoid(-2*softplus(x))*sigmoid(2*softplus(x)))
+
         d grad_x / d grad = (((4 + exp(-Abs(x)))*exp(-Abs(x)) + 4*Min(745.2, Max(-745.2,
             x)) + 6)*exp(-Abs(x)) + 4*Min(745.2, Max(-745.2, x)) + 4)*exp(-Abs(x))/((((4
             + exp(-Abs(x)))*exp(-Abs(x)) + 8)*exp(-Abs(x)) + 8)*exp(-Abs(x)) + 4) if x
@@ -455,41 +459,46 @@ def _mish_grad_x(x, grad):
 
 
 def gelu(x: tf.Tensor) -> tf.Tensor:
-    """gelu: x*(erf(sqrt(2)*x/2) + 1)/2.
+    r"""gelu: x*(erf(sqrt(2)*x/2) + 1)/2.
 
     Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
 
-                            ⎛√2⋅x⎞
-              x⋅one_plus_erf⎜────⎟
-                            ⎝ 2  ⎠
-        out = ────────────────────
-                       2
+                            /  ___  \
+                            |\/ 2 *x|
+              x*one_plus_erf|-------|
+                            \   2   /
+        out = -----------------------
+                         2
 
-                      ⎛        2                      ⎞
-                      ⎜      -x                       ⎟
-                      ⎜      ────               ⎛√2⋅x⎞⎟
-                      ⎜       2     one_plus_erf⎜────⎟⎟
-                      ⎜√2⋅x⋅ℯ                   ⎝ 2  ⎠⎟
-        grad_x = grad⋅⎜────────── + ──────────────────⎟
-                      ⎝   2⋅√π              2         ⎠
+                      /           2                         \
+                      |         -x                 /  ___  \|
+                      |         ----               |\/ 2 *x||
+                      |  ___     2     one_plus_erf|-------||
+                      |\/ 2 *x*e                   \   2   /|
+        grad_x = grad*|------------- + ---------------------|
+                      |      ____                2          |
+                      \  2*\/ pi                            /
 
-                         ⎧                    2
-                         ⎪                  -x
-                         ⎪                  ────
-                         ⎪        ⎛     2⎞   2
-        d grad_x / d x = ⎨√2⋅grad⋅⎝2 - x ⎠⋅ℯ
-                         ⎪──────────────────────  for │x│ < 40.0
-                         ⎪         2⋅√π
-                         ⎪
-                         ⎩          0               otherwise
+                         /                       2
+                         |                     -x
+                         |                     ----
+                         |  ___      /     2\   2
+                         |\/ 2 *grad*\2 - x /*e
+        d grad_x / d x = <-------------------------  for |x| < 40.0
+                         |            ____
+                         |        2*\/ pi
+                         |
+                         |            0                otherwise
+                         \
 
-                                    2
-                                  -x
-                                  ────               ⎛√2⋅x⎞
-                                   2     one_plus_erf⎜────⎟
-                            √2⋅x⋅ℯ                   ⎝ 2  ⎠
-        d grad_x / d grad = ────────── + ──────────────────
-                               2⋅√π              2
+                                       2
+                                     -x                 /  ___  \
+                                     ----               |\/ 2 *x|
+                              ___     2     one_plus_erf|-------|
+                            \/ 2 *x*e                   \   2   /
+        d grad_x / d grad = ------------- + ---------------------
+                                  ____                2
+                              2*\/ pi
 
     Measured float64 error of the chosen forms vs mpmath::
 
@@ -546,26 +555,28 @@ def _gelu_grad_x(x, grad):
 
 
 def swish(x: tf.Tensor, beta: float = 1.0) -> tf.Tensor:
-    """swish: x/(1 + exp(-beta*x)).
+    r"""swish: x/(1 + exp(-beta*x)).
 
     Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
 
-        out = x⋅sigmoid(β⋅x)
-                 ⎧               0                  for β⋅x < -745.2
-                 ⎪
-                 ⎪              grad                for β⋅x > 745.2
-                 ⎪
-                 ⎪     ⎛           -│β⋅x│⎞  -│β⋅x│
-                 ⎪grad⋅⎝β⋅x + 1 + ℯ      ⎠⋅ℯ
-                 ⎪────────────────────────────────    for β⋅x ≤ 0
-        grad_x = ⎨   ⎛     -│β⋅x│⎞  -│β⋅x│
-                 ⎪   ⎝2 + ℯ      ⎠⋅ℯ       + 1
-                 ⎪
-                 ⎪       ⎛           -│β⋅x│    ⎞
-                 ⎪  grad⋅⎝(β⋅x + 1)⋅ℯ       + 1⎠
-                 ⎪  ────────────────────────────       otherwise
-                 ⎪   ⎛     -│β⋅x│⎞  -│β⋅x│
-                 ⎩   ⎝2 + ℯ      ⎠⋅ℯ       + 1
+        out = x*sigmoid(beta*x)
+
+                 /                    0                      for beta*x < -745.2
+                 |
+                 |                  grad                     for beta*x > 745.2
+                 |
+                 |     /              -|beta*x|\  -|beta*x|
+                 |grad*\beta*x + 1 + e         /*e
+                 |-----------------------------------------    for beta*x <= 0
+        grad_x = <     /     -|beta*x|\  -|beta*x|
+                 |     \2 + e         /*e          + 1
+                 |
+                 |        /              -|beta*x|    \
+                 |   grad*\(beta*x + 1)*e          + 1/
+                 |   ----------------------------------           otherwise
+                 |    /     -|beta*x|\  -|beta*x|
+                 \    \2 + e         /*e          + 1
+
         d grad_x / d x = 0 if (beta*x > 1490.4) | (beta*x < -1490.4) else
             -beta*grad*(-beta*x + (beta*x - 2)*exp(-Abs(beta*x)) -
             2)*exp(-Abs(beta*x))/(((3 + exp(-Abs(beta*x)))*exp(-Abs(beta*x)) +
@@ -573,21 +584,21 @@ def swish(x: tf.Tensor, beta: float = 1.0) -> tf.Tensor:
             - 2)*exp(-Abs(beta*x)) - 2)*exp(-Abs(beta*x))/(((3 +
             exp(-Abs(beta*x)))*exp(-Abs(beta*x)) + 3)*exp(-Abs(beta*x)) + 1)
 
-                            ⎧             0               for β⋅x < -745.2
-                            ⎪
-                            ⎪             1               for β⋅x > 745.2
-                            ⎪
-                            ⎪⎛           -│β⋅x│⎞  -│β⋅x│
-                            ⎪⎝β⋅x + 1 + ℯ      ⎠⋅ℯ
-                            ⎪───────────────────────────    for β⋅x ≤ 0
-        d grad_x / d grad = ⎨ ⎛     -│β⋅x│⎞  -│β⋅x│
-                            ⎪ ⎝2 + ℯ      ⎠⋅ℯ       + 1
-                            ⎪
-                            ⎪              -│β⋅x│
-                            ⎪   (β⋅x + 1)⋅ℯ       + 1
-                            ⎪ ─────────────────────────      otherwise
-                            ⎪ ⎛     -│β⋅x│⎞  -│β⋅x│
-                            ⎩ ⎝2 + ℯ      ⎠⋅ℯ       + 1
+                            /                 0                    for beta*x < -745.2
+                            |
+                            |                 1                    for beta*x > 745.2
+                            |
+                            |/              -|beta*x|\  -|beta*x|
+                            |\beta*x + 1 + e         /*e
+                            |------------------------------------    for beta*x <= 0
+        d grad_x / d grad = <  /     -|beta*x|\  -|beta*x|
+                            |  \2 + e         /*e          + 1
+                            |
+                            |                  -|beta*x|
+                            |    (beta*x + 1)*e          + 1
+                            |  -------------------------------          otherwise
+                            |  /     -|beta*x|\  -|beta*x|
+                            \  \2 + e         /*e          + 1
 
     Measured float64 error of the chosen forms vs mpmath::
 
@@ -666,8 +677,9 @@ def focal_loss(z: tf.Tensor, target: tf.Tensor, gamma: float = 2.0) -> tf.Tensor
 
     Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
 
-                            γ                                        γ
-        out = target⋅sigmoid (-z)⋅softplus(-z) + (1 - target)⋅sigmoid (z)⋅softplus(z)
+        out = target*sigmoid(-z)**gamma*softplus(-z) + (1 -
+            target)*sigmoid(z)**gamma*softplus(z)
+
         grad_z = grad*(-gamma*target*sigmoid(-z)**gamma*sigmoid(z)*softplus(-z) -
             target*sigmoid(-z)*sigmoid(-z)**gamma + (1 -
             target)*sigmoid(z)*sigmoid(z)**gamma) if z > 1.6e+3 else grad*(gamma*(1 -
@@ -678,6 +690,7 @@ def focal_loss(z: tf.Tensor, target: tf.Tensor, gamma: float = 2.0) -> tf.Tensor
             target)*sigmoid(-z)*sigmoid(z)**gamma*softplus(z) -
             target*sigmoid(-z)*sigmoid(-z)**gamma + (1 -
             target)*sigmoid(z)*sigmoid(z)**gamma)
+
         d grad_z / d z =
             grad*(gamma**2*target*sigmoid(-z)**gamma*sigmoid(z)**2*softplus(-z) +
             2*gamma*target*sigmoid(-z)*sigmoid(-z)**gamma*sigmoid(z) + 2*gamma*(1 -
@@ -720,6 +733,7 @@ def focal_loss(z: tf.Tensor, target: tf.Tensor, gamma: float = 2.0) -> tf.Tensor
             target)*sigmoid(-z)*sigmoid(z)*sigmoid(z)**gamma +
             target*sigmoid(-z)*sigmoid(-z)**gamma*sigmoid(z) + (1 -
             target)*sigmoid(-z)*sigmoid(z)*sigmoid(z)**gamma)
+
         d grad_z / d grad = -gamma*target*sigmoid(-z)**gamma*sigmoid(z)*softplus(-z) -
             target*sigmoid(-z)*sigmoid(-z)**gamma + (1 -
             target)*sigmoid(z)*sigmoid(z)**gamma if z > 1.6e+3 else gamma*(1 -
@@ -855,43 +869,43 @@ def _focal_loss_grad_z(z, target, grad, gamma):
 
 
 def student_t_logpdf(x: tf.Tensor, nu: float = 3.0) -> tf.Tensor:
-    """student_t_logpdf: -(nu/2 + 1/2)*log(1 + x**2/nu) - log(pi*nu)/2 - loggamma(nu/2) + loggamma(nu/2 + 1/2).
+    r"""student_t_logpdf: -(nu/2 + 1/2)*log(1 + x**2/nu) - log(pi*nu)/2 - loggamma(nu/2) + loggamma(nu/2 + 1/2).
 
     Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
 
         out = -(nu/2 + 1/2)*log1p_square(x*sqrt(1/nu)) - log(pi*nu)/2 - loggamma(nu/2) +
             loggamma(nu/2 + 1/2)
 
-                 -grad⋅(ν + 1)
-        grad_x = ──────────────
-                     ν
-                     ─ + x
+                 -grad*(nu + 1)
+        grad_x = ---------------
+                     nu
+                     -- + x
                      x
 
-                         ⎧           ⎛      2⎞
-                         ⎪      grad⋅⎝-ν + x ⎠⋅(ν + 1)
-                         ⎪      ──────────────────────        for │x│ < 1
-                         ⎪                    2
-                         ⎪            ⎛     2⎞
-                         ⎪            ⎝ν + x ⎠
-                         ⎪
-                         ⎪        2
-                         ⎪  grad⋅ν    grad⋅ν   grad⋅ν   grad
-        d grad_x / d x = ⎨- ─────── + ────── - ────── + ────
-                         ⎪     4         2        4       2
-                         ⎪    x         x        x       x
-                         ⎪──────────────────────────────────   otherwise
-                         ⎪            2
-                         ⎪           ν    2⋅ν
-                         ⎪           ── + ─── + 1
-                         ⎪            4    2
-                         ⎪           x    x
-                         ⎩
+                         /           /       2\
+                         |      grad*\-nu + x /*(nu + 1)
+                         |      ------------------------         for |x| < 1
+                         |                      2
+                         |             /      2\
+                         |             \nu + x /
+                         |
+                         |         2
+                         |  grad*nu    grad*nu   grad*nu   grad
+        d grad_x / d x = <- -------- + ------- - ------- + ----
+                         |      4         2         4        2
+                         |     x         x         x        x
+                         |-------------------------------------   otherwise
+                         |             2
+                         |           nu    2*nu
+                         |           --- + ---- + 1
+                         |            4      2
+                         |           x      x
+                         \
 
-                            -ν - 1
-        d grad_x / d grad = ──────
-                            ν
-                            ─ + x
+                            -nu - 1
+        d grad_x / d grad = -------
+                            nu
+                            -- + x
                             x
 
     Measured float64 error of the chosen forms vs mpmath::
@@ -983,10 +997,12 @@ def entropy_term(x: tf.Tensor) -> tf.Tensor:
     Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
 
         out = xlogy(x, x)
-        grad_x = grad⋅(log(x) + 1)
+        grad_x = grad*(log(x) + 1)
+
                          grad
-        d grad_x / d x = ────
+        d grad_x / d x = ----
                           x
+
         d grad_x / d grad = log(x) + 1
 
     Measured float64 error of the chosen forms vs mpmath::
@@ -1030,33 +1046,33 @@ def _entropy_term_grad_x(x, grad):
 
 
 def sqrt_diff(x: tf.Tensor) -> tf.Tensor:
-    """sqrt_diff: -sqrt(x) + sqrt(x + 1).
+    r"""sqrt_diff: -sqrt(x) + sqrt(x + 1).
 
     Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
 
-                    1
-        out = ──────────────
-                     _______
-              √x + ╲╱ x + 1
+                      1
+        out = -----------------
+                ___     _______
+              \/ x  + \/ x + 1
 
-                            -grad
-        grad_x = ─────────────────────────────
-                    3/2                _______
-                 2⋅x    + 2⋅√x + 2⋅x⋅╲╱ x + 1
+                              -grad
+        grad_x = --------------------------------
+                    3/2       ___         _______
+                 2*x    + 2*\/ x  + 2*x*\/ x + 1
 
-                               ⎛            x           _______   1 ⎞
-                         -grad⋅⎜-3⋅√x - ───────── - 2⋅╲╱ x + 1  - ──⎟
-                               ⎜          _______                 √x⎟
-                               ⎝        ╲╱ x + 1                    ⎠
-        d grad_x / d x = ─────────────────────────────────────────────
-                                                              2
-                               ⎛   3/2                _______⎞
-                               ⎝2⋅x    + 2⋅√x + 2⋅x⋅╲╱ x + 1 ⎠
+                               /      ___       x           _______     1  \
+                         -grad*|- 3*\/ x  - --------- - 2*\/ x + 1  - -----|
+                               |              _______                   ___|
+                               \            \/ x + 1                  \/ x /
+        d grad_x / d x = ----------------------------------------------------
+                                                                   2
+                                 /   3/2       ___         _______\
+                                 \2*x    + 2*\/ x  + 2*x*\/ x + 1 /
 
-                                         -1
-        d grad_x / d grad = ─────────────────────────────
-                               3/2                _______
-                            2⋅x    + 2⋅√x + 2⋅x⋅╲╱ x + 1
+                                          -1
+        d grad_x / d grad = --------------------------------
+                               3/2       ___         _______
+                            2*x    + 2*\/ x  + 2*x*\/ x + 1
 
     Measured float64 error of the chosen forms vs mpmath::
 
@@ -1116,8 +1132,8 @@ def exprel(x: tf.Tensor) -> tf.Tensor:
     Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
 
         out = exprel(x)
-        grad_x = grad⋅exprel_d(1, x)
-        d grad_x / d x = grad⋅exprel_d(2, x)
+        grad_x = grad*exprel_d(1, x)
+        d grad_x / d x = grad*exprel_d(2, x)
         d grad_x / d grad = exprel_d(1, x)
 
     Measured float64 error of the chosen forms vs mpmath::
@@ -1518,13 +1534,13 @@ def logaddexp(a: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
     Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
 
         out = logaddexp(a, b)
-        grad_a = grad⋅sigmoid(a - b)
-        grad_b = grad⋅sigmoid(-a + b)
-        d grad_a / d a = grad⋅sigmoid(-a + b)⋅sigmoid(a - b)
-        d grad_a / d b = -grad⋅sigmoid(-a + b)⋅sigmoid(a - b)
+        grad_a = grad*sigmoid(a - b)
+        grad_b = grad*sigmoid(-a + b)
+        d grad_a / d a = grad*sigmoid(-a + b)*sigmoid(a - b)
+        d grad_a / d b = -grad*sigmoid(-a + b)*sigmoid(a - b)
         d grad_a / d grad = sigmoid(a - b)
-        d grad_b / d a = -grad⋅sigmoid(-a + b)⋅sigmoid(a - b)
-        d grad_b / d b = grad⋅sigmoid(-a + b)⋅sigmoid(a - b)
+        d grad_b / d a = -grad*sigmoid(-a + b)*sigmoid(a - b)
+        d grad_b / d b = grad*sigmoid(-a + b)*sigmoid(a - b)
         d grad_b / d grad = sigmoid(-a + b)
 
     Measured float64 error of the chosen forms vs mpmath::
@@ -1611,6 +1627,7 @@ def scaled_erfc(x: tf.Tensor) -> tf.Tensor:
     Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
 
         out = erfcx(x)
+
         grad_x = grad*(2*x*erfcx(x) - 2/sqrt(pi)) if x < 9 else grad*((x**(-3) - 3/x**5
             + 45/(4*x**7) - 105/(2*x**9) + 4725/(16*x**11) - 31185/(16*x**13) +
             945945/(64*x**15) - 2027025/(16*x**17) + 310134825/(256*x**19) -
@@ -1628,6 +1645,7 @@ def scaled_erfc(x: tf.Tensor) -> tf.Tensor:
             191898783962510625/(65536*x**32) - 6332659870762850625/(131072*x**34) +
             221643095476699771875/(262144*x**36) -
             8200794532637891559375/(524288*x**38))/(sqrt(pi)*x**2))
+
         d grad_x / d x = grad*(2*x*(2*x*erfcx(x) - 2/sqrt(pi)) + 2*erfcx(x)) if x < 9
             else grad*((-3/x**4 + 15/x**6 - 315/(4*x**8) + 945/(2*x**10) -
             51975/(16*x**12) + 405405/(16*x**14) - 14189175/(64*x**16) +
@@ -1653,6 +1671,7 @@ def scaled_erfc(x: tf.Tensor) -> tf.Tensor:
             191898783962510625/(65536*x**32) - 6332659870762850625/(131072*x**34) +
             221643095476699771875/(262144*x**36) -
             8200794532637891559375/(524288*x**38))/(sqrt(pi)*x**3))
+
         d grad_x / d grad = 2*x*erfcx(x) - 2/sqrt(pi) if x < 9 else (x**(-3) - 3/x**5 +
             45/(4*x**7) - 105/(2*x**9) + 4725/(16*x**11) - 31185/(16*x**13) +
             945945/(64*x**15) - 2027025/(16*x**17) + 310134825/(256*x**19) -

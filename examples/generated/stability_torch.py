@@ -578,8 +578,8 @@ class Softplus(_Function):
     Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
 
         out = softplus(x)
-        grad_x = grad⋅sigmoid(x)
-        d grad_x / d x = grad⋅sigmoid(-x)⋅sigmoid(x)
+        grad_x = grad*sigmoid(x)
+        d grad_x / d x = grad*sigmoid(-x)*sigmoid(x)
         d grad_x / d grad = sigmoid(x)
 
     Measured float64 error of the chosen forms vs mpmath::
@@ -682,8 +682,8 @@ class LogSigmoid(_Function):
     Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
 
         out = -softplus(-x)
-        grad_x = grad⋅sigmoid(-x)
-        d grad_x / d x = -grad⋅sigmoid(-x)⋅sigmoid(x)
+        grad_x = grad*sigmoid(-x)
+        d grad_x / d x = -grad*sigmoid(-x)*sigmoid(x)
         d grad_x / d grad = sigmoid(-x)
 
     Measured float64 error of the chosen forms vs mpmath::
@@ -791,10 +791,10 @@ class BceSigmoid(_Function):
 
     Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
 
-        out = target⋅softplus(-z) + (1 - target)⋅softplus(z)
-        grad_z = -grad⋅(target⋅sigmoid(-z) + (target - 1)⋅sigmoid(z))
-        d grad_z / d z = grad⋅sigmoid(-z)⋅sigmoid(z)
-        d grad_z / d grad = -target⋅sigmoid(-z) - (target - 1)⋅sigmoid(z)
+        out = target*softplus(-z) + (1 - target)*softplus(z)
+        grad_z = -grad*(target*sigmoid(-z) + (target - 1)*sigmoid(z))
+        d grad_z / d z = grad*sigmoid(-z)*sigmoid(z)
+        d grad_z / d grad = -target*sigmoid(-z) - (target - 1)*sigmoid(z)
 
     Measured float64 error of the chosen forms vs mpmath::
 
@@ -803,7 +803,7 @@ class BceSigmoid(_Function):
 
     Compiled instead by the fused path (as accurate, less arithmetic)::
 
-        d grad_z / d z = grad⋅dsigmoid(z)
+        d grad_z / d z = grad*dsigmoid(z)
     """
 
     @staticmethod
@@ -944,26 +944,26 @@ def _logit_forward(p):
 
 
 class Logit(_Function):
-    """logit: log(p/(1 - p)).
+    r"""logit: log(p/(1 - p)).
 
     Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
 
-                 ⎛  p  ⎞
-        out = log⎜─────⎟
-                 ⎝1 - p⎠
+                 /  p  \
+        out = log|-----|
+                 \1 - p/
 
                   -grad
-        grad_p = ─────────
-                 p⋅(p - 1)
+        grad_p = ---------
+                 p*(p - 1)
 
-                         grad⋅(2⋅p - 1)
-        d grad_p / d p = ──────────────
+                         grad*(2*p - 1)
+        d grad_p / d p = --------------
                            2        2
-                          p ⋅(p - 1)
+                          p *(p - 1)
 
                                -1
-        d grad_p / d grad = ─────────
-                            p⋅(p - 1)
+        d grad_p / d grad = ---------
+                            p*(p - 1)
 
     Measured float64 error of the chosen forms vs mpmath::
 
@@ -1071,17 +1071,18 @@ class Log1mexp(_Function):
     Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
 
         out = log1mexp(x)
+
                   -grad
-        grad_x = ─────────
-                 expm₁(-x)
+        grad_x = ---------
+                 expm1(-x)
 
                                 grad
-        d grad_x / d x = ──────────────────
-                         expm₁(-x)⋅expm₁(x)
+        d grad_x / d x = ------------------
+                         expm1(-x)*expm1(x)
 
                                -1
-        d grad_x / d grad = ─────────
-                            expm₁(-x)
+        d grad_x / d grad = ---------
+                            expm1(-x)
 
     Measured float64 error of the chosen forms vs mpmath::
 
@@ -1197,17 +1198,19 @@ _FUSED_FORMS[_mish_forward] = _mish_forward_fused
 
 
 class Mish(_Function):
-    """mish: x*tanh(log(exp(x) + 1)).
+    r"""mish: x*tanh(log(exp(x) + 1)).
 
     Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
 
-        out = x⋅tanh(softplus(x))
+        out = x*tanh(softplus(x))
+
         grad_x = grad*(((4 + exp(-Abs(x)))*exp(-Abs(x)) + 4*Min(745.2, Max(-745.2, x)) +
             6)*exp(-Abs(x)) + 4*Min(745.2, Max(-745.2, x)) + 4)*exp(-Abs(x))/((((4 +
             exp(-Abs(x)))*exp(-Abs(x)) + 8)*exp(-Abs(x)) + 8)*exp(-Abs(x)) + 4) if x <=
             0 else grad*((((4*Min(745.2, Max(-745.2, x)) + 4)*exp(-Abs(x)) +
             4*Min(745.2, Max(-745.2, x)) + 6)*exp(-Abs(x)) + 4)*exp(-Abs(x)) + 1)/((((8
             + 4*exp(-Abs(x)))*exp(-Abs(x)) + 8)*exp(-Abs(x)) + 4)*exp(-Abs(x)) + 1)
+
         d grad_x / d x =
             8*grad*sigmoid(x)*sigmoid(-2*softplus(x))*sigmoid(2*softplus(x)) if (x <
             -1.6e+3) & ((x > 1.6e+3) | (x < -1.6e+3)) else
@@ -1220,6 +1223,7 @@ class Mish(_Function):
             grad*(-8*x*tanh(softplus(x))*sigmoid(x)**2*sigmoid(-2*softplus(x))*sigmoid(2*softplus(x))
             + 4*x*sigmoid(-x)*sigmoid(x)*sigmoid(-2*softplus(x))*sigmoid(2*softplus(x))
             + 8*sigmoid(x)*sigmoid(-2*softplus(x))*sigmoid(2*softplus(x)))
+
         d grad_x / d grad = (((4 + exp(-Abs(x)))*exp(-Abs(x)) + 4*Min(745.2, Max(-745.2,
             x)) + 6)*exp(-Abs(x)) + 4*Min(745.2, Max(-745.2, x)) + 4)*exp(-Abs(x))/((((4
             + exp(-Abs(x)))*exp(-Abs(x)) + 8)*exp(-Abs(x)) + 8)*exp(-Abs(x)) + 4) if x
@@ -1235,17 +1239,18 @@ class Mish(_Function):
 
     Compiled instead by the fused path (as accurate, less arithmetic)::
 
-              ⎧      ⎛       -│x│⎞
-              ⎪    x⋅⎝1 + 2⋅ℯ    ⎠
-              ⎪───────────────────────  for x ≥ 0
-              ⎪⎛       -│x│⎞  -│x│
-              ⎪⎝2 + 2⋅ℯ    ⎠⋅ℯ     + 1
-        out = ⎨
-              ⎪    ⎛     -│x│⎞  -│x│
-              ⎪  x⋅⎝2 + ℯ    ⎠⋅ℯ
-              ⎪ ─────────────────────   otherwise
-              ⎪ ⎛     -│x│⎞  -│x│
-              ⎩ ⎝2 + ℯ    ⎠⋅ℯ     + 2
+              /      /       -|x|\
+              |    x*\1 + 2*e    /
+              |-----------------------  for x >= 0
+              |/       -|x|\  -|x|
+              |\2 + 2*e    /*e     + 1
+        out = <
+              |    /     -|x|\  -|x|
+              |  x*\2 + e    /*e
+              | ---------------------   otherwise
+              | /     -|x|\  -|x|
+              \ \2 + e    /*e     + 2
+
         d grad_x / d x = 4*grad*((((2 - 2*Min(745.2, Max(-745.2, x)))*exp(-Abs(x)) -
             3*Min(745.2, Max(-745.2, x)) + 6)*exp(-Abs(x)) + 2*Min(745.2, Max(-745.2,
             x)) + 8)*exp(-Abs(x)) + 2*Min(745.2, Max(-745.2, x)) +
@@ -1581,41 +1586,46 @@ def _gelu_forward(x):
 
 
 class Gelu(_Function):
-    """gelu: x*(erf(sqrt(2)*x/2) + 1)/2.
+    r"""gelu: x*(erf(sqrt(2)*x/2) + 1)/2.
 
     Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
 
-                            ⎛√2⋅x⎞
-              x⋅one_plus_erf⎜────⎟
-                            ⎝ 2  ⎠
-        out = ────────────────────
-                       2
+                            /  ___  \
+                            |\/ 2 *x|
+              x*one_plus_erf|-------|
+                            \   2   /
+        out = -----------------------
+                         2
 
-                      ⎛        2                      ⎞
-                      ⎜      -x                       ⎟
-                      ⎜      ────               ⎛√2⋅x⎞⎟
-                      ⎜       2     one_plus_erf⎜────⎟⎟
-                      ⎜√2⋅x⋅ℯ                   ⎝ 2  ⎠⎟
-        grad_x = grad⋅⎜────────── + ──────────────────⎟
-                      ⎝   2⋅√π              2         ⎠
+                      /           2                         \
+                      |         -x                 /  ___  \|
+                      |         ----               |\/ 2 *x||
+                      |  ___     2     one_plus_erf|-------||
+                      |\/ 2 *x*e                   \   2   /|
+        grad_x = grad*|------------- + ---------------------|
+                      |      ____                2          |
+                      \  2*\/ pi                            /
 
-                         ⎧                    2
-                         ⎪                  -x
-                         ⎪                  ────
-                         ⎪        ⎛     2⎞   2
-        d grad_x / d x = ⎨√2⋅grad⋅⎝2 - x ⎠⋅ℯ
-                         ⎪──────────────────────  for │x│ < 40.0
-                         ⎪         2⋅√π
-                         ⎪
-                         ⎩          0               otherwise
+                         /                       2
+                         |                     -x
+                         |                     ----
+                         |  ___      /     2\   2
+                         |\/ 2 *grad*\2 - x /*e
+        d grad_x / d x = <-------------------------  for |x| < 40.0
+                         |            ____
+                         |        2*\/ pi
+                         |
+                         |            0                otherwise
+                         \
 
-                                    2
-                                  -x
-                                  ────               ⎛√2⋅x⎞
-                                   2     one_plus_erf⎜────⎟
-                            √2⋅x⋅ℯ                   ⎝ 2  ⎠
-        d grad_x / d grad = ────────── + ──────────────────
-                               2⋅√π              2
+                                       2
+                                     -x                 /  ___  \
+                                     ----               |\/ 2 *x|
+                              ___     2     one_plus_erf|-------|
+                            \/ 2 *x*e                   \   2   /
+        d grad_x / d grad = ------------- + ---------------------
+                                  ____                2
+                              2*\/ pi
 
     Measured float64 error of the chosen forms vs mpmath::
 
@@ -1751,26 +1761,28 @@ def _swish_forward(x, beta):
 
 
 class Swish(_Function):
-    """swish: x/(1 + exp(-beta*x)).
+    r"""swish: x/(1 + exp(-beta*x)).
 
     Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
 
-        out = x⋅sigmoid(β⋅x)
-                 ⎧               0                  for β⋅x < -745.2
-                 ⎪
-                 ⎪              grad                for β⋅x > 745.2
-                 ⎪
-                 ⎪     ⎛           -│β⋅x│⎞  -│β⋅x│
-                 ⎪grad⋅⎝β⋅x + 1 + ℯ      ⎠⋅ℯ
-                 ⎪────────────────────────────────    for β⋅x ≤ 0
-        grad_x = ⎨   ⎛     -│β⋅x│⎞  -│β⋅x│
-                 ⎪   ⎝2 + ℯ      ⎠⋅ℯ       + 1
-                 ⎪
-                 ⎪       ⎛           -│β⋅x│    ⎞
-                 ⎪  grad⋅⎝(β⋅x + 1)⋅ℯ       + 1⎠
-                 ⎪  ────────────────────────────       otherwise
-                 ⎪   ⎛     -│β⋅x│⎞  -│β⋅x│
-                 ⎩   ⎝2 + ℯ      ⎠⋅ℯ       + 1
+        out = x*sigmoid(beta*x)
+
+                 /                    0                      for beta*x < -745.2
+                 |
+                 |                  grad                     for beta*x > 745.2
+                 |
+                 |     /              -|beta*x|\  -|beta*x|
+                 |grad*\beta*x + 1 + e         /*e
+                 |-----------------------------------------    for beta*x <= 0
+        grad_x = <     /     -|beta*x|\  -|beta*x|
+                 |     \2 + e         /*e          + 1
+                 |
+                 |        /              -|beta*x|    \
+                 |   grad*\(beta*x + 1)*e          + 1/
+                 |   ----------------------------------           otherwise
+                 |    /     -|beta*x|\  -|beta*x|
+                 \    \2 + e         /*e          + 1
+
         d grad_x / d x = 0 if (beta*x > 1490.4) | (beta*x < -1490.4) else
             -beta*grad*(-beta*x + (beta*x - 2)*exp(-Abs(beta*x)) -
             2)*exp(-Abs(beta*x))/(((3 + exp(-Abs(beta*x)))*exp(-Abs(beta*x)) +
@@ -1778,21 +1790,21 @@ class Swish(_Function):
             - 2)*exp(-Abs(beta*x)) - 2)*exp(-Abs(beta*x))/(((3 +
             exp(-Abs(beta*x)))*exp(-Abs(beta*x)) + 3)*exp(-Abs(beta*x)) + 1)
 
-                            ⎧             0               for β⋅x < -745.2
-                            ⎪
-                            ⎪             1               for β⋅x > 745.2
-                            ⎪
-                            ⎪⎛           -│β⋅x│⎞  -│β⋅x│
-                            ⎪⎝β⋅x + 1 + ℯ      ⎠⋅ℯ
-                            ⎪───────────────────────────    for β⋅x ≤ 0
-        d grad_x / d grad = ⎨ ⎛     -│β⋅x│⎞  -│β⋅x│
-                            ⎪ ⎝2 + ℯ      ⎠⋅ℯ       + 1
-                            ⎪
-                            ⎪              -│β⋅x│
-                            ⎪   (β⋅x + 1)⋅ℯ       + 1
-                            ⎪ ─────────────────────────      otherwise
-                            ⎪ ⎛     -│β⋅x│⎞  -│β⋅x│
-                            ⎩ ⎝2 + ℯ      ⎠⋅ℯ       + 1
+                            /                 0                    for beta*x < -745.2
+                            |
+                            |                 1                    for beta*x > 745.2
+                            |
+                            |/              -|beta*x|\  -|beta*x|
+                            |\beta*x + 1 + e         /*e
+                            |------------------------------------    for beta*x <= 0
+        d grad_x / d grad = <  /     -|beta*x|\  -|beta*x|
+                            |  \2 + e         /*e          + 1
+                            |
+                            |                  -|beta*x|
+                            |    (beta*x + 1)*e          + 1
+                            |  -------------------------------          otherwise
+                            |  /     -|beta*x|\  -|beta*x|
+                            \  \2 + e         /*e          + 1
 
     Measured float64 error of the chosen forms vs mpmath::
 
@@ -2022,8 +2034,9 @@ class FocalLoss(_Function):
 
     Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
 
-                            γ                                        γ
-        out = target⋅sigmoid (-z)⋅softplus(-z) + (1 - target)⋅sigmoid (z)⋅softplus(z)
+        out = target*sigmoid(-z)**gamma*softplus(-z) + (1 -
+            target)*sigmoid(z)**gamma*softplus(z)
+
         grad_z = grad*(-gamma*target*sigmoid(-z)**gamma*sigmoid(z)*softplus(-z) -
             target*sigmoid(-z)*sigmoid(-z)**gamma + (1 -
             target)*sigmoid(z)*sigmoid(z)**gamma) if z > 1.6e+3 else grad*(gamma*(1 -
@@ -2034,6 +2047,7 @@ class FocalLoss(_Function):
             target)*sigmoid(-z)*sigmoid(z)**gamma*softplus(z) -
             target*sigmoid(-z)*sigmoid(-z)**gamma + (1 -
             target)*sigmoid(z)*sigmoid(z)**gamma)
+
         d grad_z / d z =
             grad*(gamma**2*target*sigmoid(-z)**gamma*sigmoid(z)**2*softplus(-z) +
             2*gamma*target*sigmoid(-z)*sigmoid(-z)**gamma*sigmoid(z) + 2*gamma*(1 -
@@ -2076,6 +2090,7 @@ class FocalLoss(_Function):
             target)*sigmoid(-z)*sigmoid(z)*sigmoid(z)**gamma +
             target*sigmoid(-z)*sigmoid(-z)**gamma*sigmoid(z) + (1 -
             target)*sigmoid(-z)*sigmoid(z)*sigmoid(z)**gamma)
+
         d grad_z / d grad = -gamma*target*sigmoid(-z)**gamma*sigmoid(z)*softplus(-z) -
             target*sigmoid(-z)*sigmoid(-z)**gamma + (1 -
             target)*sigmoid(z)*sigmoid(z)**gamma if z > 1.6e+3 else gamma*(1 -
@@ -2535,43 +2550,43 @@ def _student_t_logpdf_forward(x, nu):
 
 
 class StudentTLogpdf(_Function):
-    """student_t_logpdf: -(nu/2 + 1/2)*log(1 + x**2/nu) - log(pi*nu)/2 - loggamma(nu/2) + loggamma(nu/2 + 1/2).
+    r"""student_t_logpdf: -(nu/2 + 1/2)*log(1 + x**2/nu) - log(pi*nu)/2 - loggamma(nu/2) + loggamma(nu/2 + 1/2).
 
     Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
 
         out = -(nu/2 + 1/2)*log1p_square(x*sqrt(1/nu)) - log(pi*nu)/2 - loggamma(nu/2) +
             loggamma(nu/2 + 1/2)
 
-                 -grad⋅(ν + 1)
-        grad_x = ──────────────
-                     ν
-                     ─ + x
+                 -grad*(nu + 1)
+        grad_x = ---------------
+                     nu
+                     -- + x
                      x
 
-                         ⎧           ⎛      2⎞
-                         ⎪      grad⋅⎝-ν + x ⎠⋅(ν + 1)
-                         ⎪      ──────────────────────        for │x│ < 1
-                         ⎪                    2
-                         ⎪            ⎛     2⎞
-                         ⎪            ⎝ν + x ⎠
-                         ⎪
-                         ⎪        2
-                         ⎪  grad⋅ν    grad⋅ν   grad⋅ν   grad
-        d grad_x / d x = ⎨- ─────── + ────── - ────── + ────
-                         ⎪     4         2        4       2
-                         ⎪    x         x        x       x
-                         ⎪──────────────────────────────────   otherwise
-                         ⎪            2
-                         ⎪           ν    2⋅ν
-                         ⎪           ── + ─── + 1
-                         ⎪            4    2
-                         ⎪           x    x
-                         ⎩
+                         /           /       2\
+                         |      grad*\-nu + x /*(nu + 1)
+                         |      ------------------------         for |x| < 1
+                         |                      2
+                         |             /      2\
+                         |             \nu + x /
+                         |
+                         |         2
+                         |  grad*nu    grad*nu   grad*nu   grad
+        d grad_x / d x = <- -------- + ------- - ------- + ----
+                         |      4         2         4        2
+                         |     x         x         x        x
+                         |-------------------------------------   otherwise
+                         |             2
+                         |           nu    2*nu
+                         |           --- + ---- + 1
+                         |            4      2
+                         |           x      x
+                         \
 
-                            -ν - 1
-        d grad_x / d grad = ──────
-                            ν
-                            ─ + x
+                            -nu - 1
+        d grad_x / d grad = -------
+                            nu
+                            -- + x
                             x
 
     Measured float64 error of the chosen forms vs mpmath::
@@ -2752,10 +2767,12 @@ class EntropyTerm(_Function):
     Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
 
         out = xlogy(x, x)
-        grad_x = grad⋅(log(x) + 1)
+        grad_x = grad*(log(x) + 1)
+
                          grad
-        d grad_x / d x = ────
+        d grad_x / d x = ----
                           x
+
         d grad_x / d grad = log(x) + 1
 
     Measured float64 error of the chosen forms vs mpmath::
@@ -2858,33 +2875,33 @@ def _sqrt_diff_forward(x):
 
 
 class SqrtDiff(_Function):
-    """sqrt_diff: -sqrt(x) + sqrt(x + 1).
+    r"""sqrt_diff: -sqrt(x) + sqrt(x + 1).
 
     Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
 
-                    1
-        out = ──────────────
-                     _______
-              √x + ╲╱ x + 1
+                      1
+        out = -----------------
+                ___     _______
+              \/ x  + \/ x + 1
 
-                            -grad
-        grad_x = ─────────────────────────────
-                    3/2                _______
-                 2⋅x    + 2⋅√x + 2⋅x⋅╲╱ x + 1
+                              -grad
+        grad_x = --------------------------------
+                    3/2       ___         _______
+                 2*x    + 2*\/ x  + 2*x*\/ x + 1
 
-                               ⎛            x           _______   1 ⎞
-                         -grad⋅⎜-3⋅√x - ───────── - 2⋅╲╱ x + 1  - ──⎟
-                               ⎜          _______                 √x⎟
-                               ⎝        ╲╱ x + 1                    ⎠
-        d grad_x / d x = ─────────────────────────────────────────────
-                                                              2
-                               ⎛   3/2                _______⎞
-                               ⎝2⋅x    + 2⋅√x + 2⋅x⋅╲╱ x + 1 ⎠
+                               /      ___       x           _______     1  \
+                         -grad*|- 3*\/ x  - --------- - 2*\/ x + 1  - -----|
+                               |              _______                   ___|
+                               \            \/ x + 1                  \/ x /
+        d grad_x / d x = ----------------------------------------------------
+                                                                   2
+                                 /   3/2       ___         _______\
+                                 \2*x    + 2*\/ x  + 2*x*\/ x + 1 /
 
-                                         -1
-        d grad_x / d grad = ─────────────────────────────
-                               3/2                _______
-                            2⋅x    + 2⋅√x + 2⋅x⋅╲╱ x + 1
+                                          -1
+        d grad_x / d grad = --------------------------------
+                               3/2       ___         _______
+                            2*x    + 2*\/ x  + 2*x*\/ x + 1
 
     Measured float64 error of the chosen forms vs mpmath::
 
@@ -3056,8 +3073,8 @@ class Exprel(_Function):
     Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
 
         out = exprel(x)
-        grad_x = grad⋅exprel_d(1, x)
-        d grad_x / d x = grad⋅exprel_d(2, x)
+        grad_x = grad*exprel_d(1, x)
+        d grad_x / d x = grad*exprel_d(2, x)
         d grad_x / d grad = exprel_d(1, x)
 
     Measured float64 error of the chosen forms vs mpmath::
@@ -3758,13 +3775,13 @@ class Logaddexp(_Function):
     Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
 
         out = logaddexp(a, b)
-        grad_a = grad⋅sigmoid(a - b)
-        grad_b = grad⋅sigmoid(-a + b)
-        d grad_a / d a = grad⋅sigmoid(-a + b)⋅sigmoid(a - b)
-        d grad_a / d b = -grad⋅sigmoid(-a + b)⋅sigmoid(a - b)
+        grad_a = grad*sigmoid(a - b)
+        grad_b = grad*sigmoid(-a + b)
+        d grad_a / d a = grad*sigmoid(-a + b)*sigmoid(a - b)
+        d grad_a / d b = -grad*sigmoid(-a + b)*sigmoid(a - b)
         d grad_a / d grad = sigmoid(a - b)
-        d grad_b / d a = -grad⋅sigmoid(-a + b)⋅sigmoid(a - b)
-        d grad_b / d b = grad⋅sigmoid(-a + b)⋅sigmoid(a - b)
+        d grad_b / d a = -grad*sigmoid(-a + b)*sigmoid(a - b)
+        d grad_b / d b = grad*sigmoid(-a + b)*sigmoid(a - b)
         d grad_b / d grad = sigmoid(-a + b)
 
     Measured float64 error of the chosen forms vs mpmath::
@@ -3974,6 +3991,7 @@ class ScaledErfc(_Function):
     Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
 
         out = erfcx(x)
+
         grad_x = grad*(2*x*erfcx(x) - 2/sqrt(pi)) if x < 9 else grad*((x**(-3) - 3/x**5
             + 45/(4*x**7) - 105/(2*x**9) + 4725/(16*x**11) - 31185/(16*x**13) +
             945945/(64*x**15) - 2027025/(16*x**17) + 310134825/(256*x**19) -
@@ -3991,6 +4009,7 @@ class ScaledErfc(_Function):
             191898783962510625/(65536*x**32) - 6332659870762850625/(131072*x**34) +
             221643095476699771875/(262144*x**36) -
             8200794532637891559375/(524288*x**38))/(sqrt(pi)*x**2))
+
         d grad_x / d x = grad*(2*x*(2*x*erfcx(x) - 2/sqrt(pi)) + 2*erfcx(x)) if x < 9
             else grad*((-3/x**4 + 15/x**6 - 315/(4*x**8) + 945/(2*x**10) -
             51975/(16*x**12) + 405405/(16*x**14) - 14189175/(64*x**16) +
@@ -4016,6 +4035,7 @@ class ScaledErfc(_Function):
             191898783962510625/(65536*x**32) - 6332659870762850625/(131072*x**34) +
             221643095476699771875/(262144*x**36) -
             8200794532637891559375/(524288*x**38))/(sqrt(pi)*x**3))
+
         d grad_x / d grad = 2*x*erfcx(x) - 2/sqrt(pi) if x < 9 else (x**(-3) - 3/x**5 +
             45/(4*x**7) - 105/(2*x**9) + 4725/(16*x**11) - 31185/(16*x**13) +
             945945/(64*x**15) - 2027025/(16*x**17) + 310134825/(256*x**19) -

@@ -48,18 +48,21 @@ def _check_broadcast(name: str, **tensors) -> None:
 
 
 def my_relu(x: tf.Tensor) -> tf.Tensor:
-    """ReLU with PyTorch's subgradient (0 at 0).
+    r"""ReLU with PyTorch's subgradient (0 at 0).
 
     Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
 
         out = relu(x)
-                 ⎧grad  for x > 0
-        grad_x = ⎨
-                 ⎩ 0    otherwise
+
+                 /grad  for x > 0
+        grad_x = <
+                 \ 0    otherwise
+
         d grad_x / d x = 0
-                            ⎧1  for x > 0
-        d grad_x / d grad = ⎨
-                            ⎩0  otherwise
+
+                            /1  for x > 0
+        d grad_x / d grad = <
+                            \0  otherwise
 
     Measured float64 error of the chosen forms vs mpmath::
 
@@ -109,13 +112,16 @@ def exp(x: tf.Tensor) -> tf.Tensor:
     Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
 
                x
-        out = ℯ
+        out = e
+
                        x
-        grad_x = grad⋅ℯ
+        grad_x = grad*e
+
                                x
-        d grad_x / d x = grad⋅ℯ
+        d grad_x / d x = grad*e
+
                              x
-        d grad_x / d grad = ℯ
+        d grad_x / d grad = e
 
     Measured float64 error of the chosen forms vs mpmath::
 
@@ -163,9 +169,10 @@ def square(x: tf.Tensor) -> tf.Tensor:
 
                2
         out = x
-        grad_x = 2⋅grad⋅x
-        d grad_x / d x = 2⋅grad
-        d grad_x / d grad = 2⋅x
+
+        grad_x = 2*grad*x
+        d grad_x / d x = 2*grad
+        d grad_x / d grad = 2*x
 
     Measured float64 error of the chosen forms vs mpmath::
 
@@ -214,11 +221,14 @@ def cube(x: tf.Tensor) -> tf.Tensor:
 
                3
         out = x
+
                          2
-        grad_x = 3⋅grad⋅x
-        d grad_x / d x = 6⋅grad⋅x
+        grad_x = 3*grad*x
+
+        d grad_x / d x = 6*grad*x
+
                                2
-        d grad_x / d grad = 3⋅x
+        d grad_x / d grad = 3*x
 
     Measured float64 error of the chosen forms vs mpmath::
 
@@ -266,8 +276,8 @@ def sinh(x: tf.Tensor) -> tf.Tensor:
     Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
 
         out = sinh(x)
-        grad_x = grad⋅cosh(x)
-        d grad_x / d x = grad⋅sinh(x)
+        grad_x = grad*cosh(x)
+        d grad_x / d x = grad*sinh(x)
         d grad_x / d grad = cosh(x)
 
     Measured float64 error of the chosen forms vs mpmath::
@@ -339,8 +349,8 @@ def log1pexp(x: tf.Tensor) -> tf.Tensor:
     Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
 
         out = softplus(x)
-        grad_x = grad⋅sigmoid(x)
-        d grad_x / d x = grad⋅sigmoid(-x)⋅sigmoid(x)
+        grad_x = grad*sigmoid(x)
+        d grad_x / d x = grad*sigmoid(-x)*sigmoid(x)
         d grad_x / d grad = sigmoid(x)
 
     Measured float64 error of the chosen forms vs mpmath::
@@ -387,9 +397,9 @@ def mul(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
 
     Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
 
-        out = x⋅y
-        grad_x = grad⋅y
-        grad_y = grad⋅x
+        out = x*y
+        grad_x = grad*y
+        grad_y = grad*x
         d grad_x / d x = 0
         d grad_x / d y = grad
         d grad_x / d grad = y
@@ -471,7 +481,7 @@ def quantize(x: tf.Tensor, step: float = 0.25) -> tf.Tensor:
 
     Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
 
-        out = step⋅sign(x)
+        out = step*sign(x)
         grad_x = grad  (user-defined)
         d grad_x / d x = 0
         d grad_x / d grad = 1

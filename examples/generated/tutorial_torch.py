@@ -385,18 +385,21 @@ def _my_relu_forward(x):
 
 
 class MyRelu(_Function):
-    """ReLU with PyTorch's subgradient (0 at 0).
+    r"""ReLU with PyTorch's subgradient (0 at 0).
 
     Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
 
         out = relu(x)
-                 ⎧grad  for x > 0
-        grad_x = ⎨
-                 ⎩ 0    otherwise
+
+                 /grad  for x > 0
+        grad_x = <
+                 \ 0    otherwise
+
         d grad_x / d x = 0
-                            ⎧1  for x > 0
-        d grad_x / d grad = ⎨
-                            ⎩0  otherwise
+
+                            /1  for x > 0
+        d grad_x / d grad = <
+                            \0  otherwise
 
     Measured float64 error of the chosen forms vs mpmath::
 
@@ -490,13 +493,16 @@ class Exp(_Function):
     Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
 
                x
-        out = ℯ
+        out = e
+
                        x
-        grad_x = grad⋅ℯ
+        grad_x = grad*e
+
                                x
-        d grad_x / d x = grad⋅ℯ
+        d grad_x / d x = grad*e
+
                              x
-        d grad_x / d grad = ℯ
+        d grad_x / d grad = e
 
     Measured float64 error of the chosen forms vs mpmath::
 
@@ -598,9 +604,10 @@ class Square(_Function):
 
                2
         out = x
-        grad_x = 2⋅grad⋅x
-        d grad_x / d x = 2⋅grad
-        d grad_x / d grad = 2⋅x
+
+        grad_x = 2*grad*x
+        d grad_x / d x = 2*grad
+        d grad_x / d grad = 2*x
 
     Measured float64 error of the chosen forms vs mpmath::
 
@@ -703,11 +710,14 @@ class Cube(_Function):
 
                3
         out = x
+
                          2
-        grad_x = 3⋅grad⋅x
-        d grad_x / d x = 6⋅grad⋅x
+        grad_x = 3*grad*x
+
+        d grad_x / d x = 6*grad*x
+
                                2
-        d grad_x / d grad = 3⋅x
+        d grad_x / d grad = 3*x
 
     Measured float64 error of the chosen forms vs mpmath::
 
@@ -815,8 +825,8 @@ class Sinh(_Function):
     Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
 
         out = sinh(x)
-        grad_x = grad⋅cosh(x)
-        d grad_x / d x = grad⋅sinh(x)
+        grad_x = grad*cosh(x)
+        d grad_x / d x = grad*sinh(x)
         d grad_x / d grad = cosh(x)
 
     Measured float64 error of the chosen forms vs mpmath::
@@ -971,8 +981,8 @@ class Log1pexp(_Function):
     Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
 
         out = softplus(x)
-        grad_x = grad⋅sigmoid(x)
-        d grad_x / d x = grad⋅sigmoid(-x)⋅sigmoid(x)
+        grad_x = grad*sigmoid(x)
+        d grad_x / d x = grad*sigmoid(-x)*sigmoid(x)
         d grad_x / d grad = sigmoid(x)
 
     Measured float64 error of the chosen forms vs mpmath::
@@ -1083,9 +1093,9 @@ class Mul(_Function):
 
     Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
 
-        out = x⋅y
-        grad_x = grad⋅y
-        grad_y = grad⋅x
+        out = x*y
+        grad_x = grad*y
+        grad_y = grad*x
         d grad_x / d x = 0
         d grad_x / d y = grad
         d grad_x / d grad = y
@@ -1251,7 +1261,7 @@ class Quantize(_Function):
 
     Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
 
-        out = step⋅sign(x)
+        out = step*sign(x)
         grad_x = grad  (user-defined)
         d grad_x / d x = 0
         d grad_x / d grad = 1

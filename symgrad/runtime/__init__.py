@@ -50,7 +50,7 @@ class Copy:
 
 
 def names_in(code: str) -> frozenset[str]:
-    """The names ``code`` reads (and exports: the strings of its ``__all__``)."""
+    """The names ``code`` uses (and exports: the strings of its ``__all__``)."""
     tree = ast.parse(code)
     names = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
     for node in tree.body:
