@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from symgrad import series
 from symgrad.derive import Derived, derive_spec
 from symgrad.errors import DerivationError, SpecError
 from symgrad.plan import FunctionPlan, plan_tensorflow, plan_torch
 from symgrad.render import render, ruff_format
+from symgrad.runtime import copy_in
 from symgrad.spec import Spec
 
 
@@ -19,18 +19,18 @@ class GeneratedFile:
 
 
 def _module(
-    spec: Spec, plans: list[FunctionPlan], template: str, name: str, spec_path: str
+    spec: Spec,
+    plans: list[FunctionPlan],
+    template: str,
+    name: str,
+    spec_path: str,
+    framework: str,
 ) -> GeneratedFile:
-    text = render(
-        template,
-        spec=spec,
-        spec_path=spec_path,
-        functions=plans,
-        uses_math=any(p.uses_math for p in plans),
-        needs_reduce=any(p.needs_reduce for p in plans),
-        helpers=set().union(*(p.helpers for p in plans)),
-        series=series,
-    )
+    """Render a module: its functions, then the runtime helpers they use copied in."""
+    context = {"spec": spec, "spec_path": spec_path, "functions": plans}
+    draft = render(template, imports=(), runtime="", **context)
+    helpers = copy_in(framework, draft)
+    text = render(template, imports=helpers.imports, runtime=helpers.source, **context)
     return GeneratedFile(name, ruff_format(text, name))
 
 
@@ -61,11 +61,17 @@ def generate(
     if "torch" in targets:
         plans = [_located(plan_torch, d) for d in derived]
         files.append(
-            _module(spec, plans, "torch_module.py.jinja", f"{spec.module}_torch.py", spec_path)
+            _module(
+                spec, plans, "torch_module.py.jinja", f"{spec.module}_torch.py", spec_path, "torch"
+            )
         )
     if "tensorflow" in targets:
         plans = [_located(plan_tensorflow, d) for d in derived]
-        files.append(_module(spec, plans, "tf_module.py.jinja", f"{spec.module}_tf.py", spec_path))
+        files.append(
+            _module(
+                spec, plans, "tf_module.py.jinja", f"{spec.module}_tf.py", spec_path, "tensorflow"
+            )
+        )
     if tests:
         files += [
             GeneratedFile(n, ruff_format(t, n))

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import sympy
 
 from symgrad.derived import Derived
+from symgrad.docstrings import formula_doc, one_line
 from symgrad.functions import StableFunction, hypot, hypot_ratio, tan_half_atan
 from symgrad.ir import Node, Role, Tape, Value, parse_expr
 from symgrad.ops import OPS, TORCH_ARITHMETIC, spelled
@@ -237,7 +238,7 @@ def _method(owner: ast.expr, name: str, *args: ast.expr, **kwargs: ast.expr) -> 
     )
 
 
-#: The select helper of the generated torch module (templates/torch_module.py.jinja): code
+#: The select helper of the generated torch module (symgrad/runtime/torch_helpers.py): code
 #: that records no autograd graph calls it instead of torch.where.
 WHERE_HELPER = "_where"
 #: The module helper that multiplies into an owned buffer where a check at run time shows
@@ -252,14 +253,6 @@ MUL_HELPER = "_mul_into"
 #: sigmoid computes an exp(-x) of its own where the code (a dsigmoid, a softplus) already
 #: has exp(-|x|): sigmoid is routed only there (on its own, inductor's is the cheaper).
 COMPILED_FORMS = {op.torch: op.torch_compiled for op in OPS if op.torch_compiled}
-#: The module helpers generated code may call (the printer writes tan_half_atan as one);
-#: the template emits those it does.
-HELPERS = (WHERE_HELPER, MUL_HELPER, *COMPILED_FORMS.values(), "_tan_half_atan")
-
-
-def _helpers_in(lines: list[str]) -> set[str]:
-    """The module helpers (:data:`HELPERS`) that ``lines`` call."""
-    return {h for h in HELPERS if any(f"{h}(" in line for line in lines)}
 
 
 class _Buffers:
@@ -656,6 +649,22 @@ def guarded(tape: Tape, results: dict[str, str]) -> list[str]:
     return out
 
 
+def _needs(indices: list[int], n_inputs: int) -> list[str]:
+    """The flags ``ctx.needs_input_grad[k]`` for ``k`` in ``indices`` (of a Function of
+    ``n_inputs`` inputs), as call arguments: the whole tuple, or a slice, where they are."""
+    if indices == list(range(n_inputs)):
+        return ["*ctx.needs_input_grad"]
+    if indices == list(range(len(indices))):
+        return [f"*ctx.needs_input_grad[:{len(indices)}]"]
+    return [f"ctx.needs_input_grad[{k}]" for k in indices]
+
+
+def _save_lines(saved: list[str], inputs: list[str]) -> list[str]:
+    """Save ``saved`` for backward and forward mode (``*inputs`` where that is all)."""
+    names = "*inputs" if saved == inputs else ", ".join(saved)
+    return [f"ctx.save_for_backward({names})", f"ctx.save_for_forward({names})"]
+
+
 def is_zero(expr: sympy.Expr) -> bool:
     return sympy.sympify(expr) == 0
 
@@ -719,36 +728,10 @@ class FunctionPlan:
     kernels: list[Kernel] = field(default_factory=list)
     uses_math: bool = False
     needs_reduce: bool = False
-    helpers: frozenset[str] = frozenset()  # of HELPERS, those its code calls
 
 
 def _camel(name: str) -> str:
     return "".join(p[:1].upper() + p[1:] for p in name.split("_") if p)
-
-
-def formula_doc(derived: Derived, fused: bool = False) -> list[str]:
-    """The formulas, as text for the generated docstrings; with ``fused``, also the forms
-    the fused path compiles instead."""
-    lines = ["Forward::", ""]
-    for name, expr in derived.outputs:
-        lines.append(f"    {name} = {sympy.sstr(expr)}")
-    if derived.accuracy:
-        lines += ["", "Measured float64 error of the chosen forms vs mpmath::", ""]
-        lines += [f"    {label}: {acc}" for label, acc in derived.accuracy.items()]
-    if derived.vjps:
-        lines += ["", "Gradients (VJP)::", ""]
-        for i, expr in derived.vjps.items():
-            suffix = "  (user-defined)" if i in derived.overridden else ""
-            lines.append(f"    grad_{i} = {sympy.sstr(expr)}{suffix}")
-    if derived.second:
-        lines += ["", "Second order (d grad_<input> / d <w>)::", ""]
-        for i, row in derived.second.items():
-            for w, expr in row.items():
-                lines.append(f"    d grad_{i} / d {w} = {sympy.sstr(expr)}")
-    if fused and derived.fused:
-        lines += ["", "Compiled instead by the fused path (as accurate, less arithmetic)::", ""]
-        lines += [f"    {label}: {sympy.sstr(expr)}" for label, expr in derived.fused.items()]
-    return lines
 
 
 def _params(derived: Derived, framework: str) -> list[Param]:
@@ -767,7 +750,7 @@ def _summary(derived: Derived) -> str:
     fn = derived.function
     if fn.doc:
         return fn.doc.strip().splitlines()[0]
-    formulas = ", ".join(f"{sympy.sstr(e)}" for _, e in derived.naive_outputs)
+    formulas = ", ".join(one_line(e) for _, e in derived.naive_outputs)
     return f"{fn.name}: {formulas}."
 
 
@@ -788,7 +771,6 @@ class _TorchPlanner:
         self.sym = derived.symbols
         self.scalars = derived.scalars
         self.uses_math = False
-        self.helpers: set[str] = set()
         # upstream gradients: of the outputs, and of each VJP (the double backward's)
         self.upstream = frozenset(derived.grads) | frozenset(
             sympy.Symbol(f"grad_grad_{i}", real=True) for i in derived.diff_inputs
@@ -831,7 +813,6 @@ class _TorchPlanner:
             upstream=self.upstream,
         )
         self.uses_math = self.uses_math or result.uses_math
-        self.helpers |= _helpers_in(result.lines)
         return result.tape
 
     def body(self, assignments, copy_inputs: bool = False, in_place: bool = False) -> list[str]:
@@ -879,38 +860,18 @@ class _TorchPlanner:
             used |= {s.name for s in sympy.sympify(e).free_symbols}
         return [i.name for i in self.fn.inputs if not i.is_tensor and i.name in used]
 
-    def reduce_line(self, var: str, shape: str | None) -> str | None:
-        if not self.reduce or shape is None:
-            return None
-        return f"{var} = {var}.sum_to_size({shape})"
-
-    def first_order(
-        self, vjps: dict[str, sympy.Expr], diff: list[tuple[int, str]], shapes: dict[str, str]
-    ) -> tuple[list[str], list[MathFn]]:
-        """The main backward's lines without a graph, and the math function they call.
-
-        One differentiable input of an order-2 function: its backward Function's math.
-        Otherwise ``_<name>_backward``: all gradients with shared subexpressions.
-        """
-        fn = self.fn
-        results = [(k, f"grad_{i}", vjps[i], shapes.get(i)) for k, i in diff]
-        if len(diff) == 1 and fn.order >= 2:
-            ((_, i),) = diff
-            call = f"_run(_{fn.name}_grad_{i}, {', '.join(self._grad_inputs(i)[1])})"
-            return self.call_lines(results, call), []
-        return self.graph_free(f"_{fn.name}_backward", results)
-
     def graph_free(
-        self, name: str, results: list[tuple[int, str, sympy.Expr, str | None]]
-    ) -> tuple[list[str], list[MathFn]]:
-        """A backward's lines for ``create_graph=False`` and the math function they call.
+        self, name: str, results: list[tuple[int, str, sympy.Expr, str | None]], n_inputs: int
+    ) -> tuple[str | None, list[MathFn]]:
+        """The call of a backward's math for ``create_graph=False``, and that function.
 
-        ``results``: (index in ``ctx.needs_input_grad``, variable, formula, shape to sum
-        it to). The function computes every result with shared subexpressions and owned
-        temporaries updated in place, each only when its ``need_<variable>`` flag is set.
+        ``results``: (index in ``ctx.needs_input_grad``, of ``n_inputs``; variable;
+        formula; shape to sum it to). The function computes every result with shared
+        subexpressions and owned temporaries updated in place; of several, each only when
+        its ``need_<variable>`` flag is set.
         """
         if not results:
-            return [], []
+            return None, []
         exprs = [e for _, _, e, _ in results]
         tensors = self.tensors_in(exprs)
         args = self.ordered(tensors)
@@ -923,23 +884,13 @@ class _TorchPlanner:
             lines = guarded(tape, {var: f"need_{var}" for _, var, _, _ in results})
         lines.append(f"return {', '.join(var for _, var, _, _ in results)}")
         call_args = [*args, *(f"ctx.{s}" for s in scalars)]
-        call_args += [f"ctx.needs_input_grad[{k}]" for k, _, _, _ in results] if flags else []
+        call_args += _needs([k for k, _, _, _ in results], n_inputs) if flags else []
         call = f"_run({name}, {', '.join(call_args)})"
-        return self.call_lines(results, call), [MathFn(name, [*args, *scalars, *flags], lines)]
+        return call, [MathFn(name, [*args, *scalars, *flags], lines)]
 
-    def call_lines(self, results, call: str) -> list[str]:
-        """``var = call`` (one result: only when needed), then the broadcast reductions."""
-        if len(results) == 1:
-            ((k, var, _, shape),) = results
-            lines = [f"{var} = None", f"if ctx.needs_input_grad[{k}]:", f"    {var} = {call}"]
-            red = self.reduce_line(var, shape)
-            return lines + ([f"    {red}"] if red else [])
-        lines = [unpack_line([var for _, var, _, _ in results], call)]
-        for _, var, _, shape in results:
-            red = self.reduce_line(var, shape)
-            if red:
-                lines += [f"if {var} is not None:", f"    {red}"]
-        return lines
+    def reduced(self, var: str, shape: str | None) -> str:
+        """``var``, summed to ``shape`` where the inputs broadcast (None stays None)."""
+        return f"_sum_to({var}, {shape})" if self.reduce and shape is not None else var
 
     # -------------------------------------------------------------- the main Function
     def main(self) -> Kernel:
@@ -990,8 +941,7 @@ class _TorchPlanner:
         if non_diff:
             setup.append(f"ctx.mark_non_differentiable({', '.join(non_diff)})")
         if saved:
-            setup.append(f"ctx.save_for_backward({', '.join(saved)})")
-            setup.append(f"ctx.save_for_forward({', '.join(saved)})")
+            setup += _save_lines(saved, inputs)
 
         # Shapes of broadcast inputs that get a gradient but are not saved.
         shapes = {}
@@ -1012,42 +962,53 @@ class _TorchPlanner:
             if inp.gets_gradient and not is_zero(d.vjps[inp.name])
         ]
         results = [
-            f"grad_{inp.name}"
+            self.reduced(f"grad_{inp.name}", shapes.get(inp.name))
             if (k, inp.name) in diff
             else f"torch.zeros_like({inp.name})"
             if inp.name in zero_grads
             else "None"
             for k, inp in enumerate(fn.inputs)
         ]
+        grads = [f"grad_{i}" for _, i in diff]
         back = self._unpack_saved(saved)
         # First order (create_graph=False, the common case): every gradient from one
         # function, sharing its work, with no graph and no Function per input.
-        fast, extra_math = self.first_order(vjps, diff, shapes)
-        if order2:
-            back += ["if not torch.is_grad_enabled():"]
-            back += ["    " + line for line in fast]
-            back += [f"    return {', '.join(results)}"]
-        else:
+        call, extra_math = (None, [])
+        if not order2 or len(diff) > 1:
+            wanted = [(k, f"grad_{i}", vjps[i], shapes.get(i)) for k, i in diff]
+            call, extra_math = self.graph_free(f"_{fn.name}_backward", wanted, len(fn.inputs))
+        if not order2:
             back = [
                 "if torch.is_grad_enabled():",
                 f'    raise RuntimeError("{fn.name} has no double backward (spec order: 1); '
                 f'use order: 2 for second derivatives")',
                 *back,
-                *fast,
             ]
-        for k, i in diff if order2 else ():
-            # Differentiable: the gradient is a Function whose backward is the second order.
-            var = f"grad_{i}"
-            back.append(f"{var} = None")
-            back.append(f"if ctx.needs_input_grad[{k}]:")
-            args, cls = self._grad_inputs(i)[1], self.grad_class(i)
-            inner = [
-                f"function = _{cls} if torch.compiler.is_compiling() else {cls}",
-                f"{var} = function.apply({', '.join(args)})",
+            if len(diff) == 1:
+                ((k, _),) = diff
+                back += [
+                    f"{grads[0]} = None",
+                    f"if ctx.needs_input_grad[{k}]:",
+                    f"    {grads[0]} = {call}",
+                ]
+            elif diff:
+                back.append(unpack_line(grads, call))
+        else:
+            # Differentiable: a gradient is a Function whose backward is the second order.
+            applied = [
+                f"grad_{i} = _grad(ctx.needs_input_grad[{k}], {cls}, _{cls}, {args})"
+                for k, i in diff
+                for cls, args in [(self.grad_class(i), ", ".join(self._grad_inputs(i)[1]))]
             ]
-            red = self.reduce_line(var, shapes.get(i))
-            inner += [red] if red else []
-            back += ["    " + line for line in inner]
+            if len(diff) > 1:
+                back += [
+                    "if not torch.is_grad_enabled():  # create_graph=False: one call for all",
+                    f"    {unpack_line(grads, call)}",
+                    "else:",
+                    *("    " + line for line in applied),
+                ]
+            else:
+                back += applied
         back.append(f"return {', '.join(results)}")
         backward = Method(["ctx", *grad_names], mark_unused(back))
 
@@ -1090,9 +1051,12 @@ class _TorchPlanner:
 
     # -------------------------------------------------------------- per-input backward Functions
     def grad_class(self, input_name: str) -> str:
+        """The Function of the gradient w.r.t. ``input_name``: ``<Name>Grad`` (one
+        differentiable input) or ``<Name>Grad<Input>``, not ``<Name>Backward``, the name
+        autograd gives the backward node of ``<Name>``."""
         if len(self.d.diff_inputs) == 1:
-            return f"{self.fn.class_name}Backward"
-        return f"{self.fn.class_name}Backward{_camel(input_name)}"
+            return f"{self.fn.class_name}Grad"
+        return f"{self.fn.class_name}Grad{_camel(input_name)}"
 
     def second_terms(self, i: str) -> dict[str, sympy.Expr]:
         """d vjp_i / d w for each tensor w the backward Function of input ``i`` takes.
@@ -1144,8 +1108,7 @@ class _TorchPlanner:
         for s in scalars:
             setup.append(f"ctx.{s} = {s}")
         if saved:
-            setup.append(f"ctx.save_for_backward({', '.join(saved)})")
-            setup.append(f"ctx.save_for_forward({', '.join(saved)})")
+            setup += _save_lines(saved, args)
         # Gradients w.r.t. broadcast inputs are summed to their shape; an input that is not
         # saved still needs its shape (upstream gradients already have the output's shape).
         grad_names = {g.name for g in d.grads}
@@ -1166,30 +1129,38 @@ class _TorchPlanner:
             for k, name in enumerate(args)
             if name in second and not is_zero(second[name])
         ]
-        fast, extra_math = self.graph_free(f"_{self.fn.name}_grad_{i}_backward", terms)
+        call, extra_math = self.graph_free(f"_{self.fn.name}_grad_{i}_backward", terms, len(args))
+        bars = [var for _, var, _, _ in terms]
+        returned = [
+            self.reduced(f"{a}_bar", reduce_to.get(a)) if f"{a}_bar" in bars else "None"
+            for a in args
+        ]
         back = self._unpack_saved(saved)
-        if fast:
-            back += ["if not torch.is_grad_enabled():"]
-            back += ["    " + line for line in fast]
-            returns = [
-                f"{a}_bar" if a in second and not is_zero(second[a]) else "None" for a in args
+        if len(terms) == 1:
+            ((k, _, _, _),) = terms
+            back += [
+                f"if not ctx.needs_input_grad[{k}]:",
+                f"    return {', '.join(['None'] * len(args))}",
             ]
-            back += [f"    return {', '.join(returns)}"]
+        if call:
+            back.append("if not torch.is_grad_enabled():  # create_graph=False: no graph")
+            if returned == bars:
+                back.append(f"    return {call}")
+            elif len(bars) == 1 and bars[0] in returned:  # (not summed to a shape)
+                back.append(f"    return {', '.join(call if r in bars else r for r in returned)}")
+            else:
+                got = bars[0] if len(bars) == 1 else ", ".join(bars)
+                back += [f"    {got} = {call}", f"    return {', '.join(returned)}"]
         back += self._unpack_scalars(second.values())
-        results = []
-        for k, name in enumerate(args):
-            if name not in second or is_zero(second[name]):
-                results.append("None")
-                continue
-            out = f"{name}_bar"
-            back.append(f"{out} = None")
-            back.append(f"if ctx.needs_input_grad[{k}]:")
-            inner = self.body([(out, gg * second[name])])
-            if name in reduce_to:
-                inner.append(f"{out} = {out}.sum_to_size({reduce_to[name]})")
-            back += ["    " + line for line in inner]
-            results.append(out)
-        back.append(f"return {', '.join(results)}")
+        if len(terms) > 1:
+            back.append(f"{' = '.join(bars)} = None")
+        for k, out, expr, _ in terms:
+            inner = self.body([(out, expr)])
+            if len(terms) > 1:
+                back.append(f"if ctx.needs_input_grad[{k}]:")
+                inner = ["    " + line for line in inner]
+            back += inner
+        back.append(f"return {', '.join(returned)}")
         backward = Method(["ctx", gg.name], mark_unused(back))
 
         tangent_args = [f"{a}_t" if a in second else f"_{a}_t" for a in args]
@@ -1199,9 +1170,12 @@ class _TorchPlanner:
         jvp_lines = unpack + self.body([(f"{var}_t", jvp_expr)]) + [f"return {var}_t"]
         if is_zero(jvp_expr):
             jvp_lines = [f"return torch.zeros_like({tensor_names[0]})"]
+        wrt = f" w.r.t. {i}" if len(d.diff_inputs) > 1 else ""
         return Kernel(
             name=self.grad_class(i),
-            doc=[],
+            doc=[
+                f"The gradient of {self.fn.name}{wrt}: forward is the VJP, backward the second order."
+            ],
             inputs=args,
             math_name=f"_{self.fn.name}_grad_{i}",
             forward=forward,
@@ -1249,7 +1223,6 @@ def plan_torch(derived: Derived) -> FunctionPlan:
         _fused_versions(kernels, _torch_kernels(_TorchPlanner(derived.for_fused())))
         lines = [line for k in kernels for _, math in k.fused_math for line in math.lines]
         planner.uses_math |= any("math." in line for line in lines)
-        planner.helpers |= _helpers_in(lines)
     outputs = [name for name, _ in derived.outputs]
     return FunctionPlan(
         name=fn.name,
@@ -1262,7 +1235,6 @@ def plan_torch(derived: Derived) -> FunctionPlan:
         kernels=kernels,
         uses_math=planner.uses_math,
         needs_reduce=planner.reduce,
-        helpers=frozenset(planner.helpers),
     )
 
 

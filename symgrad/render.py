@@ -20,7 +20,7 @@ def _templates_dir() -> Path:
 
 @cache
 def environment() -> jinja2.Environment:
-    return jinja2.Environment(
+    env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(_templates_dir())),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
@@ -28,6 +28,18 @@ def environment() -> jinja2.Environment:
         keep_trailing_newline=True,
         autoescape=False,
     )
+    env.filters["returned"] = returned
+    return env
+
+
+def returned(lines: list[str]) -> list[str]:
+    """Straight-line code ending ``name = expr`` and ``return name``, ending
+    ``return expr`` instead."""
+    if len(lines) >= 2 and not lines[-2].startswith(" "):
+        name, eq, value = lines[-2].partition(" = ")
+        if eq and name.isidentifier() and lines[-1] == f"return {name}":
+            return [*lines[:-2], f"return {value}"]
+    return lines
 
 
 def render(template: str, **context) -> str:

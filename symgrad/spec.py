@@ -487,16 +487,22 @@ def load_spec(path: str | Path) -> Spec:
         _parse_function(str(name), value, ff.at(str(name)), order)
         for name, value in ff.data.items()
     )
-    class_names: dict[str, str] = {}
+    class_names: dict[str, str] = {}  # class -> what gives it
     for fn in functions:
-        if fn.class_name in class_names:
-            raise SpecError(
-                fn.location,
-                f"function '{fn.name}' and '{class_names[fn.class_name]}' both give class "
-                f"{fn.class_name}",
-                "rename one of them",
-            )
-        class_names[fn.class_name] = fn.name
+        # its Function, and those of its gradients (order 2) as the torch planner names them
+        diff = [i.name for i in fn.inputs if i.gets_gradient] if fn.order >= 2 else []
+        given = {fn.class_name: f"function '{fn.name}'"}
+        for i in diff:
+            suffix = "" if len(diff) == 1 else "".join(p[:1].upper() + p[1:] for p in i.split("_"))
+            given[f"{fn.class_name}Grad{suffix}"] = f"the gradient of '{fn.name}'"
+        for name, giver in given.items():
+            if name in class_names:
+                raise SpecError(
+                    fn.location,
+                    f"{giver} and {class_names[name]} both give class {name}",
+                    "rename one of the functions",
+                )
+            class_names[name] = giver
     f.finish(_SPEC_KEYS, "the spec")
     return Spec(
         module=module,

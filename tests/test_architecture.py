@@ -22,7 +22,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("symgrad.rewrite", "symgrad.derived"),
     ("symgrad.choose",),
     ("symgrad.derive",),
-    ("symgrad.printers",),
+    ("symgrad.printers", "symgrad.docstrings"),
     ("symgrad.plan", "symgrad.ir"),
     ("symgrad.runtime",),
     ("symgrad.render",),

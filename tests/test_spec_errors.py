@@ -165,6 +165,13 @@ CASES = {
         "f",
         r"(.|\n)*use \*\* for powers",
     ),
+    "class of another's gradient": (  # f's gradient is the Function FGrad
+        HEAD + "    inputs: {x: {}}\n    output: x\n  f_grad:\n    inputs: {x: {}}\n"
+        "    output: x\n",
+        6,
+        "f_grad",
+        r"'f_grad' and the gradient of 'f' both give class FGrad",
+    ),
 }
 
 

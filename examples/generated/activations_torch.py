@@ -53,9 +53,6 @@ _SIZE_HINT = 1 << 24
 # fewest operations (compiled, an operation is no pass over memory of its own).
 _FUSED_FORMS: dict[Callable, Callable] = {}
 
-#: Whether a functorch transform (vmap, grad, ...) is running: no in-place tricks then.
-_transforms_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: True)
-
 
 def use_fused(enabled: bool = True) -> None:
     """Compile this module's forward and backward math with ``torch.compile``.
@@ -67,12 +64,47 @@ def use_fused(enabled: bool = True) -> None:
     _fused_enabled = enabled
 
 
-def _signature_once(function: type) -> type:
-    """Class decorator: ``autograd.Function.apply`` binds its arguments to ``forward``'s
-    signature on every call, and ``inspect.signature`` costs ~4 us of a ~14 us call;
-    computed once here (inspect returns a function's ``__signature__``)."""
-    function.forward.__signature__ = inspect.signature(function.forward)
-    return function
+class _Function(torch.autograd.Function):
+    """The base of the generated autograd Functions: vmap from their own formulas
+    (``generate_vmap_rule``), and ``forward``'s signature computed once: ``apply`` binds
+    its arguments to it on every call, and ``inspect.signature`` costs ~4 us of a ~14 us
+    call (inspect returns a function's ``__signature__``)."""
+
+    generate_vmap_rule = True
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls.forward.__signature__ = inspect.signature(cls.forward)
+
+
+def _without_jvp(function: type) -> type:
+    """The Function ``function`` without its jvp, what torch.compile traces: dynamo cannot
+    trace a custom jvp (so compiled code has no forward mode)."""
+    return type(
+        f"_{function.__name__}", (function,), {"jvp": torch.autograd.Function.jvp}
+    )
+
+
+def _apply(function: type, traced: type, *args):
+    """``function.apply(*args)``; ``traced`` (``function`` without its jvp) under
+    torch.compile."""
+    return (traced if torch.compiler.is_compiling() else function).apply(*args)
+
+
+def _grad(needed: bool, function: type, traced: type, *args):
+    """The gradient that the Function ``function`` computes from ``args``, if ``needed``:
+    where autograd records (create_graph=True), a call of the Function, whose backward is
+    the second order; otherwise its forward alone, with no graph."""
+    if not needed:
+        return None
+    if torch.is_grad_enabled():
+        return _apply(function, traced, *args)
+    return function.forward(*args)
+
+
+def _sum_to(grad: torch.Tensor | None, shape: torch.Size) -> torch.Tensor | None:
+    """``grad`` summed to ``shape``: the gradient of an input that was broadcast."""
+    return None if grad is None else grad.sum_to_size(shape)
 
 
 def _run(math_fn: Callable, *args):
@@ -103,8 +135,11 @@ def _run(math_fn: Callable, *args):
     try:
         return compiled(*(_size_hinted(args) if compiling else args))
     except Exception as error:  # noqa: BLE001 - any compiler failure: keep the eager code
-        limit = getattr(torch._dynamo.exc, "FailOnRecompileLimitHit", ())
-        if isinstance(error, limit) and not compiling and _fresh_copies.get(key, 0) < 2:
+        if (
+            _recompile_limit_hit(error)
+            and not compiling
+            and _fresh_copies.get(key, 0) < 2
+        ):
             # This kind of call alone has had 8 versions (layouts: transposed, sliced,
             # sizes 0 and 1): a fresh copy, twice at most.
             _fresh_copies[key] = _fresh_copies.get(key, 0) + 1
@@ -178,11 +213,8 @@ def _size_hinted(args: tuple) -> tuple:
         if isinstance(a, torch.Tensor) and size in a.shape:
             a = a.detach().requires_grad_(a.requires_grad)  # (dynamo guards on it)
             for dim, n in enumerate(a.shape):
-                if n == size:
-                    try:
-                        torch._dynamo.mark_dynamic(a, dim, hint_override=hint)
-                    except TypeError:  # torch 2.8 and older: no hint_override
-                        return args
+                if n == size and not _mark_dynamic_hinted(a, dim, hint):
+                    return args  # (torch 2.8 and older: no hints)
         hinted.append(a)
     return tuple(hinted)
 
@@ -320,19 +352,53 @@ def _sigmoid(
     return x.sigmoid_() if overwrite else torch.sigmoid(x)
 
 
+# Private torch APIs, each with its fallback (symgrad/runtime/torch_private.py).
+
+#: Whether a functorch transform (vmap, grad, ...) is running: no in-place tricks then.
+#: (torch._C; where it is missing, one is taken to be running.)
+_transforms_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: True)
+
+
+def _recompile_limit_hit(error: Exception) -> bool:
+    """Whether ``error`` is dynamo's refusal of a compiled version past its recompile
+    limit under fullgraph=True (torch._dynamo.exc.FailOnRecompileLimitHit; never, where
+    this torch has no such error)."""
+    return isinstance(error, getattr(torch._dynamo.exc, "FailOnRecompileLimitHit", ()))
+
+
+def _mark_dynamic_hinted(tensor: torch.Tensor, dim: int, hint: int) -> bool:
+    """Mark ``tensor``'s dimension ``dim`` dynamic, with ``hint`` as the size compiled
+    code is tuned for (torch._dynamo.mark_dynamic); False, with nothing marked, where
+    this torch has no ``hint_override`` (2.8 and older)."""
+    try:
+        torch._dynamo.mark_dynamic(tensor, dim, hint_override=hint)
+    except TypeError:
+        return False
+    return True
+
+
 # --- softplus --------------------------------------------------------------
 
 
 def _softplus_forward(x):
-    out = _softplus(x, threshold=40.0)
-    return out
+    return _softplus(x, threshold=40.0)
 
 
-@_signature_once
-class _Softplus(torch.autograd.Function):
-    """Softplus without forward mode (what torch.compile traces)."""
+class Softplus(_Function):
+    """log(1 + e^x), stable for any x.
 
-    generate_vmap_rule = True
+    Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
+
+        out = softplus(x)
+        grad_x = grad*sigmoid(x)
+        d grad_x / d x = grad*sigmoid(-x)*sigmoid(x)
+        d grad_x / d grad = sigmoid(x)
+
+    Measured float64 error of the chosen forms vs mpmath::
+
+        out: 0.0 bits mean, 1 max over 73 points
+        grad_x, d grad_x / d x, d grad_x / d grad: 0.1 bits mean, 3 max over 73 points
+    """
 
     @staticmethod
     def forward(x):
@@ -340,61 +406,25 @@ class _Softplus(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        (x,) = inputs
-        ctx.save_for_backward(x)
-        ctx.save_for_forward(x)
+        ctx.save_for_backward(*inputs)
+        ctx.save_for_forward(*inputs)
 
     @staticmethod
     def backward(ctx, grad):
         (x,) = ctx.saved_tensors
-        if not torch.is_grad_enabled():
-            grad_x = None
-            if ctx.needs_input_grad[0]:
-                grad_x = _run(_softplus_grad_x, x, grad)
-            return grad_x
-        grad_x = None
-        if ctx.needs_input_grad[0]:
-            function = (
-                _SoftplusBackward if torch.compiler.is_compiling() else SoftplusBackward
-            )
-            grad_x = function.apply(x, grad)
-        return grad_x
-
-
-class Softplus(_Softplus):
-    """log(1 + e^x), stable for any x.
-
-    Forward::
-
-        out = softplus(x)
-
-    Measured float64 error of the chosen forms vs mpmath::
-
-        out: 0.0 bits mean, 1 max over 73 points
-        grad_x: 0.1 bits mean, 3 max over 73 points
-        d grad_x / d x: 0.1 bits mean, 3 max over 73 points
-        d grad_x / d grad: 0.1 bits mean, 3 max over 73 points
-
-    Gradients (VJP)::
-
-        grad_x = grad*sigmoid(x)
-
-    Second order (d grad_<input> / d <w>)::
-
-        d grad_x / d x = grad*sigmoid(-x)*sigmoid(x)
-        d grad_x / d grad = sigmoid(x)
-    """
+        return _grad(ctx.needs_input_grad[0], SoftplusGrad, _SoftplusGrad, x, grad)
 
     @staticmethod
     def jvp(ctx, x_t):
         (x,) = ctx.saved_tensors
-        out_t = x_t * torch.sigmoid(x)
-        return out_t
+        return x_t * torch.sigmoid(x)
+
+
+_Softplus = _without_jvp(Softplus)
 
 
 def _softplus_grad_x(x, grad):
-    grad_x = _mul_into(torch.sigmoid(x), grad)
-    return grad_x
+    return _mul_into(torch.sigmoid(x), grad)
 
 
 def _softplus_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
@@ -407,11 +437,8 @@ def _softplus_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
     return x_bar, grad_bar
 
 
-@_signature_once
-class _SoftplusBackward(torch.autograd.Function):
-    """The gradient of softplus: forward is the VJP, backward the derived second order."""
-
-    generate_vmap_rule = True
+class SoftplusGrad(_Function):
+    """The gradient of softplus: forward is the VJP, backward the second order."""
 
     @staticmethod
     def forward(x, grad):
@@ -419,41 +446,31 @@ class _SoftplusBackward(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        x, grad = inputs
-        ctx.save_for_backward(x, grad)
-        ctx.save_for_forward(x, grad)
+        ctx.save_for_backward(*inputs)
+        ctx.save_for_forward(*inputs)
 
     @staticmethod
     def backward(ctx, grad_grad_x):
         x, grad = ctx.saved_tensors
-        if not torch.is_grad_enabled():
-            x_bar, grad_bar = _run(
-                _softplus_grad_x_backward,
-                x,
-                grad,
-                grad_grad_x,
-                ctx.needs_input_grad[0],
-                ctx.needs_input_grad[1],
+        if not torch.is_grad_enabled():  # create_graph=False: no graph
+            return _run(
+                _softplus_grad_x_backward, x, grad, grad_grad_x, *ctx.needs_input_grad
             )
-            return x_bar, grad_bar
-        x_bar = None
+        x_bar = grad_bar = None
         if ctx.needs_input_grad[0]:
             x_bar = grad * grad_grad_x * torch.sigmoid(-x) * torch.sigmoid(x)
-        grad_bar = None
         if ctx.needs_input_grad[1]:
             grad_bar = grad_grad_x * torch.sigmoid(x)
         return x_bar, grad_bar
-
-
-class SoftplusBackward(_SoftplusBackward):
-    """SoftplusBackward with forward mode (jvp) from the derived formulas."""
 
     @staticmethod
     def jvp(ctx, x_t, grad_t):
         x, grad = ctx.saved_tensors
         t0 = torch.sigmoid(x)
-        grad_x_t = grad * t0 * x_t * torch.sigmoid(-x) + grad_t * t0
-        return grad_x_t
+        return grad * t0 * x_t * torch.sigmoid(-x) + grad_t * t0
+
+
+_SoftplusGrad = _without_jvp(SoftplusGrad)
 
 
 def softplus(x: torch.Tensor) -> torch.Tensor:
@@ -461,24 +478,35 @@ def softplus(x: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`Softplus`.
     """
-    # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
-    function = _Softplus if torch.compiler.is_compiling() else Softplus
-    return function.apply(x)
+    return _apply(Softplus, _Softplus, x)
 
 
 # --- scaled_softplus -------------------------------------------------------
 
 
 def _scaled_softplus_forward(x, beta):
-    out = _softplus(beta * x, threshold=40.0).div_(beta)
-    return out
+    return _softplus(beta * x, threshold=40.0).div_(beta)
 
 
-@_signature_once
-class _ScaledSoftplus(torch.autograd.Function):
-    """ScaledSoftplus without forward mode (what torch.compile traces)."""
+class ScaledSoftplus(_Function):
+    """scaled_softplus: log(exp(beta*x) + 1)/beta.
 
-    generate_vmap_rule = True
+    Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
+
+              softplus(beta*x)
+        out = ----------------
+                    beta
+
+        grad_x = grad*sigmoid(beta*x)
+        d grad_x / d x = beta*grad*sigmoid(-beta*x)*sigmoid(beta*x)
+        d grad_x / d grad = sigmoid(beta*x)
+
+    Measured float64 error of the chosen forms vs mpmath::
+
+        out: 0.6 bits mean, 52 max over 93 points, 4 non-finite
+        grad_x, d grad_x / d grad: 0.0 bits mean, 3 max over 93 points
+        d grad_x / d x: 0.1 bits mean, 3 max over 93 points
+    """
 
     @staticmethod
     def forward(x, beta):
@@ -494,57 +522,28 @@ class _ScaledSoftplus(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         (x,) = ctx.saved_tensors
-        if not torch.is_grad_enabled():
-            grad_x = None
-            if ctx.needs_input_grad[0]:
-                grad_x = _run(_scaled_softplus_grad_x, x, grad, ctx.beta)
-            return grad_x, None
-        grad_x = None
-        if ctx.needs_input_grad[0]:
-            function = (
-                _ScaledSoftplusBackward
-                if torch.compiler.is_compiling()
-                else ScaledSoftplusBackward
-            )
-            grad_x = function.apply(x, grad, ctx.beta)
+        grad_x = _grad(
+            ctx.needs_input_grad[0],
+            ScaledSoftplusGrad,
+            _ScaledSoftplusGrad,
+            x,
+            grad,
+            ctx.beta,
+        )
         return grad_x, None
-
-
-class ScaledSoftplus(_ScaledSoftplus):
-    """scaled_softplus: log(exp(beta*x) + 1)/beta.
-
-    Forward::
-
-        out = softplus(beta*x)/beta
-
-    Measured float64 error of the chosen forms vs mpmath::
-
-        out: 0.6 bits mean, 52 max over 93 points, 4 non-finite
-        grad_x: 0.0 bits mean, 3 max over 93 points
-        d grad_x / d x: 0.1 bits mean, 3 max over 93 points
-        d grad_x / d grad: 0.0 bits mean, 3 max over 93 points
-
-    Gradients (VJP)::
-
-        grad_x = grad*sigmoid(beta*x)
-
-    Second order (d grad_<input> / d <w>)::
-
-        d grad_x / d x = beta*grad*sigmoid(-beta*x)*sigmoid(beta*x)
-        d grad_x / d grad = sigmoid(beta*x)
-    """
 
     @staticmethod
     def jvp(ctx, x_t, _beta_t):
         (x,) = ctx.saved_tensors
         beta = ctx.beta
-        out_t = x_t * torch.sigmoid(beta * x)
-        return out_t
+        return x_t * torch.sigmoid(beta * x)
+
+
+_ScaledSoftplus = _without_jvp(ScaledSoftplus)
 
 
 def _scaled_softplus_grad_x(x, grad, beta):
-    grad_x = _mul_into((beta * x).sigmoid_(), grad)
-    return grad_x
+    return _mul_into((beta * x).sigmoid_(), grad)
 
 
 def _scaled_softplus_grad_x_backward(
@@ -561,11 +560,8 @@ def _scaled_softplus_grad_x_backward(
     return x_bar, grad_bar
 
 
-@_signature_once
-class _ScaledSoftplusBackward(torch.autograd.Function):
-    """The gradient of scaled_softplus: forward is the VJP, backward the derived second order."""
-
-    generate_vmap_rule = True
+class ScaledSoftplusGrad(_Function):
+    """The gradient of scaled_softplus: forward is the VJP, backward the second order."""
 
     @staticmethod
     def forward(x, grad, beta):
@@ -581,19 +577,18 @@ class _ScaledSoftplusBackward(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_grad_x):
         x, grad = ctx.saved_tensors
-        if not torch.is_grad_enabled():
+        if not torch.is_grad_enabled():  # create_graph=False: no graph
             x_bar, grad_bar = _run(
                 _scaled_softplus_grad_x_backward,
                 x,
                 grad,
                 grad_grad_x,
                 ctx.beta,
-                ctx.needs_input_grad[0],
-                ctx.needs_input_grad[1],
+                *ctx.needs_input_grad[:2],
             )
             return x_bar, grad_bar, None
         beta = ctx.beta
-        x_bar = None
+        x_bar = grad_bar = None
         if ctx.needs_input_grad[0]:
             t0 = -beta
             x_bar = (
@@ -603,14 +598,9 @@ class _ScaledSoftplusBackward(torch.autograd.Function):
                 * torch.sigmoid(beta * x)
                 * torch.sigmoid(t0 * x)
             )
-        grad_bar = None
         if ctx.needs_input_grad[1]:
             grad_bar = grad_grad_x * torch.sigmoid(beta * x)
         return x_bar, grad_bar, None
-
-
-class ScaledSoftplusBackward(_ScaledSoftplusBackward):
-    """ScaledSoftplusBackward with forward mode (jvp) from the derived formulas."""
 
     @staticmethod
     def jvp(ctx, x_t, grad_t, _beta_t):
@@ -618,8 +608,10 @@ class ScaledSoftplusBackward(_ScaledSoftplusBackward):
         beta = ctx.beta
         t0 = -beta
         t1 = torch.sigmoid(beta * x)
-        grad_x_t = beta * grad * t1 * x_t * torch.sigmoid(t0 * x) + grad_t * t1
-        return grad_x_t
+        return beta * grad * t1 * x_t * torch.sigmoid(t0 * x) + grad_t * t1
+
+
+_ScaledSoftplusGrad = _without_jvp(ScaledSoftplusGrad)
 
 
 def scaled_softplus(x: torch.Tensor, beta: float = 1.0) -> torch.Tensor:
@@ -627,17 +619,14 @@ def scaled_softplus(x: torch.Tensor, beta: float = 1.0) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`ScaledSoftplus`.
     """
-    # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
-    function = _ScaledSoftplus if torch.compiler.is_compiling() else ScaledSoftplus
-    return function.apply(x, beta)
+    return _apply(ScaledSoftplus, _ScaledSoftplus, x, beta)
 
 
 # --- mul -------------------------------------------------------------------
 
 
 def _mul_forward(x, y):
-    out = x * y
-    return out
+    return x * y
 
 
 def _mul_backward(x, y, grad, need_grad_x, need_grad_y):
@@ -649,11 +638,28 @@ def _mul_backward(x, y, grad, need_grad_x, need_grad_y):
     return grad_x, grad_y
 
 
-@_signature_once
-class _Mul(torch.autograd.Function):
-    """Mul without forward mode (what torch.compile traces)."""
+class Mul(_Function):
+    """mul: x*y.
 
-    generate_vmap_rule = True
+    Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
+
+        out = x*y
+        grad_x = grad*y
+        grad_y = grad*x
+        d grad_x / d x = 0
+        d grad_x / d y = grad
+        d grad_x / d grad = y
+        d grad_y / d x = grad
+        d grad_y / d y = 0
+        d grad_y / d grad = x
+
+    Measured float64 error of the chosen forms vs mpmath::
+
+        out: 0.0 bits mean, 0 max over 85 points
+        grad_x, grad_y, d grad_x / d x, d grad_x / d y, d grad_x / d grad,
+            d grad_y / d x, d grad_y / d y, d grad_y / d grad:
+            0.0 bits mean, 0 max over 98 points
+    """
 
     @staticmethod
     def forward(x, y):
@@ -661,84 +667,30 @@ class _Mul(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        x, y = inputs
-        ctx.save_for_backward(x, y)
-        ctx.save_for_forward(x, y)
+        ctx.save_for_backward(*inputs)
+        ctx.save_for_forward(*inputs)
 
     @staticmethod
     def backward(ctx, grad):
         x, y = ctx.saved_tensors
-        if not torch.is_grad_enabled():
-            grad_x, grad_y = _run(
-                _mul_backward,
-                x,
-                y,
-                grad,
-                ctx.needs_input_grad[0],
-                ctx.needs_input_grad[1],
-            )
-            if grad_x is not None:
-                grad_x = grad_x.sum_to_size(x.shape)
-            if grad_y is not None:
-                grad_y = grad_y.sum_to_size(y.shape)
-            return grad_x, grad_y
-        grad_x = None
-        if ctx.needs_input_grad[0]:
-            function = _MulBackwardX if torch.compiler.is_compiling() else MulBackwardX
-            grad_x = function.apply(y, grad)
-            grad_x = grad_x.sum_to_size(x.shape)
-        grad_y = None
-        if ctx.needs_input_grad[1]:
-            function = _MulBackwardY if torch.compiler.is_compiling() else MulBackwardY
-            grad_y = function.apply(x, grad)
-            grad_y = grad_y.sum_to_size(y.shape)
-        return grad_x, grad_y
-
-
-class Mul(_Mul):
-    """mul: x*y.
-
-    Forward::
-
-        out = x*y
-
-    Measured float64 error of the chosen forms vs mpmath::
-
-        out: 0.0 bits mean, 0 max over 85 points
-        grad_x: 0.0 bits mean, 0 max over 98 points
-        grad_y: 0.0 bits mean, 0 max over 98 points
-        d grad_x / d x: 0.0 bits mean, 0 max over 98 points
-        d grad_x / d y: 0.0 bits mean, 0 max over 98 points
-        d grad_x / d grad: 0.0 bits mean, 0 max over 98 points
-        d grad_y / d x: 0.0 bits mean, 0 max over 98 points
-        d grad_y / d y: 0.0 bits mean, 0 max over 98 points
-        d grad_y / d grad: 0.0 bits mean, 0 max over 98 points
-
-    Gradients (VJP)::
-
-        grad_x = grad*y
-        grad_y = grad*x
-
-    Second order (d grad_<input> / d <w>)::
-
-        d grad_x / d x = 0
-        d grad_x / d y = grad
-        d grad_x / d grad = y
-        d grad_y / d x = grad
-        d grad_y / d y = 0
-        d grad_y / d grad = x
-    """
+        if not torch.is_grad_enabled():  # create_graph=False: one call for all
+            grad_x, grad_y = _run(_mul_backward, x, y, grad, *ctx.needs_input_grad)
+        else:
+            grad_x = _grad(ctx.needs_input_grad[0], MulGradX, _MulGradX, y, grad)
+            grad_y = _grad(ctx.needs_input_grad[1], MulGradY, _MulGradY, x, grad)
+        return _sum_to(grad_x, x.shape), _sum_to(grad_y, y.shape)
 
     @staticmethod
     def jvp(ctx, x_t, y_t):
         x, y = ctx.saved_tensors
-        out_t = x * y_t + x_t * y
-        return out_t
+        return x * y_t + x_t * y
+
+
+_Mul = _without_jvp(Mul)
 
 
 def _mul_grad_x(y, grad):
-    grad_x = grad * y
-    return grad_x
+    return grad * y
 
 
 def _mul_grad_x_backward(y, grad, grad_grad_x, need_y_bar, need_grad_bar):
@@ -750,11 +702,8 @@ def _mul_grad_x_backward(y, grad, grad_grad_x, need_y_bar, need_grad_bar):
     return y_bar, grad_bar
 
 
-@_signature_once
-class _MulBackwardX(torch.autograd.Function):
-    """The gradient of mul: forward is the VJP, backward the derived second order."""
-
-    generate_vmap_rule = True
+class MulGradX(_Function):
+    """The gradient of mul w.r.t. x: forward is the VJP, backward the second order."""
 
     @staticmethod
     def forward(y, grad):
@@ -762,48 +711,35 @@ class _MulBackwardX(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        y, grad = inputs
-        ctx.save_for_backward(y, grad)
-        ctx.save_for_forward(y, grad)
+        ctx.save_for_backward(*inputs)
+        ctx.save_for_forward(*inputs)
 
     @staticmethod
     def backward(ctx, grad_grad_x):
         y, grad = ctx.saved_tensors
-        if not torch.is_grad_enabled():
+        if not torch.is_grad_enabled():  # create_graph=False: no graph
             y_bar, grad_bar = _run(
-                _mul_grad_x_backward,
-                y,
-                grad,
-                grad_grad_x,
-                ctx.needs_input_grad[0],
-                ctx.needs_input_grad[1],
+                _mul_grad_x_backward, y, grad, grad_grad_x, *ctx.needs_input_grad
             )
-            if y_bar is not None:
-                y_bar = y_bar.sum_to_size(y.shape)
-            return y_bar, grad_bar
-        y_bar = None
+            return _sum_to(y_bar, y.shape), grad_bar
+        y_bar = grad_bar = None
         if ctx.needs_input_grad[0]:
             y_bar = grad * grad_grad_x
-            y_bar = y_bar.sum_to_size(y.shape)
-        grad_bar = None
         if ctx.needs_input_grad[1]:
             grad_bar = grad_grad_x * y
-        return y_bar, grad_bar
-
-
-class MulBackwardX(_MulBackwardX):
-    """MulBackwardX with forward mode (jvp) from the derived formulas."""
+        return _sum_to(y_bar, y.shape), grad_bar
 
     @staticmethod
     def jvp(ctx, y_t, grad_t):
         y, grad = ctx.saved_tensors
-        grad_x_t = grad * y_t + grad_t * y
-        return grad_x_t
+        return grad * y_t + grad_t * y
+
+
+_MulGradX = _without_jvp(MulGradX)
 
 
 def _mul_grad_y(x, grad):
-    grad_y = grad * x
-    return grad_y
+    return grad * x
 
 
 def _mul_grad_y_backward(x, grad, grad_grad_y, need_x_bar, need_grad_bar):
@@ -815,11 +751,8 @@ def _mul_grad_y_backward(x, grad, grad_grad_y, need_x_bar, need_grad_bar):
     return x_bar, grad_bar
 
 
-@_signature_once
-class _MulBackwardY(torch.autograd.Function):
-    """The gradient of mul: forward is the VJP, backward the derived second order."""
-
-    generate_vmap_rule = True
+class MulGradY(_Function):
+    """The gradient of mul w.r.t. y: forward is the VJP, backward the second order."""
 
     @staticmethod
     def forward(x, grad):
@@ -827,43 +760,31 @@ class _MulBackwardY(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        x, grad = inputs
-        ctx.save_for_backward(x, grad)
-        ctx.save_for_forward(x, grad)
+        ctx.save_for_backward(*inputs)
+        ctx.save_for_forward(*inputs)
 
     @staticmethod
     def backward(ctx, grad_grad_y):
         x, grad = ctx.saved_tensors
-        if not torch.is_grad_enabled():
+        if not torch.is_grad_enabled():  # create_graph=False: no graph
             x_bar, grad_bar = _run(
-                _mul_grad_y_backward,
-                x,
-                grad,
-                grad_grad_y,
-                ctx.needs_input_grad[0],
-                ctx.needs_input_grad[1],
+                _mul_grad_y_backward, x, grad, grad_grad_y, *ctx.needs_input_grad
             )
-            if x_bar is not None:
-                x_bar = x_bar.sum_to_size(x.shape)
-            return x_bar, grad_bar
-        x_bar = None
+            return _sum_to(x_bar, x.shape), grad_bar
+        x_bar = grad_bar = None
         if ctx.needs_input_grad[0]:
             x_bar = grad * grad_grad_y
-            x_bar = x_bar.sum_to_size(x.shape)
-        grad_bar = None
         if ctx.needs_input_grad[1]:
             grad_bar = grad_grad_y * x
-        return x_bar, grad_bar
-
-
-class MulBackwardY(_MulBackwardY):
-    """MulBackwardY with forward mode (jvp) from the derived formulas."""
+        return _sum_to(x_bar, x.shape), grad_bar
 
     @staticmethod
     def jvp(ctx, x_t, grad_t):
         x, grad = ctx.saved_tensors
-        grad_y_t = grad * x_t + grad_t * x
-        return grad_y_t
+        return grad * x_t + grad_t * x
+
+
+_MulGradY = _without_jvp(MulGradY)
 
 
 def mul(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -871,10 +792,8 @@ def mul(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`Mul`.
     """
-    # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
-    function = _Mul if torch.compiler.is_compiling() else Mul
     try:
-        return function.apply(x, y)
+        return _apply(Mul, _Mul, x, y)
     except RuntimeError:
         _check_broadcast("mul", x=x, y=y)
         raise
@@ -901,11 +820,35 @@ def _sinh_cosh_forward(x):
     return s, c
 
 
-@_signature_once
-class _SinhCosh(torch.autograd.Function):
-    """SinhCosh without forward mode (what torch.compile traces)."""
+class SinhCosh(_Function):
+    r"""sinh_cosh: sinh(x), cosh(x).
 
-    generate_vmap_rule = True
+    Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
+
+        s = sinh(x)
+        c = cosh(x)
+
+                 /               0                 for And(grad_c = 0, grad_s = 0)
+                 |
+                 |        grad_c*sinh(x)                   for grad_s = 0
+        grad_x = <
+                 |        grad_s*cosh(x)                   for grad_c = 0
+                 |
+                 \grad_c*sinh(x) + grad_s*cosh(x)             otherwise
+
+        d grad_x / d x = 0 if Eq(grad_c, 0) & Eq(grad_s, 0) else grad_c*cosh(x) if
+            Eq(grad_s, 0) else grad_s*sinh(x) if Eq(grad_c, 0) else grad_c*cosh(x) +
+            grad_s*sinh(x)
+
+        d grad_x / d grad_s = cosh(x)
+        d grad_x / d grad_c = sinh(x)
+
+    Measured float64 error of the chosen forms vs mpmath::
+
+        s, c, d grad_x / d grad_s, d grad_x / d grad_c:
+            0.1 bits mean, 1 max over 33 points
+        grad_x, d grad_x / d x: 26.3 bits mean, 64 max over 48 points, 22 non-finite
+    """
 
     @staticmethod
     def forward(x):
@@ -913,54 +856,15 @@ class _SinhCosh(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        (x,) = inputs
-        ctx.save_for_backward(x)
-        ctx.save_for_forward(x)
+        ctx.save_for_backward(*inputs)
+        ctx.save_for_forward(*inputs)
 
     @staticmethod
     def backward(ctx, grad_s, grad_c):
         (x,) = ctx.saved_tensors
-        if not torch.is_grad_enabled():
-            grad_x = None
-            if ctx.needs_input_grad[0]:
-                grad_x = _run(_sinh_cosh_grad_x, x, grad_s, grad_c)
-            return grad_x
-        grad_x = None
-        if ctx.needs_input_grad[0]:
-            function = (
-                _SinhCoshBackward if torch.compiler.is_compiling() else SinhCoshBackward
-            )
-            grad_x = function.apply(x, grad_s, grad_c)
-        return grad_x
-
-
-class SinhCosh(_SinhCosh):
-    """sinh_cosh: sinh(x), cosh(x).
-
-    Forward::
-
-        s = sinh(x)
-        c = cosh(x)
-
-    Measured float64 error of the chosen forms vs mpmath::
-
-        s: 0.1 bits mean, 1 max over 33 points
-        c: 0.1 bits mean, 1 max over 33 points
-        grad_x: 26.3 bits mean, 64 max over 48 points, 22 non-finite
-        d grad_x / d x: 26.3 bits mean, 64 max over 48 points, 22 non-finite
-        d grad_x / d grad_s: 0.1 bits mean, 1 max over 33 points
-        d grad_x / d grad_c: 0.1 bits mean, 1 max over 33 points
-
-    Gradients (VJP)::
-
-        grad_x = Piecewise((0, Eq(grad_c, 0) & Eq(grad_s, 0)), (grad_c*sinh(x), Eq(grad_s, 0)), (grad_s*cosh(x), Eq(grad_c, 0)), (grad_c*sinh(x) + grad_s*cosh(x), True))
-
-    Second order (d grad_<input> / d <w>)::
-
-        d grad_x / d x = Piecewise((0, Eq(grad_c, 0) & Eq(grad_s, 0)), (grad_c*cosh(x), Eq(grad_s, 0)), (grad_s*sinh(x), Eq(grad_c, 0)), (grad_c*cosh(x) + grad_s*sinh(x), True))
-        d grad_x / d grad_s = cosh(x)
-        d grad_x / d grad_c = sinh(x)
-    """
+        return _grad(
+            ctx.needs_input_grad[0], SinhCoshGrad, _SinhCoshGrad, x, grad_s, grad_c
+        )
 
     @staticmethod
     def jvp(ctx, x_t):
@@ -978,6 +882,9 @@ class SinhCosh(_SinhCosh):
             * (torch.exp(torch.abs(x) / 2) / 2),
         )
         return s_t, c_t
+
+
+_SinhCosh = _without_jvp(SinhCosh)
 
 
 def _sinh_cosh_grad_x(x, grad_s, grad_c):
@@ -1004,13 +911,12 @@ def _sinh_cosh_grad_x(x, grad_s, grad_c):
         grad_s,
     )
     t4 = t0 & t1
-    grad_x = _where(
+    return _where(
         t4,
         0.0,
         _where(t1, t2, _where(t0, t3, t2 + t3, overwrite="b"), overwrite="b"),
         overwrite="b",
     )
-    return grad_x
 
 
 def _sinh_cosh_grad_x_backward(
@@ -1057,11 +963,8 @@ def _sinh_cosh_grad_x_backward(
     return x_bar, grad_s_bar, grad_c_bar
 
 
-@_signature_once
-class _SinhCoshBackward(torch.autograd.Function):
-    """The gradient of sinh_cosh: forward is the VJP, backward the derived second order."""
-
-    generate_vmap_rule = True
+class SinhCoshGrad(_Function):
+    """The gradient of sinh_cosh: forward is the VJP, backward the second order."""
 
     @staticmethod
     def forward(x, grad_s, grad_c):
@@ -1069,26 +972,22 @@ class _SinhCoshBackward(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        x, grad_s, grad_c = inputs
-        ctx.save_for_backward(x, grad_s, grad_c)
-        ctx.save_for_forward(x, grad_s, grad_c)
+        ctx.save_for_backward(*inputs)
+        ctx.save_for_forward(*inputs)
 
     @staticmethod
     def backward(ctx, grad_grad_x):
         x, grad_s, grad_c = ctx.saved_tensors
-        if not torch.is_grad_enabled():
-            x_bar, grad_s_bar, grad_c_bar = _run(
+        if not torch.is_grad_enabled():  # create_graph=False: no graph
+            return _run(
                 _sinh_cosh_grad_x_backward,
                 x,
                 grad_s,
                 grad_c,
                 grad_grad_x,
-                ctx.needs_input_grad[0],
-                ctx.needs_input_grad[1],
-                ctx.needs_input_grad[2],
+                *ctx.needs_input_grad,
             )
-            return x_bar, grad_s_bar, grad_c_bar
-        x_bar = None
+        x_bar = grad_s_bar = grad_c_bar = None
         if ctx.needs_input_grad[0]:
             t0 = grad_c == 0
             t1 = grad_s == 0
@@ -1107,14 +1006,12 @@ class _SinhCoshBackward(torch.autograd.Function):
             x_bar = grad_grad_x * torch.where(
                 t0 & t1, 0.0, torch.where(t1, t2, torch.where(t0, t3, t2 + t3))
             )
-        grad_s_bar = None
         if ctx.needs_input_grad[1]:
             grad_s_bar = grad_grad_x * torch.where(
                 torch.abs(x) < 88,
                 torch.cosh(x),
                 torch.exp(torch.abs(x) / 2) * (torch.exp(torch.abs(x) / 2) / 2),
             )
-        grad_c_bar = None
         if ctx.needs_input_grad[2]:
             grad_c_bar = grad_grad_x * torch.where(
                 torch.abs(x) < 88,
@@ -1124,10 +1021,6 @@ class _SinhCoshBackward(torch.autograd.Function):
                 * (torch.exp(torch.abs(x) / 2) / 2),
             )
         return x_bar, grad_s_bar, grad_c_bar
-
-
-class SinhCoshBackward(_SinhCoshBackward):
-    """SinhCoshBackward with forward mode (jvp) from the derived formulas."""
 
     @staticmethod
     def jvp(ctx, x_t, grad_s_t, grad_c_t):
@@ -1148,7 +1041,7 @@ class SinhCoshBackward(_SinhCoshBackward):
         t3 = grad_s == 0
         t4 = grad_c * t1
         t5 = grad_s * t0
-        grad_x_t = (
+        return (
             grad_c_t * t0
             + grad_s_t * t1
             + x_t
@@ -1156,7 +1049,9 @@ class SinhCoshBackward(_SinhCoshBackward):
                 t2 & t3, 0.0, torch.where(t3, t4, torch.where(t2, t5, t4 + t5))
             )
         )
-        return grad_x_t
+
+
+_SinhCoshGrad = _without_jvp(SinhCoshGrad)
 
 
 def sinh_cosh(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -1164,9 +1059,7 @@ def sinh_cosh(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
     Differentiable with the derived formulas of :class:`SinhCosh`.
     """
-    # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
-    function = _SinhCosh if torch.compiler.is_compiling() else SinhCosh
-    return function.apply(x)
+    return _apply(SinhCosh, _SinhCosh, x)
 
 
 # --- log_ratio -------------------------------------------------------------
@@ -1176,8 +1069,7 @@ def _log_ratio_forward(x, y):
     t0 = x / y
     t1 = t0 > 7.888609052210118e-31
     t2 = t0 < 1.2676506002282294e30
-    out = _where(t1 & t2, t0.log_(), torch.log(x) - torch.log(y), overwrite="a")
-    return out
+    return _where(t1 & t2, t0.log_(), torch.log(x) - torch.log(y), overwrite="a")
 
 
 def _log_ratio_backward(x, y, grad, need_grad_x, need_grad_y):
@@ -1189,11 +1081,52 @@ def _log_ratio_backward(x, y, grad, need_grad_x, need_grad_y):
     return grad_x, grad_y
 
 
-@_signature_once
-class _LogRatio(torch.autograd.Function):
-    """LogRatio without forward mode (what torch.compile traces)."""
+class LogRatio(_Function):
+    """log_ratio: log(x/y).
 
-    generate_vmap_rule = True
+    Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
+
+        out = log(x/y) if (x/y > 7.88860905221012e-31) & (x/y < 1.26765060022823e+30)
+            else log(x) - log(y)
+
+                 grad
+        grad_x = ----
+                  x
+
+                 -grad
+        grad_y = ------
+                   y
+
+                         -grad
+        d grad_x / d x = ------
+                            2
+                           x
+
+        d grad_x / d y = 0
+
+                            1
+        d grad_x / d grad = -
+                            x
+
+        d grad_y / d x = 0
+
+                         grad
+        d grad_y / d y = ----
+                           2
+                          y
+
+                            -1
+        d grad_y / d grad = ---
+                             y
+
+    Measured float64 error of the chosen forms vs mpmath::
+
+        out: 0.4 bits mean, 3 max over 72 points, 13 non-finite
+        grad_x, grad_y, d grad_x / d y, d grad_x / d grad, d grad_y / d x,
+            d grad_y / d grad: 0.0 bits mean, 0 max over 72 points
+        d grad_x / d x: 0.3 bits mean, 1 max over 62 points
+        d grad_y / d y: 0.9 bits mean, 46 max over 59 points
+    """
 
     @staticmethod
     def forward(x, y):
@@ -1201,92 +1134,36 @@ class _LogRatio(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        x, y = inputs
-        ctx.save_for_backward(x, y)
-        ctx.save_for_forward(x, y)
+        ctx.save_for_backward(*inputs)
+        ctx.save_for_forward(*inputs)
 
     @staticmethod
     def backward(ctx, grad):
         x, y = ctx.saved_tensors
-        if not torch.is_grad_enabled():
+        if not torch.is_grad_enabled():  # create_graph=False: one call for all
             grad_x, grad_y = _run(
-                _log_ratio_backward,
-                x,
-                y,
-                grad,
-                ctx.needs_input_grad[0],
-                ctx.needs_input_grad[1],
+                _log_ratio_backward, x, y, grad, *ctx.needs_input_grad
             )
-            if grad_x is not None:
-                grad_x = grad_x.sum_to_size(x.shape)
-            if grad_y is not None:
-                grad_y = grad_y.sum_to_size(y.shape)
-            return grad_x, grad_y
-        grad_x = None
-        if ctx.needs_input_grad[0]:
-            function = (
-                _LogRatioBackwardX
-                if torch.compiler.is_compiling()
-                else LogRatioBackwardX
+        else:
+            grad_x = _grad(
+                ctx.needs_input_grad[0], LogRatioGradX, _LogRatioGradX, x, grad
             )
-            grad_x = function.apply(x, grad)
-            grad_x = grad_x.sum_to_size(x.shape)
-        grad_y = None
-        if ctx.needs_input_grad[1]:
-            function = (
-                _LogRatioBackwardY
-                if torch.compiler.is_compiling()
-                else LogRatioBackwardY
+            grad_y = _grad(
+                ctx.needs_input_grad[1], LogRatioGradY, _LogRatioGradY, y, grad
             )
-            grad_y = function.apply(y, grad)
-            grad_y = grad_y.sum_to_size(y.shape)
-        return grad_x, grad_y
-
-
-class LogRatio(_LogRatio):
-    """log_ratio: log(x/y).
-
-    Forward::
-
-        out = Piecewise((log(x/y), (x/y > 7.88860905221012e-31) & (x/y < 1.26765060022823e+30)), (log(x) - log(y), True))
-
-    Measured float64 error of the chosen forms vs mpmath::
-
-        out: 0.4 bits mean, 3 max over 72 points, 13 non-finite
-        grad_x: 0.0 bits mean, 0 max over 72 points
-        grad_y: 0.0 bits mean, 0 max over 72 points
-        d grad_x / d x: 0.3 bits mean, 1 max over 62 points
-        d grad_x / d y: 0.0 bits mean, 0 max over 72 points
-        d grad_x / d grad: 0.0 bits mean, 0 max over 72 points
-        d grad_y / d x: 0.0 bits mean, 0 max over 72 points
-        d grad_y / d y: 0.9 bits mean, 46 max over 59 points
-        d grad_y / d grad: 0.0 bits mean, 0 max over 72 points
-
-    Gradients (VJP)::
-
-        grad_x = grad/x
-        grad_y = -grad/y
-
-    Second order (d grad_<input> / d <w>)::
-
-        d grad_x / d x = -grad/x**2
-        d grad_x / d y = 0
-        d grad_x / d grad = 1/x
-        d grad_y / d x = 0
-        d grad_y / d y = grad/y**2
-        d grad_y / d grad = -1/y
-    """
+        return _sum_to(grad_x, x.shape), _sum_to(grad_y, y.shape)
 
     @staticmethod
     def jvp(ctx, x_t, y_t):
         x, y = ctx.saved_tensors
-        out_t = -y_t / y + x_t / x
-        return out_t
+        return -y_t / y + x_t / x
+
+
+_LogRatio = _without_jvp(LogRatio)
 
 
 def _log_ratio_grad_x(x, grad):
-    grad_x = grad / x
-    return grad_x
+    return grad / x
 
 
 def _log_ratio_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
@@ -1298,11 +1175,8 @@ def _log_ratio_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
     return x_bar, grad_bar
 
 
-@_signature_once
-class _LogRatioBackwardX(torch.autograd.Function):
-    """The gradient of log_ratio: forward is the VJP, backward the derived second order."""
-
-    generate_vmap_rule = True
+class LogRatioGradX(_Function):
+    """The gradient of log_ratio w.r.t. x: forward is the VJP, backward the second order."""
 
     @staticmethod
     def forward(x, grad):
@@ -1310,48 +1184,35 @@ class _LogRatioBackwardX(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        x, grad = inputs
-        ctx.save_for_backward(x, grad)
-        ctx.save_for_forward(x, grad)
+        ctx.save_for_backward(*inputs)
+        ctx.save_for_forward(*inputs)
 
     @staticmethod
     def backward(ctx, grad_grad_x):
         x, grad = ctx.saved_tensors
-        if not torch.is_grad_enabled():
+        if not torch.is_grad_enabled():  # create_graph=False: no graph
             x_bar, grad_bar = _run(
-                _log_ratio_grad_x_backward,
-                x,
-                grad,
-                grad_grad_x,
-                ctx.needs_input_grad[0],
-                ctx.needs_input_grad[1],
+                _log_ratio_grad_x_backward, x, grad, grad_grad_x, *ctx.needs_input_grad
             )
-            if x_bar is not None:
-                x_bar = x_bar.sum_to_size(x.shape)
-            return x_bar, grad_bar
-        x_bar = None
+            return _sum_to(x_bar, x.shape), grad_bar
+        x_bar = grad_bar = None
         if ctx.needs_input_grad[0]:
             x_bar = -grad * grad_grad_x / x**2
-            x_bar = x_bar.sum_to_size(x.shape)
-        grad_bar = None
         if ctx.needs_input_grad[1]:
             grad_bar = grad_grad_x / x
-        return x_bar, grad_bar
-
-
-class LogRatioBackwardX(_LogRatioBackwardX):
-    """LogRatioBackwardX with forward mode (jvp) from the derived formulas."""
+        return _sum_to(x_bar, x.shape), grad_bar
 
     @staticmethod
     def jvp(ctx, x_t, grad_t):
         x, grad = ctx.saved_tensors
-        grad_x_t = -grad * x_t / x**2 + grad_t / x
-        return grad_x_t
+        return -grad * x_t / x**2 + grad_t / x
+
+
+_LogRatioGradX = _without_jvp(LogRatioGradX)
 
 
 def _log_ratio_grad_y(y, grad):
-    grad_y = -grad / y
-    return grad_y
+    return -grad / y
 
 
 def _log_ratio_grad_y_backward(y, grad, grad_grad_y, need_y_bar, need_grad_bar):
@@ -1363,11 +1224,8 @@ def _log_ratio_grad_y_backward(y, grad, grad_grad_y, need_y_bar, need_grad_bar):
     return y_bar, grad_bar
 
 
-@_signature_once
-class _LogRatioBackwardY(torch.autograd.Function):
-    """The gradient of log_ratio: forward is the VJP, backward the derived second order."""
-
-    generate_vmap_rule = True
+class LogRatioGradY(_Function):
+    """The gradient of log_ratio w.r.t. y: forward is the VJP, backward the second order."""
 
     @staticmethod
     def forward(y, grad):
@@ -1375,43 +1233,31 @@ class _LogRatioBackwardY(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        y, grad = inputs
-        ctx.save_for_backward(y, grad)
-        ctx.save_for_forward(y, grad)
+        ctx.save_for_backward(*inputs)
+        ctx.save_for_forward(*inputs)
 
     @staticmethod
     def backward(ctx, grad_grad_y):
         y, grad = ctx.saved_tensors
-        if not torch.is_grad_enabled():
+        if not torch.is_grad_enabled():  # create_graph=False: no graph
             y_bar, grad_bar = _run(
-                _log_ratio_grad_y_backward,
-                y,
-                grad,
-                grad_grad_y,
-                ctx.needs_input_grad[0],
-                ctx.needs_input_grad[1],
+                _log_ratio_grad_y_backward, y, grad, grad_grad_y, *ctx.needs_input_grad
             )
-            if y_bar is not None:
-                y_bar = y_bar.sum_to_size(y.shape)
-            return y_bar, grad_bar
-        y_bar = None
+            return _sum_to(y_bar, y.shape), grad_bar
+        y_bar = grad_bar = None
         if ctx.needs_input_grad[0]:
             y_bar = grad * grad_grad_y / y**2
-            y_bar = y_bar.sum_to_size(y.shape)
-        grad_bar = None
         if ctx.needs_input_grad[1]:
             grad_bar = -grad_grad_y / y
-        return y_bar, grad_bar
-
-
-class LogRatioBackwardY(_LogRatioBackwardY):
-    """LogRatioBackwardY with forward mode (jvp) from the derived formulas."""
+        return _sum_to(y_bar, y.shape), grad_bar
 
     @staticmethod
     def jvp(ctx, y_t, grad_t):
         y, grad = ctx.saved_tensors
-        grad_y_t = grad * y_t / y**2 - grad_t / y
-        return grad_y_t
+        return grad * y_t / y**2 - grad_t / y
+
+
+_LogRatioGradY = _without_jvp(LogRatioGradY)
 
 
 def log_ratio(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -1419,10 +1265,8 @@ def log_ratio(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`LogRatio`.
     """
-    # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
-    function = _LogRatio if torch.compiler.is_compiling() else LogRatio
     try:
-        return function.apply(x, y)
+        return _apply(LogRatio, _LogRatio, x, y)
     except RuntimeError:
         _check_broadcast("log_ratio", x=x, y=y)
         raise
@@ -1432,17 +1276,31 @@ def log_ratio(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 
 def _weighted_bce_forward(z, target):
-    out = _mul_into(_softplus(-z, threshold=40.0, negative_of=z), target).add_(
+    return _mul_into(_softplus(-z, threshold=40.0, negative_of=z), target).add_(
         _mul_into(_softplus(z, threshold=40.0), 1 - target)
     )
-    return out
 
 
-@_signature_once
-class _WeightedBce(torch.autograd.Function):
-    """WeightedBce without forward mode (what torch.compile traces)."""
+class WeightedBce(_Function):
+    """weighted_bce: -target*log(1/(1 + exp(-z))) - (1 - target)*log(1 - 1/(1 + exp(-z))).
 
-    generate_vmap_rule = True
+    Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
+
+        out = target*softplus(-z) + (1 - target)*softplus(z)
+        grad_z = -grad*(target*sigmoid(-z) + (target - 1)*sigmoid(z))
+        d grad_z / d z = grad*sigmoid(-z)*sigmoid(z)
+        d grad_z / d grad = -target*sigmoid(-z) - (target - 1)*sigmoid(z)
+
+    Measured float64 error of the chosen forms vs mpmath::
+
+        out: 0.0 bits mean, 1 max over 59 points
+        grad_z, d grad_z / d grad: 0.1 bits mean, 1 max over 77 points
+        d grad_z / d z: 0.1 bits mean, 3 max over 77 points
+
+    Compiled instead by the fused path (as accurate, less arithmetic)::
+
+        d grad_z / d z = grad*dsigmoid(z)
+    """
 
     @staticmethod
     def forward(z, target):
@@ -1450,74 +1308,33 @@ class _WeightedBce(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        z, target = inputs
-        ctx.save_for_backward(z, target)
-        ctx.save_for_forward(z, target)
+        ctx.save_for_backward(*inputs)
+        ctx.save_for_forward(*inputs)
 
     @staticmethod
     def backward(ctx, grad):
         z, target = ctx.saved_tensors
-        if not torch.is_grad_enabled():
-            grad_z = None
-            if ctx.needs_input_grad[0]:
-                grad_z = _run(_weighted_bce_grad_z, z, target, grad)
-                grad_z = grad_z.sum_to_size(z.shape)
-            return grad_z, None
-        grad_z = None
-        if ctx.needs_input_grad[0]:
-            function = (
-                _WeightedBceBackward
-                if torch.compiler.is_compiling()
-                else WeightedBceBackward
-            )
-            grad_z = function.apply(z, target, grad)
-            grad_z = grad_z.sum_to_size(z.shape)
-        return grad_z, None
-
-
-class WeightedBce(_WeightedBce):
-    """weighted_bce: -target*log(1/(1 + exp(-z))) - (1 - target)*log(1 - 1/(1 + exp(-z))).
-
-    Forward::
-
-        out = target*softplus(-z) + (1 - target)*softplus(z)
-
-    Measured float64 error of the chosen forms vs mpmath::
-
-        out: 0.0 bits mean, 1 max over 59 points
-        grad_z: 0.1 bits mean, 1 max over 77 points
-        d grad_z / d z: 0.1 bits mean, 3 max over 77 points
-        d grad_z / d grad: 0.1 bits mean, 1 max over 77 points
-
-    Gradients (VJP)::
-
-        grad_z = -grad*(target*sigmoid(-z) + (target - 1)*sigmoid(z))
-
-    Second order (d grad_<input> / d <w>)::
-
-        d grad_z / d z = grad*sigmoid(-z)*sigmoid(z)
-        d grad_z / d grad = -target*sigmoid(-z) - (target - 1)*sigmoid(z)
-
-    Compiled instead by the fused path (as accurate, less arithmetic)::
-
-        d grad_z / d z: grad*dsigmoid(z)
-    """
+        grad_z = _grad(
+            ctx.needs_input_grad[0], WeightedBceGrad, _WeightedBceGrad, z, target, grad
+        )
+        return _sum_to(grad_z, z.shape), None
 
     @staticmethod
     def jvp(ctx, z_t, _target_t):
         z, target = ctx.saved_tensors
-        out_t = z_t * (-target * torch.sigmoid(-z) + (1 - target) * torch.sigmoid(z))
-        return out_t
+        return z_t * (-target * torch.sigmoid(-z) + (1 - target) * torch.sigmoid(z))
+
+
+_WeightedBce = _without_jvp(WeightedBce)
 
 
 def _weighted_bce_grad_z(z, target, grad):
-    grad_z = _mul_into(
+    return _mul_into(
         -grad,
         _mul_into(_sigmoid(-z, negative_of=z, overwrite=True), target).add_(
             _mul_into(_sigmoid(z), target - 1)
         ),
     )
-    return grad_z
 
 
 def _weighted_bce_grad_z_backward(
@@ -1557,11 +1374,8 @@ def _weighted_bce_grad_z_backward_fused(
 _FUSED_FORMS[_weighted_bce_grad_z_backward] = _weighted_bce_grad_z_backward_fused
 
 
-@_signature_once
-class _WeightedBceBackward(torch.autograd.Function):
-    """The gradient of weighted_bce: forward is the VJP, backward the derived second order."""
-
-    generate_vmap_rule = True
+class WeightedBceGrad(_Function):
+    """The gradient of weighted_bce: forward is the VJP, backward the second order."""
 
     @staticmethod
     def forward(z, target, grad):
@@ -1569,14 +1383,13 @@ class _WeightedBceBackward(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        z, target, grad = inputs
-        ctx.save_for_backward(z, target, grad)
-        ctx.save_for_forward(z, target, grad)
+        ctx.save_for_backward(*inputs)
+        ctx.save_for_forward(*inputs)
 
     @staticmethod
     def backward(ctx, grad_grad_z):
         z, target, grad = ctx.saved_tensors
-        if not torch.is_grad_enabled():
+        if not torch.is_grad_enabled():  # create_graph=False: no graph
             z_bar, grad_bar = _run(
                 _weighted_bce_grad_z_backward,
                 z,
@@ -1586,31 +1399,25 @@ class _WeightedBceBackward(torch.autograd.Function):
                 ctx.needs_input_grad[0],
                 ctx.needs_input_grad[2],
             )
-            if z_bar is not None:
-                z_bar = z_bar.sum_to_size(z.shape)
-            return z_bar, None, grad_bar
-        z_bar = None
+            return _sum_to(z_bar, z.shape), None, grad_bar
+        z_bar = grad_bar = None
         if ctx.needs_input_grad[0]:
             z_bar = grad * grad_grad_z * torch.sigmoid(-z) * torch.sigmoid(z)
-            z_bar = z_bar.sum_to_size(z.shape)
-        grad_bar = None
         if ctx.needs_input_grad[2]:
             grad_bar = grad_grad_z * (
                 -target * torch.sigmoid(-z) - (target - 1) * torch.sigmoid(z)
             )
-        return z_bar, None, grad_bar
-
-
-class WeightedBceBackward(_WeightedBceBackward):
-    """WeightedBceBackward with forward mode (jvp) from the derived formulas."""
+        return _sum_to(z_bar, z.shape), None, grad_bar
 
     @staticmethod
     def jvp(ctx, z_t, _target_t, grad_t):
         z, target, grad = ctx.saved_tensors
         t0 = torch.sigmoid(z)
         t1 = torch.sigmoid(-z)
-        grad_z_t = grad * t0 * t1 * z_t + grad_t * (-t0 * (target - 1) - t1 * target)
-        return grad_z_t
+        return grad * t0 * t1 * z_t + grad_t * (-t0 * (target - 1) - t1 * target)
+
+
+_WeightedBceGrad = _without_jvp(WeightedBceGrad)
 
 
 def weighted_bce(z: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -1618,10 +1425,8 @@ def weighted_bce(z: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`WeightedBce`.
     """
-    # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
-    function = _WeightedBce if torch.compiler.is_compiling() else WeightedBce
     try:
-        return function.apply(z, target)
+        return _apply(WeightedBce, _WeightedBce, z, target)
     except RuntimeError:
         _check_broadcast("weighted_bce", z=z, target=target)
         raise
@@ -1631,15 +1436,32 @@ def weighted_bce(z: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 
 
 def _binarize_forward(x):
-    out = _where(x >= 0, 1.0, torch.full_like(x, 0), overwrite="b")
-    return out
+    return _where(x >= 0, 1.0, torch.full_like(x, 0), overwrite="b")
 
 
-@_signature_once
-class _Binarize(torch.autograd.Function):
-    """Binarize without forward mode (what torch.compile traces)."""
+class Binarize(_Function):
+    r"""binarize: Heaviside(x, 1).
 
-    generate_vmap_rule = True
+    Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
+
+              /1  for x >= 0
+        out = <
+              \0  otherwise
+
+                 /grad  for |x| <= 1
+        grad_x = <                    (user-defined)
+                 \ 0     otherwise
+
+        d grad_x / d x = 0
+
+                            /1  for |x| <= 1
+        d grad_x / d grad = <
+                            \0   otherwise
+
+    Measured float64 error of the chosen forms vs mpmath::
+
+        out, d grad_x / d x, d grad_x / d grad: 0.0 bits mean, 0 max over 73 points
+    """
 
     @staticmethod
     def forward(x):
@@ -1647,75 +1469,36 @@ class _Binarize(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        (x,) = inputs
-        ctx.save_for_backward(x)
-        ctx.save_for_forward(x)
+        ctx.save_for_backward(*inputs)
+        ctx.save_for_forward(*inputs)
 
     @staticmethod
     def backward(ctx, grad):
         (x,) = ctx.saved_tensors
-        if not torch.is_grad_enabled():
-            grad_x = None
-            if ctx.needs_input_grad[0]:
-                grad_x = _run(_binarize_grad_x, x, grad)
-            return grad_x
-        grad_x = None
-        if ctx.needs_input_grad[0]:
-            function = (
-                _BinarizeBackward if torch.compiler.is_compiling() else BinarizeBackward
-            )
-            grad_x = function.apply(x, grad)
-        return grad_x
-
-
-class Binarize(_Binarize):
-    """binarize: Heaviside(x, 1).
-
-    Forward::
-
-        out = Piecewise((1, x >= 0), (0, True))
-
-    Measured float64 error of the chosen forms vs mpmath::
-
-        out: 0.0 bits mean, 0 max over 73 points
-        d grad_x / d x: 0.0 bits mean, 0 max over 73 points
-        d grad_x / d grad: 0.0 bits mean, 0 max over 73 points
-
-    Gradients (VJP)::
-
-        grad_x = Piecewise((grad, Abs(x) <= 1), (0, True))  (user-defined)
-
-    Second order (d grad_<input> / d <w>)::
-
-        d grad_x / d x = 0
-        d grad_x / d grad = Piecewise((1, Abs(x) <= 1), (0, True))
-    """
+        return _grad(ctx.needs_input_grad[0], BinarizeGrad, _BinarizeGrad, x, grad)
 
     @staticmethod
     def jvp(ctx, x_t):
         (x,) = ctx.saved_tensors
-        out_t = x_t * torch.where((x <= 1) & (x >= -1), 1.0, torch.full_like(x, 0))
-        return out_t
+        return x_t * torch.where((x <= 1) & (x >= -1), 1.0, torch.full_like(x, 0))
+
+
+_Binarize = _without_jvp(Binarize)
 
 
 def _binarize_grad_x(x, grad):
-    grad_x = _where((x <= 1) & (x >= -1), grad, 0.0)
-    return grad_x
+    return _where((x <= 1) & (x >= -1), grad, 0.0)
 
 
 def _binarize_grad_x_backward(x, grad_grad_x):
-    grad_bar = _mul_into(
+    return _mul_into(
         _where((x <= 1) & (x >= -1), 1.0, torch.full_like(x, 0), overwrite="b"),
         grad_grad_x,
     )
-    return grad_bar
 
 
-@_signature_once
-class _BinarizeBackward(torch.autograd.Function):
-    """The gradient of binarize: forward is the VJP, backward the derived second order."""
-
-    generate_vmap_rule = True
+class BinarizeGrad(_Function):
+    """The gradient of binarize: forward is the VJP, backward the second order."""
 
     @staticmethod
     def forward(x, grad):
@@ -1730,29 +1513,22 @@ class _BinarizeBackward(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_grad_x):
         (x,) = ctx.saved_tensors
-        if not torch.is_grad_enabled():
-            grad_bar = None
-            if ctx.needs_input_grad[1]:
-                grad_bar = _run(_binarize_grad_x_backward, x, grad_grad_x)
-            return None, grad_bar
-        grad_bar = None
-        if ctx.needs_input_grad[1]:
-            grad_bar = grad_grad_x * torch.where(
-                (x <= 1) & (x >= -1), 1.0, torch.full_like(x, 0)
-            )
+        if not ctx.needs_input_grad[1]:
+            return None, None
+        if not torch.is_grad_enabled():  # create_graph=False: no graph
+            return None, _run(_binarize_grad_x_backward, x, grad_grad_x)
+        grad_bar = grad_grad_x * torch.where(
+            (x <= 1) & (x >= -1), 1.0, torch.full_like(x, 0)
+        )
         return None, grad_bar
-
-
-class BinarizeBackward(_BinarizeBackward):
-    """BinarizeBackward with forward mode (jvp) from the derived formulas."""
 
     @staticmethod
     def jvp(ctx, _x_t, grad_t):
         (x,) = ctx.saved_tensors
-        grad_x_t = grad_t * torch.where(
-            (x <= 1) & (x >= -1), 1.0, torch.full_like(x, 0)
-        )
-        return grad_x_t
+        return grad_t * torch.where((x <= 1) & (x >= -1), 1.0, torch.full_like(x, 0))
+
+
+_BinarizeGrad = _without_jvp(BinarizeGrad)
 
 
 def binarize(x: torch.Tensor) -> torch.Tensor:
@@ -1760,16 +1536,14 @@ def binarize(x: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`Binarize`.
     """
-    # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
-    function = _Binarize if torch.compiler.is_compiling() else Binarize
-    return function.apply(x)
+    return _apply(Binarize, _Binarize, x)
 
 
 # --- tanh_shrink_order1 ----------------------------------------------------
 
 
 def _tanh_shrink_order1_forward(x):
-    out = _where(
+    return _where(
         (x < 0.015899658203125) & (x > -0.015899658203125),
         (x**9)
         .mul_(-0.021869488536155203)
@@ -1779,19 +1553,32 @@ def _tanh_shrink_order1_forward(x):
         torch.tanh(x).neg_().add_(x),
         overwrite="a",
     )
-    return out
 
 
 def _tanh_shrink_order1_backward(x, grad):
-    grad_x = _mul_into(torch.tanh(x).pow_(2), grad)
-    return grad_x
+    return _mul_into(torch.tanh(x).pow_(2), grad)
 
 
-@_signature_once
-class _TanhShrinkOrder1(torch.autograd.Function):
-    """TanhShrinkOrder1 without forward mode (what torch.compile traces)."""
+class TanhShrinkOrder1(_Function):
+    r"""tanh_shrink_order1: x - tanh(x).
 
-    generate_vmap_rule = True
+    Forward, gradients (VJP)::
+
+              /      9       7      5    3
+              |  62*x    17*x    2*x    x
+              |- ----- + ----- - ---- + --  for |x| < 0.0159
+        out = <  2835     315     15    3
+              |
+              |        x - tanh(x)             otherwise
+              \
+
+                          2
+        grad_x = grad*tanh (x)
+
+    Measured float64 error of the chosen forms vs mpmath::
+
+        out, grad_x: 0.1 bits mean, 1 max over 73 points
+    """
 
     @staticmethod
     def forward(x):
@@ -1799,9 +1586,8 @@ class _TanhShrinkOrder1(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        (x,) = inputs
-        ctx.save_for_backward(x)
-        ctx.save_for_forward(x)
+        ctx.save_for_backward(*inputs)
+        ctx.save_for_forward(*inputs)
 
     @staticmethod
     def backward(ctx, grad):
@@ -1815,29 +1601,13 @@ class _TanhShrinkOrder1(torch.autograd.Function):
             grad_x = _run(_tanh_shrink_order1_backward, x, grad)
         return grad_x
 
-
-class TanhShrinkOrder1(_TanhShrinkOrder1):
-    """tanh_shrink_order1: x - tanh(x).
-
-    Forward::
-
-        out = Piecewise((-62*x**9/2835 + 17*x**7/315 - 2*x**5/15 + x**3/3, Abs(x) < 0.0159), (x - tanh(x), True))
-
-    Measured float64 error of the chosen forms vs mpmath::
-
-        out: 0.1 bits mean, 1 max over 73 points
-        grad_x: 0.1 bits mean, 1 max over 73 points
-
-    Gradients (VJP)::
-
-        grad_x = grad*tanh(x)**2
-    """
-
     @staticmethod
     def jvp(ctx, x_t):
         (x,) = ctx.saved_tensors
-        out_t = x_t * torch.tanh(x) ** 2
-        return out_t
+        return x_t * torch.tanh(x) ** 2
+
+
+_TanhShrinkOrder1 = _without_jvp(TanhShrinkOrder1)
 
 
 def tanh_shrink_order1(x: torch.Tensor) -> torch.Tensor:
@@ -1845,6 +1615,4 @@ def tanh_shrink_order1(x: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`TanhShrinkOrder1`.
     """
-    # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
-    function = _TanhShrinkOrder1 if torch.compiler.is_compiling() else TanhShrinkOrder1
-    return function.apply(x)
+    return _apply(TanhShrinkOrder1, _TanhShrinkOrder1, x)

@@ -59,25 +59,17 @@ def _check_broadcast(name: str, **tensors) -> None:
 def softplus(x: tf.Tensor) -> tf.Tensor:
     """softplus: log(exp(x) + 1).
 
-    Forward::
+    Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
 
         out = softplus(x)
+        grad_x = grad*sigmoid(x)
+        d grad_x / d x = grad*sigmoid(-x)*sigmoid(x)
+        d grad_x / d grad = sigmoid(x)
 
     Measured float64 error of the chosen forms vs mpmath::
 
         out: 0.0 bits mean, 1 max over 73 points
-        grad_x: 0.1 bits mean, 3 max over 73 points
-        d grad_x / d x: 0.1 bits mean, 3 max over 73 points
-        d grad_x / d grad: 0.1 bits mean, 3 max over 73 points
-
-    Gradients (VJP)::
-
-        grad_x = grad*sigmoid(x)
-
-    Second order (d grad_<input> / d <w>)::
-
-        d grad_x / d x = grad*sigmoid(-x)*sigmoid(x)
-        d grad_x / d grad = sigmoid(x)
+        grad_x, d grad_x / d x, d grad_x / d grad: 0.1 bits mean, 3 max over 73 points
     """
 
     @tf.custom_gradient
@@ -116,25 +108,17 @@ def _softplus_grad_x(x, grad):
 def log_sigmoid(x: tf.Tensor) -> tf.Tensor:
     """log_sigmoid: log(1/(1 + exp(-x))).
 
-    Forward::
+    Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
 
         out = -softplus(-x)
+        grad_x = grad*sigmoid(-x)
+        d grad_x / d x = -grad*sigmoid(-x)*sigmoid(x)
+        d grad_x / d grad = sigmoid(-x)
 
     Measured float64 error of the chosen forms vs mpmath::
 
         out: 0.0 bits mean, 1 max over 73 points
-        grad_x: 0.1 bits mean, 3 max over 73 points
-        d grad_x / d x: 0.1 bits mean, 3 max over 73 points
-        d grad_x / d grad: 0.1 bits mean, 3 max over 73 points
-
-    Gradients (VJP)::
-
-        grad_x = grad*sigmoid(-x)
-
-    Second order (d grad_<input> / d <w>)::
-
-        d grad_x / d x = -grad*sigmoid(-x)*sigmoid(x)
-        d grad_x / d grad = sigmoid(-x)
+        grad_x, d grad_x / d x, d grad_x / d grad: 0.1 bits mean, 3 max over 73 points
     """
 
     @tf.custom_gradient
@@ -173,25 +157,17 @@ def _log_sigmoid_grad_x(x, grad):
 def bce_sigmoid(z: tf.Tensor, target: tf.Tensor) -> tf.Tensor:
     """Binary cross-entropy written with the sigmoid, as in most tutorials.
 
-    Forward::
+    Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
 
         out = target*softplus(-z) + (1 - target)*softplus(z)
+        grad_z = -grad*(target*sigmoid(-z) + (target - 1)*sigmoid(z))
+        d grad_z / d z = grad*sigmoid(-z)*sigmoid(z)
+        d grad_z / d grad = -target*sigmoid(-z) - (target - 1)*sigmoid(z)
 
     Measured float64 error of the chosen forms vs mpmath::
 
         out: 0.0 bits mean, 1 max over 56 points
-        grad_z: 0.1 bits mean, 3 max over 77 points
-        d grad_z / d z: 0.1 bits mean, 3 max over 77 points
-        d grad_z / d grad: 0.1 bits mean, 3 max over 77 points
-
-    Gradients (VJP)::
-
-        grad_z = -grad*(target*sigmoid(-z) + (target - 1)*sigmoid(z))
-
-    Second order (d grad_<input> / d <w>)::
-
-        d grad_z / d z = grad*sigmoid(-z)*sigmoid(z)
-        d grad_z / d grad = -target*sigmoid(-z) - (target - 1)*sigmoid(z)
+        grad_z, d grad_z / d z, d grad_z / d grad: 0.1 bits mean, 3 max over 77 points
     """
 
     @tf.custom_gradient
@@ -239,27 +215,32 @@ def _bce_sigmoid_grad_z(z, target, grad):
 
 
 def logit(p: tf.Tensor) -> tf.Tensor:
-    """logit: log(p/(1 - p)).
+    r"""logit: log(p/(1 - p)).
 
-    Forward::
+    Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
 
-        out = log(p/(1 - p))
+                 /  p  \
+        out = log|-----|
+                 \1 - p/
+
+                  -grad
+        grad_p = ---------
+                 p*(p - 1)
+
+                         grad*(2*p - 1)
+        d grad_p / d p = --------------
+                           2        2
+                          p *(p - 1)
+
+                               -1
+        d grad_p / d grad = ---------
+                            p*(p - 1)
 
     Measured float64 error of the chosen forms vs mpmath::
 
         out: 0.0 bits mean, 0 max over 50 points, 44 non-finite
-        grad_p: 0.0 bits mean, 1 max over 49 points, 1 non-finite
+        grad_p, d grad_p / d grad: 0.0 bits mean, 1 max over 49 points, 1 non-finite
         d grad_p / d p: 0.4 bits mean, 1 max over 22 points, 1 non-finite
-        d grad_p / d grad: 0.0 bits mean, 1 max over 49 points, 1 non-finite
-
-    Gradients (VJP)::
-
-        grad_p = -grad/(p*(p - 1))
-
-    Second order (d grad_<input> / d <w>)::
-
-        d grad_p / d p = grad*(2*p - 1)/(p**2*(p - 1)**2)
-        d grad_p / d grad = -1/(p*(p - 1))
     """
 
     @tf.custom_gradient
@@ -303,25 +284,27 @@ def _logit_grad_p(p, grad):
 def log1mexp(x: tf.Tensor) -> tf.Tensor:
     """log(1 - e^x) for x < 0.
 
-    Forward::
+    Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
 
         out = log1mexp(x)
+
+                  -grad
+        grad_x = ---------
+                 expm1(-x)
+
+                                grad
+        d grad_x / d x = ------------------
+                         expm1(-x)*expm1(x)
+
+                               -1
+        d grad_x / d grad = ---------
+                            expm1(-x)
 
     Measured float64 error of the chosen forms vs mpmath::
 
         out: 0.0 bits mean, 1 max over 60 points, 18 non-finite
-        grad_x: 0.9 bits mean, 50 max over 60 points
+        grad_x, d grad_x / d grad: 0.9 bits mean, 50 max over 60 points
         d grad_x / d x: 1.2 bits mean, 50 max over 50 points
-        d grad_x / d grad: 0.9 bits mean, 50 max over 60 points
-
-    Gradients (VJP)::
-
-        grad_x = -grad/expm1(-x)
-
-    Second order (d grad_<input> / d <w>)::
-
-        d grad_x / d x = grad/(expm1(-x)*expm1(x))
-        d grad_x / d grad = -1/expm1(-x)
     """
 
     @tf.custom_gradient
@@ -364,25 +347,42 @@ def _log1mexp_grad_x(x, grad):
 def mish(x: tf.Tensor) -> tf.Tensor:
     """mish: x*tanh(log(exp(x) + 1)).
 
-    Forward::
+    Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
 
         out = x*tanh(softplus(x))
+
+        grad_x = grad*(((4 + exp(-Abs(x)))*exp(-Abs(x)) + 4*Min(745.2, Max(-745.2, x)) +
+            6)*exp(-Abs(x)) + 4*Min(745.2, Max(-745.2, x)) + 4)*exp(-Abs(x))/((((4 +
+            exp(-Abs(x)))*exp(-Abs(x)) + 8)*exp(-Abs(x)) + 8)*exp(-Abs(x)) + 4) if x <=
+            0 else grad*((((4*Min(745.2, Max(-745.2, x)) + 4)*exp(-Abs(x)) +
+            4*Min(745.2, Max(-745.2, x)) + 6)*exp(-Abs(x)) + 4)*exp(-Abs(x)) + 1)/((((8
+            + 4*exp(-Abs(x)))*exp(-Abs(x)) + 8)*exp(-Abs(x)) + 4)*exp(-Abs(x)) + 1)
+
+        d grad_x / d x =
+            8*grad*sigmoid(x)*sigmoid(-2*softplus(x))*sigmoid(2*softplus(x)) if (x <
+            -1.6e+3) & ((x > 1.6e+3) | (x < -1.6e+3)) else
+            grad*(4*x*sigmoid(-x)*sigmoid(x)*sigmoid(-2*softplus(x))*sigmoid(2*softplus(x))
+            + 8*sigmoid(x)*sigmoid(-2*softplus(x))*sigmoid(2*softplus(x))) if x <
+            -1.6e+3 else
+            grad*(-8*x*tanh(softplus(x))*sigmoid(x)**2*sigmoid(-2*softplus(x))*sigmoid(2*softplus(x))
+            + 8*sigmoid(x)*sigmoid(-2*softplus(x))*sigmoid(2*softplus(x))) if (x >
+            1.6e+3) | (x < -1.6e+3) else
+            grad*(-8*x*tanh(softplus(x))*sigmoid(x)**2*sigmoid(-2*softplus(x))*sigmoid(2*softplus(x))
+            + 4*x*sigmoid(-x)*sigmoid(x)*sigmoid(-2*softplus(x))*sigmoid(2*softplus(x))
+            + 8*sigmoid(x)*sigmoid(-2*softplus(x))*sigmoid(2*softplus(x)))
+
+        d grad_x / d grad = (((4 + exp(-Abs(x)))*exp(-Abs(x)) + 4*Min(745.2, Max(-745.2,
+            x)) + 6)*exp(-Abs(x)) + 4*Min(745.2, Max(-745.2, x)) + 4)*exp(-Abs(x))/((((4
+            + exp(-Abs(x)))*exp(-Abs(x)) + 8)*exp(-Abs(x)) + 8)*exp(-Abs(x)) + 4) if x
+            <= 0 else ((((4*Min(745.2, Max(-745.2, x)) + 4)*exp(-Abs(x)) + 4*Min(745.2,
+            Max(-745.2, x)) + 6)*exp(-Abs(x)) + 4)*exp(-Abs(x)) + 1)/((((8 +
+            4*exp(-Abs(x)))*exp(-Abs(x)) + 8)*exp(-Abs(x)) + 4)*exp(-Abs(x)) + 1)
 
     Measured float64 error of the chosen forms vs mpmath::
 
         out: 0.1 bits mean, 1 max over 73 points
-        grad_x: 0.0 bits mean, 2 max over 73 points
+        grad_x, d grad_x / d grad: 0.0 bits mean, 2 max over 73 points
         d grad_x / d x: 0.4 bits mean, 4 max over 73 points
-        d grad_x / d grad: 0.0 bits mean, 2 max over 73 points
-
-    Gradients (VJP)::
-
-        grad_x = Piecewise((grad*(((4 + exp(-Abs(x)))*exp(-Abs(x)) + 4*Min(745.2, Max(-745.2, x)) + 6)*exp(-Abs(x)) + 4*Min(745.2, Max(-745.2, x)) + 4)*exp(-Abs(x))/((((4 + exp(-Abs(x)))*exp(-Abs(x)) + 8)*exp(-Abs(x)) + 8)*exp(-Abs(x)) + 4), x <= 0), (grad*((((4*Min(745.2, Max(-745.2, x)) + 4)*exp(-Abs(x)) + 4*Min(745.2, Max(-745.2, x)) + 6)*exp(-Abs(x)) + 4)*exp(-Abs(x)) + 1)/((((8 + 4*exp(-Abs(x)))*exp(-Abs(x)) + 8)*exp(-Abs(x)) + 4)*exp(-Abs(x)) + 1), True))
-
-    Second order (d grad_<input> / d <w>)::
-
-        d grad_x / d x = Piecewise((8*grad*sigmoid(x)*sigmoid(-2*softplus(x))*sigmoid(2*softplus(x)), (x < -1.6e+3) & ((x > 1.6e+3) | (x < -1.6e+3))), (grad*(4*x*sigmoid(-x)*sigmoid(x)*sigmoid(-2*softplus(x))*sigmoid(2*softplus(x)) + 8*sigmoid(x)*sigmoid(-2*softplus(x))*sigmoid(2*softplus(x))), x < -1.6e+3), (grad*(-8*x*tanh(softplus(x))*sigmoid(x)**2*sigmoid(-2*softplus(x))*sigmoid(2*softplus(x)) + 8*sigmoid(x)*sigmoid(-2*softplus(x))*sigmoid(2*softplus(x))), (x > 1.6e+3) | (x < -1.6e+3)), (grad*(-8*x*tanh(softplus(x))*sigmoid(x)**2*sigmoid(-2*softplus(x))*sigmoid(2*softplus(x)) + 4*x*sigmoid(-x)*sigmoid(x)*sigmoid(-2*softplus(x))*sigmoid(2*softplus(x)) + 8*sigmoid(x)*sigmoid(-2*softplus(x))*sigmoid(2*softplus(x))), True))
-        d grad_x / d grad = Piecewise(((((4 + exp(-Abs(x)))*exp(-Abs(x)) + 4*Min(745.2, Max(-745.2, x)) + 6)*exp(-Abs(x)) + 4*Min(745.2, Max(-745.2, x)) + 4)*exp(-Abs(x))/((((4 + exp(-Abs(x)))*exp(-Abs(x)) + 8)*exp(-Abs(x)) + 8)*exp(-Abs(x)) + 4), x <= 0), (((((4*Min(745.2, Max(-745.2, x)) + 4)*exp(-Abs(x)) + 4*Min(745.2, Max(-745.2, x)) + 6)*exp(-Abs(x)) + 4)*exp(-Abs(x)) + 1)/((((8 + 4*exp(-Abs(x)))*exp(-Abs(x)) + 8)*exp(-Abs(x)) + 4)*exp(-Abs(x)) + 1), True))
     """
 
     @tf.custom_gradient
@@ -459,27 +459,52 @@ def _mish_grad_x(x, grad):
 
 
 def gelu(x: tf.Tensor) -> tf.Tensor:
-    """gelu: x*(erf(sqrt(2)*x/2) + 1)/2.
+    r"""gelu: x*(erf(sqrt(2)*x/2) + 1)/2.
 
-    Forward::
+    Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
 
-        out = x*one_plus_erf(sqrt(2)*x/2)/2
+                            /  ___  \
+                            |\/ 2 *x|
+              x*one_plus_erf|-------|
+                            \   2   /
+        out = -----------------------
+                         2
+
+                      /           2                         \
+                      |         -x                 /  ___  \|
+                      |         ----               |\/ 2 *x||
+                      |  ___     2     one_plus_erf|-------||
+                      |\/ 2 *x*e                   \   2   /|
+        grad_x = grad*|------------- + ---------------------|
+                      |      ____                2          |
+                      \  2*\/ pi                            /
+
+                         /                       2
+                         |                     -x
+                         |                     ----
+                         |  ___      /     2\   2
+                         |\/ 2 *grad*\2 - x /*e
+        d grad_x / d x = <-------------------------  for |x| < 40.0
+                         |            ____
+                         |        2*\/ pi
+                         |
+                         |            0                otherwise
+                         \
+
+                                       2
+                                     -x                 /  ___  \
+                                     ----               |\/ 2 *x|
+                              ___     2     one_plus_erf|-------|
+                            \/ 2 *x*e                   \   2   /
+        d grad_x / d grad = ------------- + ---------------------
+                                  ____                2
+                              2*\/ pi
 
     Measured float64 error of the chosen forms vs mpmath::
 
         out: 0.1 bits mean, 8 max over 73 points
-        grad_x: 0.0 bits mean, 3 max over 65 points
+        grad_x, d grad_x / d grad: 0.0 bits mean, 3 max over 65 points
         d grad_x / d x: 0.4 bits mean, 2 max over 73 points
-        d grad_x / d grad: 0.0 bits mean, 3 max over 65 points
-
-    Gradients (VJP)::
-
-        grad_x = grad*(sqrt(2)*x*exp(-x**2/2)/(2*sqrt(pi)) + one_plus_erf(sqrt(2)*x/2)/2)
-
-    Second order (d grad_<input> / d <w>)::
-
-        d grad_x / d x = Piecewise((sqrt(2)*grad*(2 - x**2)*exp(-x**2/2)/(2*sqrt(pi)), Abs(x) < 40.0), (0, True))
-        d grad_x / d grad = sqrt(2)*x*exp(-x**2/2)/(2*sqrt(pi)) + one_plus_erf(sqrt(2)*x/2)/2
     """
 
     @tf.custom_gradient
@@ -530,27 +555,55 @@ def _gelu_grad_x(x, grad):
 
 
 def swish(x: tf.Tensor, beta: float = 1.0) -> tf.Tensor:
-    """swish: x/(1 + exp(-beta*x)).
+    r"""swish: x/(1 + exp(-beta*x)).
 
-    Forward::
+    Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
 
         out = x*sigmoid(beta*x)
+
+                 /                    0                      for beta*x < -745.2
+                 |
+                 |                  grad                     for beta*x > 745.2
+                 |
+                 |     /              -|beta*x|\  -|beta*x|
+                 |grad*\beta*x + 1 + e         /*e
+                 |-----------------------------------------    for beta*x <= 0
+        grad_x = <     /     -|beta*x|\  -|beta*x|
+                 |     \2 + e         /*e          + 1
+                 |
+                 |        /              -|beta*x|    \
+                 |   grad*\(beta*x + 1)*e          + 1/
+                 |   ----------------------------------           otherwise
+                 |    /     -|beta*x|\  -|beta*x|
+                 \    \2 + e         /*e          + 1
+
+        d grad_x / d x = 0 if (beta*x > 1490.4) | (beta*x < -1490.4) else
+            -beta*grad*(-beta*x + (beta*x - 2)*exp(-Abs(beta*x)) -
+            2)*exp(-Abs(beta*x))/(((3 + exp(-Abs(beta*x)))*exp(-Abs(beta*x)) +
+            3)*exp(-Abs(beta*x)) + 1) if beta*x <= 0 else -beta*grad*(beta*x + (-beta*x
+            - 2)*exp(-Abs(beta*x)) - 2)*exp(-Abs(beta*x))/(((3 +
+            exp(-Abs(beta*x)))*exp(-Abs(beta*x)) + 3)*exp(-Abs(beta*x)) + 1)
+
+                            /                 0                    for beta*x < -745.2
+                            |
+                            |                 1                    for beta*x > 745.2
+                            |
+                            |/              -|beta*x|\  -|beta*x|
+                            |\beta*x + 1 + e         /*e
+                            |------------------------------------    for beta*x <= 0
+        d grad_x / d grad = <  /     -|beta*x|\  -|beta*x|
+                            |  \2 + e         /*e          + 1
+                            |
+                            |                  -|beta*x|
+                            |    (beta*x + 1)*e          + 1
+                            |  -------------------------------          otherwise
+                            |  /     -|beta*x|\  -|beta*x|
+                            \  \2 + e         /*e          + 1
 
     Measured float64 error of the chosen forms vs mpmath::
 
         out: 0.1 bits mean, 3 max over 93 points
-        grad_x: 0.0 bits mean, 1 max over 93 points
-        d grad_x / d x: 0.0 bits mean, 1 max over 93 points
-        d grad_x / d grad: 0.0 bits mean, 1 max over 93 points
-
-    Gradients (VJP)::
-
-        grad_x = Piecewise((0, beta*x < -745.2), (grad, beta*x > 745.2), (grad*(beta*x + 1 + exp(-Abs(beta*x)))*exp(-Abs(beta*x))/((2 + exp(-Abs(beta*x)))*exp(-Abs(beta*x)) + 1), beta*x <= 0), (grad*((beta*x + 1)*exp(-Abs(beta*x)) + 1)/((2 + exp(-Abs(beta*x)))*exp(-Abs(beta*x)) + 1), True))
-
-    Second order (d grad_<input> / d <w>)::
-
-        d grad_x / d x = Piecewise((0, (beta*x > 1490.4) | (beta*x < -1490.4)), (-beta*grad*(-beta*x + (beta*x - 2)*exp(-Abs(beta*x)) - 2)*exp(-Abs(beta*x))/(((3 + exp(-Abs(beta*x)))*exp(-Abs(beta*x)) + 3)*exp(-Abs(beta*x)) + 1), beta*x <= 0), (-beta*grad*(beta*x + (-beta*x - 2)*exp(-Abs(beta*x)) - 2)*exp(-Abs(beta*x))/(((3 + exp(-Abs(beta*x)))*exp(-Abs(beta*x)) + 3)*exp(-Abs(beta*x)) + 1), True))
-        d grad_x / d grad = Piecewise((0, beta*x < -745.2), (1, beta*x > 745.2), ((beta*x + 1 + exp(-Abs(beta*x)))*exp(-Abs(beta*x))/((2 + exp(-Abs(beta*x)))*exp(-Abs(beta*x)) + 1), beta*x <= 0), (((beta*x + 1)*exp(-Abs(beta*x)) + 1)/((2 + exp(-Abs(beta*x)))*exp(-Abs(beta*x)) + 1), True))
+        grad_x, d grad_x / d x, d grad_x / d grad: 0.0 bits mean, 1 max over 93 points
     """
 
     @tf.custom_gradient
@@ -622,25 +675,81 @@ def _swish_grad_x(x, grad, beta):
 def focal_loss(z: tf.Tensor, target: tf.Tensor, gamma: float = 2.0) -> tf.Tensor:
     """focal_loss: -target*(1 - sigmoid(z))**gamma*log(sigmoid(z)) - (1 - target)*log(1 - sigmoid(z))*sigmoid(z)**gamma.
 
-    Forward::
+    Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
 
-        out = target*sigmoid(-z)**gamma*softplus(-z) + (1 - target)*sigmoid(z)**gamma*softplus(z)
+        out = target*sigmoid(-z)**gamma*softplus(-z) + (1 -
+            target)*sigmoid(z)**gamma*softplus(z)
+
+        grad_z = grad*(-gamma*target*sigmoid(-z)**gamma*sigmoid(z)*softplus(-z) -
+            target*sigmoid(-z)*sigmoid(-z)**gamma + (1 -
+            target)*sigmoid(z)*sigmoid(z)**gamma) if z > 1.6e+3 else grad*(gamma*(1 -
+            target)*sigmoid(-z)*sigmoid(z)**gamma*softplus(z) -
+            target*sigmoid(-z)*sigmoid(-z)**gamma + (1 -
+            target)*sigmoid(z)*sigmoid(z)**gamma) if z < -1.6e+3 else
+            grad*(-gamma*target*sigmoid(-z)**gamma*sigmoid(z)*softplus(-z) + gamma*(1 -
+            target)*sigmoid(-z)*sigmoid(z)**gamma*softplus(z) -
+            target*sigmoid(-z)*sigmoid(-z)**gamma + (1 -
+            target)*sigmoid(z)*sigmoid(z)**gamma)
+
+        d grad_z / d z =
+            grad*(gamma**2*target*sigmoid(-z)**gamma*sigmoid(z)**2*softplus(-z) +
+            2*gamma*target*sigmoid(-z)*sigmoid(-z)**gamma*sigmoid(z) + 2*gamma*(1 -
+            target)*sigmoid(-z)*sigmoid(z)*sigmoid(z)**gamma +
+            target*sigmoid(-z)*sigmoid(-z)**gamma*sigmoid(z) + (1 -
+            target)*sigmoid(-z)*sigmoid(z)*sigmoid(z)**gamma) if (z > 1.6e+3) & ((z >
+            1.6e+3) | (z < -1.6e+3)) else
+            grad*(gamma**2*target*sigmoid(-z)**gamma*sigmoid(z)**2*softplus(-z) -
+            gamma*target*sigmoid(-z)*sigmoid(-z)**gamma*sigmoid(z)*softplus(-z) +
+            2*gamma*target*sigmoid(-z)*sigmoid(-z)**gamma*sigmoid(z) - gamma*(1 -
+            target)*sigmoid(-z)*sigmoid(z)*sigmoid(z)**gamma*softplus(z) + 2*gamma*(1 -
+            target)*sigmoid(-z)*sigmoid(z)*sigmoid(z)**gamma +
+            target*sigmoid(-z)*sigmoid(-z)**gamma*sigmoid(z) + (1 -
+            target)*sigmoid(-z)*sigmoid(z)*sigmoid(z)**gamma) if z > 1.6e+3 else
+            grad*(gamma**2*(1 - target)*sigmoid(-z)**2*sigmoid(z)**gamma*softplus(z) +
+            2*gamma*target*sigmoid(-z)*sigmoid(-z)**gamma*sigmoid(z) + 2*gamma*(1 -
+            target)*sigmoid(-z)*sigmoid(z)*sigmoid(z)**gamma +
+            target*sigmoid(-z)*sigmoid(-z)**gamma*sigmoid(z) + (1 -
+            target)*sigmoid(-z)*sigmoid(z)*sigmoid(z)**gamma) if (z < -1.6e+3) & ((z >
+            1.6e+3) | (z < -1.6e+3)) else grad*(gamma**2*(1 -
+            target)*sigmoid(-z)**2*sigmoid(z)**gamma*softplus(z) -
+            gamma*target*sigmoid(-z)*sigmoid(-z)**gamma*sigmoid(z)*softplus(-z) +
+            2*gamma*target*sigmoid(-z)*sigmoid(-z)**gamma*sigmoid(z) - gamma*(1 -
+            target)*sigmoid(-z)*sigmoid(z)*sigmoid(z)**gamma*softplus(z) + 2*gamma*(1 -
+            target)*sigmoid(-z)*sigmoid(z)*sigmoid(z)**gamma +
+            target*sigmoid(-z)*sigmoid(-z)**gamma*sigmoid(z) + (1 -
+            target)*sigmoid(-z)*sigmoid(z)*sigmoid(z)**gamma) if z < -1.6e+3 else
+            grad*(gamma**2*target*sigmoid(-z)**gamma*sigmoid(z)**2*softplus(-z) +
+            gamma**2*(1 - target)*sigmoid(-z)**2*sigmoid(z)**gamma*softplus(z) +
+            2*gamma*target*sigmoid(-z)*sigmoid(-z)**gamma*sigmoid(z) + 2*gamma*(1 -
+            target)*sigmoid(-z)*sigmoid(z)*sigmoid(z)**gamma +
+            target*sigmoid(-z)*sigmoid(-z)**gamma*sigmoid(z) + (1 -
+            target)*sigmoid(-z)*sigmoid(z)*sigmoid(z)**gamma) if (z > 1.6e+3) | (z <
+            -1.6e+3) else
+            grad*(gamma**2*target*sigmoid(-z)**gamma*sigmoid(z)**2*softplus(-z) +
+            gamma**2*(1 - target)*sigmoid(-z)**2*sigmoid(z)**gamma*softplus(z) -
+            gamma*target*sigmoid(-z)*sigmoid(-z)**gamma*sigmoid(z)*softplus(-z) +
+            2*gamma*target*sigmoid(-z)*sigmoid(-z)**gamma*sigmoid(z) - gamma*(1 -
+            target)*sigmoid(-z)*sigmoid(z)*sigmoid(z)**gamma*softplus(z) + 2*gamma*(1 -
+            target)*sigmoid(-z)*sigmoid(z)*sigmoid(z)**gamma +
+            target*sigmoid(-z)*sigmoid(-z)**gamma*sigmoid(z) + (1 -
+            target)*sigmoid(-z)*sigmoid(z)*sigmoid(z)**gamma)
+
+        d grad_z / d grad = -gamma*target*sigmoid(-z)**gamma*sigmoid(z)*softplus(-z) -
+            target*sigmoid(-z)*sigmoid(-z)**gamma + (1 -
+            target)*sigmoid(z)*sigmoid(z)**gamma if z > 1.6e+3 else gamma*(1 -
+            target)*sigmoid(-z)*sigmoid(z)**gamma*softplus(z) -
+            target*sigmoid(-z)*sigmoid(-z)**gamma + (1 -
+            target)*sigmoid(z)*sigmoid(z)**gamma if z < -1.6e+3 else
+            -gamma*target*sigmoid(-z)**gamma*sigmoid(z)*softplus(-z) + gamma*(1 -
+            target)*sigmoid(-z)*sigmoid(z)**gamma*softplus(z) -
+            target*sigmoid(-z)*sigmoid(-z)**gamma + (1 -
+            target)*sigmoid(z)*sigmoid(z)**gamma
 
     Measured float64 error of the chosen forms vs mpmath::
 
         out: 0.1 bits mean, 4 max over 71 points
-        grad_z: 0.1 bits mean, 5 max over 97 points
+        grad_z, d grad_z / d grad: 0.1 bits mean, 5 max over 97 points
         d grad_z / d z: 0.2 bits mean, 4 max over 97 points
-        d grad_z / d grad: 0.1 bits mean, 5 max over 97 points
-
-    Gradients (VJP)::
-
-        grad_z = Piecewise((grad*(-gamma*target*sigmoid(-z)**gamma*sigmoid(z)*softplus(-z) - target*sigmoid(-z)*sigmoid(-z)**gamma + (1 - target)*sigmoid(z)*sigmoid(z)**gamma), z > 1.6e+3), (grad*(gamma*(1 - target)*sigmoid(-z)*sigmoid(z)**gamma*softplus(z) - target*sigmoid(-z)*sigmoid(-z)**gamma + (1 - target)*sigmoid(z)*sigmoid(z)**gamma), z < -1.6e+3), (grad*(-gamma*target*sigmoid(-z)**gamma*sigmoid(z)*softplus(-z) + gamma*(1 - target)*sigmoid(-z)*sigmoid(z)**gamma*softplus(z) - target*sigmoid(-z)*sigmoid(-z)**gamma + (1 - target)*sigmoid(z)*sigmoid(z)**gamma), True))
-
-    Second order (d grad_<input> / d <w>)::
-
-        d grad_z / d z = Piecewise((grad*(gamma**2*target*sigmoid(-z)**gamma*sigmoid(z)**2*softplus(-z) + 2*gamma*target*sigmoid(-z)*sigmoid(-z)**gamma*sigmoid(z) + 2*gamma*(1 - target)*sigmoid(-z)*sigmoid(z)*sigmoid(z)**gamma + target*sigmoid(-z)*sigmoid(-z)**gamma*sigmoid(z) + (1 - target)*sigmoid(-z)*sigmoid(z)*sigmoid(z)**gamma), (z > 1.6e+3) & ((z > 1.6e+3) | (z < -1.6e+3))), (grad*(gamma**2*target*sigmoid(-z)**gamma*sigmoid(z)**2*softplus(-z) - gamma*target*sigmoid(-z)*sigmoid(-z)**gamma*sigmoid(z)*softplus(-z) + 2*gamma*target*sigmoid(-z)*sigmoid(-z)**gamma*sigmoid(z) - gamma*(1 - target)*sigmoid(-z)*sigmoid(z)*sigmoid(z)**gamma*softplus(z) + 2*gamma*(1 - target)*sigmoid(-z)*sigmoid(z)*sigmoid(z)**gamma + target*sigmoid(-z)*sigmoid(-z)**gamma*sigmoid(z) + (1 - target)*sigmoid(-z)*sigmoid(z)*sigmoid(z)**gamma), z > 1.6e+3), (grad*(gamma**2*(1 - target)*sigmoid(-z)**2*sigmoid(z)**gamma*softplus(z) + 2*gamma*target*sigmoid(-z)*sigmoid(-z)**gamma*sigmoid(z) + 2*gamma*(1 - target)*sigmoid(-z)*sigmoid(z)*sigmoid(z)**gamma + target*sigmoid(-z)*sigmoid(-z)**gamma*sigmoid(z) + (1 - target)*sigmoid(-z)*sigmoid(z)*sigmoid(z)**gamma), (z < -1.6e+3) & ((z > 1.6e+3) | (z < -1.6e+3))), (grad*(gamma**2*(1 - target)*sigmoid(-z)**2*sigmoid(z)**gamma*softplus(z) - gamma*target*sigmoid(-z)*sigmoid(-z)**gamma*sigmoid(z)*softplus(-z) + 2*gamma*target*sigmoid(-z)*sigmoid(-z)**gamma*sigmoid(z) - gamma*(1 - target)*sigmoid(-z)*sigmoid(z)*sigmoid(z)**gamma*softplus(z) + 2*gamma*(1 - target)*sigmoid(-z)*sigmoid(z)*sigmoid(z)**gamma + target*sigmoid(-z)*sigmoid(-z)**gamma*sigmoid(z) + (1 - target)*sigmoid(-z)*sigmoid(z)*sigmoid(z)**gamma), z < -1.6e+3), (grad*(gamma**2*target*sigmoid(-z)**gamma*sigmoid(z)**2*softplus(-z) + gamma**2*(1 - target)*sigmoid(-z)**2*sigmoid(z)**gamma*softplus(z) + 2*gamma*target*sigmoid(-z)*sigmoid(-z)**gamma*sigmoid(z) + 2*gamma*(1 - target)*sigmoid(-z)*sigmoid(z)*sigmoid(z)**gamma + target*sigmoid(-z)*sigmoid(-z)**gamma*sigmoid(z) + (1 - target)*sigmoid(-z)*sigmoid(z)*sigmoid(z)**gamma), (z > 1.6e+3) | (z < -1.6e+3)), (grad*(gamma**2*target*sigmoid(-z)**gamma*sigmoid(z)**2*softplus(-z) + gamma**2*(1 - target)*sigmoid(-z)**2*sigmoid(z)**gamma*softplus(z) - gamma*target*sigmoid(-z)*sigmoid(-z)**gamma*sigmoid(z)*softplus(-z) + 2*gamma*target*sigmoid(-z)*sigmoid(-z)**gamma*sigmoid(z) - gamma*(1 - target)*sigmoid(-z)*sigmoid(z)*sigmoid(z)**gamma*softplus(z) + 2*gamma*(1 - target)*sigmoid(-z)*sigmoid(z)*sigmoid(z)**gamma + target*sigmoid(-z)*sigmoid(-z)**gamma*sigmoid(z) + (1 - target)*sigmoid(-z)*sigmoid(z)*sigmoid(z)**gamma), True))
-        d grad_z / d grad = Piecewise((-gamma*target*sigmoid(-z)**gamma*sigmoid(z)*softplus(-z) - target*sigmoid(-z)*sigmoid(-z)**gamma + (1 - target)*sigmoid(z)*sigmoid(z)**gamma, z > 1.6e+3), (gamma*(1 - target)*sigmoid(-z)*sigmoid(z)**gamma*softplus(z) - target*sigmoid(-z)*sigmoid(-z)**gamma + (1 - target)*sigmoid(z)*sigmoid(z)**gamma, z < -1.6e+3), (-gamma*target*sigmoid(-z)**gamma*sigmoid(z)*softplus(-z) + gamma*(1 - target)*sigmoid(-z)*sigmoid(z)**gamma*softplus(z) - target*sigmoid(-z)*sigmoid(-z)**gamma + (1 - target)*sigmoid(z)*sigmoid(z)**gamma, True))
     """
 
     @tf.custom_gradient
@@ -760,27 +869,50 @@ def _focal_loss_grad_z(z, target, grad, gamma):
 
 
 def student_t_logpdf(x: tf.Tensor, nu: float = 3.0) -> tf.Tensor:
-    """student_t_logpdf: -(nu/2 + 1/2)*log(1 + x**2/nu) - log(pi*nu)/2 - loggamma(nu/2) + loggamma(nu/2 + 1/2).
+    r"""student_t_logpdf: -(nu/2 + 1/2)*log(1 + x**2/nu) - log(pi*nu)/2 - loggamma(nu/2) + loggamma(nu/2 + 1/2).
 
-    Forward::
+    Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
 
-        out = -(nu/2 + 1/2)*log1p_square(x*sqrt(1/nu)) - log(pi*nu)/2 - loggamma(nu/2) + loggamma(nu/2 + 1/2)
+        out = -(nu/2 + 1/2)*log1p_square(x*sqrt(1/nu)) - log(pi*nu)/2 - loggamma(nu/2) +
+            loggamma(nu/2 + 1/2)
+
+                 -grad*(nu + 1)
+        grad_x = ---------------
+                     nu
+                     -- + x
+                     x
+
+                         /           /       2\
+                         |      grad*\-nu + x /*(nu + 1)
+                         |      ------------------------         for |x| < 1
+                         |                      2
+                         |             /      2\
+                         |             \nu + x /
+                         |
+                         |         2
+                         |  grad*nu    grad*nu   grad*nu   grad
+        d grad_x / d x = <- -------- + ------- - ------- + ----
+                         |      4         2         4        2
+                         |     x         x         x        x
+                         |-------------------------------------   otherwise
+                         |             2
+                         |           nu    2*nu
+                         |           --- + ---- + 1
+                         |            4      2
+                         |           x      x
+                         \
+
+                            -nu - 1
+        d grad_x / d grad = -------
+                            nu
+                            -- + x
+                            x
 
     Measured float64 error of the chosen forms vs mpmath::
 
         out: 2.0 bits mean, 64 max over 93 points, 6 non-finite
-        grad_x: 0.1 bits mean, 1 max over 93 points
+        grad_x, d grad_x / d grad: 0.1 bits mean, 1 max over 93 points
         d grad_x / d x: 0.4 bits mean, 27 max over 93 points
-        d grad_x / d grad: 0.1 bits mean, 1 max over 93 points
-
-    Gradients (VJP)::
-
-        grad_x = -grad*(nu + 1)/(nu/x + x)
-
-    Second order (d grad_<input> / d <w>)::
-
-        d grad_x / d x = Piecewise((grad*(-nu + x**2)*(nu + 1)/(nu + x**2)**2, Abs(x) < 1), ((-grad*nu**2/x**4 + grad*nu/x**2 - grad*nu/x**4 + grad/x**2)/(nu**2/x**4 + 2*nu/x**2 + 1), True))
-        d grad_x / d grad = (-nu - 1)/(nu/x + x)
     """
 
     @tf.custom_gradient
@@ -860,25 +992,22 @@ def _student_t_logpdf_grad_x(x, grad, nu):
 def entropy_term(x: tf.Tensor) -> tf.Tensor:
     """entropy_term: x*log(x).
 
-    Forward::
+    Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
 
         out = xlogy(x, x)
+        grad_x = grad*(log(x) + 1)
+
+                         grad
+        d grad_x / d x = ----
+                          x
+
+        d grad_x / d grad = log(x) + 1
 
     Measured float64 error of the chosen forms vs mpmath::
 
         out: 0.3 bits mean, 1 max over 58 points
-        grad_x: 0.0 bits mean, 1 max over 60 points, 24 non-finite
+        grad_x, d grad_x / d grad: 0.0 bits mean, 1 max over 60 points, 24 non-finite
         d grad_x / d x: 0.0 bits mean, 0 max over 60 points
-        d grad_x / d grad: 0.0 bits mean, 1 max over 60 points, 24 non-finite
-
-    Gradients (VJP)::
-
-        grad_x = grad*(log(x) + 1)
-
-    Second order (d grad_<input> / d <w>)::
-
-        d grad_x / d x = grad/x
-        d grad_x / d grad = log(x) + 1
     """
 
     @tf.custom_gradient
@@ -915,27 +1044,39 @@ def _entropy_term_grad_x(x, grad):
 
 
 def sqrt_diff(x: tf.Tensor) -> tf.Tensor:
-    """sqrt_diff: -sqrt(x) + sqrt(x + 1).
+    r"""sqrt_diff: -sqrt(x) + sqrt(x + 1).
 
-    Forward::
+    Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
 
-        out = 1/(sqrt(x) + sqrt(x + 1))
+                      1
+        out = -----------------
+                ___     _______
+              \/ x  + \/ x + 1
+
+                              -grad
+        grad_x = --------------------------------
+                    3/2       ___         _______
+                 2*x    + 2*\/ x  + 2*x*\/ x + 1
+
+                               /      ___       x           _______     1  \
+                         -grad*|- 3*\/ x  - --------- - 2*\/ x + 1  - -----|
+                               |              _______                   ___|
+                               \            \/ x + 1                  \/ x /
+        d grad_x / d x = ----------------------------------------------------
+                                                                   2
+                                 /   3/2       ___         _______\
+                                 \2*x    + 2*\/ x  + 2*x*\/ x + 1 /
+
+                                          -1
+        d grad_x / d grad = --------------------------------
+                               3/2       ___         _______
+                            2*x    + 2*\/ x  + 2*x*\/ x + 1
 
     Measured float64 error of the chosen forms vs mpmath::
 
         out: 0.2 bits mean, 1 max over 61 points
-        grad_x: 0.2 bits mean, 1 max over 60 points, 4 non-finite
+        grad_x, d grad_x / d grad: 0.2 bits mean, 1 max over 60 points, 4 non-finite
         d grad_x / d x: 1.9 bits mean, 54 max over 52 points
-        d grad_x / d grad: 0.2 bits mean, 1 max over 60 points, 4 non-finite
-
-    Gradients (VJP)::
-
-        grad_x = -grad/(2*x**(3/2) + 2*sqrt(x) + 2*x*sqrt(x + 1))
-
-    Second order (d grad_<input> / d <w>)::
-
-        d grad_x / d x = -grad*(-3*sqrt(x) - x/sqrt(x + 1) - 2*sqrt(x + 1) - 1/sqrt(x))/(2*x**(3/2) + 2*sqrt(x) + 2*x*sqrt(x + 1))**2
-        d grad_x / d grad = -1/(2*x**(3/2) + 2*sqrt(x) + 2*x*sqrt(x + 1))
     """
 
     @tf.custom_gradient
@@ -986,25 +1127,18 @@ def _sqrt_diff_grad_x(x, grad):
 def exprel(x: tf.Tensor) -> tf.Tensor:
     """(e^x - 1)/x, 1 at x = 0, finite where e^x overflows but the quotient does not.
 
-    Forward::
+    Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
 
         out = exprel(x)
+        grad_x = grad*exprel_d(1, x)
+        d grad_x / d x = grad*exprel_d(2, x)
+        d grad_x / d grad = exprel_d(1, x)
 
     Measured float64 error of the chosen forms vs mpmath::
 
         out: 0.1 bits mean, 2 max over 56 points
-        grad_x: 0.1 bits mean, 2 max over 57 points
+        grad_x, d grad_x / d grad: 0.1 bits mean, 2 max over 57 points
         d grad_x / d x: 0.2 bits mean, 2 max over 57 points
-        d grad_x / d grad: 0.1 bits mean, 2 max over 57 points
-
-    Gradients (VJP)::
-
-        grad_x = grad*exprel_d(1, x)
-
-    Second order (d grad_<input> / d <w>)::
-
-        d grad_x / d x = grad*exprel_d(2, x)
-        d grad_x / d grad = exprel_d(1, x)
     """
 
     @tf.custom_gradient
@@ -1385,35 +1519,25 @@ def _exprel_grad_x(x, grad):
 def logaddexp(a: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
     """logaddexp: log(exp(a) + exp(b)).
 
-    Forward::
+    Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
 
         out = logaddexp(a, b)
-
-    Measured float64 error of the chosen forms vs mpmath::
-
-        out: 0.0 bits mean, 1 max over 98 points
-        grad_a: 0.1 bits mean, 3 max over 98 points
-        grad_b: 0.1 bits mean, 3 max over 98 points
-        d grad_a / d a: 0.2 bits mean, 3 max over 98 points
-        d grad_a / d b: 0.2 bits mean, 3 max over 98 points
-        d grad_a / d grad: 0.1 bits mean, 3 max over 98 points
-        d grad_b / d a: 0.2 bits mean, 3 max over 98 points
-        d grad_b / d b: 0.2 bits mean, 3 max over 98 points
-        d grad_b / d grad: 0.1 bits mean, 3 max over 98 points
-
-    Gradients (VJP)::
-
         grad_a = grad*sigmoid(a - b)
         grad_b = grad*sigmoid(-a + b)
-
-    Second order (d grad_<input> / d <w>)::
-
         d grad_a / d a = grad*sigmoid(-a + b)*sigmoid(a - b)
         d grad_a / d b = -grad*sigmoid(-a + b)*sigmoid(a - b)
         d grad_a / d grad = sigmoid(a - b)
         d grad_b / d a = -grad*sigmoid(-a + b)*sigmoid(a - b)
         d grad_b / d b = grad*sigmoid(-a + b)*sigmoid(a - b)
         d grad_b / d grad = sigmoid(-a + b)
+
+    Measured float64 error of the chosen forms vs mpmath::
+
+        out: 0.0 bits mean, 1 max over 98 points
+        grad_a, grad_b, d grad_a / d grad, d grad_b / d grad:
+            0.1 bits mean, 3 max over 98 points
+        d grad_a / d a, d grad_a / d b, d grad_b / d a, d grad_b / d b:
+            0.2 bits mean, 3 max over 98 points
     """
 
     @tf.custom_gradient
@@ -1488,25 +1612,77 @@ def _logaddexp_grad_b(a, b, grad):
 def scaled_erfc(x: tf.Tensor) -> tf.Tensor:
     """exp(x^2) erfc(x), as in Mills-ratio and log-normal tail formulas.
 
-    Forward::
+    Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
 
         out = erfcx(x)
+
+        grad_x = grad*(2*x*erfcx(x) - 2/sqrt(pi)) if x < 9 else grad*((x**(-3) - 3/x**5
+            + 45/(4*x**7) - 105/(2*x**9) + 4725/(16*x**11) - 31185/(16*x**13) +
+            945945/(64*x**15) - 2027025/(16*x**17) + 310134825/(256*x**19) -
+            3273645375/(256*x**21) + 151242416325/(1024*x**23) -
+            948702429675/(512*x**25) + 102776096548125/(4096*x**27) -
+            1494206326738125/(4096*x**29) + 92854250304440625/(16384*x**31) -
+            191898783962510625/(2048*x**33) + 107655217802968460625/(65536*x**35) -
+            1994787859290297946875/(65536*x**37) +
+            155815096120119939628125/(262144*x**39))/(sqrt(pi)*x) - (1 - 1/(2*x**2) +
+            3/(4*x**4) - 15/(8*x**6) + 105/(16*x**8) - 945/(32*x**10) + 10395/(64*x**12)
+            - 135135/(128*x**14) + 2027025/(256*x**16) - 34459425/(512*x**18) +
+            654729075/(1024*x**20) - 13749310575/(2048*x**22) +
+            316234143225/(4096*x**24) - 7905853580625/(8192*x**26) +
+            213458046676875/(16384*x**28) - 6190283353629375/(32768*x**30) +
+            191898783962510625/(65536*x**32) - 6332659870762850625/(131072*x**34) +
+            221643095476699771875/(262144*x**36) -
+            8200794532637891559375/(524288*x**38))/(sqrt(pi)*x**2))
+
+        d grad_x / d x = grad*(2*x*(2*x*erfcx(x) - 2/sqrt(pi)) + 2*erfcx(x)) if x < 9
+            else grad*((-3/x**4 + 15/x**6 - 315/(4*x**8) + 945/(2*x**10) -
+            51975/(16*x**12) + 405405/(16*x**14) - 14189175/(64*x**16) +
+            34459425/(16*x**18) - 5892561675/(256*x**20) + 68746552875/(256*x**22) -
+            3478575575475/(1024*x**24) + 23717560741875/(512*x**26) -
+            2774954606799375/(4096*x**28) + 43331983475405625/(4096*x**30) -
+            2878481759437659375/(16384*x**32) + 6332659870762850625/(2048*x**34) -
+            3767932623103896121875/(65536*x**36) + 73807150793741024034375/(65536*x**38)
+            - 6076788748684677645496875/(262144*x**40))/(sqrt(pi)*x) - 2*(x**(-3) -
+            3/x**5 + 45/(4*x**7) - 105/(2*x**9) + 4725/(16*x**11) - 31185/(16*x**13) +
+            945945/(64*x**15) - 2027025/(16*x**17) + 310134825/(256*x**19) -
+            3273645375/(256*x**21) + 151242416325/(1024*x**23) -
+            948702429675/(512*x**25) + 102776096548125/(4096*x**27) -
+            1494206326738125/(4096*x**29) + 92854250304440625/(16384*x**31) -
+            191898783962510625/(2048*x**33) + 107655217802968460625/(65536*x**35) -
+            1994787859290297946875/(65536*x**37) +
+            155815096120119939628125/(262144*x**39))/(sqrt(pi)*x**2) + 2*(1 - 1/(2*x**2)
+            + 3/(4*x**4) - 15/(8*x**6) + 105/(16*x**8) - 945/(32*x**10) +
+            10395/(64*x**12) - 135135/(128*x**14) + 2027025/(256*x**16) -
+            34459425/(512*x**18) + 654729075/(1024*x**20) - 13749310575/(2048*x**22) +
+            316234143225/(4096*x**24) - 7905853580625/(8192*x**26) +
+            213458046676875/(16384*x**28) - 6190283353629375/(32768*x**30) +
+            191898783962510625/(65536*x**32) - 6332659870762850625/(131072*x**34) +
+            221643095476699771875/(262144*x**36) -
+            8200794532637891559375/(524288*x**38))/(sqrt(pi)*x**3))
+
+        d grad_x / d grad = 2*x*erfcx(x) - 2/sqrt(pi) if x < 9 else (x**(-3) - 3/x**5 +
+            45/(4*x**7) - 105/(2*x**9) + 4725/(16*x**11) - 31185/(16*x**13) +
+            945945/(64*x**15) - 2027025/(16*x**17) + 310134825/(256*x**19) -
+            3273645375/(256*x**21) + 151242416325/(1024*x**23) -
+            948702429675/(512*x**25) + 102776096548125/(4096*x**27) -
+            1494206326738125/(4096*x**29) + 92854250304440625/(16384*x**31) -
+            191898783962510625/(2048*x**33) + 107655217802968460625/(65536*x**35) -
+            1994787859290297946875/(65536*x**37) +
+            155815096120119939628125/(262144*x**39))/(sqrt(pi)*x) - (1 - 1/(2*x**2) +
+            3/(4*x**4) - 15/(8*x**6) + 105/(16*x**8) - 945/(32*x**10) + 10395/(64*x**12)
+            - 135135/(128*x**14) + 2027025/(256*x**16) - 34459425/(512*x**18) +
+            654729075/(1024*x**20) - 13749310575/(2048*x**22) +
+            316234143225/(4096*x**24) - 7905853580625/(8192*x**26) +
+            213458046676875/(16384*x**28) - 6190283353629375/(32768*x**30) +
+            191898783962510625/(65536*x**32) - 6332659870762850625/(131072*x**34) +
+            221643095476699771875/(262144*x**36) -
+            8200794532637891559375/(524288*x**38))/(sqrt(pi)*x**2)
 
     Measured float64 error of the chosen forms vs mpmath::
 
         out: 0.3 bits mean, 1 max over 41 points
-        grad_x: 0.2 bits mean, 1 max over 49 points
+        grad_x, d grad_x / d grad: 0.2 bits mean, 1 max over 49 points
         d grad_x / d x: 0.1 bits mean, 1 max over 49 points
-        d grad_x / d grad: 0.2 bits mean, 1 max over 49 points
-
-    Gradients (VJP)::
-
-        grad_x = Piecewise((grad*(2*x*erfcx(x) - 2/sqrt(pi)), x < 9), (grad*((x**(-3) - 3/x**5 + 45/(4*x**7) - 105/(2*x**9) + 4725/(16*x**11) - 31185/(16*x**13) + 945945/(64*x**15) - 2027025/(16*x**17) + 310134825/(256*x**19) - 3273645375/(256*x**21) + 151242416325/(1024*x**23) - 948702429675/(512*x**25) + 102776096548125/(4096*x**27) - 1494206326738125/(4096*x**29) + 92854250304440625/(16384*x**31) - 191898783962510625/(2048*x**33) + 107655217802968460625/(65536*x**35) - 1994787859290297946875/(65536*x**37) + 155815096120119939628125/(262144*x**39))/(sqrt(pi)*x) - (1 - 1/(2*x**2) + 3/(4*x**4) - 15/(8*x**6) + 105/(16*x**8) - 945/(32*x**10) + 10395/(64*x**12) - 135135/(128*x**14) + 2027025/(256*x**16) - 34459425/(512*x**18) + 654729075/(1024*x**20) - 13749310575/(2048*x**22) + 316234143225/(4096*x**24) - 7905853580625/(8192*x**26) + 213458046676875/(16384*x**28) - 6190283353629375/(32768*x**30) + 191898783962510625/(65536*x**32) - 6332659870762850625/(131072*x**34) + 221643095476699771875/(262144*x**36) - 8200794532637891559375/(524288*x**38))/(sqrt(pi)*x**2)), True))
-
-    Second order (d grad_<input> / d <w>)::
-
-        d grad_x / d x = Piecewise((grad*(2*x*(2*x*erfcx(x) - 2/sqrt(pi)) + 2*erfcx(x)), x < 9), (grad*((-3/x**4 + 15/x**6 - 315/(4*x**8) + 945/(2*x**10) - 51975/(16*x**12) + 405405/(16*x**14) - 14189175/(64*x**16) + 34459425/(16*x**18) - 5892561675/(256*x**20) + 68746552875/(256*x**22) - 3478575575475/(1024*x**24) + 23717560741875/(512*x**26) - 2774954606799375/(4096*x**28) + 43331983475405625/(4096*x**30) - 2878481759437659375/(16384*x**32) + 6332659870762850625/(2048*x**34) - 3767932623103896121875/(65536*x**36) + 73807150793741024034375/(65536*x**38) - 6076788748684677645496875/(262144*x**40))/(sqrt(pi)*x) - 2*(x**(-3) - 3/x**5 + 45/(4*x**7) - 105/(2*x**9) + 4725/(16*x**11) - 31185/(16*x**13) + 945945/(64*x**15) - 2027025/(16*x**17) + 310134825/(256*x**19) - 3273645375/(256*x**21) + 151242416325/(1024*x**23) - 948702429675/(512*x**25) + 102776096548125/(4096*x**27) - 1494206326738125/(4096*x**29) + 92854250304440625/(16384*x**31) - 191898783962510625/(2048*x**33) + 107655217802968460625/(65536*x**35) - 1994787859290297946875/(65536*x**37) + 155815096120119939628125/(262144*x**39))/(sqrt(pi)*x**2) + 2*(1 - 1/(2*x**2) + 3/(4*x**4) - 15/(8*x**6) + 105/(16*x**8) - 945/(32*x**10) + 10395/(64*x**12) - 135135/(128*x**14) + 2027025/(256*x**16) - 34459425/(512*x**18) + 654729075/(1024*x**20) - 13749310575/(2048*x**22) + 316234143225/(4096*x**24) - 7905853580625/(8192*x**26) + 213458046676875/(16384*x**28) - 6190283353629375/(32768*x**30) + 191898783962510625/(65536*x**32) - 6332659870762850625/(131072*x**34) + 221643095476699771875/(262144*x**36) - 8200794532637891559375/(524288*x**38))/(sqrt(pi)*x**3)), True))
-        d grad_x / d grad = Piecewise((2*x*erfcx(x) - 2/sqrt(pi), x < 9), ((x**(-3) - 3/x**5 + 45/(4*x**7) - 105/(2*x**9) + 4725/(16*x**11) - 31185/(16*x**13) + 945945/(64*x**15) - 2027025/(16*x**17) + 310134825/(256*x**19) - 3273645375/(256*x**21) + 151242416325/(1024*x**23) - 948702429675/(512*x**25) + 102776096548125/(4096*x**27) - 1494206326738125/(4096*x**29) + 92854250304440625/(16384*x**31) - 191898783962510625/(2048*x**33) + 107655217802968460625/(65536*x**35) - 1994787859290297946875/(65536*x**37) + 155815096120119939628125/(262144*x**39))/(sqrt(pi)*x) - (1 - 1/(2*x**2) + 3/(4*x**4) - 15/(8*x**6) + 105/(16*x**8) - 945/(32*x**10) + 10395/(64*x**12) - 135135/(128*x**14) + 2027025/(256*x**16) - 34459425/(512*x**18) + 654729075/(1024*x**20) - 13749310575/(2048*x**22) + 316234143225/(4096*x**24) - 7905853580625/(8192*x**26) + 213458046676875/(16384*x**28) - 6190283353629375/(32768*x**30) + 191898783962510625/(65536*x**32) - 6332659870762850625/(131072*x**34) + 221643095476699771875/(262144*x**36) - 8200794532637891559375/(524288*x**38))/(sqrt(pi)*x**2), True))
     """
 
     @tf.custom_gradient

@@ -53,9 +53,6 @@ _SIZE_HINT = 1 << 24
 # fewest operations (compiled, an operation is no pass over memory of its own).
 _FUSED_FORMS: dict[Callable, Callable] = {}
 
-#: Whether a functorch transform (vmap, grad, ...) is running: no in-place tricks then.
-_transforms_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: True)
-
 
 def use_fused(enabled: bool = True) -> None:
     """Compile this module's forward and backward math with ``torch.compile``.
@@ -67,12 +64,47 @@ def use_fused(enabled: bool = True) -> None:
     _fused_enabled = enabled
 
 
-def _signature_once(function: type) -> type:
-    """Class decorator: ``autograd.Function.apply`` binds its arguments to ``forward``'s
-    signature on every call, and ``inspect.signature`` costs ~4 us of a ~14 us call;
-    computed once here (inspect returns a function's ``__signature__``)."""
-    function.forward.__signature__ = inspect.signature(function.forward)
-    return function
+class _Function(torch.autograd.Function):
+    """The base of the generated autograd Functions: vmap from their own formulas
+    (``generate_vmap_rule``), and ``forward``'s signature computed once: ``apply`` binds
+    its arguments to it on every call, and ``inspect.signature`` costs ~4 us of a ~14 us
+    call (inspect returns a function's ``__signature__``)."""
+
+    generate_vmap_rule = True
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls.forward.__signature__ = inspect.signature(cls.forward)
+
+
+def _without_jvp(function: type) -> type:
+    """The Function ``function`` without its jvp, what torch.compile traces: dynamo cannot
+    trace a custom jvp (so compiled code has no forward mode)."""
+    return type(
+        f"_{function.__name__}", (function,), {"jvp": torch.autograd.Function.jvp}
+    )
+
+
+def _apply(function: type, traced: type, *args):
+    """``function.apply(*args)``; ``traced`` (``function`` without its jvp) under
+    torch.compile."""
+    return (traced if torch.compiler.is_compiling() else function).apply(*args)
+
+
+def _grad(needed: bool, function: type, traced: type, *args):
+    """The gradient that the Function ``function`` computes from ``args``, if ``needed``:
+    where autograd records (create_graph=True), a call of the Function, whose backward is
+    the second order; otherwise its forward alone, with no graph."""
+    if not needed:
+        return None
+    if torch.is_grad_enabled():
+        return _apply(function, traced, *args)
+    return function.forward(*args)
+
+
+def _sum_to(grad: torch.Tensor | None, shape: torch.Size) -> torch.Tensor | None:
+    """``grad`` summed to ``shape``: the gradient of an input that was broadcast."""
+    return None if grad is None else grad.sum_to_size(shape)
 
 
 def _run(math_fn: Callable, *args):
@@ -103,8 +135,11 @@ def _run(math_fn: Callable, *args):
     try:
         return compiled(*(_size_hinted(args) if compiling else args))
     except Exception as error:  # noqa: BLE001 - any compiler failure: keep the eager code
-        limit = getattr(torch._dynamo.exc, "FailOnRecompileLimitHit", ())
-        if isinstance(error, limit) and not compiling and _fresh_copies.get(key, 0) < 2:
+        if (
+            _recompile_limit_hit(error)
+            and not compiling
+            and _fresh_copies.get(key, 0) < 2
+        ):
             # This kind of call alone has had 8 versions (layouts: transposed, sliced,
             # sizes 0 and 1): a fresh copy, twice at most.
             _fresh_copies[key] = _fresh_copies.get(key, 0) + 1
@@ -178,11 +213,8 @@ def _size_hinted(args: tuple) -> tuple:
         if isinstance(a, torch.Tensor) and size in a.shape:
             a = a.detach().requires_grad_(a.requires_grad)  # (dynamo guards on it)
             for dim, n in enumerate(a.shape):
-                if n == size:
-                    try:
-                        torch._dynamo.mark_dynamic(a, dim, hint_override=hint)
-                    except TypeError:  # torch 2.8 and older: no hint_override
-                        return args
+                if n == size and not _mark_dynamic_hinted(a, dim, hint):
+                    return args  # (torch 2.8 and older: no hints)
         hinted.append(a)
     return tuple(hinted)
 
@@ -320,19 +352,60 @@ def _sigmoid(
     return x.sigmoid_() if overwrite else torch.sigmoid(x)
 
 
+# Private torch APIs, each with its fallback (symgrad/runtime/torch_private.py).
+
+#: Whether a functorch transform (vmap, grad, ...) is running: no in-place tricks then.
+#: (torch._C; where it is missing, one is taken to be running.)
+_transforms_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: True)
+
+
+def _recompile_limit_hit(error: Exception) -> bool:
+    """Whether ``error`` is dynamo's refusal of a compiled version past its recompile
+    limit under fullgraph=True (torch._dynamo.exc.FailOnRecompileLimitHit; never, where
+    this torch has no such error)."""
+    return isinstance(error, getattr(torch._dynamo.exc, "FailOnRecompileLimitHit", ()))
+
+
+def _mark_dynamic_hinted(tensor: torch.Tensor, dim: int, hint: int) -> bool:
+    """Mark ``tensor``'s dimension ``dim`` dynamic, with ``hint`` as the size compiled
+    code is tuned for (torch._dynamo.mark_dynamic); False, with nothing marked, where
+    this torch has no ``hint_override`` (2.8 and older)."""
+    try:
+        torch._dynamo.mark_dynamic(tensor, dim, hint_override=hint)
+    except TypeError:
+        return False
+    return True
+
+
 # --- my_relu ---------------------------------------------------------------
 
 
 def _my_relu_forward(x):
-    out = torch.relu(x)
-    return out
+    return torch.relu(x)
 
 
-@_signature_once
-class _MyRelu(torch.autograd.Function):
-    """MyRelu without forward mode (what torch.compile traces)."""
+class MyRelu(_Function):
+    r"""ReLU with PyTorch's subgradient (0 at 0).
 
-    generate_vmap_rule = True
+    Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
+
+        out = relu(x)
+
+                 /grad  for x > 0
+        grad_x = <
+                 \ 0    otherwise
+
+        d grad_x / d x = 0
+
+                            /1  for x > 0
+        d grad_x / d grad = <
+                            \0  otherwise
+
+    Measured float64 error of the chosen forms vs mpmath::
+
+        out, grad_x, d grad_x / d x, d grad_x / d grad:
+            0.0 bits mean, 0 max over 73 points
+    """
 
     @staticmethod
     def forward(x):
@@ -340,75 +413,35 @@ class _MyRelu(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        (x,) = inputs
-        ctx.save_for_backward(x)
-        ctx.save_for_forward(x)
+        ctx.save_for_backward(*inputs)
+        ctx.save_for_forward(*inputs)
 
     @staticmethod
     def backward(ctx, grad):
         (x,) = ctx.saved_tensors
-        if not torch.is_grad_enabled():
-            grad_x = None
-            if ctx.needs_input_grad[0]:
-                grad_x = _run(_my_relu_grad_x, x, grad)
-            return grad_x
-        grad_x = None
-        if ctx.needs_input_grad[0]:
-            function = (
-                _MyReluBackward if torch.compiler.is_compiling() else MyReluBackward
-            )
-            grad_x = function.apply(x, grad)
-        return grad_x
-
-
-class MyRelu(_MyRelu):
-    """ReLU with PyTorch's subgradient (0 at 0).
-
-    Forward::
-
-        out = relu(x)
-
-    Measured float64 error of the chosen forms vs mpmath::
-
-        out: 0.0 bits mean, 0 max over 73 points
-        grad_x: 0.0 bits mean, 0 max over 73 points
-        d grad_x / d x: 0.0 bits mean, 0 max over 73 points
-        d grad_x / d grad: 0.0 bits mean, 0 max over 73 points
-
-    Gradients (VJP)::
-
-        grad_x = Piecewise((grad, x > 0), (0, True))
-
-    Second order (d grad_<input> / d <w>)::
-
-        d grad_x / d x = 0
-        d grad_x / d grad = Piecewise((1, x > 0), (0, True))
-    """
+        return _grad(ctx.needs_input_grad[0], MyReluGrad, _MyReluGrad, x, grad)
 
     @staticmethod
     def jvp(ctx, x_t):
         (x,) = ctx.saved_tensors
-        out_t = x_t * torch.where(x > 0, 1.0, torch.full_like(x, 0))
-        return out_t
+        return x_t * torch.where(x > 0, 1.0, torch.full_like(x, 0))
+
+
+_MyRelu = _without_jvp(MyRelu)
 
 
 def _my_relu_grad_x(x, grad):
-    grad_x = _where(x > 0, grad, 0.0)
-    return grad_x
+    return _where(x > 0, grad, 0.0)
 
 
 def _my_relu_grad_x_backward(x, grad_grad_x):
-    grad_bar = _mul_into(
+    return _mul_into(
         _where(x > 0, 1.0, torch.full_like(x, 0), overwrite="b"), grad_grad_x
     )
-    return grad_bar
 
 
-@_signature_once
-class _MyReluBackward(torch.autograd.Function):
-    """The gradient of my_relu: forward is the VJP, backward the derived second order."""
-
-    generate_vmap_rule = True
+class MyReluGrad(_Function):
+    """The gradient of my_relu: forward is the VJP, backward the second order."""
 
     @staticmethod
     def forward(x, grad):
@@ -423,25 +456,20 @@ class _MyReluBackward(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_grad_x):
         (x,) = ctx.saved_tensors
-        if not torch.is_grad_enabled():
-            grad_bar = None
-            if ctx.needs_input_grad[1]:
-                grad_bar = _run(_my_relu_grad_x_backward, x, grad_grad_x)
-            return None, grad_bar
-        grad_bar = None
-        if ctx.needs_input_grad[1]:
-            grad_bar = grad_grad_x * torch.where(x > 0, 1.0, torch.full_like(x, 0))
+        if not ctx.needs_input_grad[1]:
+            return None, None
+        if not torch.is_grad_enabled():  # create_graph=False: no graph
+            return None, _run(_my_relu_grad_x_backward, x, grad_grad_x)
+        grad_bar = grad_grad_x * torch.where(x > 0, 1.0, torch.full_like(x, 0))
         return None, grad_bar
-
-
-class MyReluBackward(_MyReluBackward):
-    """MyReluBackward with forward mode (jvp) from the derived formulas."""
 
     @staticmethod
     def jvp(ctx, _x_t, grad_t):
         (x,) = ctx.saved_tensors
-        grad_x_t = grad_t * torch.where(x > 0, 1.0, torch.full_like(x, 0))
-        return grad_x_t
+        return grad_t * torch.where(x > 0, 1.0, torch.full_like(x, 0))
+
+
+_MyReluGrad = _without_jvp(MyReluGrad)
 
 
 def my_relu(x: torch.Tensor) -> torch.Tensor:
@@ -449,24 +477,38 @@ def my_relu(x: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`MyRelu`.
     """
-    # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
-    function = _MyRelu if torch.compiler.is_compiling() else MyRelu
-    return function.apply(x)
+    return _apply(MyRelu, _MyRelu, x)
 
 
 # --- exp -------------------------------------------------------------------
 
 
 def _exp_forward(x):
-    out = torch.exp(x)
-    return out
+    return torch.exp(x)
 
 
-@_signature_once
-class _Exp(torch.autograd.Function):
-    """Exp without forward mode (what torch.compile traces)."""
+class Exp(_Function):
+    """The PyTorch docs' Exp Function; the backward reuses the saved output.
 
-    generate_vmap_rule = True
+    Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
+
+               x
+        out = e
+
+                       x
+        grad_x = grad*e
+
+                               x
+        d grad_x / d x = grad*e
+
+                             x
+        d grad_x / d grad = e
+
+    Measured float64 error of the chosen forms vs mpmath::
+
+        out, grad_x, d grad_x / d x, d grad_x / d grad:
+            0.0 bits mean, 0 max over 54 points
+    """
 
     @staticmethod
     def forward(x):
@@ -481,52 +523,19 @@ class _Exp(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         (out,) = ctx.saved_tensors
-        if not torch.is_grad_enabled():
-            grad_x = None
-            if ctx.needs_input_grad[0]:
-                grad_x = _run(_exp_grad_x, out, grad)
-            return grad_x
-        grad_x = None
-        if ctx.needs_input_grad[0]:
-            function = _ExpBackward if torch.compiler.is_compiling() else ExpBackward
-            grad_x = function.apply(out, grad)
-        return grad_x
-
-
-class Exp(_Exp):
-    """The PyTorch docs' Exp Function; the backward reuses the saved output.
-
-    Forward::
-
-        out = exp(x)
-
-    Measured float64 error of the chosen forms vs mpmath::
-
-        out: 0.0 bits mean, 0 max over 54 points
-        grad_x: 0.0 bits mean, 0 max over 54 points
-        d grad_x / d x: 0.0 bits mean, 0 max over 54 points
-        d grad_x / d grad: 0.0 bits mean, 0 max over 54 points
-
-    Gradients (VJP)::
-
-        grad_x = grad*exp(x)
-
-    Second order (d grad_<input> / d <w>)::
-
-        d grad_x / d x = grad*exp(x)
-        d grad_x / d grad = exp(x)
-    """
+        return _grad(ctx.needs_input_grad[0], ExpGrad, _ExpGrad, out, grad)
 
     @staticmethod
     def jvp(ctx, x_t):
         (out,) = ctx.saved_tensors
-        out_t = out * x_t
-        return out_t
+        return out * x_t
+
+
+_Exp = _without_jvp(Exp)
 
 
 def _exp_grad_x(out, grad):
-    grad_x = grad * out
-    return grad_x
+    return grad * out
 
 
 def _exp_grad_x_backward(out, grad, grad_grad_x, need_out_bar, need_grad_bar):
@@ -538,11 +547,8 @@ def _exp_grad_x_backward(out, grad, grad_grad_x, need_out_bar, need_grad_bar):
     return out_bar, grad_bar
 
 
-@_signature_once
-class _ExpBackward(torch.autograd.Function):
-    """The gradient of exp: forward is the VJP, backward the derived second order."""
-
-    generate_vmap_rule = True
+class ExpGrad(_Function):
+    """The gradient of exp: forward is the VJP, backward the second order."""
 
     @staticmethod
     def forward(out, grad):
@@ -550,40 +556,30 @@ class _ExpBackward(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        out, grad = inputs
-        ctx.save_for_backward(out, grad)
-        ctx.save_for_forward(out, grad)
+        ctx.save_for_backward(*inputs)
+        ctx.save_for_forward(*inputs)
 
     @staticmethod
     def backward(ctx, grad_grad_x):
         out, grad = ctx.saved_tensors
-        if not torch.is_grad_enabled():
-            out_bar, grad_bar = _run(
-                _exp_grad_x_backward,
-                out,
-                grad,
-                grad_grad_x,
-                ctx.needs_input_grad[0],
-                ctx.needs_input_grad[1],
+        if not torch.is_grad_enabled():  # create_graph=False: no graph
+            return _run(
+                _exp_grad_x_backward, out, grad, grad_grad_x, *ctx.needs_input_grad
             )
-            return out_bar, grad_bar
-        out_bar = None
+        out_bar = grad_bar = None
         if ctx.needs_input_grad[0]:
             out_bar = grad * grad_grad_x
-        grad_bar = None
         if ctx.needs_input_grad[1]:
             grad_bar = grad_grad_x * out
         return out_bar, grad_bar
 
-
-class ExpBackward(_ExpBackward):
-    """ExpBackward with forward mode (jvp) from the derived formulas."""
-
     @staticmethod
     def jvp(ctx, out_t, grad_t):
         out, grad = ctx.saved_tensors
-        grad_x_t = grad * out_t + grad_t * out
-        return grad_x_t
+        return grad * out_t + grad_t * out
+
+
+_ExpGrad = _without_jvp(ExpGrad)
 
 
 def exp(x: torch.Tensor) -> torch.Tensor:
@@ -591,24 +587,34 @@ def exp(x: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`Exp`.
     """
-    # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
-    function = _Exp if torch.compiler.is_compiling() else Exp
-    return function.apply(x)
+    return _apply(Exp, _Exp, x)
 
 
 # --- square ----------------------------------------------------------------
 
 
 def _square_forward(x):
-    out = x**2
-    return out
+    return x**2
 
 
-@_signature_once
-class _Square(torch.autograd.Function):
-    """Square without forward mode (what torch.compile traces)."""
+class Square(_Function):
+    """square: x**2.
 
-    generate_vmap_rule = True
+    Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
+
+               2
+        out = x
+
+        grad_x = 2*grad*x
+        d grad_x / d x = 2*grad
+        d grad_x / d grad = 2*x
+
+    Measured float64 error of the chosen forms vs mpmath::
+
+        out: 0.0 bits mean, 0 max over 57 points
+        grad_x, d grad_x / d grad: 0.0 bits mean, 0 max over 69 points
+        d grad_x / d x: 0.0 bits mean, 0 max over 73 points
+    """
 
     @staticmethod
     def forward(x):
@@ -616,61 +622,25 @@ class _Square(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        (x,) = inputs
-        ctx.save_for_backward(x)
-        ctx.save_for_forward(x)
+        ctx.save_for_backward(*inputs)
+        ctx.save_for_forward(*inputs)
 
     @staticmethod
     def backward(ctx, grad):
         (x,) = ctx.saved_tensors
-        if not torch.is_grad_enabled():
-            grad_x = None
-            if ctx.needs_input_grad[0]:
-                grad_x = _run(_square_grad_x, x, grad)
-            return grad_x
-        grad_x = None
-        if ctx.needs_input_grad[0]:
-            function = (
-                _SquareBackward if torch.compiler.is_compiling() else SquareBackward
-            )
-            grad_x = function.apply(x, grad)
-        return grad_x
-
-
-class Square(_Square):
-    """square: x**2.
-
-    Forward::
-
-        out = x**2
-
-    Measured float64 error of the chosen forms vs mpmath::
-
-        out: 0.0 bits mean, 0 max over 57 points
-        grad_x: 0.0 bits mean, 0 max over 69 points
-        d grad_x / d x: 0.0 bits mean, 0 max over 73 points
-        d grad_x / d grad: 0.0 bits mean, 0 max over 69 points
-
-    Gradients (VJP)::
-
-        grad_x = 2*grad*x
-
-    Second order (d grad_<input> / d <w>)::
-
-        d grad_x / d x = 2*grad
-        d grad_x / d grad = 2*x
-    """
+        return _grad(ctx.needs_input_grad[0], SquareGrad, _SquareGrad, x, grad)
 
     @staticmethod
     def jvp(ctx, x_t):
         (x,) = ctx.saved_tensors
-        out_t = 2 * x * x_t
-        return out_t
+        return 2 * x * x_t
+
+
+_Square = _without_jvp(Square)
 
 
 def _square_grad_x(x, grad):
-    grad_x = _mul_into(2 * grad, x)
-    return grad_x
+    return _mul_into(2 * grad, x)
 
 
 def _square_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
@@ -683,11 +653,8 @@ def _square_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
     return x_bar, grad_bar
 
 
-@_signature_once
-class _SquareBackward(torch.autograd.Function):
-    """The gradient of square: forward is the VJP, backward the derived second order."""
-
-    generate_vmap_rule = True
+class SquareGrad(_Function):
+    """The gradient of square: forward is the VJP, backward the second order."""
 
     @staticmethod
     def forward(x, grad):
@@ -695,40 +662,30 @@ class _SquareBackward(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        x, grad = inputs
-        ctx.save_for_backward(x, grad)
-        ctx.save_for_forward(x, grad)
+        ctx.save_for_backward(*inputs)
+        ctx.save_for_forward(*inputs)
 
     @staticmethod
     def backward(ctx, grad_grad_x):
         x, grad = ctx.saved_tensors
-        if not torch.is_grad_enabled():
-            x_bar, grad_bar = _run(
-                _square_grad_x_backward,
-                x,
-                grad,
-                grad_grad_x,
-                ctx.needs_input_grad[0],
-                ctx.needs_input_grad[1],
+        if not torch.is_grad_enabled():  # create_graph=False: no graph
+            return _run(
+                _square_grad_x_backward, x, grad, grad_grad_x, *ctx.needs_input_grad
             )
-            return x_bar, grad_bar
-        x_bar = None
+        x_bar = grad_bar = None
         if ctx.needs_input_grad[0]:
             x_bar = 2 * grad * grad_grad_x
-        grad_bar = None
         if ctx.needs_input_grad[1]:
             grad_bar = 2 * grad_grad_x * x
         return x_bar, grad_bar
 
-
-class SquareBackward(_SquareBackward):
-    """SquareBackward with forward mode (jvp) from the derived formulas."""
-
     @staticmethod
     def jvp(ctx, x_t, grad_t):
         x, grad = ctx.saved_tensors
-        grad_x_t = 2 * grad * x_t + 2 * grad_t * x
-        return grad_x_t
+        return 2 * grad * x_t + 2 * grad_t * x
+
+
+_SquareGrad = _without_jvp(SquareGrad)
 
 
 def square(x: torch.Tensor) -> torch.Tensor:
@@ -736,24 +693,38 @@ def square(x: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`Square`.
     """
-    # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
-    function = _Square if torch.compiler.is_compiling() else Square
-    return function.apply(x)
+    return _apply(Square, _Square, x)
 
 
 # --- cube ------------------------------------------------------------------
 
 
 def _cube_forward(x):
-    out = x**3
-    return out
+    return x**3
 
 
-@_signature_once
-class _Cube(torch.autograd.Function):
-    """Cube without forward mode (what torch.compile traces)."""
+class Cube(_Function):
+    """cube: x**3.
 
-    generate_vmap_rule = True
+    Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
+
+               3
+        out = x
+
+                         2
+        grad_x = 3*grad*x
+
+        d grad_x / d x = 6*grad*x
+
+                               2
+        d grad_x / d grad = 3*x
+
+    Measured float64 error of the chosen forms vs mpmath::
+
+        out: 0.0 bits mean, 0 max over 55 points
+        grad_x, d grad_x / d grad: 0.2 bits mean, 1 max over 57 points
+        d grad_x / d x: 0.0 bits mean, 0 max over 69 points
+    """
 
     @staticmethod
     def forward(x):
@@ -761,59 +732,25 @@ class _Cube(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        (x,) = inputs
-        ctx.save_for_backward(x)
-        ctx.save_for_forward(x)
+        ctx.save_for_backward(*inputs)
+        ctx.save_for_forward(*inputs)
 
     @staticmethod
     def backward(ctx, grad):
         (x,) = ctx.saved_tensors
-        if not torch.is_grad_enabled():
-            grad_x = None
-            if ctx.needs_input_grad[0]:
-                grad_x = _run(_cube_grad_x, x, grad)
-            return grad_x
-        grad_x = None
-        if ctx.needs_input_grad[0]:
-            function = _CubeBackward if torch.compiler.is_compiling() else CubeBackward
-            grad_x = function.apply(x, grad)
-        return grad_x
-
-
-class Cube(_Cube):
-    """cube: x**3.
-
-    Forward::
-
-        out = x**3
-
-    Measured float64 error of the chosen forms vs mpmath::
-
-        out: 0.0 bits mean, 0 max over 55 points
-        grad_x: 0.2 bits mean, 1 max over 57 points
-        d grad_x / d x: 0.0 bits mean, 0 max over 69 points
-        d grad_x / d grad: 0.2 bits mean, 1 max over 57 points
-
-    Gradients (VJP)::
-
-        grad_x = 3*grad*x**2
-
-    Second order (d grad_<input> / d <w>)::
-
-        d grad_x / d x = 6*grad*x
-        d grad_x / d grad = 3*x**2
-    """
+        return _grad(ctx.needs_input_grad[0], CubeGrad, _CubeGrad, x, grad)
 
     @staticmethod
     def jvp(ctx, x_t):
         (x,) = ctx.saved_tensors
-        out_t = 3 * x**2 * x_t
-        return out_t
+        return 3 * x**2 * x_t
+
+
+_Cube = _without_jvp(Cube)
 
 
 def _cube_grad_x(x, grad):
-    grad_x = _mul_into(3 * grad, x**2)
-    return grad_x
+    return _mul_into(3 * grad, x**2)
 
 
 def _cube_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
@@ -825,11 +762,8 @@ def _cube_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
     return x_bar, grad_bar
 
 
-@_signature_once
-class _CubeBackward(torch.autograd.Function):
-    """The gradient of cube: forward is the VJP, backward the derived second order."""
-
-    generate_vmap_rule = True
+class CubeGrad(_Function):
+    """The gradient of cube: forward is the VJP, backward the second order."""
 
     @staticmethod
     def forward(x, grad):
@@ -837,40 +771,30 @@ class _CubeBackward(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        x, grad = inputs
-        ctx.save_for_backward(x, grad)
-        ctx.save_for_forward(x, grad)
+        ctx.save_for_backward(*inputs)
+        ctx.save_for_forward(*inputs)
 
     @staticmethod
     def backward(ctx, grad_grad_x):
         x, grad = ctx.saved_tensors
-        if not torch.is_grad_enabled():
-            x_bar, grad_bar = _run(
-                _cube_grad_x_backward,
-                x,
-                grad,
-                grad_grad_x,
-                ctx.needs_input_grad[0],
-                ctx.needs_input_grad[1],
+        if not torch.is_grad_enabled():  # create_graph=False: no graph
+            return _run(
+                _cube_grad_x_backward, x, grad, grad_grad_x, *ctx.needs_input_grad
             )
-            return x_bar, grad_bar
-        x_bar = None
+        x_bar = grad_bar = None
         if ctx.needs_input_grad[0]:
             x_bar = 6 * grad * grad_grad_x * x
-        grad_bar = None
         if ctx.needs_input_grad[1]:
             grad_bar = 3 * grad_grad_x * x**2
         return x_bar, grad_bar
 
-
-class CubeBackward(_CubeBackward):
-    """CubeBackward with forward mode (jvp) from the derived formulas."""
-
     @staticmethod
     def jvp(ctx, x_t, grad_t):
         x, grad = ctx.saved_tensors
-        grad_x_t = 6 * grad * x * x_t + 3 * grad_t * x**2
-        return grad_x_t
+        return 6 * grad * x * x_t + 3 * grad_t * x**2
+
+
+_CubeGrad = _without_jvp(CubeGrad)
 
 
 def cube(x: torch.Tensor) -> torch.Tensor:
@@ -878,16 +802,14 @@ def cube(x: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`Cube`.
     """
-    # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
-    function = _Cube if torch.compiler.is_compiling() else Cube
-    return function.apply(x)
+    return _apply(Cube, _Cube, x)
 
 
 # --- sinh ------------------------------------------------------------------
 
 
 def _sinh_forward(x):
-    out = _where(
+    return _where(
         torch.abs(x) < 88,
         torch.sinh(x),
         torch.sign(x)
@@ -895,14 +817,23 @@ def _sinh_forward(x):
         .mul_(torch.abs(x).div_(2).exp_().div_(2)),
         overwrite="a",
     )
-    return out
 
 
-@_signature_once
-class _Sinh(torch.autograd.Function):
-    """Sinh without forward mode (what torch.compile traces)."""
+class Sinh(_Function):
+    """sinh: sinh(x).
 
-    generate_vmap_rule = True
+    Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
+
+        out = sinh(x)
+        grad_x = grad*cosh(x)
+        d grad_x / d x = grad*sinh(x)
+        d grad_x / d grad = cosh(x)
+
+    Measured float64 error of the chosen forms vs mpmath::
+
+        out, grad_x, d grad_x / d x, d grad_x / d grad:
+            0.1 bits mean, 1 max over 38 points
+    """
 
     @staticmethod
     def forward(x):
@@ -910,62 +841,29 @@ class _Sinh(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        (x,) = inputs
-        ctx.save_for_backward(x)
-        ctx.save_for_forward(x)
+        ctx.save_for_backward(*inputs)
+        ctx.save_for_forward(*inputs)
 
     @staticmethod
     def backward(ctx, grad):
         (x,) = ctx.saved_tensors
-        if not torch.is_grad_enabled():
-            grad_x = None
-            if ctx.needs_input_grad[0]:
-                grad_x = _run(_sinh_grad_x, x, grad)
-            return grad_x
-        grad_x = None
-        if ctx.needs_input_grad[0]:
-            function = _SinhBackward if torch.compiler.is_compiling() else SinhBackward
-            grad_x = function.apply(x, grad)
-        return grad_x
-
-
-class Sinh(_Sinh):
-    """sinh: sinh(x).
-
-    Forward::
-
-        out = sinh(x)
-
-    Measured float64 error of the chosen forms vs mpmath::
-
-        out: 0.1 bits mean, 1 max over 38 points
-        grad_x: 0.1 bits mean, 1 max over 38 points
-        d grad_x / d x: 0.1 bits mean, 1 max over 38 points
-        d grad_x / d grad: 0.1 bits mean, 1 max over 38 points
-
-    Gradients (VJP)::
-
-        grad_x = grad*cosh(x)
-
-    Second order (d grad_<input> / d <w>)::
-
-        d grad_x / d x = grad*sinh(x)
-        d grad_x / d grad = cosh(x)
-    """
+        return _grad(ctx.needs_input_grad[0], SinhGrad, _SinhGrad, x, grad)
 
     @staticmethod
     def jvp(ctx, x_t):
         (x,) = ctx.saved_tensors
-        out_t = x_t * torch.where(
+        return x_t * torch.where(
             torch.abs(x) < 88,
             torch.cosh(x),
             torch.exp(torch.abs(x) / 2) * (torch.exp(torch.abs(x) / 2) / 2),
         )
-        return out_t
+
+
+_Sinh = _without_jvp(Sinh)
 
 
 def _sinh_grad_x(x, grad):
-    grad_x = _mul_into(
+    return _mul_into(
         _where(
             torch.abs(x) < 88,
             torch.cosh(x),
@@ -974,7 +872,6 @@ def _sinh_grad_x(x, grad):
         ),
         grad,
     )
-    return grad_x
 
 
 def _sinh_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
@@ -1004,11 +901,8 @@ def _sinh_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
     return x_bar, grad_bar
 
 
-@_signature_once
-class _SinhBackward(torch.autograd.Function):
-    """The gradient of sinh: forward is the VJP, backward the derived second order."""
-
-    generate_vmap_rule = True
+class SinhGrad(_Function):
+    """The gradient of sinh: forward is the VJP, backward the second order."""
 
     @staticmethod
     def forward(x, grad):
@@ -1016,24 +910,17 @@ class _SinhBackward(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        x, grad = inputs
-        ctx.save_for_backward(x, grad)
-        ctx.save_for_forward(x, grad)
+        ctx.save_for_backward(*inputs)
+        ctx.save_for_forward(*inputs)
 
     @staticmethod
     def backward(ctx, grad_grad_x):
         x, grad = ctx.saved_tensors
-        if not torch.is_grad_enabled():
-            x_bar, grad_bar = _run(
-                _sinh_grad_x_backward,
-                x,
-                grad,
-                grad_grad_x,
-                ctx.needs_input_grad[0],
-                ctx.needs_input_grad[1],
+        if not torch.is_grad_enabled():  # create_graph=False: no graph
+            return _run(
+                _sinh_grad_x_backward, x, grad, grad_grad_x, *ctx.needs_input_grad
             )
-            return x_bar, grad_bar
-        x_bar = None
+        x_bar = grad_bar = None
         if ctx.needs_input_grad[0]:
             x_bar = (
                 grad
@@ -1046,7 +933,6 @@ class _SinhBackward(torch.autograd.Function):
                     * (torch.exp(torch.abs(x) / 2) / 2),
                 )
             )
-        grad_bar = None
         if ctx.needs_input_grad[1]:
             grad_bar = grad_grad_x * torch.where(
                 torch.abs(x) < 88,
@@ -1055,14 +941,10 @@ class _SinhBackward(torch.autograd.Function):
             )
         return x_bar, grad_bar
 
-
-class SinhBackward(_SinhBackward):
-    """SinhBackward with forward mode (jvp) from the derived formulas."""
-
     @staticmethod
     def jvp(ctx, x_t, grad_t):
         x, grad = ctx.saved_tensors
-        grad_x_t = grad * x_t * torch.where(
+        return grad * x_t * torch.where(
             torch.abs(x) < 88,
             torch.sinh(x),
             torch.sign(x)
@@ -1073,7 +955,9 @@ class SinhBackward(_SinhBackward):
             torch.cosh(x),
             torch.exp(torch.abs(x) / 2) * (torch.exp(torch.abs(x) / 2) / 2),
         )
-        return grad_x_t
+
+
+_SinhGrad = _without_jvp(SinhGrad)
 
 
 def sinh(x: torch.Tensor) -> torch.Tensor:
@@ -1081,24 +965,31 @@ def sinh(x: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`Sinh`.
     """
-    # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
-    function = _Sinh if torch.compiler.is_compiling() else Sinh
-    return function.apply(x)
+    return _apply(Sinh, _Sinh, x)
 
 
 # --- log1pexp --------------------------------------------------------------
 
 
 def _log1pexp_forward(x):
-    out = _softplus(x, threshold=40.0)
-    return out
+    return _softplus(x, threshold=40.0)
 
 
-@_signature_once
-class _Log1pexp(torch.autograd.Function):
-    """Log1pexp without forward mode (what torch.compile traces)."""
+class Log1pexp(_Function):
+    """TF's log1pexp example, stable in the forward as well as the gradient.
 
-    generate_vmap_rule = True
+    Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
+
+        out = softplus(x)
+        grad_x = grad*sigmoid(x)
+        d grad_x / d x = grad*sigmoid(-x)*sigmoid(x)
+        d grad_x / d grad = sigmoid(x)
+
+    Measured float64 error of the chosen forms vs mpmath::
+
+        out: 0.0 bits mean, 1 max over 73 points
+        grad_x, d grad_x / d x, d grad_x / d grad: 0.1 bits mean, 3 max over 73 points
+    """
 
     @staticmethod
     def forward(x):
@@ -1106,61 +997,25 @@ class _Log1pexp(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        (x,) = inputs
-        ctx.save_for_backward(x)
-        ctx.save_for_forward(x)
+        ctx.save_for_backward(*inputs)
+        ctx.save_for_forward(*inputs)
 
     @staticmethod
     def backward(ctx, grad):
         (x,) = ctx.saved_tensors
-        if not torch.is_grad_enabled():
-            grad_x = None
-            if ctx.needs_input_grad[0]:
-                grad_x = _run(_log1pexp_grad_x, x, grad)
-            return grad_x
-        grad_x = None
-        if ctx.needs_input_grad[0]:
-            function = (
-                _Log1pexpBackward if torch.compiler.is_compiling() else Log1pexpBackward
-            )
-            grad_x = function.apply(x, grad)
-        return grad_x
-
-
-class Log1pexp(_Log1pexp):
-    """TF's log1pexp example, stable in the forward as well as the gradient.
-
-    Forward::
-
-        out = softplus(x)
-
-    Measured float64 error of the chosen forms vs mpmath::
-
-        out: 0.0 bits mean, 1 max over 73 points
-        grad_x: 0.1 bits mean, 3 max over 73 points
-        d grad_x / d x: 0.1 bits mean, 3 max over 73 points
-        d grad_x / d grad: 0.1 bits mean, 3 max over 73 points
-
-    Gradients (VJP)::
-
-        grad_x = grad*sigmoid(x)
-
-    Second order (d grad_<input> / d <w>)::
-
-        d grad_x / d x = grad*sigmoid(-x)*sigmoid(x)
-        d grad_x / d grad = sigmoid(x)
-    """
+        return _grad(ctx.needs_input_grad[0], Log1pexpGrad, _Log1pexpGrad, x, grad)
 
     @staticmethod
     def jvp(ctx, x_t):
         (x,) = ctx.saved_tensors
-        out_t = x_t * torch.sigmoid(x)
-        return out_t
+        return x_t * torch.sigmoid(x)
+
+
+_Log1pexp = _without_jvp(Log1pexp)
 
 
 def _log1pexp_grad_x(x, grad):
-    grad_x = _mul_into(torch.sigmoid(x), grad)
-    return grad_x
+    return _mul_into(torch.sigmoid(x), grad)
 
 
 def _log1pexp_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
@@ -1173,11 +1028,8 @@ def _log1pexp_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
     return x_bar, grad_bar
 
 
-@_signature_once
-class _Log1pexpBackward(torch.autograd.Function):
-    """The gradient of log1pexp: forward is the VJP, backward the derived second order."""
-
-    generate_vmap_rule = True
+class Log1pexpGrad(_Function):
+    """The gradient of log1pexp: forward is the VJP, backward the second order."""
 
     @staticmethod
     def forward(x, grad):
@@ -1185,41 +1037,31 @@ class _Log1pexpBackward(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        x, grad = inputs
-        ctx.save_for_backward(x, grad)
-        ctx.save_for_forward(x, grad)
+        ctx.save_for_backward(*inputs)
+        ctx.save_for_forward(*inputs)
 
     @staticmethod
     def backward(ctx, grad_grad_x):
         x, grad = ctx.saved_tensors
-        if not torch.is_grad_enabled():
-            x_bar, grad_bar = _run(
-                _log1pexp_grad_x_backward,
-                x,
-                grad,
-                grad_grad_x,
-                ctx.needs_input_grad[0],
-                ctx.needs_input_grad[1],
+        if not torch.is_grad_enabled():  # create_graph=False: no graph
+            return _run(
+                _log1pexp_grad_x_backward, x, grad, grad_grad_x, *ctx.needs_input_grad
             )
-            return x_bar, grad_bar
-        x_bar = None
+        x_bar = grad_bar = None
         if ctx.needs_input_grad[0]:
             x_bar = grad * grad_grad_x * torch.sigmoid(-x) * torch.sigmoid(x)
-        grad_bar = None
         if ctx.needs_input_grad[1]:
             grad_bar = grad_grad_x * torch.sigmoid(x)
         return x_bar, grad_bar
-
-
-class Log1pexpBackward(_Log1pexpBackward):
-    """Log1pexpBackward with forward mode (jvp) from the derived formulas."""
 
     @staticmethod
     def jvp(ctx, x_t, grad_t):
         x, grad = ctx.saved_tensors
         t0 = torch.sigmoid(x)
-        grad_x_t = grad * t0 * x_t * torch.sigmoid(-x) + grad_t * t0
-        return grad_x_t
+        return grad * t0 * x_t * torch.sigmoid(-x) + grad_t * t0
+
+
+_Log1pexpGrad = _without_jvp(Log1pexpGrad)
 
 
 def log1pexp(x: torch.Tensor) -> torch.Tensor:
@@ -1227,17 +1069,14 @@ def log1pexp(x: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`Log1pexp`.
     """
-    # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
-    function = _Log1pexp if torch.compiler.is_compiling() else Log1pexp
-    return function.apply(x)
+    return _apply(Log1pexp, _Log1pexp, x)
 
 
 # --- mul -------------------------------------------------------------------
 
 
 def _mul_forward(x, y):
-    out = x * y
-    return out
+    return x * y
 
 
 def _mul_backward(x, y, grad, need_grad_x, need_grad_y):
@@ -1249,11 +1088,28 @@ def _mul_backward(x, y, grad, need_grad_x, need_grad_y):
     return grad_x, grad_y
 
 
-@_signature_once
-class _Mul(torch.autograd.Function):
-    """Mul without forward mode (what torch.compile traces)."""
+class Mul(_Function):
+    """mul: x*y.
 
-    generate_vmap_rule = True
+    Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
+
+        out = x*y
+        grad_x = grad*y
+        grad_y = grad*x
+        d grad_x / d x = 0
+        d grad_x / d y = grad
+        d grad_x / d grad = y
+        d grad_y / d x = grad
+        d grad_y / d y = 0
+        d grad_y / d grad = x
+
+    Measured float64 error of the chosen forms vs mpmath::
+
+        out: 0.0 bits mean, 0 max over 85 points
+        grad_x, grad_y, d grad_x / d x, d grad_x / d y, d grad_x / d grad,
+            d grad_y / d x, d grad_y / d y, d grad_y / d grad:
+            0.0 bits mean, 0 max over 98 points
+    """
 
     @staticmethod
     def forward(x, y):
@@ -1261,84 +1117,30 @@ class _Mul(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        x, y = inputs
-        ctx.save_for_backward(x, y)
-        ctx.save_for_forward(x, y)
+        ctx.save_for_backward(*inputs)
+        ctx.save_for_forward(*inputs)
 
     @staticmethod
     def backward(ctx, grad):
         x, y = ctx.saved_tensors
-        if not torch.is_grad_enabled():
-            grad_x, grad_y = _run(
-                _mul_backward,
-                x,
-                y,
-                grad,
-                ctx.needs_input_grad[0],
-                ctx.needs_input_grad[1],
-            )
-            if grad_x is not None:
-                grad_x = grad_x.sum_to_size(x.shape)
-            if grad_y is not None:
-                grad_y = grad_y.sum_to_size(y.shape)
-            return grad_x, grad_y
-        grad_x = None
-        if ctx.needs_input_grad[0]:
-            function = _MulBackwardX if torch.compiler.is_compiling() else MulBackwardX
-            grad_x = function.apply(y, grad)
-            grad_x = grad_x.sum_to_size(x.shape)
-        grad_y = None
-        if ctx.needs_input_grad[1]:
-            function = _MulBackwardY if torch.compiler.is_compiling() else MulBackwardY
-            grad_y = function.apply(x, grad)
-            grad_y = grad_y.sum_to_size(y.shape)
-        return grad_x, grad_y
-
-
-class Mul(_Mul):
-    """mul: x*y.
-
-    Forward::
-
-        out = x*y
-
-    Measured float64 error of the chosen forms vs mpmath::
-
-        out: 0.0 bits mean, 0 max over 85 points
-        grad_x: 0.0 bits mean, 0 max over 98 points
-        grad_y: 0.0 bits mean, 0 max over 98 points
-        d grad_x / d x: 0.0 bits mean, 0 max over 98 points
-        d grad_x / d y: 0.0 bits mean, 0 max over 98 points
-        d grad_x / d grad: 0.0 bits mean, 0 max over 98 points
-        d grad_y / d x: 0.0 bits mean, 0 max over 98 points
-        d grad_y / d y: 0.0 bits mean, 0 max over 98 points
-        d grad_y / d grad: 0.0 bits mean, 0 max over 98 points
-
-    Gradients (VJP)::
-
-        grad_x = grad*y
-        grad_y = grad*x
-
-    Second order (d grad_<input> / d <w>)::
-
-        d grad_x / d x = 0
-        d grad_x / d y = grad
-        d grad_x / d grad = y
-        d grad_y / d x = grad
-        d grad_y / d y = 0
-        d grad_y / d grad = x
-    """
+        if not torch.is_grad_enabled():  # create_graph=False: one call for all
+            grad_x, grad_y = _run(_mul_backward, x, y, grad, *ctx.needs_input_grad)
+        else:
+            grad_x = _grad(ctx.needs_input_grad[0], MulGradX, _MulGradX, y, grad)
+            grad_y = _grad(ctx.needs_input_grad[1], MulGradY, _MulGradY, x, grad)
+        return _sum_to(grad_x, x.shape), _sum_to(grad_y, y.shape)
 
     @staticmethod
     def jvp(ctx, x_t, y_t):
         x, y = ctx.saved_tensors
-        out_t = x * y_t + x_t * y
-        return out_t
+        return x * y_t + x_t * y
+
+
+_Mul = _without_jvp(Mul)
 
 
 def _mul_grad_x(y, grad):
-    grad_x = grad * y
-    return grad_x
+    return grad * y
 
 
 def _mul_grad_x_backward(y, grad, grad_grad_x, need_y_bar, need_grad_bar):
@@ -1350,11 +1152,8 @@ def _mul_grad_x_backward(y, grad, grad_grad_x, need_y_bar, need_grad_bar):
     return y_bar, grad_bar
 
 
-@_signature_once
-class _MulBackwardX(torch.autograd.Function):
-    """The gradient of mul: forward is the VJP, backward the derived second order."""
-
-    generate_vmap_rule = True
+class MulGradX(_Function):
+    """The gradient of mul w.r.t. x: forward is the VJP, backward the second order."""
 
     @staticmethod
     def forward(y, grad):
@@ -1362,48 +1161,35 @@ class _MulBackwardX(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        y, grad = inputs
-        ctx.save_for_backward(y, grad)
-        ctx.save_for_forward(y, grad)
+        ctx.save_for_backward(*inputs)
+        ctx.save_for_forward(*inputs)
 
     @staticmethod
     def backward(ctx, grad_grad_x):
         y, grad = ctx.saved_tensors
-        if not torch.is_grad_enabled():
+        if not torch.is_grad_enabled():  # create_graph=False: no graph
             y_bar, grad_bar = _run(
-                _mul_grad_x_backward,
-                y,
-                grad,
-                grad_grad_x,
-                ctx.needs_input_grad[0],
-                ctx.needs_input_grad[1],
+                _mul_grad_x_backward, y, grad, grad_grad_x, *ctx.needs_input_grad
             )
-            if y_bar is not None:
-                y_bar = y_bar.sum_to_size(y.shape)
-            return y_bar, grad_bar
-        y_bar = None
+            return _sum_to(y_bar, y.shape), grad_bar
+        y_bar = grad_bar = None
         if ctx.needs_input_grad[0]:
             y_bar = grad * grad_grad_x
-            y_bar = y_bar.sum_to_size(y.shape)
-        grad_bar = None
         if ctx.needs_input_grad[1]:
             grad_bar = grad_grad_x * y
-        return y_bar, grad_bar
-
-
-class MulBackwardX(_MulBackwardX):
-    """MulBackwardX with forward mode (jvp) from the derived formulas."""
+        return _sum_to(y_bar, y.shape), grad_bar
 
     @staticmethod
     def jvp(ctx, y_t, grad_t):
         y, grad = ctx.saved_tensors
-        grad_x_t = grad * y_t + grad_t * y
-        return grad_x_t
+        return grad * y_t + grad_t * y
+
+
+_MulGradX = _without_jvp(MulGradX)
 
 
 def _mul_grad_y(x, grad):
-    grad_y = grad * x
-    return grad_y
+    return grad * x
 
 
 def _mul_grad_y_backward(x, grad, grad_grad_y, need_x_bar, need_grad_bar):
@@ -1415,11 +1201,8 @@ def _mul_grad_y_backward(x, grad, grad_grad_y, need_x_bar, need_grad_bar):
     return x_bar, grad_bar
 
 
-@_signature_once
-class _MulBackwardY(torch.autograd.Function):
-    """The gradient of mul: forward is the VJP, backward the derived second order."""
-
-    generate_vmap_rule = True
+class MulGradY(_Function):
+    """The gradient of mul w.r.t. y: forward is the VJP, backward the second order."""
 
     @staticmethod
     def forward(x, grad):
@@ -1427,43 +1210,31 @@ class _MulBackwardY(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        x, grad = inputs
-        ctx.save_for_backward(x, grad)
-        ctx.save_for_forward(x, grad)
+        ctx.save_for_backward(*inputs)
+        ctx.save_for_forward(*inputs)
 
     @staticmethod
     def backward(ctx, grad_grad_y):
         x, grad = ctx.saved_tensors
-        if not torch.is_grad_enabled():
+        if not torch.is_grad_enabled():  # create_graph=False: no graph
             x_bar, grad_bar = _run(
-                _mul_grad_y_backward,
-                x,
-                grad,
-                grad_grad_y,
-                ctx.needs_input_grad[0],
-                ctx.needs_input_grad[1],
+                _mul_grad_y_backward, x, grad, grad_grad_y, *ctx.needs_input_grad
             )
-            if x_bar is not None:
-                x_bar = x_bar.sum_to_size(x.shape)
-            return x_bar, grad_bar
-        x_bar = None
+            return _sum_to(x_bar, x.shape), grad_bar
+        x_bar = grad_bar = None
         if ctx.needs_input_grad[0]:
             x_bar = grad * grad_grad_y
-            x_bar = x_bar.sum_to_size(x.shape)
-        grad_bar = None
         if ctx.needs_input_grad[1]:
             grad_bar = grad_grad_y * x
-        return x_bar, grad_bar
-
-
-class MulBackwardY(_MulBackwardY):
-    """MulBackwardY with forward mode (jvp) from the derived formulas."""
+        return _sum_to(x_bar, x.shape), grad_bar
 
     @staticmethod
     def jvp(ctx, x_t, grad_t):
         x, grad = ctx.saved_tensors
-        grad_y_t = grad * x_t + grad_t * x
-        return grad_y_t
+        return grad * x_t + grad_t * x
+
+
+_MulGradY = _without_jvp(MulGradY)
 
 
 def mul(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -1471,10 +1242,8 @@ def mul(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`Mul`.
     """
-    # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
-    function = _Mul if torch.compiler.is_compiling() else Mul
     try:
-        return function.apply(x, y)
+        return _apply(Mul, _Mul, x, y)
     except RuntimeError:
         _check_broadcast("mul", x=x, y=y)
         raise
@@ -1484,15 +1253,23 @@ def mul(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 
 def _quantize_forward(x, step):
-    out = torch.sign(x).mul_(step)
-    return out
+    return torch.sign(x).mul_(step)
 
 
-@_signature_once
-class _Quantize(torch.autograd.Function):
-    """Quantize without forward mode (what torch.compile traces)."""
+class Quantize(_Function):
+    """Straight-through sign quantizer; the gradient passes through unchanged.
 
-    generate_vmap_rule = True
+    Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
+
+        out = step*sign(x)
+        grad_x = grad  (user-defined)
+        d grad_x / d x = 0
+        d grad_x / d grad = 1
+
+    Measured float64 error of the chosen forms vs mpmath::
+
+        out, d grad_x / d x, d grad_x / d grad: 0.0 bits mean, 0 max over 93 points
+    """
 
     @staticmethod
     def forward(x, step):
@@ -1504,64 +1281,27 @@ class _Quantize(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        if not torch.is_grad_enabled():
-            grad_x = None
-            if ctx.needs_input_grad[0]:
-                grad_x = _run(_quantize_grad_x, grad)
-            return grad_x, None
-        grad_x = None
-        if ctx.needs_input_grad[0]:
-            function = (
-                _QuantizeBackward if torch.compiler.is_compiling() else QuantizeBackward
-            )
-            grad_x = function.apply(grad)
+        grad_x = _grad(ctx.needs_input_grad[0], QuantizeGrad, _QuantizeGrad, grad)
         return grad_x, None
-
-
-class Quantize(_Quantize):
-    """Straight-through sign quantizer; the gradient passes through unchanged.
-
-    Forward::
-
-        out = step*sign(x)
-
-    Measured float64 error of the chosen forms vs mpmath::
-
-        out: 0.0 bits mean, 0 max over 93 points
-        d grad_x / d x: 0.0 bits mean, 0 max over 93 points
-        d grad_x / d grad: 0.0 bits mean, 0 max over 93 points
-
-    Gradients (VJP)::
-
-        grad_x = grad  (user-defined)
-
-    Second order (d grad_<input> / d <w>)::
-
-        d grad_x / d x = 0
-        d grad_x / d grad = 1
-    """
 
     @staticmethod
     def jvp(ctx, x_t, _step_t):
-        out_t = x_t
-        return out_t
+        return x_t
+
+
+_Quantize = _without_jvp(Quantize)
 
 
 def _quantize_grad_x(grad):
-    grad_x = grad.clone()
-    return grad_x
+    return grad.clone()
 
 
 def _quantize_grad_x_backward(grad_grad_x):
-    grad_bar = grad_grad_x
-    return grad_bar
+    return grad_grad_x
 
 
-@_signature_once
-class _QuantizeBackward(torch.autograd.Function):
-    """The gradient of quantize: forward is the VJP, backward the derived second order."""
-
-    generate_vmap_rule = True
+class QuantizeGrad(_Function):
+    """The gradient of quantize: forward is the VJP, backward the second order."""
 
     @staticmethod
     def forward(grad):
@@ -1573,24 +1313,18 @@ class _QuantizeBackward(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_grad_x):
-        if not torch.is_grad_enabled():
-            grad_bar = None
-            if ctx.needs_input_grad[0]:
-                grad_bar = _run(_quantize_grad_x_backward, grad_grad_x)
-            return grad_bar
-        grad_bar = None
-        if ctx.needs_input_grad[0]:
-            grad_bar = grad_grad_x
-        return grad_bar
-
-
-class QuantizeBackward(_QuantizeBackward):
-    """QuantizeBackward with forward mode (jvp) from the derived formulas."""
+        if not ctx.needs_input_grad[0]:
+            return None
+        if not torch.is_grad_enabled():  # create_graph=False: no graph
+            return _run(_quantize_grad_x_backward, grad_grad_x)
+        return grad_grad_x
 
     @staticmethod
     def jvp(ctx, grad_t):
-        grad_x_t = grad_t
-        return grad_x_t
+        return grad_t
+
+
+_QuantizeGrad = _without_jvp(QuantizeGrad)
 
 
 def quantize(x: torch.Tensor, step: float = 0.25) -> torch.Tensor:
@@ -1598,6 +1332,4 @@ def quantize(x: torch.Tensor, step: float = 0.25) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`Quantize`.
     """
-    # Dynamo cannot trace a custom jvp: torch.compile gets the class without one.
-    function = _Quantize if torch.compiler.is_compiling() else Quantize
-    return function.apply(x, step)
+    return _apply(Quantize, _Quantize, x, step)

@@ -1,0 +1,33 @@
+"""Helpers of the generated TensorFlow modules.
+
+Plain Python on TensorFlow alone, tested directly (tests/test_runtime.py). A generated
+module holds a copy of the helpers it uses (symgrad.runtime.copy_in), so that it depends on
+TensorFlow alone.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+
+def _reduce_to(grad: tf.Tensor, like: tf.Tensor) -> tf.Tensor:
+    """Sum a broadcast gradient back to the shape of the input it belongs to."""
+    shape = tf.shape(like)
+    axes, _ = tf.raw_ops.BroadcastGradientArgs(s0=shape, s1=tf.shape(grad))
+    return tf.reshape(tf.reduce_sum(grad, axis=axes), shape)
+
+
+def _check_broadcast(name: str, **tensors) -> None:
+    """Raise an error naming the function and the shapes where the inputs of an
+    elementwise function do not broadcast (TF's own names neither)."""
+    shapes = {k: tf.TensorShape(getattr(v, "shape", ())) for k, v in tensors.items()}
+    try:
+        result = tf.TensorShape(())
+        for shape in shapes.values():
+            result = tf.broadcast_static_shape(result, shape)
+    except ValueError:
+        got = ", ".join(f"{k} {tuple(s.as_list())}" for k, s in shapes.items())
+        raise ValueError(
+            f"{name}(): the inputs do not broadcast: {got}. {name} is elementwise (its inputs "
+            "broadcast against each other as in x * y; no matrix products or reductions)"
+        ) from None
