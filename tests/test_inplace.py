@@ -3,6 +3,7 @@ first-order path."""
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
 import math
 from pathlib import Path
@@ -17,8 +18,35 @@ from symgrad.plan import update_in_place
 
 def _rewrite(lines: list[str], keep: set[str], **kinds: str) -> list[str]:
     """``lines`` with the inputs ``kinds`` (name -> "float" or "other") and the results
-    ``keep``, after the in-place pass."""
-    return update_in_place(Tape.of(lines, inputs=kinds, results=keep)).lines()
+    ``keep``, after the in-place pass; where torch is installed, both versions are run
+    (with the generated modules' helpers) and must give the same results and leave the
+    inputs as they were."""
+    rewritten = update_in_place(Tape.of(lines, inputs=kinds, results=keep)).lines()
+    if importlib.util.find_spec("torch") is not None:
+        _run_both(lines, rewritten, kinds, keep)
+    return rewritten
+
+
+def _run_both(lines, rewritten, kinds, keep) -> None:
+    import torch
+
+    from symgrad.runtime import torch_helpers
+
+    generator = torch.Generator().manual_seed(0)
+    inputs = {}
+    for name, kind in kinds.items():
+        values = torch.randn(6, 5, dtype=torch.float64, generator=generator) * 3
+        inputs[name] = values if kind == "float" else (values > 0).to(torch.float64)
+    results = []
+    for code in (lines, rewritten):
+        scope = {**vars(torch_helpers), "torch": torch, "math": math}
+        scope |= {name: value.clone() for name, value in inputs.items()}
+        exec("\n".join(code), scope)
+        for name, value in inputs.items():
+            assert torch.equal(scope[name], value), f"{name} was changed by {code}"
+        results.append({name: scope[name] for name in keep})
+    for name in keep:
+        torch.testing.assert_close(results[1][name], results[0][name], equal_nan=True)
 
 
 # ----------------------------------------------------------------------------- strings
@@ -574,7 +602,7 @@ def test_eager_code_writes_dsigmoid_as_two_sigmoids_and_compiled_code_keeps_one_
     one = torch.ones_like(x)
     for got in (m._silu_grad_x(x, one), m._silu_grad_x_fused(x, one)):
         torch.testing.assert_close(got, want, rtol=4 * torch.finfo(torch.float64).eps, atol=0)
-    # The price (README, "Numerical stability"): past x = -709.8 torch.sigmoid is 0, so the
+    # The price (docs/stability.md): past x = -709.8 torch.sigmoid is 0, so the
     # eager gradient is 0 where the exact one is -3.2e-306, as aten's silu_backward is;
     # the compiled form keeps it (run eagerly here, less its sigmoid(x) term: 4.5e-309).
     far = torch.tensor([-710.0], dtype=torch.float64)
