@@ -24,18 +24,6 @@ from symgrad.printers import PRINTERS, FrameworkPrinter
 from symgrad.rewrite.rules import hypot_power_ratio, stabilize
 
 
-@dataclass
-class Body:
-    """Straight-line code: CSE temporaries then named results."""
-
-    tape: Tape
-    uses_math: bool
-
-    @property
-    def lines(self) -> list[str]:
-        return self.tape.lines()
-
-
 def emit(
     assignments: Sequence[tuple[str, sympy.Expr]],
     printer: FrameworkPrinter,
@@ -45,7 +33,7 @@ def emit(
     in_place: bool = False,
     group_scalars: bool = False,
     upstream: frozenset[sympy.Symbol] = frozenset(),
-) -> Body:
+) -> Tape:
     """The tape of ``name = expr`` for each assignment, sharing common subexpressions.
 
     ``values``: what the code starts from (inputs, saved tensors, upstream gradients; see
@@ -91,7 +79,7 @@ def emit(
         tape.define(name, parse_expr(code), Role.RESULT)
     if in_place:
         tape = update_in_place(tape)
-    return Body(tape, printer.uses_math)
+    return tape
 
 
 def _expand_regimes(expr: sympy.Expr) -> sympy.Expr:
@@ -726,8 +714,6 @@ class FunctionPlan:
     returns: str
     call_args: list[str]
     kernels: list[Kernel] = field(default_factory=list)
-    uses_math: bool = False
-    needs_reduce: bool = False
 
 
 def _camel(name: str) -> str:
@@ -770,7 +756,6 @@ class _TorchPlanner:
         self.fn = derived.function
         self.sym = derived.symbols
         self.scalars = derived.scalars
-        self.uses_math = False
         # upstream gradients: of the outputs, and of each VJP (the double backward's)
         self.upstream = frozenset(derived.grads) | frozenset(
             sympy.Symbol(f"grad_grad_{i}", real=True) for i in derived.diff_inputs
@@ -794,7 +779,7 @@ class _TorchPlanner:
         saved = self.tensors_in(e for _, e in vjps) - set(self.d.grads)
         if not vjps:
             return len(saved), 0
-        tape = emit(vjps, self.printer(), values=self.values(), group_scalars=True).tape
+        tape = emit(vjps, self.printer(), values=self.values(), group_scalars=True)
         return len(saved), count_passes(tape)
 
     def printer(self) -> FrameworkPrinter:
@@ -803,7 +788,7 @@ class _TorchPlanner:
     def tape(self, assignments, copy_inputs: bool = False, in_place: bool = False) -> Tape:
         """The code of ``assignments``; ``in_place`` for code that runs without autograd
         recording."""
-        result = emit(
+        return emit(
             assignments,
             self.printer(),
             copy_inputs=copy_inputs,
@@ -812,8 +797,6 @@ class _TorchPlanner:
             group_scalars=True,
             upstream=self.upstream,
         )
-        self.uses_math = self.uses_math or result.uses_math
-        return result.tape
 
     def body(self, assignments, copy_inputs: bool = False, in_place: bool = False) -> list[str]:
         """:meth:`tape` as lines."""
@@ -1221,8 +1204,6 @@ def plan_torch(derived: Derived) -> FunctionPlan:
     kernels = _torch_kernels(planner)
     if derived.fused:
         _fused_versions(kernels, _torch_kernels(_TorchPlanner(derived.for_fused())))
-        lines = [line for k in kernels for _, math in k.fused_math for line in math.lines]
-        planner.uses_math |= any("math." in line for line in lines)
     outputs = [name for name, _ in derived.outputs]
     return FunctionPlan(
         name=fn.name,
@@ -1233,8 +1214,6 @@ def plan_torch(derived: Derived) -> FunctionPlan:
         returns=_returns(len(outputs), "torch.Tensor"),
         call_args=[i.name for i in fn.inputs],
         kernels=kernels,
-        uses_math=planner.uses_math,
-        needs_reduce=planner.reduce,
     )
 
 
@@ -1243,14 +1222,10 @@ def plan_tensorflow(derived: Derived) -> FunctionPlan:
     """The TensorFlow code of one function (nested tf.custom_gradient)."""
     fn = derived.function
     d = derived
-    uses_math = False
     reduce = _broadcasts(derived)
 
     def body(assignments) -> list[str]:
-        nonlocal uses_math
-        result = emit(assignments, PRINTERS["tensorflow"](scalars=d.scalars))
-        uses_math = uses_math or result.uses_math
-        return result.lines
+        return emit(assignments, PRINTERS["tensorflow"](scalars=d.scalars)).lines()
 
     tensors = [i.name for i in fn.inputs if i.is_tensor]
     out_names = [name for name, _ in d.outputs]
@@ -1334,8 +1309,6 @@ def plan_tensorflow(derived: Derived) -> FunctionPlan:
         returns=_returns(len(outputs), "tf.Tensor"),
         call_args=tensors,
         kernels=kernels,
-        uses_math=uses_math,
-        needs_reduce=reduce,
     )
 
 

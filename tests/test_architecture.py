@@ -109,7 +109,7 @@ def test_nothing_after_derive_differentiates_or_evaluates(stage):
         assert not reached, f"{module} reaches {sorted(reached)}"
 
 
-def test_the_checks_see_a_lazy_import(tmp_path, monkeypatch):
+def test_the_checks_see_a_lazy_import():
     """The graph includes imports inside functions (the reason it is read from source)."""
     graph = _imports()
     assert "symgrad.generate" in graph["symgrad.cli"]  # cli imports its stages lazily

@@ -63,17 +63,17 @@ def test_a_value_takes_named_axes_and_refuses_an_unknown_kind():
 def test_emit_gives_roles_to_temporaries_numbers_and_results():
     x, beta = sympy.symbols("x beta", real=True)
     printer = TorchPrinter(scalars=frozenset({beta}))
-    body = emit(
+    tape = emit(
         [("a", sympy.exp(x) * beta * (beta + 1)), ("b", sympy.exp(x) * 2)],
         printer,
         values={"x": Value("x", Role.INPUT)},
         group_scalars=True,
     )
-    roles = {node.target.name: node.target.role for node in body.tape}
+    roles = {node.target.name: node.target.role for node in tape}
     assert roles["a"] is roles["b"] is Role.RESULT
     assert Role.NUMBER in roles.values()  # beta*(beta + 1), one Python number
     assert Role.TEMPORARY in roles.values()  # exp(x), shared by both results
-    assert body.tape.values["beta"].role is Role.NUMBER
+    assert tape.values["beta"].role is Role.NUMBER
 
 
 def test_passes_count_tensor_operations_only():
