@@ -231,8 +231,8 @@ class _Builder:
             raise self.fail(node, f"invalid call ({exc})") from None
 
 
-def parse_formula(text: str, symbols: Mapping[str, sympy.Basic], where: Location) -> sympy.Expr:
-    """Parse one formula over ``symbols``; never executes anything from ``text``."""
+def parse_formula_tree(text: str, where: Location) -> ast.Expression:
+    """The syntax tree of a formula (``ast.parse`` executes nothing), or a located error."""
     if len(text) > MAX_FORMULA_LENGTH:
         raise SpecError(where, f"formula is longer than {MAX_FORMULA_LENGTH} characters")
     try:
@@ -247,6 +247,12 @@ def parse_formula(text: str, symbols: Mapping[str, sympy.Basic], where: Location
             f"    {' ' * (column - 1)}^",
             f"formulas are Python-like: + - * / ** and calls such as exp(x); see {LANGUAGE_DOC}",
         ) from None
+    return tree
+
+
+def parse_formula(text: str, symbols: Mapping[str, sympy.Basic], where: Location) -> sympy.Expr:
+    """Parse one formula over ``symbols``; never executes anything from ``text``."""
+    tree = parse_formula_tree(text, where)
     builder = _Builder(text.strip(), symbols, where)
     result = builder.build(tree)
     if isinstance(result, sympy.Tuple) or not isinstance(result, sympy.Expr):

@@ -27,11 +27,29 @@ def _module(
     framework: str,
 ) -> GeneratedFile:
     """Render a module: its functions, then the runtime helpers they use copied in."""
-    context = {"spec": spec, "spec_path": spec_path, "functions": plans}
+    tensor_plans = [_located_tensor(fn, framework) for fn in spec.tensor_functions]
+    context = {
+        "spec": spec,
+        "spec_path": spec_path,
+        "functions": plans,
+        "tensor_functions": tensor_plans,
+    }
     draft = render(template, imports=(), runtime="", **context)
     helpers = copy_in(framework, draft)
     text = render(template, imports=helpers.imports, runtime=helpers.source, **context)
     return GeneratedFile(name, ruff_format(text, name))
+
+
+def _located_tensor(fn, framework: str):
+    """Plan a tensor function; errors without a location get the function's."""
+    from symgrad.tensor.plan import plan_tensor
+
+    try:
+        return plan_tensor(fn, framework)
+    except SpecError as error:
+        if error.location is None:
+            raise DerivationError(fn.location, error.message, error.hint) from error
+        raise
 
 
 def _located(planner, derived: Derived) -> FunctionPlan:

@@ -137,6 +137,7 @@ class Input:
     has_default: bool
     shape: tuple[str, ...] | None  # named axes (tensor expressions); None = elementwise
     line: int
+    optional: bool = False  # tensor expressions: the argument defaults to None
 
     @property
     def is_tensor(self) -> bool:
@@ -154,6 +155,7 @@ class Formula:
     name: str
     text: str
     line: int
+    shape: tuple[str, ...] | None = None  # tensor expressions: the output's free axes
 
 
 @dataclass(frozen=True)
@@ -177,6 +179,11 @@ class Function:
     def input(self, name: str) -> Input:
         return next(i for i in self.inputs if i.name == name)
 
+    @property
+    def is_tensor(self) -> bool:
+        """A tensor expression (named axes, reductions) rather than an elementwise function."""
+        return self.outputs[0].shape is not None
+
 
 @dataclass(frozen=True)
 class Spec:
@@ -186,9 +193,10 @@ class Spec:
     doc: str | None
     targets: tuple[str, ...]
     order: int
-    functions: tuple[Function, ...]
+    functions: tuple[Function, ...]  # elementwise functions
     path: Path
     sha256: str
+    tensor_functions: tuple[Function, ...] = ()  # tensor expressions (symgrad.tensor)
 
 
 # --------------------------------------------------------------------------- validation
@@ -321,10 +329,22 @@ def _parse_input(name: str, data: Any, where: Location) -> Input:
         default = _number(f.pop("default"), f.at("default"), "default")
     shape = f.pop("shape", None)
     if shape is not None:
-        if not isinstance(shape, list) or not all(isinstance(a, str) for a in shape):
-            raise SpecError(f.at("shape"), f"input '{name}': shape must be a list of axis names")
-        shape = tuple(shape)
-    f.finish(("kind", "differentiable", "domain", "default", "shape", *_ASSUMPTIONS), "an input")
+        if kind == "scalar":
+            raise SpecError(
+                f.at("shape"), f"scalar input '{name}' cannot have a shape", "remove shape"
+            )
+        shape = _shape(shape, f.at("shape"), f"input '{name}'")
+    optional = _bool(f.pop("optional", False), f.at("optional"), "optional")
+    if optional and (kind != "tensor" or shape is None):
+        raise SpecError(
+            f.at("optional"),
+            f"input '{name}': only tensor inputs with a shape can be optional",
+            "give it a shape, e.g. shape: [m], or remove optional",
+        )
+    f.finish(
+        ("kind", "differentiable", "domain", "default", "shape", "optional", *_ASSUMPTIONS),
+        "an input",
+    )
     return Input(
         name=name,
         kind=kind,
@@ -335,7 +355,26 @@ def _parse_input(name: str, data: Any, where: Location) -> Input:
         has_default=has_default,
         shape=shape,
         line=where.line or 0,
+        optional=optional,
     )
+
+
+def _shape(value: Any, where: Location, what: str) -> tuple[str, ...]:
+    """Named axes, ``[n, k]``, with an optional leading ``...`` (any batch axes)."""
+    if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
+        raise SpecError(
+            where, f"{what}: shape must be a list of axis names, got {_describe(value)}",
+            "e.g. shape: [n, k] or shape: [..., d]",
+        )
+    for i, axis in enumerate(value):
+        if axis == "...":
+            if i != 0:
+                raise SpecError(where, f"{what}: '...' may only come first in a shape")
+            continue
+        _identifier(axis, where, f"{what}: axis")
+    if len(set(value)) != len(value):
+        raise SpecError(where, f"{what}: an axis name appears twice in {value}")
+    return tuple(value)
 
 
 def _parse_function(name: str, data: Any, where: Location, default_order: int) -> Function:
@@ -388,12 +427,19 @@ def _parse_function(name: str, data: Any, where: Location, default_order: int) -
     if has_output:
         raw = f.pop("output")
         if isinstance(raw, dict):
-            raise SpecError(
-                f.at("output"),
-                "tensor expressions (output: {shape, expr}) are not supported yet",
-                "write an elementwise formula string",
-            )
-        outputs = (_formula("out", raw, f.at("output"), "output"),)
+            fs = _Fields(raw, f.at("output"), "output")
+            if "expr" not in fs.data or "shape" not in fs.data:
+                raise SpecError(
+                    f.at("output"),
+                    "a tensor output needs both shape and expr",
+                    'e.g. output: {shape: [n, m], expr: "sum(x[n, k] * w[m, k], k)"}',
+                )
+            shape = _shape(fs.pop("shape"), fs.at("shape"), "output")
+            text = _formula("out", fs.pop("expr"), fs.at("expr"), "output expr")
+            fs.finish(("shape", "expr"), "a tensor output")
+            outputs = (Formula("out", text.text, text.line, shape),)
+        else:
+            outputs = (_formula("out", raw, f.at("output"), "output"),)
     else:
         fo = _Fields(f.pop("outputs"), f.at("outputs"), "outputs")
         if not fo.data:
@@ -433,6 +479,7 @@ def _parse_function(name: str, data: Any, where: Location, default_order: int) -
             grads.append(_formula(key, value, fg.at(key), f"gradient of '{key}'"))
         gradients = tuple(grads)
     f.finish(_FUNCTION_KEYS, "a function")
+    _check_tensor_function(outputs, inputs, gradients, f, fi)
     return Function(
         name=name,
         doc=doc.strip() if doc else None,
@@ -444,6 +491,30 @@ def _parse_function(name: str, data: Any, where: Location, default_order: int) -
         line=where.line or 0,
         location=where,
     )
+
+
+def _check_tensor_function(outputs, inputs, gradients, f: _Fields, fi: _Fields) -> None:
+    """Shapes belong to tensor expressions: every tensor input of one has a shape."""
+    tensor = outputs[0].shape is not None
+    for inp in inputs:
+        if inp.shape is not None and not tensor:
+            raise SpecError(
+                fi.at(inp.name),
+                f"input '{inp.name}' has a shape, but the output is an elementwise formula",
+                'write the output as a tensor expression: output: {shape: [...], expr: "..."}',
+            )
+        if tensor and inp.is_tensor and inp.shape is None:
+            raise SpecError(
+                fi.at(inp.name),
+                f"tensor input '{inp.name}' of a tensor expression needs a shape",
+                "name its axes, e.g. shape: [n, k] (shape: [] for a 0-d tensor)",
+            )
+    if tensor and gradients:
+        raise SpecError(
+            f.at("gradient"),
+            "user-defined gradients are not supported for tensor expressions yet",
+            "remove gradient: (symgrad derives the gradient of tensor expressions)",
+        )
 
 
 def load_spec(path: str | Path) -> Spec:
@@ -509,7 +580,8 @@ def load_spec(path: str | Path) -> Spec:
         doc=doc.strip() if doc else None,
         targets=tuple(t for t in TARGETS if t in targets),
         order=order,
-        functions=functions,
+        functions=tuple(fn for fn in functions if not fn.is_tensor),
         path=path,
         sha256=hashlib.sha256(raw).hexdigest(),
+        tensor_functions=tuple(fn for fn in functions if fn.is_tensor),
     )

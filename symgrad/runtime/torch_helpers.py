@@ -220,6 +220,19 @@ def _check_broadcast(name: str, **tensors) -> None:
         ) from None
 
 
+def _check_axis(name: str, axis: str, *uses: tuple[torch.Tensor, int]) -> None:
+    """Raise an error naming the function, the axis and the shapes where inputs that share
+    a named axis disagree on its size (a tensor expression's sizes come from its inputs)."""
+    sizes = {tensor.shape[dim] for tensor, dim in uses if tensor is not None}
+    if len(sizes) > 1:
+        got = ", ".join(
+            f"{tuple(tensor.shape)} (axis {dim})" for tensor, dim in uses if tensor is not None
+        )
+        raise ValueError(
+            f"{name}(): the inputs disagree on the size of axis '{axis}': shapes {got}"
+        )
+
+
 def _mul_into(buffer: torch.Tensor, other) -> torch.Tensor:
     """``buffer * other``, written into ``buffer`` (a temporary the caller owns and no
     longer needs) where the product has its shape and dtype.

@@ -1,0 +1,268 @@
+"""Tape -> framework source: einsum/matmul for contractions, fused kernels for reductions.
+
+Every computed value is stored with its axes in the function's one axis order; an operand
+with fewer axes is viewed (``t[:, None]``) where an elementwise formula needs it. No node
+has more axes than its operands together: a contraction is one ``einsum`` over the
+operands, never their broadcast product (asserted in :func:`check_no_broadcast_product`).
+"""
+
+from __future__ import annotations
+
+import string
+from dataclasses import dataclass
+
+import sympy
+
+from symgrad.printers.tensorflow import TensorFlowPrinter
+from symgrad.printers.torch import TorchPrinter
+from symgrad.tensor.lang import ELLIPSIS
+from symgrad.tensor.tape import Node, Output, Tape
+
+
+@dataclass(frozen=True)
+class Result:
+    """``target += output`` when ``guard`` holds (None: always)."""
+
+    target: str
+    output: Output
+    guard: str | None
+
+
+class Code:
+    """Prints the nodes of a tape for one framework."""
+
+    def __init__(self, tape: Tape, framework: str, names: dict[str, str]):
+        self.tape = tape
+        self.framework = framework
+        self.names = names  # input name -> variable (leaves)
+        self.letters = self._letters()
+        self.scalars = {s for s in tape.formula.scalars.values()}
+
+    # ---------------------------------------------------------------- helpers
+    def _letters(self) -> dict[str, str]:
+        letters: dict[str, str] = {}
+        free = [c for c in string.ascii_lowercase]
+        for axis in self.tape.order:
+            if axis == ELLIPSIS:
+                continue
+            pick = axis if len(axis) == 1 and axis in free else free[0]
+            free.remove(pick)
+            letters[axis] = pick
+        return letters
+
+    def var(self, name: str) -> str:
+        node = self.tape.nodes[name]
+        if node.op == "leaf":
+            return self.names.get(node.input, node.input)
+        return name
+
+    def dims(self, node: Node, over) -> list[int]:
+        named = [a for a in node.axes if a != ELLIPSIS]
+        return [named.index(a) - len(named) for a in over]
+
+    def _dims_text(self, dims: list[int]) -> str:
+        if self.framework == "torch":
+            return str(dims[0]) if len(dims) == 1 else f"({', '.join(map(str, dims))})"
+        return str(dims[0]) if len(dims) == 1 else f"[{', '.join(map(str, dims))}]"
+
+    def size(self, symbol: sympy.Symbol) -> str:
+        dim = self.tape.formula.sizes[symbol]
+        for inp in self.tape.formula.function.inputs:
+            if inp.shape and dim in inp.shape:
+                named = [a for a in inp.shape if a != ELLIPSIS]
+                return (
+                    f"{self.names.get(inp.name, inp.name)}.shape[{named.index(dim) - len(named)}]"
+                )
+        raise AssertionError(dim)
+
+    def align(self, name: str, target: tuple[str, ...]) -> str:
+        """Node ``name`` viewed so that it broadcasts against a value with axes ``target``."""
+        node = self.tape.nodes[name]
+        text = self.var(name)
+        have = [a for a in node.axes]
+        want = [a for a in target if a in have]
+        if have != want:  # a transposed view (a leaf indexed against the axis order)
+            text = self.einsum([name], tuple(want))
+            have = want
+        if not have or set(have) == set(target):
+            return text
+        entries: list[str] = []
+        started = False
+        for axis in target:
+            if axis == ELLIPSIS:
+                if ELLIPSIS in have:
+                    entries.append("...")
+                    started = True
+                continue
+            if axis in have:
+                started = True
+                entries.append(":")
+            elif started:
+                entries.append("None")
+        if entries and entries[0] == "...":
+            while len(entries) > 1 and entries[1] == ":":
+                entries.pop(1)
+        while entries and entries[-1] == ":":
+            entries.pop()
+        if not any(e == "None" for e in entries):
+            return text
+        return f"{text}[{', '.join(entries)}]"
+
+    def einsum(self, args: list[str], out: tuple[str, ...]) -> str:
+        def sub(axes):
+            return "".join("..." if a == ELLIPSIS else self.letters[a] for a in axes)
+
+        nodes = [self.tape.nodes[a] for a in args]
+        batch_summed = any(ELLIPSIS in n.axes for n in nodes) and ELLIPSIS not in out
+        operands = []
+        for n in nodes:
+            text = self.var(n.name)
+            if batch_summed and self.framework == "tensorflow" and ELLIPSIS in n.axes:
+                # tf.einsum cannot sum batch axes '...' away: flatten them into one axis
+                r = len(n.axes) - 1
+                tail = f"tf.shape({text})[{-r}:]" if r else "[]"
+                text = f"tf.reshape({text}, tf.concat([[-1], {tail}], 0))"
+            operands.append(text)
+        subs = []
+        for n in nodes:
+            s = sub(n.axes)
+            if batch_summed and self.framework == "tensorflow":
+                s = s.replace("...", "Z")
+            subs.append(s)
+        spec = f"{','.join(subs)}->{sub(out)}"
+        module = "torch" if self.framework == "torch" else "tf"
+        return f'{module}.einsum("{spec}", {", ".join(operands)})'
+
+    # ---------------------------------------------------------------- nodes
+    def node(self, node: Node) -> str:
+        torch = self.framework == "torch"
+        if node.op == "elem":
+            printer_cls = TorchPrinter if torch else TensorFlowPrinter
+            sizes = {s for s in node.expr.free_symbols if s in self.tape.formula.sizes}
+            names = {self.tape.symbol(a): self.align(a, node.axes) for a in node.args}
+            names.update({s: self.size(s) for s in sizes})
+            return printer_cls(scalars=self.scalars | sizes, names=names).doprint(node.expr)
+        (arg, *_) = node.args or (None,)
+        if node.op == "sum":
+            if len(node.args) == 1:
+                a = self.tape.nodes[arg]
+                over = [x for x in a.axes if x not in node.axes]
+                kept = [x for x in a.axes if x in node.axes]
+                if kept == list(node.axes) and over:
+                    dims = self._dims_text(self.dims(a, over))
+                    if torch:
+                        return f"{self.var(arg)}.sum({dims})"
+                    return f"tf.reduce_sum({self.var(arg)}, axis={dims})"
+            return self.einsum(list(node.args), node.axes)
+        a = self.tape.nodes[arg]
+        dims = self.dims(a, node.over)
+        d = self._dims_text(dims)
+        x = self.var(arg)
+        if node.op in ("lse", "max", "min"):
+            fn = {
+                ("lse", True): "torch.logsumexp",
+                ("max", True): "torch.amax",
+                ("min", True): "torch.amin",
+                ("lse", False): "tf.reduce_logsumexp",
+                ("max", False): "tf.reduce_max",
+                ("min", False): "tf.reduce_min",
+            }[node.op, torch]
+            return f"{fn}({x}, {d})" if torch else f"{fn}({x}, axis={d})"
+        if len(dims) == 1:
+            fn = {
+                ("softmax", True): "torch.softmax",
+                ("logsoftmax", True): "torch.log_softmax",
+                ("softmax", False): "tf.nn.softmax",
+                ("logsoftmax", False): "tf.nn.log_softmax",
+            }[node.op, torch]
+            return f"{fn}({x}, {d})" if torch else f"{fn}({x}, axis={d})"
+        lse = (
+            f"torch.logsumexp({x}, {d}, keepdim=True)"
+            if torch
+            else f"tf.reduce_logsumexp({x}, axis={d}, keepdims=True)"
+        )
+        exp = "torch.exp" if torch else "tf.exp"
+        return f"{exp}({x} - {lse})" if node.op == "softmax" else f"{x} - {lse}"
+
+    def output(self, out: Output) -> str:
+        """The value of ``out``: its parts in the layout of the tensor it is like."""
+        like = self.names.get(out.like, out.like)
+        if not out.parts:
+            return (
+                f"torch.zeros_like({like})"
+                if self.framework == "torch"
+                else (f"tf.zeros_like({like})")
+            )
+        layout = out.parts[0][1]
+        texts = [self.align(node, layout) for node, layout in out.parts]
+        text = " + ".join(texts)
+        covered = set().union(*(self.tape.nodes[n].axes for n, _ in out.parts))
+        if covered != set(layout):
+            text = f"({text})" if len(texts) > 1 else text
+            if self.framework == "torch":
+                return f"{text}.expand_as({like})"
+            return f"tf.broadcast_to({text}, tf.shape({like}))"
+        return text
+
+    # ---------------------------------------------------------------- bodies
+    def body(self, results: list[Result]) -> list[str]:
+        """Lines computing ``results``, each node once, under the guards of what uses it."""
+        uses: dict[str, set[int]] = {}
+        for i, r in enumerate(results):
+            for name in self.tape.needed([n for n, _ in r.output.parts]):
+                uses.setdefault(name, set()).add(i)
+        lines: list[str] = []
+        targets = list(dict.fromkeys(r.target for r in results))
+        guarded = {r.target for r in results if r.guard is not None}
+        if guarded:
+            lines.append(" = ".join([t for t in targets if t in guarded] + ["None"]))
+        current: str | None = None
+        indent = ""
+        for name in self.tape.nodes:
+            if name not in uses or self.tape.nodes[name].op == "leaf":
+                continue
+            guard = self._guard([results[i] for i in sorted(uses[name])])
+            if guard != current:
+                current = guard
+                indent = "" if guard is None else "    "
+                if guard is not None:
+                    lines.append(f"if {guard}:")
+            lines.append(f"{indent}{name} = {self.node(self.tape.nodes[name])}")
+        assigned: set[str] = set()
+        for r in results:
+            value = self.output(r.output)
+            if r.target in assigned:
+                value = f"{value} if {r.target} is None else {r.target} + {value}"
+            assigned.add(r.target)
+            if r.guard is None:
+                lines.append(f"{r.target} = {value}")
+            else:
+                lines.append(f"if {r.guard}:")
+                lines.append(f"    {r.target} = {value}")
+        return lines
+
+    @staticmethod
+    def _guard(results: list[Result]) -> str | None:
+        guards = [r.guard for r in results]
+        if any(g is None for g in guards):
+            return None
+        unique = list(dict.fromkeys(guards))
+        if len(unique) == 1:
+            return unique[0]
+        return " or ".join(f"({g})" if " and " in g else g for g in unique)
+
+
+def check_no_broadcast_product(tape: Tape) -> None:
+    """No node holds more axes than the inputs and outputs of the function together
+    have in one tensor: a contraction that would materialise every index combination."""
+    formula = tape.formula
+    widest = max(
+        [len(i.shape) for i in formula.function.inputs if i.shape is not None]
+        + [len(formula.shape)]
+    )
+    for node in tape.nodes.values():
+        if len(node.axes) > widest:
+            raise AssertionError(
+                f"{formula.function.name}: node {node.name} has axes {node.axes}, more than "
+                f"any input or output ({widest}): a broadcast product"
+            )

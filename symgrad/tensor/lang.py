@@ -1,0 +1,469 @@
+"""Tensor expressions: a spec's ``{shape, expr}`` parsed into SymPy, with reductions kept opaque.
+
+``x[n, k]`` becomes a real :class:`sympy.Symbol` (a :class:`Leaf`: the input and the axis names
+of its positions), a reduction becomes ``RSum(body, (axes...))`` or ``RLSE``/``RMax``/``RMin``:
+SymPy functions that SymPy's own algebra (powsimp, log(exp u) = u) passes through but never
+differentiates. Bound axes are lexically scoped and renamed to the declared axis they index,
+so ``mean(x[j], j)`` and ``mean(x[i], i)`` are one expression (and one node of the tape).
+
+Stability rewrites here are on whole reductions (elementwise parts go through
+:func:`symgrad.rewrite.rules.stabilize`): ``sum(exp b) -> exp(logsumexp b)``, which with
+``log(exp u) = u`` gives logsumexp, log-softmax and softmax from the naive formulas, and the
+one-pass variance ``mean(b**2) - mean(b)**2`` rewritten two-pass.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+
+import sympy
+
+from symgrad.errors import Location, SpecError
+from symgrad.expr import _Builder, parse_formula_tree
+from symgrad.rewrite.rules import stabilize
+from symgrad.spec import Function, Input
+
+ELLIPSIS = "..."
+#: Reductions: spec word -> SymPy function class name (mean is a sum over a size).
+REDUCTIONS = ("sum", "mean", "logsumexp", "max", "min")
+
+
+class Reduction(sympy.Function):
+    """``R(body, (axes...))``: opaque to SymPy's calculus, real-valued."""
+
+    nargs = 2
+
+    def _eval_is_extended_real(self):
+        return True
+
+    def _eval_is_finite(self):
+        return True
+
+    @property
+    def body(self) -> sympy.Expr:
+        return self.args[0]
+
+    @property
+    def over(self) -> tuple[str, ...]:
+        return tuple(str(a) for a in self.args[1])
+
+
+class RSum(Reduction):
+    """Sum over the named axes."""
+
+
+class RLSE(Reduction):
+    """log(sum(exp(body))) over the named axes, computed shifted by the max."""
+
+
+class RMax(Reduction):
+    """Largest value over the named axes (ties split the gradient, as torch.amax)."""
+
+
+class RMin(Reduction):
+    """Smallest value over the named axes."""
+
+
+class RLogSoftmax(Reduction):
+    """body - logsumexp(body) over the named axes: keeps the axes."""
+
+
+class RSoftmax(Reduction):
+    """exp(body - logsumexp(body)) over the named axes: keeps the axes, positive."""
+
+    def _eval_is_positive(self):
+        return True
+
+
+def axes_tuple(axes) -> sympy.Tuple:
+    return sympy.Tuple(*(sympy.Symbol(a) for a in axes))
+
+
+@dataclass(frozen=True)
+class Leaf:
+    """An access ``x[a, b]``: the input and the axis name at each of its positions."""
+
+    input: str
+    layout: tuple[str, ...]  # '...' first where the input has batch axes
+
+
+@dataclass
+class TensorFormula:
+    """A parsed tensor function: the output expression and what its symbols stand for."""
+
+    function: Function
+    expr: sympy.Expr
+    shape: tuple[str, ...]  # the output's axes
+    leaves: dict[sympy.Symbol, Leaf]
+    scalars: dict[str, sympy.Symbol]
+    dims: dict[str, str]  # axis name -> the declared axis it indexes (its size)
+    order: tuple[str, ...]  # every axis name, in the one order all layouts follow
+    sizes: dict[sympy.Symbol, str] = field(default_factory=dict)  # size symbol -> dim
+
+    def axes(self, expr: sympy.Basic) -> frozenset[str]:
+        return free_axes(expr, self.leaves)
+
+    def size(self, axes) -> sympy.Expr:
+        """The number of elements along ``axes`` (a symbol per declared axis)."""
+        result = sympy.Integer(1)
+        for axis in axes:
+            dim = self.dims[axis]
+            symbol = sympy.Symbol(f"size_{dim}", positive=True, integer=True)
+            self.sizes[symbol] = dim
+            result *= symbol
+        return result
+
+
+def free_axes(expr: sympy.Basic, leaves: dict[sympy.Symbol, Leaf]) -> frozenset[str]:
+    """The axes of ``expr``: its leaves' axes, less those its reductions bind."""
+    if isinstance(expr, sympy.Symbol):
+        leaf = leaves.get(expr)
+        return frozenset(leaf.layout) if leaf else frozenset()
+    if isinstance(expr, (RLogSoftmax, RSoftmax)):
+        return free_axes(expr.body, leaves)
+    if isinstance(expr, Reduction):
+        return free_axes(expr.body, leaves) - set(expr.over)
+    out: frozenset[str] = frozenset()
+    for arg in expr.args:
+        out |= free_axes(arg, leaves)
+    return out
+
+
+# --------------------------------------------------------------------------- parsing
+def _index_names(node: ast.AST) -> list[ast.AST]:
+    return list(node.elts) if isinstance(node, ast.Tuple) else [node]
+
+
+class _TensorBuilder(_Builder):
+    """The elementwise builder plus indexing, reductions and ``size``."""
+
+    def __init__(self, text, symbols, where, shaped: dict[str, Input], formula: TensorFormula):
+        super().__init__(text, symbols, where)
+        self.shaped = shaped
+        self.formula = formula
+        self.env: dict[str, str] = {}  # bound axis (as written) -> its canonical name
+        self.used: set[str] = set()
+
+    # -- scanning the AST for axes, before building ---------------------------------
+    def _binder(self, node: ast.AST) -> tuple[ast.AST, list[str]] | None:
+        """(body, bound axes) of a reduction call, else None."""
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in REDUCTIONS
+            and len(node.args) == 2
+        ):
+            axes = []
+            for a in _index_names(node.args[1]):
+                if not isinstance(a, ast.Name):
+                    raise self.fail(a, "reduction axes must be axis names, e.g. sum(e, k)")
+                axes.append(a.id)
+            return node.args[0], axes
+        return None
+
+    def _accesses(self, node: ast.AST, bound: frozenset[str] = frozenset()):
+        """Yield (axis as written, input, position) for the unbound axes of accesses."""
+        binder = self._binder(node)
+        if binder is not None:
+            body, axes = binder
+            yield from self._accesses(body, bound | set(axes))
+            return
+        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name):
+            inp = self.shaped.get(node.value.id)
+            if inp is not None:
+                named = [a for a in inp.shape if a != ELLIPSIS]
+                idx = [i for i in _index_names(node.slice) if not _is_ellipsis(i)]
+                for position, index in enumerate(idx):
+                    if isinstance(index, ast.Name) and index.id not in bound:
+                        if position < len(named):
+                            yield index.id, inp, named[position]
+                    elif not isinstance(index, ast.Name):
+                        yield from self._accesses(index, bound)
+                return
+        for child in ast.iter_child_nodes(node):
+            yield from self._accesses(child, bound)
+
+    # -- building --------------------------------------------------------------------
+    def _Name(self, node: ast.Name):
+        if node.id in self.shaped:
+            inp = self.shaped[node.id]
+            named = [a for a in inp.shape if a != ELLIPSIS]
+            if named:
+                raise self.fail(
+                    node,
+                    f"input '{node.id}' has axes {list(inp.shape)}: index it",
+                    f"write {node.id}[{', '.join(named)}]",
+                )
+            return self._leaf(inp, [])
+        return super()._Name(node)
+
+    def _Subscript(self, node: ast.Subscript):
+        if not isinstance(node.value, ast.Name) or node.value.id not in self.shaped:
+            name = getattr(node.value, "id", None)
+            if name is not None and name in self.symbols:
+                raise self.fail(
+                    node,
+                    f"'{name}' is not a tensor with a shape, so it cannot be indexed",
+                    f"give it a shape under inputs, e.g. {name}: {{shape: [n]}}",
+                )
+            raise self.fail(node, "only inputs with a shape can be indexed")
+        inp = self.shaped[node.value.id]
+        indices = _index_names(node.slice)
+        if indices and _is_ellipsis(indices[0]):
+            if ELLIPSIS not in inp.shape:
+                raise self.fail(node, f"input '{inp.name}' has no batch axes '...'")
+            indices = indices[1:]
+        named = [a for a in inp.shape if a != ELLIPSIS]
+        if len(indices) != len(named):
+            raise self.fail(
+                node,
+                f"input '{inp.name}' has {len(named)} named axes {named}, "
+                f"indexed with {len(indices)}",
+                f"write {inp.name}[{', '.join(named)}]",
+            )
+        names = []
+        for index in indices:
+            if not isinstance(index, ast.Name):
+                raise self.fail(
+                    index, "an index must be an axis name", f"e.g. {inp.name}[{', '.join(named)}]"
+                )
+            names.append(self.env.get(index.id, index.id))
+        for name, dim in zip(names, named):
+            self.formula.dims.setdefault(name, dim)  # (its size: that of the first use)
+        return self._leaf(inp, names)
+
+    def _leaf(self, inp: Input, names: list[str]) -> sympy.Symbol:
+        layout = ((ELLIPSIS,) if ELLIPSIS in inp.shape else ()) + tuple(names)
+        text = inp.name + (f"[{','.join(names)}]" if names else "")
+        symbol = sympy.Symbol(text, real=True)
+        self.formula.leaves[symbol] = Leaf(inp.name, layout)
+        self.used.update(names)
+        return symbol
+
+    def _Call(self, node: ast.Call):
+        name = getattr(node.func, "id", None)
+        if name == "size":
+            if len(node.args) != 1:
+                raise self.fail(node, "size takes the axes: size(k) or size((i, j))")
+            axes = []
+            for a in _index_names(node.args[0]):
+                if not isinstance(a, ast.Name):
+                    raise self.fail(a, "size takes axis names")
+                axis = self.env.get(a.id, a.id)
+                if axis not in self.formula.dims:
+                    raise self.fail(a, f"unknown axis '{a.id}'", "name an axis of an input")
+                axes.append(axis)
+            return self.formula.size(axes)
+        if name not in REDUCTIONS:
+            return super()._Call(node)
+        if len(node.args) != 2 or node.keywords:
+            raise self.fail(node, f"{name} takes an expression and axes: {name}(e, k)")
+        body, written = self._binder(node)
+        if len(set(written)) != len(written):
+            raise self.fail(node.args[1], "an axis is reduced twice")
+        saved = dict(self.env)
+        canonical = []
+        outer_free = set()
+        dims = {}
+        for axis, inp, dim in self._accesses(body):
+            if axis in written:
+                dims.setdefault(axis, dim)
+            else:
+                outer_free.add(self.env.get(axis, axis))
+        for axis in written:
+            if axis not in dims:
+                raise self.fail(
+                    node.args[1],
+                    f"axis '{axis}' is reduced but no input in {name}(...) is indexed by it",
+                )
+            target = dims[axis]
+            candidate, k = target, 1
+            while candidate in outer_free or candidate in canonical:
+                k += 1
+                candidate = f"{target}_{k}"
+            self.env[axis] = candidate
+            self.formula.dims[candidate] = target
+            canonical.append(candidate)
+        try:
+            inner = self.build(body)
+        finally:
+            self.env = saved
+        if isinstance(inner, sympy.Tuple) or not isinstance(inner, sympy.Expr):
+            raise self.fail(body, f"{name} takes a number-valued expression")
+        axes = axes_tuple(canonical)
+        if name == "sum":
+            return RSum(inner, axes)
+        if name == "mean":
+            return RSum(inner, axes) / self.formula.size(canonical)
+        if name == "logsumexp":
+            return RLSE(inner, axes)
+        return (RMax if name == "max" else RMin)(inner, axes)
+
+
+def _is_ellipsis(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and node.value is Ellipsis
+
+
+# --------------------------------------------------------------------------- rewrites
+def _sum_exp_to_lse(expr: sympy.Expr, formula: TensorFormula) -> sympy.Expr:
+    """``sum(c * exp(b), K) -> c * exp(logsumexp(b, K))`` for c free of K."""
+
+    def rule(node):
+        if not isinstance(node, RSum):
+            return node
+        over = set(node.over)
+        inside, outside = [], []
+        for factor in sympy.Mul.make_args(node.body):
+            (inside if formula.axes(factor) & over else outside).append(factor)
+        if len(inside) == 1 and isinstance(inside[0], sympy.exp):
+            return sympy.Mul(*outside) * sympy.exp(RLSE(inside[0].args[0], node.args[1]))
+        return node
+
+    return expr.replace(lambda e: isinstance(e, RSum), rule)
+
+
+def _softmax_forms(expr: sympy.Expr) -> sympy.Expr:
+    """``b - logsumexp(b)`` -> log_softmax(b); ``exp(log_softmax(b))`` -> softmax(b)."""
+
+    def add_rule(node):
+        terms = list(node.args)
+        for term in terms:
+            if term.could_extract_minus_sign() and isinstance(-term, RLSE):
+                lse = -term
+                parts = list(sympy.Add.make_args(lse.body))
+                rest = list(terms)
+                rest.remove(term)
+                if all(p in rest for p in parts):
+                    for p in parts:
+                        rest.remove(p)
+                    return sympy.Add(RLogSoftmax(lse.body, lse.args[1]), *rest)
+        return node
+
+    expr = expr.replace(lambda e: isinstance(e, sympy.Add), add_rule)
+    return expr.replace(
+        lambda e: isinstance(e, sympy.exp) and isinstance(e.args[0], RLogSoftmax),
+        lambda e: RSoftmax(*e.args[0].args),
+    )
+
+
+def _two_pass_variance(expr: sympy.Expr, formula: TensorFormula) -> sympy.Expr:
+    """``c*sum(b**2, K) - c/|K| * sum(b, K)**2`` -> ``c*sum((b - sum(b, K)/|K|)**2, K)``."""
+
+    def squares(term):
+        for f in sympy.Mul.make_args(term):
+            if isinstance(f, RSum) and f.body.is_Pow and f.body.exp == 2:
+                yield f
+
+    def squared_sums(term):
+        for f in sympy.Mul.make_args(term):
+            if f.is_Pow and f.exp == 2 and isinstance(f.base, RSum):
+                yield f
+
+    def add_rule(node):
+        terms = list(node.args)
+        for t1 in terms:
+            for sq in squares(t1):
+                body, over = sq.body.base, sq.args[1]
+                n = formula.size(sq.over)
+                c1 = t1 / sq
+                for t2 in terms:
+                    for ss in squared_sums(t2):
+                        if ss.base != RSum(body, over):
+                            continue
+                        if sympy.simplify(t2 / ss + c1 / n) != 0:
+                            continue
+                        rest = [t for t in terms if t is not t1 and t is not t2]
+                        centred = RSum((body - RSum(body, over) / n) ** 2, over)
+                        return sympy.Add(c1 * centred, *rest)
+        return node
+
+    return expr.replace(lambda e: isinstance(e, sympy.Add), add_rule)
+
+
+def stable(expr: sympy.Expr, formula: TensorFormula) -> sympy.Expr:
+    """The stable form of a tensor formula (reductions first, then elementwise rules)."""
+    expr = _two_pass_variance(expr, formula)
+    expr = _sum_exp_to_lse(expr, formula)
+    expr = sympy.powsimp(expr, deep=True, combine="exp")
+    expr = _softmax_forms(expr)
+    return stabilize(expr)
+
+
+# --------------------------------------------------------------------------- entry point
+def parse_tensor_function(fn: Function) -> TensorFormula:
+    """Parse and check a tensor function's output; the result is in its stable form."""
+    out = fn.outputs[0]
+    where = fn.location.at(line=out.line)
+    shaped = {i.name: i for i in fn.inputs if i.is_tensor}
+    scalars = {
+        i.name: sympy.Symbol(i.name, real=True, **dict(i.assumptions))
+        for i in fn.inputs
+        if not i.is_tensor
+    }
+    order: list[str] = []
+    if any(ELLIPSIS in i.shape for i in shaped.values()):
+        order.append(ELLIPSIS)
+    for axis in out.shape:
+        if axis not in order:
+            order.append(axis)
+    for inp in shaped.values():
+        for axis in inp.shape:
+            if axis not in order:
+                order.append(axis)
+    formula = TensorFormula(fn, sympy.Integer(0), out.shape, {}, scalars, {}, ())
+    for inp in shaped.values():
+        for axis in inp.shape:
+            if axis != ELLIPSIS:
+                formula.dims.setdefault(axis, axis)
+    tree = parse_formula_tree(out.text, where)
+    builder = _TensorBuilder(out.text.strip(), scalars, where, shaped, formula)
+    expr = builder.build(tree)
+    if isinstance(expr, sympy.Tuple) or not isinstance(expr, sympy.Expr):
+        raise SpecError(where, "the output must be a number-valued expression")
+    for axis in sorted(formula.dims, key=lambda a: (a not in order, a)):
+        if axis not in order:
+            order.append(axis)
+    formula.order = tuple(order)
+    free = formula.axes(expr)
+    shape = [a for a in out.shape if a != ELLIPSIS]
+    for axis in sorted(free - {ELLIPSIS}):
+        if axis not in shape:
+            raise SpecError(
+                where,
+                f"axis '{axis}' is free in the output expression but not in its shape {list(out.shape)}",
+                f"add '{axis}' to the output shape, or reduce over it: sum(..., {axis})",
+            )
+    for axis in shape:
+        if axis not in free:
+            raise SpecError(
+                where,
+                f"axis '{axis}' of the output shape {list(out.shape)} is not in the expression",
+                "every output axis must index an input in the expression",
+            )
+    if (ELLIPSIS in free) != (ELLIPSIS in out.shape):
+        raise SpecError(
+            where,
+            "the batch axes '...' of the inputs must be the output's: start its shape with '...'"
+            if ELLIPSIS in free
+            else "the output shape has '...' but no input with batch axes is used",
+        )
+    formula.expr = stable(expr, formula)
+    return formula
+
+
+__all__ = [
+    "ELLIPSIS",
+    "RLSE",
+    "Leaf",
+    "Location",
+    "RLogSoftmax",
+    "RMax",
+    "RMin",
+    "RSoftmax",
+    "RSum",
+    "Reduction",
+    "TensorFormula",
+    "free_axes",
+    "parse_tensor_function",
+]

@@ -1,0 +1,312 @@
+"""A tensor function -> what the module templates print: math functions and their Functions.
+
+Forward, backward (the VJP of the differentiable inputs, each guarded by its
+``needs_input_grad`` flag as torchgen guards saves), forward mode (JVP) and, with
+``order: 2``, the VJP of the backward (the double backward) are derived from one tape, so the
+backward reuses the forward's nodes and the second order the backward's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy
+
+from symgrad.spec import Function
+from symgrad.tensor.emit import Code, Result, check_no_broadcast_product
+from symgrad.tensor.lang import TensorFormula, parse_tensor_function
+from symgrad.tensor.tape import Output, Tape
+
+
+@dataclass(frozen=True)
+class Math:
+    """One generated math function: ``def name(args): lines; return result``."""
+
+    name: str
+    args: tuple[str, ...]
+    lines: tuple[str, ...]
+    result: str
+
+    @property
+    def body(self) -> list[str]:
+        return [*self.lines, f"return {self.result}"]
+
+
+@dataclass(frozen=True)
+class Methods:
+    """The bodies of a torch Function's methods and of the wrapper, as lines."""
+
+    setup: list[str]
+    backward: list[str]
+    tangents: list[str]
+    jvp: list[str]
+    grad_setup: list[str]
+    cotangents: list[str]
+    grad_backward: list[str]
+    signature: str
+    wrapper: list[str]
+
+
+@dataclass
+class TensorPlan:
+    name: str
+    class_name: str
+    grad_class: str | None
+    summary: str
+    doc_lines: list[str]
+    inputs: tuple[str, ...]  # every input, in order (the wrapper's and forward's arguments)
+    tensors: tuple[str, ...]
+    scalars: tuple[tuple[str, str | None], ...]  # (name, default)
+    differentiable: tuple[str, ...]
+    positions: dict[str, int]  # input -> position in forward's arguments
+    forward: Math
+    backward: Math
+    jvp: Math
+    second: Math | None
+    saves: tuple[tuple[str, str | None], ...]  # (tensor, guard: flags one of which needs it)
+    axis_checks: tuple[tuple[str, tuple[tuple[str, int], ...]], ...]  # dim -> (input, dim)
+    methods: Methods | None = None
+
+
+@dataclass(frozen=True)
+class Derivation:
+    """The tape of a tensor function and its outputs (framework-free)."""
+
+    formula: TensorFormula
+    tape: Tape
+    out: Output
+    grads: list[Output]
+    jvp: Output
+    second: list[list[Output]] | None  # per gradient: its VJP for inputs then grad
+
+
+def derive_tensor(fn: Function) -> Derivation:
+    formula = parse_tensor_function(fn)
+    tape = Tape(formula)
+    out_node = tape.node_of(tape.lower(formula.expr))
+    out = Output("out", ((out_node.name, formula.shape),), "out")
+    wrt = [(i.name, i.shape) for i in fn.inputs if i.gets_gradient]
+    grads = tape.vjp([out], ["grad"], wrt)
+    tangent = tape.jvp(out_node.name, {name: f"{name}_t" for name, _ in wrt})
+    jvp_node = tape.node_of(tangent) if tangent != 0 else None
+    jvp = Output("out_t", ((jvp_node.name, formula.shape),) if jvp_node else (), "out")
+    second = None
+    if fn.order >= 2:
+        second = [
+            tape.vjp([g], [f"gg_{name}"], [*wrt, ("grad", formula.shape)])
+            for g, (name, _) in zip(grads, wrt)
+        ]
+    check_no_broadcast_product(tape)
+    return Derivation(formula, tape, out, grads, jvp, second)
+
+
+def plan_tensor(fn: Function, framework: str, derivation: Derivation | None = None) -> TensorPlan:
+    d = derivation or derive_tensor(fn)
+    tape = d.tape
+    inputs = tuple(i.name for i in fn.inputs)
+    tensors = tuple(i.name for i in fn.inputs if i.is_tensor)
+    differentiable = tuple(i.name for i in fn.inputs if i.gets_gradient)
+    names = {n: n for n in inputs}
+    code = Code(tape, framework, names | {"out": "out"})
+    flags = tuple(f"need_{x}" for x in differentiable)
+
+    fwd_lines = code.body([Result("out", d.out, None)])
+    forward = Math(f"_{fn.name}_forward", inputs, tuple(fwd_lines[:-1]), _rhs(fwd_lines[-1]))
+
+    results = [Result(f"grad_{x}", g, f) for x, g, f in zip(differentiable, d.grads, flags)]
+    lines = code.body(results)
+    backward = Math(
+        f"_{fn.name}_backward",
+        (*inputs, "grad", *flags),
+        tuple(lines),
+        ", ".join(f"grad_{x}" for x in differentiable) + ("," if len(differentiable) == 1 else ""),
+    )
+
+    jvp_lines = code.body([Result("out_t", d.jvp, None)])
+    jvp = Math(
+        f"_{fn.name}_jvp",
+        (*inputs, *(f"{x}_t" for x in differentiable)),
+        tuple(jvp_lines[:-1]),
+        _rhs(jvp_lines[-1]),
+    )
+
+    second = None
+    if d.second is not None:
+        wrt = (*differentiable, "grad")
+        bar_flags = tuple(f"need_{x}_bar" for x in wrt)
+        results = []
+        for x, outs in zip(differentiable, d.second):
+            for y, out, flag in zip(wrt, outs, bar_flags):
+                if out.parts:
+                    results.append(Result(f"{y}_bar", out, f"gg_{x} is not None and {flag}"))
+        lines = code.body(results)
+        assigned = {r.target for r in results}
+        missing = [f"{y}_bar" for y in wrt if f"{y}_bar" not in assigned]
+        if missing:
+            lines = [" = ".join([*missing, "None"]), *lines]
+        second = Math(
+            f"_{fn.name}_backward_backward",
+            (*inputs, "grad", *(f"gg_{x}" for x in differentiable), *bar_flags),
+            tuple(lines),
+            ", ".join(f"{y}_bar" for y in wrt),
+        )
+
+    # what backward reads, per gradient: a tensor is saved when a gradient that reads it is
+    # needed (second order reads what its gradient's first order did, plus grad)
+    saves = []
+    for t in tensors:
+        readers = [
+            f
+            for x, g, f in zip(differentiable, d.grads, flags)
+            if t in tape.inputs_of([n for n, _ in g.parts])
+            or (d.second is not None and _second_reads(tape, d, x, t))
+        ]
+        if readers:
+            saves.append((t, None if len(readers) == len(flags) else " or ".join(readers)))
+    checks = []
+    for dim in sorted(set(d.formula.dims.values())):
+        uses = []
+        for i in fn.inputs:
+            if i.shape and dim in i.shape:
+                named = [a for a in i.shape if a != "..."]
+                uses.append((i.name, named.index(dim) - len(named)))
+        if len(uses) > 1:
+            checks.append((dim, tuple(uses)))
+    plan = TensorPlan(
+        name=fn.name,
+        class_name=fn.class_name,
+        grad_class=f"{fn.class_name}Grad" if d.second is not None else None,
+        summary=(fn.doc or f"{fn.name}: {fn.outputs[0].text}").splitlines()[0],
+        doc_lines=_doc(fn, d),
+        inputs=inputs,
+        tensors=tensors,
+        scalars=tuple(
+            (i.name, None if not i.has_default else repr(float(i.default)))
+            for i in fn.inputs
+            if not i.is_tensor
+        ),
+        differentiable=differentiable,
+        positions={n: k for k, n in enumerate(inputs)},
+        forward=forward,
+        backward=backward,
+        jvp=jvp,
+        second=second,
+        saves=tuple(saves),
+        axis_checks=tuple(checks),
+    )
+    plan.methods = _torch_methods(plan) if framework == "torch" else None
+    return plan
+
+
+def _tuple(names) -> str:
+    names = list(names)
+    return ", ".join(names) + ("," if len(names) == 1 else "")
+
+
+def _torch_methods(p: TensorPlan) -> Methods:
+    flags = [f"ctx.needs_input_grad[{p.positions[x]}]" for x in p.differentiable]
+    scalars = [s for s, _ in p.scalars]
+    setup = [f"{_tuple(p.inputs)} = inputs"]
+    setup += [f"need_{x} = {f}" for x, f in zip(p.differentiable, flags)]
+    if scalars:
+        setup.append(f"ctx.scalars = ({_tuple(scalars)})")
+    saved = [t if g is None else f"{t} if {g} else None" for t, g in p.saves]
+    setup.append(f"ctx.save_for_backward({', '.join(saved)})")
+    setup.append(f"ctx.save_for_forward({', '.join(p.tensors)})")
+
+    unpack = []
+    if p.saves:
+        unpack.append(f"{_tuple(t for t, _ in p.saves)} = ctx.saved_tensors")
+    unpack += [
+        f"{t} = None  # (no gradient asked for reads it)"
+        for t in p.tensors
+        if t not in {s for s, _ in p.saves}
+    ]
+    scalar_unpack = [f"{_tuple(scalars)} = ctx.scalars"] if scalars else []
+    grads = _tuple(f"grad_{x}" for x in p.differentiable)
+    args = ", ".join([*p.inputs, "grad", *flags])
+    if p.grad_class:
+        call = f"{grads} = _grad(True, {p.grad_class}, _{p.grad_class}, {args})"
+    else:
+        call = f"{grads} = _run({p.backward.name}, {args})"
+    returns = ", ".join(f"grad_{x}" if x in p.differentiable else "None" for x in p.inputs)
+    backward = [*unpack, *scalar_unpack, call, f"return {returns}"]
+
+    tangents = [f"{x}_t" for x in p.inputs]
+    jvp = [f"{_tuple(p.tensors)} = ctx.saved_tensors", *scalar_unpack]
+    jvp += [f"{x}_t = torch.zeros_like({x}) if {x}_t is None else {x}_t" for x in p.differentiable]
+    jvp.append(f"return _run({p.jvp.name}, {', '.join(p.jvp.args)})")
+
+    grad_setup = [f"{', '.join(p.inputs)}, grad, *_ = inputs"]
+    if scalars:
+        grad_setup.append(f"ctx.scalars = ({_tuple(scalars)})")
+    grad_setup.append(f"ctx.save_for_backward({', '.join(p.tensors)}, grad)")
+    cotangents = [f"gg_{x}" for x in p.differentiable]
+    n = len(p.inputs)
+    needs = [f"need[{p.positions[x]}]" for x in p.differentiable] + [f"need[{n}]"]
+    bars = [f"{x}_bar" for x in p.differentiable] + ["grad_bar"]
+    grad_backward = [
+        f"{', '.join(p.tensors)}, grad = ctx.saved_tensors",
+        *scalar_unpack,
+        "need = ctx.needs_input_grad",
+        f"{', '.join(bars)} = _run(",
+        f"    {p.second.name if p.second else ''},",
+        f"    {', '.join([*p.inputs, 'grad', *cotangents, *needs])},",
+        ")",
+        "return "
+        + ", ".join(
+            [f"{x}_bar" if x in p.differentiable else "None" for x in p.inputs]
+            + ["grad_bar"]
+            + ["None"] * len(p.differentiable)
+        ),
+    ]
+    defaults = dict(p.scalars)
+    params = []
+    for x in p.inputs:
+        if x in p.tensors:
+            params.append(f"{x}: torch.Tensor")
+        elif defaults.get(x) is not None:
+            params.append(f"{x}: float = {defaults[x]}")
+        else:
+            params.append(f"{x}: float")
+    wrapper = [
+        f'_check_axis("{p.name}", "{dim}", {", ".join(f"({t}, {k})" for t, k in uses)})'
+        for dim, uses in p.axis_checks
+    ]
+    wrapper.append(f"return _apply({p.class_name}, _{p.class_name}, {', '.join(p.inputs)})")
+    return Methods(
+        setup,
+        backward,
+        tangents,
+        jvp,
+        grad_setup,
+        cotangents,
+        grad_backward,
+        ", ".join(params),
+        wrapper,
+    )
+
+
+def _second_reads(tape: Tape, d: Derivation, x: str, t: str) -> bool:
+    k = [g.name for g in d.grads].index(f"grad_{x}")
+    return any(t in tape.inputs_of([n for n, _ in o.parts]) for o in d.second[k])
+
+
+def _rhs(line: str) -> str:
+    return line.split(" = ", 1)[1]
+
+
+def _doc(fn: Function, d: Derivation) -> list[str]:
+    lines = [
+        "",
+        "Tensor expression, as written in the spec::",
+        "",
+        f"    out[{', '.join(d.formula.shape)}] = {fn.outputs[0].text}",
+        "",
+        "Stable form symgrad derived (reductions as R<kind>(body, axes))::",
+        "",
+        f"    {sympy.sstr(d.formula.expr)}",
+    ]
+    if fn.doc and len(fn.doc.splitlines()) > 1:
+        lines = ["", *fn.doc.splitlines()[1:], *lines]
+    return lines

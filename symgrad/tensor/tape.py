@@ -1,0 +1,270 @@
+"""The tensor tape: nodes with named axes, and the reverse (VJP) and forward (JVP) sweeps.
+
+A node is an input access (``leaf``), an elementwise formula over earlier nodes (``elem``),
+a contraction of several nodes (``sum``: an einsum, a plain sum when it has one operand),
+or a reduction that needs its own kernel (``lse``, ``max``, ``min``, and ``softmax`` /
+``logsoftmax`` which keep their axes). Nodes are hash-consed: the backward reuses what the
+forward computed, and the second order what the backward did.
+
+The sweeps follow Laue et al.'s rules in Einstein notation: the adjoint of an operand is the
+node's adjoint times its partial derivative, summed over the axes the operand lacks (for an
+einsum: the other operands and the adjoint, contracted to the operand's axes). Elementwise
+partials are ``sympy.diff`` of a node's own formula, so ``d(t**2)/dt = 2*t`` for a centred
+``t``, never ``2*x - 2*mean(x)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import sympy
+
+from symgrad.tensor.lang import (
+    RLSE,
+    Leaf,
+    RLogSoftmax,
+    RMax,
+    RMin,
+    RSoftmax,
+    RSum,
+    TensorFormula,
+)
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    op: str  # leaf | elem | sum | lse | max | min | softmax | logsoftmax
+    axes: tuple[str, ...]  # the stored layout
+    args: tuple[str, ...] = ()
+    expr: sympy.Expr | None = None  # elem: a formula over the args' symbols
+    over: tuple[str, ...] = ()  # lse, max, min, softmax, logsoftmax: the reduced axes
+    input: str | None = None  # leaf: the input (or cotangent, tangent) it reads
+
+
+@dataclass(frozen=True)
+class Output:
+    """A result tensor: the sum of its parts, each a node viewed in a layout of the result's
+    axes (one part per way the input was indexed: ``x[n, k]`` and ``x[m, k]``)."""
+
+    name: str
+    parts: tuple[tuple[str, tuple[str, ...]], ...]
+    like: str  # the input (or output) whose shape it has
+
+
+@dataclass
+class Tape:
+    formula: TensorFormula
+    nodes: dict[str, Node] = field(default_factory=dict)
+    _keys: dict[tuple, str] = field(default_factory=dict)
+    _count: int = 0
+
+    # -------------------------------------------------------------- building
+    @property
+    def order(self) -> tuple[str, ...]:
+        return self.formula.order
+
+    def sorted_axes(self, axes) -> tuple[str, ...]:
+        return tuple(sorted(set(axes), key=self.order.index))
+
+    def symbol(self, name: str) -> sympy.Symbol:
+        return sympy.Symbol(name, real=True)
+
+    def axes(self, expr: sympy.Basic) -> frozenset[str]:
+        out: frozenset[str] = frozenset()
+        for s in expr.free_symbols:
+            node = self.nodes.get(s.name)
+            if node is not None:
+                out |= set(node.axes)
+        return out
+
+    def _add(self, op, axes, args=(), expr=None, over=(), input=None) -> sympy.Symbol:
+        key = (op, tuple(axes), tuple(args), expr, tuple(over), input)
+        name = self._keys.get(key)
+        if name is None:
+            if op == "leaf":
+                name = input if input not in self.nodes else f"{input}_{self._count}"
+            else:
+                name = f"t{self._count}"
+            self._count += 1
+            self.nodes[name] = Node(name, op, tuple(axes), tuple(args), expr, tuple(over), input)
+            self._keys[key] = name
+        return self.symbol(name)
+
+    def leaf(self, input: str, layout: tuple[str, ...]) -> sympy.Symbol:
+        return self._add("leaf", layout, input=input)
+
+    def node_of(self, expr: sympy.Expr) -> sympy.Symbol:
+        """A node holding ``expr`` (itself when it is one already)."""
+        if isinstance(expr, sympy.Symbol) and expr.name in self.nodes:
+            return expr
+        args = sorted(s.name for s in expr.free_symbols if s.name in self.nodes)
+        return self._add("elem", self.sorted_axes(self.axes(expr)), args, expr)
+
+    def size(self, axes) -> sympy.Expr:
+        return self.formula.size(sorted(axes, key=self.order.index))
+
+    def reduce(self, expr: sympy.Expr, over) -> sympy.Expr:
+        """``sum(expr, over)``: factors free of ``over`` pulled out, the rest one einsum whose
+        operands are the factors grouped by their axes (no product of every index)."""
+        over = set(over)
+        if not over or expr == 0:
+            return expr
+        present = self.axes(expr) & over
+        scale = self.size(over - present) if over - present else sympy.Integer(1)
+        if not present:
+            return scale * expr
+        groups: dict[frozenset[str], list[sympy.Expr]] = {}
+        outside = []
+        for factor in sympy.Mul.make_args(expr):
+            axes = self.axes(factor)
+            if axes & present:
+                groups.setdefault(axes, []).append(factor)
+            else:
+                outside.append(factor)
+        args = [self.node_of(sympy.Mul(*g)).name for g in groups.values()]
+        union = set().union(*groups)
+        total = self._add("sum", self.sorted_axes(union - present), sorted(args))
+        return scale * sympy.Mul(*outside) * total
+
+    # -------------------------------------------------------------- lowering
+    def lower(self, expr: sympy.Expr) -> sympy.Expr:
+        """A formula (leaves, reductions) as an elementwise expression over nodes."""
+        leaves = self.formula.leaves
+        if isinstance(expr, sympy.Symbol):
+            leaf: Leaf | None = leaves.get(expr)
+            return self.leaf(leaf.input, leaf.layout) if leaf else expr
+        if isinstance(expr, RSum):
+            return self.reduce(self.lower(expr.body), expr.over)
+        if isinstance(expr, (RLSE, RMax, RMin, RSoftmax, RLogSoftmax)):
+            body = self.node_of(self.lower(expr.body))
+            op = {RLSE: "lse", RMax: "max", RMin: "min", RSoftmax: "softmax"}.get(
+                type(expr), "logsoftmax"
+            )
+            axes = self.nodes[body.name].axes
+            if op in ("lse", "max", "min"):
+                axes = tuple(a for a in axes if a not in expr.over)
+            return self._add(op, axes, (body.name,), over=expr.over)
+        if not expr.args:
+            return expr
+        return expr.func(*(self.lower(a) for a in expr.args))
+
+    # -------------------------------------------------------------- the sweeps
+    def vjp(
+        self, outputs: list[Output], cotangents: list[str], wrt: list[tuple[str, tuple]]
+    ) -> list[Output]:
+        """The VJP of ``outputs`` (cotangent inputs named ``cotangents``, one per output,
+        each read in the layouts of the output's parts) for the inputs ``wrt``
+        ((name, declared layout) pairs)."""
+        adjoint: dict[str, list[sympy.Expr]] = {}
+        for out, ct in zip(outputs, cotangents):
+            for node, layout in out.parts:
+                seed = self.reduce(self.leaf(ct, layout), set(layout) - set(self.nodes[node].axes))
+                adjoint.setdefault(node, []).append(seed)
+        parts: dict[str, list[tuple[str, tuple]]] = {name: [] for name, _ in wrt}
+        for name in reversed(list(self.nodes)):
+            if name not in adjoint:
+                continue
+            node = self.nodes[name]
+            g = self.node_of(sympy.Add(*adjoint.pop(name)))
+            if node.op == "leaf":
+                if node.input in parts:
+                    parts[node.input].append((g.name, node.axes))
+                continue
+            for arg, contribution in self._pullback(node, g):
+                if contribution != 0:
+                    adjoint.setdefault(arg, []).append(contribution)
+        return [Output(f"grad_{name}", tuple(parts[name]), name) for name, _ in wrt]
+
+    def _pullback(self, node: Node, g: sympy.Symbol):
+        f = self.symbol(node.name)
+        if node.op == "elem":
+            for arg in node.args:
+                d = sympy.diff(node.expr, self.symbol(arg))
+                if d != 0:
+                    yield arg, self.reduce(g * d, set(node.axes) - set(self.nodes[arg].axes))
+        elif node.op == "sum":
+            union = set().union(*(self.nodes[a].axes for a in node.args))
+            for j, arg in enumerate(node.args):
+                others = [self.symbol(a) for i, a in enumerate(node.args) if i != j]
+                yield arg, self.reduce(g * sympy.Mul(*others), union - set(self.nodes[arg].axes))
+        else:
+            (arg,) = node.args
+            b = self.symbol(arg)
+            b_axes = self.nodes[arg].axes
+            if node.op == "lse":
+                yield arg, g * self._add("softmax", b_axes, (arg,), over=node.over)
+            elif node.op == "logsoftmax":
+                s = self._add("softmax", b_axes, (arg,), over=node.over)
+                yield arg, g - s * self.reduce(g, node.over)
+            elif node.op == "softmax":
+                yield arg, f * (g - self.reduce(g * f, node.over))
+            else:  # max, min: ties share the gradient, as torch.amax
+                mask = self.node_of(sympy.Piecewise((1, sympy.Eq(b, f)), (0, True)))
+                yield arg, g * mask / self.node_of(self.reduce(mask, node.over))
+
+    def jvp(self, out: str, tangents: dict[str, str | None]) -> sympy.Expr:
+        """The tangent of node ``out``; ``tangents`` maps each input to its tangent input
+        (None: a constant)."""
+        tan: dict[str, sympy.Expr] = {}
+        for name in list(self.nodes):
+            node = self.nodes[name]
+            if node.op == "leaf":
+                t = tangents.get(node.input)
+                tan[name] = self.leaf(t, node.axes) if t else sympy.Integer(0)
+            elif node.op == "elem":
+                tan[name] = sympy.Add(
+                    *(sympy.diff(node.expr, self.symbol(a)) * tan[a] for a in node.args)
+                )
+            elif node.op == "sum":
+                terms = []
+                over = set().union(*(self.nodes[a].axes for a in node.args)) - set(node.axes)
+                for j, arg in enumerate(node.args):
+                    if tan[arg] == 0:
+                        continue
+                    factors = [self.symbol(a) for i, a in enumerate(node.args) if i != j]
+                    terms.append(self.reduce(tan[arg] * sympy.Mul(*factors), over))
+                tan[name] = sympy.Add(*terms)
+            else:
+                (arg,) = node.args
+                tb = tan[arg]
+                if tb == 0:
+                    tan[name] = sympy.Integer(0)
+                    continue
+                f = self.symbol(name)
+                b = self.symbol(arg)
+                s = self._add("softmax", self.nodes[arg].axes, (arg,), over=node.over)
+                if node.op == "lse":
+                    tan[name] = self.reduce(s * tb, node.over)
+                elif node.op == "logsoftmax":
+                    tan[name] = tb - self.reduce(s * tb, node.over)
+                elif node.op == "softmax":
+                    tan[name] = f * (tb - self.reduce(f * tb, node.over))
+                else:
+                    mask = self.node_of(sympy.Piecewise((1, sympy.Eq(b, f)), (0, True)))
+                    count = self.node_of(self.reduce(mask, node.over))
+                    tan[name] = self.reduce(mask * tb, node.over) / count
+            if name == out:
+                return tan[name]
+        raise KeyError(out)
+
+    # -------------------------------------------------------------- reading
+    def needed(self, roots) -> list[str]:
+        """The nodes ``roots`` depend on, in tape order."""
+        seen: set[str] = set()
+        stack = [r for r in roots if r in self.nodes]
+        while stack:
+            name = stack.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            node = self.nodes[name]
+            stack.extend(node.args)
+        return [n for n in self.nodes if n in seen]
+
+    def inputs_of(self, roots) -> set[str]:
+        return {self.nodes[n].input for n in self.needed(roots) if self.nodes[n].op == "leaf"}
+
+
+def roots(expr: sympy.Expr, tape: Tape) -> list[str]:
+    return sorted(s.name for s in expr.free_symbols if s.name in tape.nodes)
