@@ -144,6 +144,7 @@ class _TensorBuilder(_Builder):
         self.formula = formula
         self.env: dict[str, str] = {}  # bound axis (as written) -> its canonical name
         self.used: set[str] = set()
+        self.root: ast.AST = ast.Constant(0)
 
     # -- scanning the AST for axes, before building ---------------------------------
     def _binder(self, node: ast.AST) -> tuple[ast.AST, list[str]] | None:
@@ -241,6 +242,20 @@ class _TensorBuilder(_Builder):
         self.used.update(names)
         return symbol
 
+    def _dim_anywhere(self, name: str) -> str | None:
+        """The declared axis that ``name`` indexes somewhere in the formula."""
+        for node in ast.walk(self.root):
+            if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name):
+                inp = self.shaped.get(node.value.id)
+                if inp is None:
+                    continue
+                named = [a for a in inp.shape if a != ELLIPSIS]
+                idx = [i for i in _index_names(node.slice) if not _is_ellipsis(i)]
+                for position, index in enumerate(idx[: len(named)]):
+                    if isinstance(index, ast.Name) and index.id == name:
+                        return named[position]
+        return None
+
     def _Call(self, node: ast.Call):
         name = getattr(node.func, "id", None)
         if name == "size":
@@ -252,6 +267,8 @@ class _TensorBuilder(_Builder):
                     raise self.fail(a, "size takes axis names")
                 axis = self.env.get(a.id, a.id)
                 if axis not in self.formula.dims:
+                    axis = self._dim_anywhere(a.id)  # an axis bound elsewhere: its size
+                if axis is None:
                     raise self.fail(a, f"unknown axis '{a.id}'", "name an axis of an input")
                 axes.append(axis)
             return self.formula.size(axes)
@@ -266,7 +283,7 @@ class _TensorBuilder(_Builder):
         canonical = []
         outer_free = set()
         dims = {}
-        for axis, inp, dim in self._accesses(body):
+        for axis, _inp, dim in self._accesses(body):
             if axis in written:
                 dims.setdefault(axis, dim)
             else:
@@ -418,6 +435,7 @@ def parse_tensor_function(fn: Function) -> TensorFormula:
                 formula.dims.setdefault(axis, axis)
     tree = parse_formula_tree(out.text, where)
     builder = _TensorBuilder(out.text.strip(), scalars, where, shaped, formula)
+    builder.root = tree
     expr = builder.build(tree)
     if isinstance(expr, sympy.Tuple) or not isinstance(expr, sympy.Expr):
         raise SpecError(where, "the output must be a number-valued expression")
