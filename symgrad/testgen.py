@@ -133,6 +133,44 @@ def test_files(
         ("tensorflow", "test_tf_module.py.jinja", f"{spec.module}_tf"),
     ):
         if target in targets:
-            text = render(template, spec=spec, spec_path=spec_path, module=module, functions=tests)
+            text = render(
+                template,
+                spec=spec,
+                spec_path=spec_path,
+                module=module,
+                functions=tests,
+                tensor_functions=[tensor_case(fn) for fn in spec.tensor_functions],
+            )
             files.append((f"test_{module}.py", text))
     return files
+
+
+def tensor_case(fn) -> dict:
+    """What the generated tests of a tensor function need: an input shape per tensor (each
+    named axis its own small size, batch axes '...' one axis of 2), domains, scalars."""
+    sizes: dict[str, int] = {}
+    tensors = {}
+    for inp in fn.inputs:
+        if not inp.is_tensor:
+            continue
+        shape = []
+        for axis in inp.shape:
+            if axis == "...":
+                shape.append(2)
+                continue
+            sizes.setdefault(axis, 3 + len(sizes) % 3)
+            shape.append(sizes[axis])
+        lo, hi = inp.domain
+        tensors[inp.name] = {
+            "shape": tuple(shape),
+            "domain": (max(lo, -3.0), min(hi, 3.0)) if lo < 3.0 and hi > -3.0 else (lo, hi),
+            "limits": (literal(lo), literal(hi)),
+            "differentiable": inp.differentiable,
+        }
+    return {
+        "name": fn.name,
+        "order": fn.order,
+        "tensors": tensors,
+        "scalars": {i.name: repr(float(i.default)) for i in fn.inputs if not i.is_tensor},
+        "inputs": [i.name for i in fn.inputs],
+    }

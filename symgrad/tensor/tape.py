@@ -180,9 +180,19 @@ class Tape:
         f = self.symbol(node.name)
         if node.op == "elem":
             for arg in node.args:
-                d = sympy.diff(node.expr, self.symbol(arg))
-                if d != 0:
-                    yield arg, self.reduce(g * d, set(node.axes) - set(self.nodes[arg].axes))
+                a = self.symbol(arg)
+                d = sympy.diff(node.expr, a)
+                if d == 0:
+                    continue
+                contribution = g * d
+                if any(
+                    p.exp.is_Rational and 0 < p.exp < 1 and self._scaled(p.base, a)
+                    for p in node.expr.atoms(sympy.Pow)
+                ):
+                    # sqrt(a) at a = 0: finite, its derivative not. The subgradient 0 there,
+                    # as torch's norms (a constant channel of a batch norm: 0 * inf masked)
+                    contribution = sympy.Piecewise((0, sympy.Eq(a, 0)), (contribution, True))
+                yield arg, self.reduce(contribution, set(node.axes) - set(self.nodes[arg].axes))
         elif node.op == "sum":
             union = set().union(*(self.nodes[a].axes for a in node.args))
             for j, arg in enumerate(node.args):
@@ -202,6 +212,11 @@ class Tape:
             else:  # max, min: ties share the gradient, as torch.amax
                 mask = self.node_of(sympy.Piecewise((1, sympy.Eq(b, f)), (0, True)))
                 yield arg, g * mask / self.node_of(self.reduce(mask, node.over))
+
+    def _scaled(self, expr: sympy.Expr, a: sympy.Symbol) -> bool:
+        """``expr`` is ``a`` times a factor that is no node (zero exactly where ``a`` is)."""
+        ratio = expr / a
+        return expr.has(a) and not any(s.name in self.nodes for s in ratio.free_symbols)
 
     def jvp(self, out: str, tangents: dict[str, str | None]) -> sympy.Expr:
         """The tangent of node ``out``; ``tangents`` maps each input to its tangent input
