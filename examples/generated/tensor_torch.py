@@ -273,24 +273,20 @@ def _mark_dynamic_hinted(tensor: torch.Tensor, dim: int, hint: int) -> bool:
 
 def _sum_squares_forward(x):
     t1 = x**2
-    t2 = t1.sum(-1)
-    return t2
+    return t1.sum(-1)
 
 
 def _sum_squares_backward(x, grad, need_x):
     grad_x = None
     if need_x:
-        t4 = 2 * grad * x
-    if need_x:
-        grad_x = t4
+        grad_x = 2 * grad * x
     return (grad_x,)
 
 
 def _sum_squares_jvp(x, x_t):
     t6 = x * x_t
     t7 = t6.sum(-1)
-    t8 = 2 * t7
-    return t8
+    return 2 * t7
 
 
 def _sum_squares_backward_backward(x, grad, gg_x, need_x_bar, need_grad_bar):
@@ -298,13 +294,10 @@ def _sum_squares_backward_backward(x, grad, gg_x, need_x_bar, need_grad_bar):
     if gg_x is not None and need_grad_bar:
         t10 = gg_x * x
         t11 = t10.sum(-1)
-        t12 = 2 * t11
     if gg_x is not None and need_x_bar:
-        t13 = 2 * gg_x * grad
-    if gg_x is not None and need_x_bar:
-        x_bar = t13
+        x_bar = 2 * gg_x * grad
     if gg_x is not None and need_grad_bar:
-        grad_bar = t12
+        grad_bar = 2 * t11
     return x_bar, grad_bar
 
 
@@ -328,7 +321,6 @@ class SumSquares(_Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         (x,) = inputs
-        need_x = ctx.needs_input_grad[0]
         ctx.save_for_backward(x)
         ctx.save_for_forward(x)
 
@@ -392,33 +384,25 @@ def sum_squares(x: torch.Tensor) -> torch.Tensor:
 
 
 def _linear_forward(x, w, b):
-    t3 = torch.einsum("mk,nk->nm", w, x)
-    t4 = b + t3
-    return t4
+    t3 = torch.einsum("nk,mk->nm", x, w)
+    return b + t3
 
 
 def _linear_backward(x, w, b, grad, need_x, need_w, need_b):
     grad_x = grad_w = grad_b = None
-    if need_b:
-        t6 = grad.sum(-2)
-    if need_w:
-        t7 = torch.einsum("nm,nk->mk", grad, x)
     if need_x:
-        t8 = torch.einsum("nm,mk->nk", grad, w)
-    if need_x:
-        grad_x = t8
+        grad_x = torch.einsum("mk,nm->nk", w, grad)
     if need_w:
-        grad_w = t7
+        grad_w = torch.einsum("nk,nm->mk", x, grad)
     if need_b:
-        grad_b = t6
+        grad_b = grad.sum(-2)
     return grad_x, grad_w, grad_b
 
 
 def _linear_jvp(x, w, b, x_t, w_t, b_t):
-    t12 = torch.einsum("mk,nk->nm", w_t, x)
-    t13 = torch.einsum("mk,nk->nm", w, x_t)
-    t14 = b_t + t12 + t13
-    return t14
+    t12 = torch.einsum("mk,nk->nm", w, x_t)
+    t13 = torch.einsum("nk,mk->nm", x, w_t)
+    return b_t + t12 + t13
 
 
 def _linear_backward_backward(
@@ -426,22 +410,18 @@ def _linear_backward_backward(
 ):
     b_bar = None
     w_bar = grad_bar = x_bar = None
-    if gg_x is not None and need_grad_bar:
-        t16 = torch.einsum("nk,mk->nm", gg_x, w)
     if gg_x is not None and need_w_bar:
-        t17 = torch.einsum("nk,nm->mk", gg_x, grad)
-    if gg_w is not None and need_grad_bar:
-        t19 = torch.einsum("mk,nk->nm", gg_w, x)
-    if gg_w is not None and need_x_bar:
-        t20 = torch.einsum("mk,nm->nk", gg_w, grad)
-    if gg_x is not None and need_w_bar:
-        w_bar = t17
+        w_bar = torch.einsum("nm,nk->mk", grad, gg_x)
     if gg_x is not None and need_grad_bar:
-        grad_bar = t16
+        grad_bar = torch.einsum("mk,nk->nm", w, gg_x)
     if gg_w is not None and need_x_bar:
-        x_bar = t20
+        x_bar = torch.einsum("nm,mk->nk", grad, gg_w)
     if gg_w is not None and need_grad_bar:
-        grad_bar = t19 if grad_bar is None else grad_bar + t19
+        grad_bar = (
+            torch.einsum("nk,mk->nm", x, gg_w)
+            if grad_bar is None
+            else grad_bar + torch.einsum("nk,mk->nm", x, gg_w)
+        )
     if gg_b is not None and need_grad_bar:
         grad_bar = (
             gg_b.expand_as(grad)
@@ -473,7 +453,6 @@ class Linear(_Function):
         x, w, b = inputs
         need_x = ctx.needs_input_grad[0]
         need_w = ctx.needs_input_grad[1]
-        need_b = ctx.needs_input_grad[2]
         ctx.save_for_backward(x if need_w else None, w if need_x else None)
         ctx.save_for_forward(x, w, b)
 
@@ -557,50 +536,40 @@ def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def _batched_linear_forward(x, w):
-    t2 = torch.einsum("mk,...k->...m", w, x)
-    return t2
+    return torch.einsum("...k,mk->...m", x, w)
 
 
 def _batched_linear_backward(x, w, grad, need_x, need_w):
     grad_x = grad_w = None
-    if need_w:
-        t4 = torch.einsum("...m,...k->mk", grad, x)
     if need_x:
-        t5 = torch.einsum("...m,mk->...k", grad, w)
-    if need_x:
-        grad_x = t5
+        grad_x = torch.einsum("mk,...m->...k", w, grad)
     if need_w:
-        grad_w = t4
+        grad_w = torch.einsum("...k,...m->mk", x, grad)
     return grad_x, grad_w
 
 
 def _batched_linear_jvp(x, w, x_t, w_t):
-    t8 = torch.einsum("mk,...k->...m", w_t, x)
-    t9 = torch.einsum("mk,...k->...m", w, x_t)
-    t10 = t8 + t9
-    return t10
+    t8 = torch.einsum("mk,...k->...m", w, x_t)
+    t9 = torch.einsum("...k,mk->...m", x, w_t)
+    return t8 + t9
 
 
 def _batched_linear_backward_backward(
     x, w, grad, gg_x, gg_w, need_x_bar, need_w_bar, need_grad_bar
 ):
     w_bar = grad_bar = x_bar = None
-    if gg_x is not None and need_grad_bar:
-        t12 = torch.einsum("...k,mk->...m", gg_x, w)
     if gg_x is not None and need_w_bar:
-        t13 = torch.einsum("...k,...m->mk", gg_x, grad)
-    if gg_w is not None and need_grad_bar:
-        t15 = torch.einsum("mk,...k->...m", gg_w, x)
-    if gg_w is not None and need_x_bar:
-        t16 = torch.einsum("mk,...m->...k", gg_w, grad)
-    if gg_x is not None and need_w_bar:
-        w_bar = t13
+        w_bar = torch.einsum("...m,...k->mk", grad, gg_x)
     if gg_x is not None and need_grad_bar:
-        grad_bar = t12
+        grad_bar = torch.einsum("mk,...k->...m", w, gg_x)
     if gg_w is not None and need_x_bar:
-        x_bar = t16
+        x_bar = torch.einsum("...m,mk->...k", grad, gg_w)
     if gg_w is not None and need_grad_bar:
-        grad_bar = t15 if grad_bar is None else grad_bar + t15
+        grad_bar = (
+            torch.einsum("...k,mk->...m", x, gg_w)
+            if grad_bar is None
+            else grad_bar + torch.einsum("...k,mk->...m", x, gg_w)
+        )
     return x_bar, w_bar, grad_bar
 
 
@@ -701,36 +670,29 @@ def batched_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 
 
 def _bilinear_forward(x, a, y):
-    t3 = torch.einsum("ij,ni,nj->n", a, x, y)
-    return t3
+    return torch.einsum("ni,ij,nj->n", x, a, y)
 
 
 def _bilinear_backward(x, a, y, grad, need_x, need_a, need_y):
     grad_x = grad_a = grad_y = None
-    if need_a:
-        t5 = torch.einsum("n,ni,nj->ij", grad, x, y)
     if need_x:
-        t6 = torch.einsum("ij,nj->ni", a, y)
+        t5 = torch.einsum("ij,nj->ni", a, y)
     if need_y:
-        t7 = torch.einsum("ij,ni->nj", a, x)
-        t8 = grad[:, None] * t7
+        t7 = torch.einsum("ni,ij->nj", x, a)
     if need_x:
-        t9 = grad[:, None] * t6
-    if need_x:
-        grad_x = t9
+        grad_x = grad[:, None] * t5
     if need_a:
-        grad_a = t5
+        grad_a = torch.einsum("ni,nj,n->ij", x, y, grad)
     if need_y:
-        grad_y = t8
+        grad_y = grad[:, None] * t7
     return grad_x, grad_a, grad_y
 
 
 def _bilinear_jvp(x, a, y, x_t, a_t, y_t):
-    t13 = torch.einsum("ij,ni,nj->n", a_t, x, y)
-    t14 = torch.einsum("ij,ni,nj->n", a, x_t, y)
-    t15 = torch.einsum("ij,ni,nj->n", a, x, y_t)
-    t16 = t13 + t14 + t15
-    return t16
+    t13 = torch.einsum("ij,nj,ni->n", a, y, x_t)
+    t14 = torch.einsum("ni,nj,ij->n", x, y, a_t)
+    t15 = torch.einsum("ni,ij,nj->n", x, a, y_t)
+    return t13 + t14 + t15
 
 
 def _bilinear_backward_backward(
@@ -738,54 +700,51 @@ def _bilinear_backward_backward(
 ):
     a_bar = y_bar = grad_bar = x_bar = None
     if gg_x is not None and need_grad_bar:
-        t6 = torch.einsum("ij,nj->ni", a, y)
+        t5 = torch.einsum("ij,nj->ni", a, y)
     if gg_y is not None and need_grad_bar:
-        t7 = torch.einsum("ij,ni->nj", a, x)
+        t7 = torch.einsum("ni,ij->nj", x, a)
     if gg_x is not None and need_grad_bar:
-        t18 = gg_x * t6
-        t19 = t18.sum(-1)
+        t18 = gg_x * t5
     if (gg_x is not None and need_a_bar) or (gg_x is not None and need_y_bar):
         t20 = gg_x * grad[:, None]
-    if gg_x is not None and need_a_bar:
-        t21 = torch.einsum("ni,nj->ij", t20, y)
-    if gg_x is not None and need_y_bar:
-        t22 = torch.einsum("ij,ni->nj", a, t20)
-    if gg_a is not None and need_grad_bar:
-        t24 = torch.einsum("ij,ni,nj->n", gg_a, x, y)
     if gg_a is not None and need_x_bar:
-        t25 = torch.einsum("ij,nj->ni", gg_a, y)
+        t24 = torch.einsum("nj,ij->ni", y, gg_a)
     if gg_a is not None and need_y_bar:
-        t26 = torch.einsum("ij,ni->nj", gg_a, x)
-        t27 = grad[:, None] * t26
-    if gg_a is not None and need_x_bar:
-        t28 = grad[:, None] * t25
+        t25 = torch.einsum("ni,ij->nj", x, gg_a)
     if gg_y is not None and need_grad_bar:
         t30 = gg_y * t7
-        t31 = t30.sum(-1)
     if (gg_y is not None and need_x_bar) or (gg_y is not None and need_a_bar):
         t32 = gg_y * grad[:, None]
-    if gg_y is not None and need_a_bar:
-        t33 = torch.einsum("nj,ni->ij", t32, x)
-    if gg_y is not None and need_x_bar:
-        t34 = torch.einsum("ij,nj->ni", a, t32)
     if gg_x is not None and need_a_bar:
-        a_bar = t21
+        a_bar = torch.einsum("nj,ni->ij", y, t20)
     if gg_x is not None and need_y_bar:
-        y_bar = t22
+        y_bar = torch.einsum("ij,ni->nj", a, t20)
     if gg_x is not None and need_grad_bar:
-        grad_bar = t19
+        grad_bar = t18.sum(-1)
     if gg_a is not None and need_x_bar:
-        x_bar = t28
+        x_bar = grad[:, None] * t24
     if gg_a is not None and need_y_bar:
-        y_bar = t27 if y_bar is None else y_bar + t27
+        y_bar = grad[:, None] * t25 if y_bar is None else y_bar + grad[:, None] * t25
     if gg_a is not None and need_grad_bar:
-        grad_bar = t24 if grad_bar is None else grad_bar + t24
+        grad_bar = (
+            torch.einsum("ni,nj,ij->n", x, y, gg_a)
+            if grad_bar is None
+            else grad_bar + torch.einsum("ni,nj,ij->n", x, y, gg_a)
+        )
     if gg_y is not None and need_x_bar:
-        x_bar = t34 if x_bar is None else x_bar + t34
+        x_bar = (
+            torch.einsum("ij,nj->ni", a, t32)
+            if x_bar is None
+            else x_bar + torch.einsum("ij,nj->ni", a, t32)
+        )
     if gg_y is not None and need_a_bar:
-        a_bar = t33 if a_bar is None else a_bar + t33
+        a_bar = (
+            torch.einsum("ni,nj->ij", x, t32)
+            if a_bar is None
+            else a_bar + torch.einsum("ni,nj->ij", x, t32)
+        )
     if gg_y is not None and need_grad_bar:
-        grad_bar = t31 if grad_bar is None else grad_bar + t31
+        grad_bar = t30.sum(-1) if grad_bar is None else grad_bar + t30.sum(-1)
     return x_bar, a_bar, y_bar, grad_bar
 
 
@@ -899,25 +858,22 @@ def bilinear(x: torch.Tensor, a: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 
 def _logsumexp_rows_forward(z):
-    t1 = torch.logsumexp(z, -1)
-    return t1
+    return torch.logsumexp(z, -1)
 
 
 def _logsumexp_rows_backward(z, grad, need_z):
     grad_z = None
     if need_z:
         t3 = torch.softmax(z, -1)
-        t4 = grad[:, None] * t3
     if need_z:
-        grad_z = t4
+        grad_z = grad[:, None] * t3
     return (grad_z,)
 
 
 def _logsumexp_rows_jvp(z, z_t):
     t3 = torch.softmax(z, -1)
     t6 = t3 * z_t
-    t7 = t6.sum(-1)
-    return t7
+    return t6.sum(-1)
 
 
 def _logsumexp_rows_backward_backward(z, grad, gg_z, need_z_bar, need_grad_bar):
@@ -926,16 +882,14 @@ def _logsumexp_rows_backward_backward(z, grad, gg_z, need_z_bar, need_grad_bar):
         t3 = torch.softmax(z, -1)
     if gg_z is not None and need_grad_bar:
         t9 = gg_z * t3
-        t10 = t9.sum(-1)
     if gg_z is not None and need_z_bar:
         t11 = gg_z * grad[:, None]
         t12 = t11 * t3
         t13 = t12.sum(-1)
-        t14 = t3 * (t11 - t13[:, None])
     if gg_z is not None and need_z_bar:
-        z_bar = t14
+        z_bar = t3 * (t11 - t13[:, None])
     if gg_z is not None and need_grad_bar:
-        grad_bar = t10
+        grad_bar = t9.sum(-1)
     return z_bar, grad_bar
 
 
@@ -959,7 +913,6 @@ class LogsumexpRows(_Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         (z,) = inputs
-        need_z = ctx.needs_input_grad[0]
         ctx.save_for_backward(z)
         ctx.save_for_forward(z)
 
@@ -1028,8 +981,7 @@ def logsumexp_rows(z: torch.Tensor) -> torch.Tensor:
 
 
 def _log_softmax_forward(z):
-    t1 = torch.log_softmax(z, -1)
-    return t1
+    return torch.log_softmax(z, -1)
 
 
 def _log_softmax_backward(z, grad, need_z):
@@ -1037,9 +989,8 @@ def _log_softmax_backward(z, grad, need_z):
     if need_z:
         t3 = torch.softmax(z, -1)
         t4 = grad.sum(-1)
-        t5 = grad - t3 * t4[:, None]
     if need_z:
-        grad_z = t5
+        grad_z = grad - t3 * t4[:, None]
     return (grad_z,)
 
 
@@ -1047,8 +998,7 @@ def _log_softmax_jvp(z, z_t):
     t3 = torch.softmax(z, -1)
     t7 = t3 * z_t
     t8 = t7.sum(-1)
-    t9 = -t8[:, None] + z_t
-    return t9
+    return -t8[:, None] + z_t
 
 
 def _log_softmax_backward_backward(z, grad, gg_z, need_z_bar, need_grad_bar):
@@ -1065,14 +1015,10 @@ def _log_softmax_backward_backward(z, grad, gg_z, need_z_bar, need_grad_bar):
         t14 = -gg_z * t4[:, None]
         t15 = t14 * t3
         t16 = t15.sum(-1)
-    if gg_z is not None and need_grad_bar:
-        t17 = gg_z + t13[:, None]
     if gg_z is not None and need_z_bar:
-        t18 = t3 * (t14 - t16[:, None])
-    if gg_z is not None and need_z_bar:
-        z_bar = t18
+        z_bar = t3 * (t14 - t16[:, None])
     if gg_z is not None and need_grad_bar:
-        grad_bar = t17
+        grad_bar = gg_z + t13[:, None]
     return z_bar, grad_bar
 
 
@@ -1096,7 +1042,6 @@ class LogSoftmax(_Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         (z,) = inputs
-        need_z = ctx.needs_input_grad[0]
         ctx.save_for_backward(z)
         ctx.save_for_forward(z)
 
@@ -1164,8 +1109,7 @@ def _softmax_cross_entropy_forward(logits, target):
     t3 = t2 * target
     t4 = t3.sum(-1)
     t5 = t4.sum(-1)
-    t6 = -t5 / logits.shape[-2]
-    return t6
+    return -t5 / logits.shape[-2]
 
 
 def _softmax_cross_entropy_backward(logits, target, grad, need_logits):
@@ -1175,9 +1119,8 @@ def _softmax_cross_entropy_backward(logits, target, grad, need_logits):
         t9 = t8 * target
         t10 = torch.softmax(logits, -1)
         t11 = t9.sum(-1)
-        t12 = -t10 * t11[:, None] + t9
     if need_logits:
-        grad_logits = t12
+        grad_logits = -t10 * t11[:, None] + t9
     return (grad_logits,)
 
 
@@ -1188,8 +1131,7 @@ def _softmax_cross_entropy_jvp(logits, target, logits_t):
     t17 = target * (logits_t - t16[:, None])
     t18 = t17.sum(-1)
     t19 = t18.sum(-1)
-    t20 = -t19 / logits.shape[-2]
-    return t20
+    return -t19 / logits.shape[-2]
 
 
 def _softmax_cross_entropy_backward_backward(
@@ -1217,13 +1159,10 @@ def _softmax_cross_entropy_backward_backward(
         t28 = gg_logits + t24[:, None]
         t29 = t28 * target
         t30 = t29.sum((-2, -1))
-        t31 = -t30 / logits.shape[-2]
     if gg_logits is not None and need_logits_bar:
-        t32 = t10 * (t25 - t27[:, None])
-    if gg_logits is not None and need_logits_bar:
-        logits_bar = t32
+        logits_bar = t10 * (t25 - t27[:, None])
     if gg_logits is not None and need_grad_bar:
-        grad_bar = t31
+        grad_bar = -t30 / logits.shape[-2]
     return logits_bar, grad_bar
 
 
@@ -1247,7 +1186,6 @@ class SoftmaxCrossEntropy(_Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         logits, target = inputs
-        need_logits = ctx.needs_input_grad[0]
         ctx.save_for_backward(logits, target)
         ctx.save_for_forward(logits, target)
 
@@ -1322,25 +1260,22 @@ def softmax_cross_entropy(logits: torch.Tensor, target: torch.Tensor) -> torch.T
 def _bce_logits_mean_forward(z, y):
     t2 = -y * z + torch.nn.functional.softplus(z, threshold=40.0)
     t3 = t2.sum((-2, -1))
-    t4 = t3 / (z.shape[-1] * z.shape[-2])
-    return t4
+    return t3 / (z.shape[-1] * z.shape[-2])
 
 
 def _bce_logits_mean_backward(z, y, grad, need_z):
     grad_z = None
     if need_z:
         t6 = grad / (z.shape[-1] * z.shape[-2])
-        t7 = t6 * (-y + torch.sigmoid(z))
     if need_z:
-        grad_z = t7
+        grad_z = t6 * (-y + torch.sigmoid(z))
     return (grad_z,)
 
 
 def _bce_logits_mean_jvp(z, y, z_t):
     t10 = z_t * (-y + torch.sigmoid(z))
     t11 = t10.sum((-2, -1))
-    t12 = t11 / (z.shape[-1] * z.shape[-2])
-    return t12
+    return t11 / (z.shape[-1] * z.shape[-2])
 
 
 def _bce_logits_mean_backward_backward(z, y, grad, gg_z, need_z_bar, need_grad_bar):
@@ -1350,13 +1285,10 @@ def _bce_logits_mean_backward_backward(z, y, grad, gg_z, need_z_bar, need_grad_b
     if gg_z is not None and need_grad_bar:
         t14 = gg_z * (-y + torch.sigmoid(z))
         t15 = t14.sum((-2, -1))
-        t16 = t15 / (z.shape[-1] * z.shape[-2])
     if gg_z is not None and need_z_bar:
-        t17 = gg_z * t6 * torch.sigmoid(-z) * torch.sigmoid(z)
-    if gg_z is not None and need_z_bar:
-        z_bar = t17
+        z_bar = gg_z * t6 * torch.sigmoid(-z) * torch.sigmoid(z)
     if gg_z is not None and need_grad_bar:
-        grad_bar = t16
+        grad_bar = t15 / (z.shape[-1] * z.shape[-2])
     return z_bar, grad_bar
 
 
@@ -1380,7 +1312,6 @@ class BceLogitsMean(_Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         z, y = inputs
-        need_z = ctx.needs_input_grad[0]
         ctx.save_for_backward(z, y)
         ctx.save_for_forward(z, y)
 
@@ -1456,10 +1387,9 @@ def _layer_norm_forward(x, eps):
     t1 = x.sum(-1)
     t2 = (x - t1[..., None] / x.shape[-1]) ** 2
     t3 = t2.sum(-1)
-    t4 = (x - t1[..., None] / x.shape[-1]) / torch.sqrt(
+    return (x - t1[..., None] / x.shape[-1]) / torch.sqrt(
         eps + t3[..., None] / x.shape[-1]
     )
-    return t4
 
 
 def _layer_norm_backward(x, eps, grad, need_x):
@@ -1477,13 +1407,12 @@ def _layer_norm_backward(x, eps, grad, need_x):
         t12 = -2 * t11 * t9 / x.shape[-1] - t6 / (
             x.shape[-1] * torch.sqrt(eps + t3 / x.shape[-1])
         )
-        t13 = (
+    if need_x:
+        grad_x = (
             grad / torch.sqrt(eps + t3[..., None] / x.shape[-1])
             + t12[..., None]
             + t9[..., None] * (2 * x - 2 * t1[..., None] / x.shape[-1])
         )
-    if need_x:
-        grad_x = t13
     return (grad_x,)
 
 
@@ -1497,7 +1426,7 @@ def _layer_norm_jvp(x, eps, x_t):
         - 2 * t15[..., None] * (x - t1[..., None] / x.shape[-1]) / x.shape[-1]
     )
     t17 = t16.sum(-1)
-    t18 = (
+    return (
         x_t / torch.sqrt(eps + t3[..., None] / x.shape[-1])
         - t15[..., None] / (x.shape[-1] * torch.sqrt(eps + t3[..., None] / x.shape[-1]))
         - 0.5
@@ -1505,7 +1434,6 @@ def _layer_norm_jvp(x, eps, x_t):
         * (x - t1[..., None] / x.shape[-1])
         / (x.shape[-1] * (eps + t3[..., None] / x.shape[-1]) ** (1.5))
     )
-    return t18
 
 
 def _layer_norm_backward_backward(x, eps, grad, gg_x, need_x_bar, need_grad_bar):
@@ -1536,11 +1464,6 @@ def _layer_norm_backward_backward(x, eps, grad, gg_x, need_x_bar, need_grad_bar)
         t27 = -0.5 * t26 / (x.shape[-1] * (eps + t3 / x.shape[-1]) ** (1.5))
     if gg_x is not None and need_grad_bar:
         t28 = -t20 / (x.shape[-1] * torch.sqrt(eps + t3 / x.shape[-1]))
-        t29 = (
-            gg_x / torch.sqrt(eps + t3[..., None] / x.shape[-1])
-            + t27[..., None] * (x - t1[..., None] / x.shape[-1])
-            + t28[..., None]
-        )
     if gg_x is not None and need_x_bar:
         t30 = (
             -0.5 * t22 / (x.shape[-1] * (eps + t3 / x.shape[-1]) ** (1.5))
@@ -1553,17 +1476,20 @@ def _layer_norm_backward_backward(x, eps, grad, gg_x, need_x_bar, need_grad_bar)
             - 2 * t20 * t9 / x.shape[-1]
             - t27 * t6 / x.shape[-1]
         )
-        t32 = (
+    if gg_x is not None and need_x_bar:
+        x_bar = (
             2 * gg_x * t9[..., None]
             + grad * t27[..., None]
             + t25[..., None]
             + t30[..., None] * (2 * x - 2 * t1[..., None] / x.shape[-1])
             + t31[..., None]
         )
-    if gg_x is not None and need_x_bar:
-        x_bar = t32
     if gg_x is not None and need_grad_bar:
-        grad_bar = t29
+        grad_bar = (
+            gg_x / torch.sqrt(eps + t3[..., None] / x.shape[-1])
+            + t27[..., None] * (x - t1[..., None] / x.shape[-1])
+            + t28[..., None]
+        )
     return x_bar, grad_bar
 
 
@@ -1587,7 +1513,6 @@ class LayerNorm(_Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         x, eps = inputs
-        need_x = ctx.needs_input_grad[0]
         ctx.scalars = (eps,)
         ctx.save_for_backward(x)
         ctx.save_for_forward(x)
@@ -1659,8 +1584,7 @@ def layer_norm(x: torch.Tensor, eps: float = 1e-05) -> torch.Tensor:
 def _rms_norm_forward(x, g, eps):
     t2 = x**2
     t3 = t2.sum(-1)
-    t4 = g * x / torch.sqrt(eps + t3[..., None] / x.shape[-1])
-    return t4
+    return g * x / torch.sqrt(eps + t3[..., None] / x.shape[-1])
 
 
 def _rms_norm_backward(x, g, eps, grad, need_x, need_g):
@@ -1671,18 +1595,16 @@ def _rms_norm_backward(x, g, eps, grad, need_x, need_g):
         t6 = grad * x
     if need_g:
         t7 = torch.rsqrt(eps + t3 / x.shape[-1])
-        t8 = torch.einsum("...d,...->d", t6, t7)
     if need_x:
         t9 = torch.einsum("d,...d->...", g, t6)
         t10 = -0.5 * t9 / (x.shape[-1] * (eps + t3 / x.shape[-1]) ** (1.5))
-        t11 = (
+    if need_x:
+        grad_x = (
             g * grad / torch.sqrt(eps + t3[..., None] / x.shape[-1])
             + 2 * t10[..., None] * x
         )
-    if need_x:
-        grad_x = t11
     if need_g:
-        grad_g = t8
+        grad_g = torch.einsum("...d,...->d", t6, t7)
     return grad_x, grad_g
 
 
@@ -1691,7 +1613,7 @@ def _rms_norm_jvp(x, g, eps, x_t, g_t):
     t3 = t2.sum(-1)
     t14 = x * x_t
     t15 = t14.sum(-1)
-    t16 = (
+    return (
         g * x_t / torch.sqrt(eps + t3[..., None] / x.shape[-1])
         - g
         * t15[..., None]
@@ -1699,7 +1621,6 @@ def _rms_norm_jvp(x, g, eps, x_t, g_t):
         / (x.shape[-1] * (eps + t3[..., None] / x.shape[-1]) ** (1.5))
         + g_t * x / torch.sqrt(eps + t3[..., None] / x.shape[-1])
     )
-    return t16
 
 
 def _rms_norm_backward_backward(
@@ -1733,7 +1654,7 @@ def _rms_norm_backward_backward(
     if (gg_x is not None and need_x_bar) or (gg_x is not None and need_g_bar):
         t18 = gg_x * grad
     if gg_x is not None and need_g_bar:
-        t19 = torch.einsum("...d,...->d", t18, t7)
+        t19 = torch.einsum("...,...d->d", t7, t18)
     if (
         (gg_x is not None and need_x_bar)
         or (gg_x is not None and need_g_bar)
@@ -1751,37 +1672,33 @@ def _rms_norm_backward_backward(
         t23 = 2 * t21
         t24 = -0.5 * t23 / (x.shape[-1] * (eps + t3 / x.shape[-1]) ** (1.5))
     if gg_x is not None and need_g_bar:
-        t25 = torch.einsum("...,...d->d", t24, t6)
+        t25 = torch.einsum("...d,...->d", t6, t24)
     if (gg_x is not None and need_x_bar) or (gg_x is not None and need_grad_bar):
         t26 = g * t24[..., None]
-    if gg_x is not None and need_grad_bar:
-        t27 = g * gg_x / torch.sqrt(eps + t3[..., None] / x.shape[-1]) + t26 * x
     if gg_x is not None and need_x_bar:
         t28 = -0.5 * t22 / (x.shape[-1] * (eps + t3 / x.shape[-1]) ** (1.5)) + 0.75 * (
             t23 * t9 / (x.shape[-1] ** 2 * (eps + t3 / x.shape[-1]) ** (2.5))
         )
-        t29 = 2 * gg_x * t10[..., None] + grad * t26 + 2 * t28[..., None] * x
-    if gg_x is not None and need_g_bar:
-        t30 = t19 + t25
     if gg_g is not None and need_x_bar:
-        t32 = torch.einsum("d,...d->...", gg_g, t6)
+        t32 = torch.einsum("...d,d->...", t6, gg_g)
     if (gg_g is not None and need_x_bar) or (gg_g is not None and need_grad_bar):
         t33 = gg_g * t7[..., None]
-    if gg_g is not None and need_grad_bar:
-        t34 = t33 * x
     if gg_g is not None and need_x_bar:
         t35 = -0.5 * t32 / (x.shape[-1] * (eps + t3 / x.shape[-1]) ** (1.5))
-        t36 = grad * t33 + 2 * t35[..., None] * x
     if gg_x is not None and need_x_bar:
-        x_bar = t29
+        x_bar = 2 * gg_x * t10[..., None] + grad * t26 + 2 * t28[..., None] * x
     if gg_x is not None and need_g_bar:
-        g_bar = t30
+        g_bar = t19 + t25
     if gg_x is not None and need_grad_bar:
-        grad_bar = t27
+        grad_bar = g * gg_x / torch.sqrt(eps + t3[..., None] / x.shape[-1]) + t26 * x
     if gg_g is not None and need_x_bar:
-        x_bar = t36 if x_bar is None else x_bar + t36
+        x_bar = (
+            grad * t33 + 2 * t35[..., None] * x
+            if x_bar is None
+            else x_bar + grad * t33 + 2 * t35[..., None] * x
+        )
     if gg_g is not None and need_grad_bar:
-        grad_bar = t34 if grad_bar is None else grad_bar + t34
+        grad_bar = t33 * x if grad_bar is None else grad_bar + t33 * x
     return x_bar, g_bar, grad_bar
 
 
@@ -1806,7 +1723,6 @@ class RmsNorm(_Function):
     def setup_context(ctx, inputs, output):
         x, g, eps = inputs
         need_x = ctx.needs_input_grad[0]
-        need_g = ctx.needs_input_grad[1]
         ctx.scalars = (eps,)
         ctx.save_for_backward(x, g if need_x else None)
         ctx.save_for_forward(x, g)
@@ -1892,10 +1808,9 @@ def _layer_norm_one_pass_forward(x, eps):
     t1 = x.sum(-1)
     t2 = (x - t1[..., None] / x.shape[-1]) ** 2
     t3 = t2.sum(-1)
-    t4 = (x - t1[..., None] / x.shape[-1]) / torch.sqrt(
+    return (x - t1[..., None] / x.shape[-1]) / torch.sqrt(
         eps + t3[..., None] / x.shape[-1]
     )
-    return t4
 
 
 def _layer_norm_one_pass_backward(x, eps, grad, need_x):
@@ -1913,13 +1828,12 @@ def _layer_norm_one_pass_backward(x, eps, grad, need_x):
         t12 = -2 * t11 * t9 / x.shape[-1] - t6 / (
             x.shape[-1] * torch.sqrt(eps + t3 / x.shape[-1])
         )
-        t13 = (
+    if need_x:
+        grad_x = (
             grad / torch.sqrt(eps + t3[..., None] / x.shape[-1])
             + t12[..., None]
             + t9[..., None] * (2 * x - 2 * t1[..., None] / x.shape[-1])
         )
-    if need_x:
-        grad_x = t13
     return (grad_x,)
 
 
@@ -1933,7 +1847,7 @@ def _layer_norm_one_pass_jvp(x, eps, x_t):
         - 2 * t15[..., None] * (x - t1[..., None] / x.shape[-1]) / x.shape[-1]
     )
     t17 = t16.sum(-1)
-    t18 = (
+    return (
         x_t / torch.sqrt(eps + t3[..., None] / x.shape[-1])
         - t15[..., None] / (x.shape[-1] * torch.sqrt(eps + t3[..., None] / x.shape[-1]))
         - 0.5
@@ -1941,7 +1855,6 @@ def _layer_norm_one_pass_jvp(x, eps, x_t):
         * (x - t1[..., None] / x.shape[-1])
         / (x.shape[-1] * (eps + t3[..., None] / x.shape[-1]) ** (1.5))
     )
-    return t18
 
 
 def _layer_norm_one_pass_backward_backward(
@@ -1974,11 +1887,6 @@ def _layer_norm_one_pass_backward_backward(
         t27 = -0.5 * t26 / (x.shape[-1] * (eps + t3 / x.shape[-1]) ** (1.5))
     if gg_x is not None and need_grad_bar:
         t28 = -t20 / (x.shape[-1] * torch.sqrt(eps + t3 / x.shape[-1]))
-        t29 = (
-            gg_x / torch.sqrt(eps + t3[..., None] / x.shape[-1])
-            + t27[..., None] * (x - t1[..., None] / x.shape[-1])
-            + t28[..., None]
-        )
     if gg_x is not None and need_x_bar:
         t30 = (
             -0.5 * t22 / (x.shape[-1] * (eps + t3 / x.shape[-1]) ** (1.5))
@@ -1991,17 +1899,20 @@ def _layer_norm_one_pass_backward_backward(
             - 2 * t20 * t9 / x.shape[-1]
             - t27 * t6 / x.shape[-1]
         )
-        t32 = (
+    if gg_x is not None and need_x_bar:
+        x_bar = (
             2 * gg_x * t9[..., None]
             + grad * t27[..., None]
             + t25[..., None]
             + t30[..., None] * (2 * x - 2 * t1[..., None] / x.shape[-1])
             + t31[..., None]
         )
-    if gg_x is not None and need_x_bar:
-        x_bar = t32
     if gg_x is not None and need_grad_bar:
-        grad_bar = t29
+        grad_bar = (
+            gg_x / torch.sqrt(eps + t3[..., None] / x.shape[-1])
+            + t27[..., None] * (x - t1[..., None] / x.shape[-1])
+            + t28[..., None]
+        )
     return x_bar, grad_bar
 
 
@@ -2025,7 +1936,6 @@ class LayerNormOnePass(_Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         x, eps = inputs
-        need_x = ctx.needs_input_grad[0]
         ctx.scalars = (eps,)
         ctx.save_for_backward(x)
         ctx.save_for_forward(x)
@@ -2104,11 +2014,10 @@ def _batch_norm_train_forward(x, eps):
     t1 = x.sum((-4, -2, -1))
     t2 = (x - t1[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1])) ** 2
     t3 = t2.sum((-4, -2, -1))
-    t4 = (x - t1[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1])) / (
+    return (x - t1[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1])) / (
         eps
         + torch.sqrt(t3[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
     )
-    return t4
 
 
 def _batch_norm_train_backward(x, eps, grad, need_x):
@@ -2148,7 +2057,8 @@ def _batch_norm_train_backward(x, eps, grad, need_x):
             * x.shape[-1]
             * (eps + torch.sqrt(t3 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
         )
-        t12 = (
+    if need_x:
+        grad_x = (
             grad
             / (
                 eps
@@ -2163,8 +2073,6 @@ def _batch_norm_train_backward(x, eps, grad, need_x):
                 - 2 * t1[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1])
             )
         )
-    if need_x:
-        grad_x = t12
     return (grad_x,)
 
 
@@ -2179,7 +2087,7 @@ def _batch_norm_train_jvp(x, eps, x_t):
         x - t1[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1])
     ) / (x.shape[-2] * x.shape[-4] * x.shape[-1])
     t16 = t15.sum((-4, -2, -1))
-    t17 = (
+    return (
         -0.5
         * t16[:, None, None]
         * torch.sqrt(t3[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
@@ -2214,7 +2122,6 @@ def _batch_norm_train_jvp(x, eps, x_t):
             )
         )
     )
-    return t17
 
 
 def _batch_norm_train_backward_backward(x, eps, grad, gg_x, need_x_bar, need_grad_bar):
@@ -2357,37 +2264,6 @@ def _batch_norm_train_backward_backward(x, eps, grad, gg_x, need_x_bar, need_gra
             * x.shape[-1]
             * (eps + torch.sqrt(t3 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
         )
-        t31 = (
-            gg_x
-            / (
-                eps
-                + torch.sqrt(
-                    t3[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                )
-            )
-            + t25[:, None, None]
-            * torch.where(
-                t3[:, None, None] == 0,
-                0.0,
-                -0.5
-                * torch.sqrt(
-                    t3[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                )
-                * (x - t1[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1]))
-                / (
-                    t3[:, None, None]
-                    * (
-                        eps
-                        + torch.sqrt(
-                            t3[:, None, None]
-                            / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                        )
-                    )
-                    ** 2
-                ),
-            )
-            + t30[:, None, None]
-        )
     if gg_x is not None and need_x_bar:
         t32 = (
             t21
@@ -2418,7 +2294,8 @@ def _batch_norm_train_backward_backward(x, eps, grad, gg_x, need_x_bar, need_gra
             - 2 * t10 * t32 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
             - 2 * t19 * t8 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
         )
-        t34 = (
+    if gg_x is not None and need_x_bar:
+        x_bar = (
             2 * gg_x * t8[:, None, None]
             + t24[:, None, None]
             + t25[:, None, None]
@@ -2449,10 +2326,38 @@ def _batch_norm_train_backward_backward(x, eps, grad, gg_x, need_x_bar, need_gra
             )
             + t33[:, None, None]
         )
-    if gg_x is not None and need_x_bar:
-        x_bar = t34
     if gg_x is not None and need_grad_bar:
-        grad_bar = t31
+        grad_bar = (
+            gg_x
+            / (
+                eps
+                + torch.sqrt(
+                    t3[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
+                )
+            )
+            + t25[:, None, None]
+            * torch.where(
+                t3[:, None, None] == 0,
+                0.0,
+                -0.5
+                * torch.sqrt(
+                    t3[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
+                )
+                * (x - t1[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1]))
+                / (
+                    t3[:, None, None]
+                    * (
+                        eps
+                        + torch.sqrt(
+                            t3[:, None, None]
+                            / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
+                        )
+                    )
+                    ** 2
+                ),
+            )
+            + t30[:, None, None]
+        )
     return x_bar, grad_bar
 
 
@@ -2476,7 +2381,6 @@ class BatchNormTrain(_Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         x, eps = inputs
-        need_x = ctx.needs_input_grad[0]
         ctx.scalars = (eps,)
         ctx.save_for_backward(x)
         ctx.save_for_forward(x)
@@ -2552,9 +2456,8 @@ def batch_norm_train(x: torch.Tensor, eps: float = 0.001) -> torch.Tensor:
 
 
 def _linear_bn_folded_forward(x, w, b, gamma, beta, mu, running_var, eps):
-    t7 = torch.einsum("ok,nk->no", w, x)
-    t8 = beta + gamma * (b - mu + t7) / torch.sqrt(eps + running_var)
-    return t8
+    t7 = torch.einsum("nk,ok->no", x, w)
+    return beta + gamma * (b - mu + t7) / torch.sqrt(eps + running_var)
 
 
 def _linear_bn_folded_backward(
@@ -2575,7 +2478,7 @@ def _linear_bn_folded_backward(
 ):
     grad_x = grad_w = grad_b = grad_gamma = grad_beta = None
     if need_gamma:
-        t7 = torch.einsum("ok,nk->no", w, x)
+        t7 = torch.einsum("nk,ok->no", x, w)
     if need_b or need_beta:
         t10 = grad.sum(-2)
     if need_gamma:
@@ -2583,22 +2486,14 @@ def _linear_bn_folded_backward(
         t12 = t11.sum(-2)
     if need_x or need_w:
         t13 = gamma * grad / torch.sqrt(eps + running_var)
-    if need_w:
-        t14 = torch.einsum("no,nk->ok", t13, x)
     if need_x:
-        t15 = torch.einsum("no,ok->nk", t13, w)
-    if need_b:
-        t17 = gamma * t10 / torch.sqrt(eps + running_var)
-    if need_gamma:
-        t19 = t12 / torch.sqrt(eps + running_var)
-    if need_x:
-        grad_x = t15
+        grad_x = torch.einsum("ok,no->nk", w, t13)
     if need_w:
-        grad_w = t14
+        grad_w = torch.einsum("nk,no->ok", x, t13)
     if need_b:
-        grad_b = t17
+        grad_b = gamma * t10 / torch.sqrt(eps + running_var)
     if need_gamma:
-        grad_gamma = t19
+        grad_gamma = t12 / torch.sqrt(eps + running_var)
     if need_beta:
         grad_beta = t10
     return grad_x, grad_w, grad_b, grad_gamma, grad_beta
@@ -2607,16 +2502,15 @@ def _linear_bn_folded_backward(
 def _linear_bn_folded_jvp(
     x, w, b, gamma, beta, mu, running_var, eps, x_t, w_t, b_t, gamma_t, beta_t
 ):
-    t7 = torch.einsum("ok,nk->no", w, x)
-    t25 = torch.einsum("ok,nk->no", w_t, x)
-    t26 = torch.einsum("ok,nk->no", w, x_t)
-    t27 = (
+    t7 = torch.einsum("nk,ok->no", x, w)
+    t25 = torch.einsum("ok,nk->no", w, x_t)
+    t26 = torch.einsum("nk,ok->no", x, w_t)
+    return (
         b_t * gamma / torch.sqrt(eps + running_var)
         + beta_t
         + gamma * (t25 + t26) / torch.sqrt(eps + running_var)
         + gamma_t * (b - mu + t7) / torch.sqrt(eps + running_var)
     )
-    return t27
 
 
 def _linear_bn_folded_backward_backward(
@@ -2644,37 +2538,21 @@ def _linear_bn_folded_backward_backward(
     beta_bar = None
     w_bar = gamma_bar = grad_bar = x_bar = b_bar = None
     if gg_gamma is not None and need_grad_bar:
-        t7 = torch.einsum("ok,nk->no", w, x)
+        t7 = torch.einsum("nk,ok->no", x, w)
     if (gg_b is not None and need_gamma_bar) or (gg_gamma is not None and need_b_bar):
         t10 = grad.sum(-2)
     if (gg_x is not None and need_w_bar) or (gg_w is not None and need_x_bar):
         t13 = gamma * grad / torch.sqrt(eps + running_var)
     if (gg_x is not None and need_gamma_bar) or (gg_x is not None and need_grad_bar):
-        t29 = torch.einsum("nk,ok->no", gg_x, w)
-    if gg_x is not None and need_w_bar:
-        t30 = torch.einsum("nk,no->ok", gg_x, t13)
+        t30 = torch.einsum("ok,nk->no", w, gg_x)
     if gg_x is not None and need_gamma_bar:
-        t31 = grad * t29
+        t31 = grad * t30
         t32 = t31.sum(-2)
-    if gg_x is not None and need_grad_bar:
-        t33 = gamma * t29 / torch.sqrt(eps + running_var)
-    if gg_x is not None and need_gamma_bar:
-        t35 = t32 / torch.sqrt(eps + running_var)
     if (gg_w is not None and need_gamma_bar) or (gg_w is not None and need_grad_bar):
-        t37 = torch.einsum("ok,nk->no", gg_w, x)
-    if gg_w is not None and need_x_bar:
-        t38 = torch.einsum("ok,no->nk", gg_w, t13)
+        t38 = torch.einsum("nk,ok->no", x, gg_w)
     if gg_w is not None and need_gamma_bar:
-        t39 = grad * t37
+        t39 = grad * t38
         t40 = t39.sum(-2)
-    if gg_w is not None and need_grad_bar:
-        t41 = gamma * t37 / torch.sqrt(eps + running_var)
-    if gg_w is not None and need_gamma_bar:
-        t43 = t40 / torch.sqrt(eps + running_var)
-    if gg_b is not None and need_grad_bar:
-        t45 = gamma * gg_b / torch.sqrt(eps + running_var)
-    if gg_b is not None and need_gamma_bar:
-        t47 = gg_b * t10 / torch.sqrt(eps + running_var)
     if (
         (gg_gamma is not None and need_x_bar)
         or (gg_gamma is not None and need_w_bar)
@@ -2682,42 +2560,58 @@ def _linear_bn_folded_backward_backward(
         or (gg_gamma is not None and need_grad_bar)
     ):
         t49 = gg_gamma / torch.sqrt(eps + running_var)
-    if gg_gamma is not None and need_grad_bar:
-        t50 = t49 * (b - mu + t7)
     if (gg_gamma is not None and need_x_bar) or (gg_gamma is not None and need_w_bar):
         t51 = grad * t49
-    if gg_gamma is not None and need_w_bar:
-        t52 = torch.einsum("no,nk->ok", t51, x)
-    if gg_gamma is not None and need_x_bar:
-        t53 = torch.einsum("no,ok->nk", t51, w)
-    if gg_gamma is not None and need_b_bar:
-        t55 = t10 * t49
     if gg_x is not None and need_w_bar:
-        w_bar = t30
+        w_bar = torch.einsum("no,nk->ok", t13, gg_x)
     if gg_x is not None and need_gamma_bar:
-        gamma_bar = t35
+        gamma_bar = t32 / torch.sqrt(eps + running_var)
     if gg_x is not None and need_grad_bar:
-        grad_bar = t33
+        grad_bar = gamma * t30 / torch.sqrt(eps + running_var)
     if gg_w is not None and need_x_bar:
-        x_bar = t38
+        x_bar = torch.einsum("no,ok->nk", t13, gg_w)
     if gg_w is not None and need_gamma_bar:
-        gamma_bar = t43 if gamma_bar is None else gamma_bar + t43
+        gamma_bar = (
+            t40 / torch.sqrt(eps + running_var)
+            if gamma_bar is None
+            else gamma_bar + t40 / torch.sqrt(eps + running_var)
+        )
     if gg_w is not None and need_grad_bar:
-        grad_bar = t41 if grad_bar is None else grad_bar + t41
+        grad_bar = (
+            gamma * t38 / torch.sqrt(eps + running_var)
+            if grad_bar is None
+            else grad_bar + gamma * t38 / torch.sqrt(eps + running_var)
+        )
     if gg_b is not None and need_gamma_bar:
-        gamma_bar = t47 if gamma_bar is None else gamma_bar + t47
+        gamma_bar = (
+            gg_b * t10 / torch.sqrt(eps + running_var)
+            if gamma_bar is None
+            else gamma_bar + gg_b * t10 / torch.sqrt(eps + running_var)
+        )
     if gg_b is not None and need_grad_bar:
         grad_bar = (
-            t45.expand_as(grad) if grad_bar is None else grad_bar + t45.expand_as(grad)
+            gamma * gg_b / torch.sqrt(eps + running_var).expand_as(grad)
+            if grad_bar is None
+            else grad_bar + gamma * gg_b / torch.sqrt(eps + running_var).expand_as(grad)
         )
     if gg_gamma is not None and need_x_bar:
-        x_bar = t53 if x_bar is None else x_bar + t53
+        x_bar = (
+            torch.einsum("ok,no->nk", w, t51)
+            if x_bar is None
+            else x_bar + torch.einsum("ok,no->nk", w, t51)
+        )
     if gg_gamma is not None and need_w_bar:
-        w_bar = t52 if w_bar is None else w_bar + t52
+        w_bar = (
+            torch.einsum("nk,no->ok", x, t51)
+            if w_bar is None
+            else w_bar + torch.einsum("nk,no->ok", x, t51)
+        )
     if gg_gamma is not None and need_b_bar:
-        b_bar = t55
+        b_bar = t10 * t49
     if gg_gamma is not None and need_grad_bar:
-        grad_bar = t50 if grad_bar is None else grad_bar + t50
+        grad_bar = (
+            t49 * (b - mu + t7) if grad_bar is None else grad_bar + t49 * (b - mu + t7)
+        )
     if gg_beta is not None and need_grad_bar:
         grad_bar = (
             gg_beta.expand_as(grad)
@@ -2753,7 +2647,6 @@ class LinearBnFolded(_Function):
         need_w = ctx.needs_input_grad[1]
         need_b = ctx.needs_input_grad[2]
         need_gamma = ctx.needs_input_grad[3]
-        need_beta = ctx.needs_input_grad[4]
         ctx.scalars = (eps,)
         ctx.save_for_backward(
             x if need_w or need_gamma else None,
@@ -2948,54 +2841,45 @@ def linear_bn_folded(
 
 
 def _attention_forward(q, k, v, scale):
-    t3 = torch.einsum("...te,...se->...st", k, q)
+    t3 = torch.einsum("...se,...te->...st", q, k)
     t4 = scale * t3
     t5 = torch.softmax(t4, -1)
-    t6 = torch.einsum("...st,...td->...sd", t5, v)
-    return t6
+    return torch.einsum("...td,...st->...sd", v, t5)
 
 
 def _attention_backward(q, k, v, scale, grad, need_q, need_k, need_v):
     grad_q = grad_k = grad_v = None
     if need_q or need_k or need_v:
-        t3 = torch.einsum("...te,...se->...st", k, q)
+        t3 = torch.einsum("...se,...te->...st", q, k)
         t4 = scale * t3
         t5 = torch.softmax(t4, -1)
     if need_q or need_k:
-        t8 = torch.einsum("...sd,...td->...st", grad, v)
-    if need_v:
-        t9 = torch.einsum("...sd,...st->...dt", grad, t5)
-    if need_q or need_k:
-        t10 = t5 * t8
+        t9 = torch.einsum("...td,...sd->...st", v, grad)
+        t10 = t5 * t9
         t11 = t10.sum(-1)
-        t12 = t5 * (-t11[..., None] + t8)
+        t12 = t5 * (-t11[..., None] + t9)
         t13 = scale * t12
-    if need_k:
-        t14 = torch.einsum("...se,...st->...et", q, t13)
     if need_q:
-        t15 = torch.einsum("...te,...st->...se", k, t13)
-    if need_q:
-        grad_q = t15
+        grad_q = torch.einsum("...te,...st->...se", k, t13)
     if need_k:
-        grad_k = torch.einsum("...et->...te", t14)
+        grad_k = torch.einsum("...se,...st->...te", q, t13)
     if need_v:
-        grad_v = torch.einsum("...dt->...td", t9)
+        grad_v = torch.einsum("...st,...sd->...td", t5, grad)
     return grad_q, grad_k, grad_v
 
 
 def _attention_jvp(q, k, v, scale, q_t, k_t, v_t):
-    t3 = torch.einsum("...te,...se->...st", k, q)
+    t3 = torch.einsum("...se,...te->...st", q, k)
     t4 = scale * t3
     t5 = torch.softmax(t4, -1)
-    t19 = torch.einsum("...te,...se->...st", k_t, q)
-    t20 = torch.einsum("...te,...se->...st", k, q_t)
+    t19 = torch.einsum("...te,...se->...st", k, q_t)
+    t20 = torch.einsum("...se,...te->...st", q, k_t)
     t21 = t5 * (t19 + t20)
     t22 = t21.sum(-1)
-    t23 = t5 * (-scale * t22[..., None] + scale * (t19 + t20))
-    t24 = torch.einsum("...st,...td->...sd", t23, v)
-    t25 = torch.einsum("...st,...td->...sd", t5, v_t)
-    t26 = t24 + t25
-    return t26
+    t23 = torch.einsum("...st,...td->...sd", t5, v_t)
+    t24 = t5 * (-scale * t22[..., None] + scale * (t19 + t20))
+    t25 = torch.einsum("...td,...st->...sd", v, t24)
+    return t23 + t25
 
 
 def _attention_backward_backward(
@@ -3026,7 +2910,7 @@ def _attention_backward_backward(
         or (gg_v is not None and need_k_bar)
         or (gg_v is not None and need_grad_bar)
     ):
-        t3 = torch.einsum("...te,...se->...st", k, q)
+        t3 = torch.einsum("...se,...te->...st", q, k)
         t4 = scale * t3
         t5 = torch.softmax(t4, -1)
     if (
@@ -3035,119 +2919,110 @@ def _attention_backward_backward(
         or (gg_k is not None and need_q_bar)
         or (gg_k is not None and need_k_bar)
     ):
-        t8 = torch.einsum("...sd,...td->...st", grad, v)
-        t10 = t5 * t8
+        t9 = torch.einsum("...td,...sd->...st", v, grad)
+        t10 = t5 * t9
         t11 = t10.sum(-1)
     if (gg_q is not None and need_k_bar) or (gg_k is not None and need_q_bar):
-        t12 = t5 * (-t11[..., None] + t8)
+        t12 = t5 * (-t11[..., None] + t9)
         t13 = scale * t12
     if gg_q is not None and need_k_bar:
-        t28 = torch.einsum("...se,...st->...et", gg_q, t13)
+        t28 = torch.einsum("...st,...se->...et", t13, gg_q)
     if (
         (gg_q is not None and need_q_bar)
         or (gg_q is not None and need_k_bar)
         or (gg_q is not None and need_v_bar)
         or (gg_q is not None and need_grad_bar)
     ):
-        t29 = torch.einsum("...se,...te->...st", gg_q, k)
+        t29 = torch.einsum("...te,...se->...st", k, gg_q)
         t30 = scale * t29
         t31 = t30 * t5
         t32 = t31.sum(-1)
         t33 = -t32
     if (gg_q is not None and need_v_bar) or (gg_q is not None and need_grad_bar):
         t34 = t30 * t5 + t33[..., None] * t5
-    if gg_q is not None and need_grad_bar:
-        t35 = torch.einsum("...st,...td->...sd", t34, v)
-    if gg_q is not None and need_v_bar:
-        t36 = torch.einsum("...sd,...st->...dt", grad, t34)
     if (gg_q is not None and need_q_bar) or (gg_q is not None and need_k_bar):
-        t37 = t30 * (-t11[..., None] + t8) + t33[..., None] * t8
+        t37 = t30 * (-t11[..., None] + t9) + t33[..., None] * t9
         t38 = t37 * t5
         t39 = t38.sum(-1)
         t40 = t5 * (t37 - t39[..., None])
         t41 = scale * t40
     if gg_q is not None and need_k_bar:
-        t42 = torch.einsum("...se,...st->...et", q, t41)
-    if gg_q is not None and need_q_bar:
-        t43 = torch.einsum("...te,...st->...se", k, t41)
-    if gg_q is not None and need_k_bar:
-        t44 = t28 + t42
+        t43 = torch.einsum("...se,...st->...et", q, t41)
     if gg_k is not None and need_q_bar:
-        t46 = torch.einsum("...te,...st->...se", gg_k, t13)
+        t46 = torch.einsum("...st,...te->...se", t13, gg_k)
     if (
         (gg_k is not None and need_q_bar)
         or (gg_k is not None and need_k_bar)
         or (gg_k is not None and need_v_bar)
         or (gg_k is not None and need_grad_bar)
     ):
-        t47 = torch.einsum("...te,...se->...st", gg_k, q)
+        t47 = torch.einsum("...se,...te->...st", q, gg_k)
         t48 = scale * t47
         t49 = t48 * t5
         t50 = t49.sum(-1)
         t51 = -t50
     if (gg_k is not None and need_v_bar) or (gg_k is not None and need_grad_bar):
         t52 = t48 * t5 + t5 * t51[..., None]
-    if gg_k is not None and need_grad_bar:
-        t53 = torch.einsum("...st,...td->...sd", t52, v)
-    if gg_k is not None and need_v_bar:
-        t54 = torch.einsum("...sd,...st->...dt", grad, t52)
     if (gg_k is not None and need_q_bar) or (gg_k is not None and need_k_bar):
-        t55 = t48 * (-t11[..., None] + t8) + t51[..., None] * t8
+        t55 = t48 * (-t11[..., None] + t9) + t51[..., None] * t9
         t56 = t5 * t55
         t57 = t56.sum(-1)
         t58 = t5 * (t55 - t57[..., None])
         t59 = scale * t58
-    if gg_k is not None and need_k_bar:
-        t60 = torch.einsum("...se,...st->...et", q, t59)
     if gg_k is not None and need_q_bar:
-        t61 = torch.einsum("...te,...st->...se", k, t59)
-        t62 = t46 + t61
-    if gg_v is not None and need_grad_bar:
-        t64 = torch.einsum("...td,...st->...sd", gg_v, t5)
+        t60 = torch.einsum("...te,...st->...se", k, t59)
     if (gg_v is not None and need_q_bar) or (gg_v is not None and need_k_bar):
-        t65 = torch.einsum("...td,...sd->...st", gg_v, grad)
-        t66 = t5 * t65
+        t64 = torch.einsum("...sd,...td->...st", grad, gg_v)
+        t66 = t5 * t64
         t67 = t66.sum(-1)
-        t68 = t5 * (t65 - t67[..., None])
+        t68 = t5 * (t64 - t67[..., None])
         t69 = scale * t68
-    if gg_v is not None and need_k_bar:
-        t70 = torch.einsum("...se,...st->...et", q, t69)
-    if gg_v is not None and need_q_bar:
-        t71 = torch.einsum("...te,...st->...se", k, t69)
     if gg_q is not None and need_q_bar:
-        q_bar = t43
+        q_bar = torch.einsum("...te,...st->...se", k, t41)
     if gg_q is not None and need_k_bar:
-        k_bar = torch.einsum("...et->...te", t44)
+        k_bar = torch.einsum("...et->...te", t28 + t43)
     if gg_q is not None and need_v_bar:
-        v_bar = torch.einsum("...dt->...td", t36)
+        v_bar = torch.einsum("...sd,...st->...td", grad, t34)
     if gg_q is not None and need_grad_bar:
-        grad_bar = t35
+        grad_bar = torch.einsum("...td,...st->...sd", v, t34)
     if gg_k is not None and need_q_bar:
-        q_bar = t62 if q_bar is None else q_bar + t62
+        q_bar = t46 + t60 if q_bar is None else q_bar + t46 + t60
     if gg_k is not None and need_k_bar:
         k_bar = (
-            torch.einsum("...et->...te", t60)
+            torch.einsum("...se,...st->...te", q, t59)
             if k_bar is None
-            else k_bar + torch.einsum("...et->...te", t60)
+            else k_bar + torch.einsum("...se,...st->...te", q, t59)
         )
     if gg_k is not None and need_v_bar:
         v_bar = (
-            torch.einsum("...dt->...td", t54)
+            torch.einsum("...sd,...st->...td", grad, t52)
             if v_bar is None
-            else v_bar + torch.einsum("...dt->...td", t54)
+            else v_bar + torch.einsum("...sd,...st->...td", grad, t52)
         )
     if gg_k is not None and need_grad_bar:
-        grad_bar = t53 if grad_bar is None else grad_bar + t53
+        grad_bar = (
+            torch.einsum("...td,...st->...sd", v, t52)
+            if grad_bar is None
+            else grad_bar + torch.einsum("...td,...st->...sd", v, t52)
+        )
     if gg_v is not None and need_q_bar:
-        q_bar = t71 if q_bar is None else q_bar + t71
+        q_bar = (
+            torch.einsum("...te,...st->...se", k, t69)
+            if q_bar is None
+            else q_bar + torch.einsum("...te,...st->...se", k, t69)
+        )
     if gg_v is not None and need_k_bar:
         k_bar = (
-            torch.einsum("...et->...te", t70)
+            torch.einsum("...se,...st->...te", q, t69)
             if k_bar is None
-            else k_bar + torch.einsum("...et->...te", t70)
+            else k_bar + torch.einsum("...se,...st->...te", q, t69)
         )
     if gg_v is not None and need_grad_bar:
-        grad_bar = t64 if grad_bar is None else grad_bar + t64
+        grad_bar = (
+            torch.einsum("...st,...td->...sd", t5, gg_v)
+            if grad_bar is None
+            else grad_bar + torch.einsum("...st,...td->...sd", t5, gg_v)
+        )
     return q_bar, k_bar, v_bar, grad_bar
 
 
@@ -3173,7 +3048,6 @@ class Attention(_Function):
         q, k, v, scale = inputs
         need_q = ctx.needs_input_grad[0]
         need_k = ctx.needs_input_grad[1]
-        need_v = ctx.needs_input_grad[2]
         ctx.scalars = (scale,)
         ctx.save_for_backward(q, k, v if need_q or need_k else None)
         ctx.save_for_forward(q, k, v)
@@ -3267,8 +3141,7 @@ def attention(
 def _l2_normalize_forward(x):
     t1 = x**2
     t2 = t1.sum(-1)
-    t3 = x / torch.sqrt(t2[..., None])
-    return t3
+    return x / torch.sqrt(t2[..., None])
 
 
 def _l2_normalize_backward(x, grad, need_x):
@@ -3279,9 +3152,8 @@ def _l2_normalize_backward(x, grad, need_x):
         t5 = grad * x
         t6 = t5.sum(-1)
         t7 = -0.5 * t6 / t2 ** (1.5)
-        t8 = grad / torch.sqrt(t2[..., None]) + 2 * t7[..., None] * x
     if need_x:
-        grad_x = t8
+        grad_x = grad / torch.sqrt(t2[..., None]) + 2 * t7[..., None] * x
     return (grad_x,)
 
 
@@ -3290,8 +3162,9 @@ def _l2_normalize_jvp(x, x_t):
     t2 = t1.sum(-1)
     t10 = x * x_t
     t11 = t10.sum(-1)
-    t12 = -t11[..., None] * x / t2[..., None] ** (1.5) + x_t / torch.sqrt(t2[..., None])
-    return t12
+    return -t11[..., None] * x / t2[..., None] ** (1.5) + x_t / torch.sqrt(
+        t2[..., None]
+    )
 
 
 def _l2_normalize_backward_backward(x, grad, gg_x, need_x_bar, need_grad_bar):
@@ -3310,15 +3183,14 @@ def _l2_normalize_backward_backward(x, grad, gg_x, need_x_bar, need_grad_bar):
         t17 = t16.sum(-1)
         t18 = 2 * t17
         t19 = -0.5 * t18 / t2 ** (1.5)
-    if gg_x is not None and need_grad_bar:
-        t20 = gg_x / torch.sqrt(t2[..., None]) + t19[..., None] * x
     if gg_x is not None and need_x_bar:
         t21 = -0.5 * t15 / t2 ** (1.5) + 0.75 * (t18 * t6 / t2 ** (2.5))
-        t22 = 2 * gg_x * t7[..., None] + grad * t19[..., None] + 2 * t21[..., None] * x
     if gg_x is not None and need_x_bar:
-        x_bar = t22
+        x_bar = (
+            2 * gg_x * t7[..., None] + grad * t19[..., None] + 2 * t21[..., None] * x
+        )
     if gg_x is not None and need_grad_bar:
-        grad_bar = t20
+        grad_bar = gg_x / torch.sqrt(t2[..., None]) + t19[..., None] * x
     return x_bar, grad_bar
 
 
@@ -3342,7 +3214,6 @@ class L2Normalize(_Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         (x,) = inputs
-        need_x = ctx.needs_input_grad[0]
         ctx.save_for_backward(x)
         ctx.save_for_forward(x)
 

@@ -669,7 +669,7 @@ def test_tensor_axis_sizes_are_checked(name):
     tensors = [k for k in case["inputs"] if k in shapes]
     if len(tensors) < 2 or not any(shapes[k] for k in tensors):
         pytest.skip("a single tensor input: no two sizes to disagree")
-    k = next(i for i, a in enumerate(case["inputs"]) if a in shapes and shapes[a])
+    k = next(i for i, a in enumerate(case["inputs"]) if shapes.get(a))
     wrong = list(args)
     wrong[k] = torch.ones(*[s + 1 for s in shapes[case["inputs"][k]]], dtype=DOUBLE)
     with pytest.raises((ValueError, RuntimeError)):

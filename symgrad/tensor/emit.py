@@ -37,6 +37,7 @@ class Code:
         self.names = names  # input name -> variable (leaves)
         self.letters = self._letters()
         self.scalars = {s for s in tape.formula.scalars.values()}
+        self.inline: set[str] = set()
 
     # ---------------------------------------------------------------- helpers
     def _letters(self) -> dict[str, str]:
@@ -54,6 +55,8 @@ class Code:
         node = self.tape.nodes[name]
         if node.op == "leaf":
             return self.names.get(node.input, node.input)
+        if name in self.inline:
+            return self.node(node)
         return name
 
     def dims(self, node: Node, over) -> list[int]:
@@ -82,7 +85,10 @@ class Code:
         have = [a for a in node.axes]
         want = [a for a in target if a in have]
         if have != want:  # a transposed view (a leaf indexed against the axis order)
-            text = self.einsum([name], tuple(want))
+            if node.op == "sum" and name in self.inline:  # the einsum, in the order wanted
+                text = self.einsum(list(node.args), tuple(want))
+            else:
+                text = self.einsum([name], tuple(want))
             have = want
         if not have or set(have) == set(target):
             return text
@@ -211,6 +217,18 @@ class Code:
         for i, r in enumerate(results):
             for name in self.tape.needed([n for n, _ in r.output.parts]):
                 uses.setdefault(name, set()).add(i)
+        # a node that only one result reads, and nothing else: written in that result
+        readers: dict[str, int] = {}
+        for name in uses:
+            for arg in self.tape.nodes[name].args:
+                readers[arg] = readers.get(arg, 0) + 1
+        for r in results:
+            for node, _ in r.output.parts:
+                readers[node] = readers.get(node, 0) + 1
+        self.inline = {
+            n for n in uses if readers.get(n) == 1 and self.tape.nodes[n].op != "leaf"
+            and any(len(r.output.parts) == 1 and r.output.parts[0][0] == n for r in results)
+        }
         lines: list[str] = []
         targets = list(dict.fromkeys(r.target for r in results))
         guarded = {r.target for r in results if r.guard is not None}
@@ -219,7 +237,7 @@ class Code:
         current: str | None = None
         indent = ""
         for name in self.tape.nodes:
-            if name not in uses or self.tape.nodes[name].op == "leaf":
+            if name not in uses or self.tape.nodes[name].op == "leaf" or name in self.inline:
                 continue
             guard = self._guard([results[i] for i in sorted(uses[name])])
             if guard != current:
@@ -253,15 +271,17 @@ class Code:
 
 
 def check_no_broadcast_product(tape: Tape) -> None:
-    """No node holds more axes than the inputs and outputs of the function together
-    have in one tensor: a contraction that would materialise every index combination."""
+    """No product holds more axes than any input or output: a contraction that would
+    materialise every index combination (an elementwise function of such a product, such
+    as exp(x[n, i] * y[m, i]), needs its tensor and is not one)."""
     formula = tape.formula
     widest = max(
         [len(i.shape) for i in formula.function.inputs if i.shape is not None]
         + [len(formula.shape)]
     )
     for node in tape.nodes.values():
-        if len(node.axes) > widest:
+        product = node.op == "elem" and node.expr.is_Mul
+        if product and len(node.axes) > widest:
             raise AssertionError(
                 f"{formula.function.name}: node {node.name} has axes {node.axes}, more than "
                 f"any input or output ({widest}): a broadcast product"

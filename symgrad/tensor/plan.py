@@ -207,7 +207,8 @@ def _torch_methods(p: TensorPlan) -> Methods:
     flags = [f"ctx.needs_input_grad[{p.positions[x]}]" for x in p.differentiable]
     scalars = [s for s, _ in p.scalars]
     setup = [f"{_tuple(p.inputs)} = inputs"]
-    setup += [f"need_{x} = {f}" for x, f in zip(p.differentiable, flags)]
+    guards = " ".join(g for _, g in p.saves if g)
+    setup += [f"need_{x} = {f}" for x, f in zip(p.differentiable, flags) if f"need_{x}" in guards]
     if scalars:
         setup.append(f"ctx.scalars = ({_tuple(scalars)})")
     saved = [t if g is None else f"{t} if {g} else None" for t, g in p.saves]

@@ -91,6 +91,14 @@ class Tape:
             self._keys[key] = name
         return self.symbol(name)
 
+    def _rank(self, name: str) -> tuple:
+        """Operands in the order of the inputs' declaration, then of the tape."""
+        node = self.nodes[name]
+        inputs = [i.name for i in self.formula.function.inputs]
+        if node.op == "leaf" and node.input in inputs:
+            return (0, inputs.index(node.input), name)
+        return (1, list(self.nodes).index(name), name)
+
     def leaf(self, input: str, layout: tuple[str, ...]) -> sympy.Symbol:
         return self._add("leaf", layout, input=input)
 
@@ -124,7 +132,7 @@ class Tape:
                 outside.append(factor)
         args = [self.node_of(sympy.Mul(*g)).name for g in groups.values()]
         union = set().union(*groups)
-        total = self._add("sum", self.sorted_axes(union - present), sorted(args))
+        total = self._add("sum", self.sorted_axes(union - present), sorted(args, key=self._rank))
         return scale * sympy.Mul(*outside) * total
 
     # -------------------------------------------------------------- lowering
