@@ -74,13 +74,6 @@ def generate(
 
     derived = derived if derived is not None else derive_spec(spec)
     targets = tuple(t for t in spec.targets if targets is None or t in targets)
-    if spec.tensor_functions and "tensorflow" in targets:
-        fn = spec.tensor_functions[0]
-        raise SpecError(
-            fn.location,
-            "tensor expressions are generated for torch only so far (TensorFlow is planned)",
-            "put tensor functions in a spec with targets: [torch], or run gen --targets torch",
-        )
     spec_path = spec_path or spec.path.as_posix()
     files = []
     if "torch" in targets:

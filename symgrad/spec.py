@@ -363,7 +363,8 @@ def _shape(value: Any, where: Location, what: str) -> tuple[str, ...]:
     """Named axes, ``[n, k]``, with an optional leading ``...`` (any batch axes)."""
     if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
         raise SpecError(
-            where, f"{what}: shape must be a list of axis names, got {_describe(value)}",
+            where,
+            f"{what}: shape must be a list of axis names, got {_describe(value)}",
             "e.g. shape: [n, k] or shape: [..., d]",
         )
     for i, axis in enumerate(value):

@@ -17,6 +17,18 @@ def _reduce_to(grad: tf.Tensor, like: tf.Tensor) -> tf.Tensor:
     return tf.reshape(tf.reduce_sum(grad, axis=axes), shape)
 
 
+def _check_axis(name: str, axis: str, *uses) -> None:
+    """Raise an error naming the function, the axis and the shapes where inputs that share
+    a named axis disagree on its size (static shapes; unknown sizes are not checked)."""
+    shapes = [(tf.TensorShape(getattr(t, "shape", ())), dim) for t, dim in uses]
+    sizes = {s[dim] for s, dim in shapes if s.rank is not None and s[dim] is not None}
+    if len(sizes) > 1:
+        got = ", ".join(f"{tuple(s.as_list())} (axis {dim})" for s, dim in shapes)
+        raise ValueError(
+            f"{name}(): the inputs disagree on the size of axis '{axis}': shapes {got}"
+        )
+
+
 def _check_broadcast(name: str, **tensors) -> None:
     """Raise an error naming the function and the shapes where the inputs of an
     elementwise function do not broadcast (TF's own names neither)."""

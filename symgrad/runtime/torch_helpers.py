@@ -226,7 +226,9 @@ def _check_axis(name: str, axis: str, *uses: tuple[torch.Tensor, int]) -> None:
     sizes = {tensor.shape[dim] for tensor, dim in uses if tensor is not None}
     if len(sizes) > 1:
         got = ", ".join(
-            f"{tuple(tensor.shape)} (axis {dim})" for tensor, dim in uses if tensor is not None
+            f"{tuple(tensor.shape)} (axis {dim})"
+            for tensor, dim in uses
+            if tensor is not None
         )
         raise ValueError(
             f"{name}(): the inputs disagree on the size of axis '{axis}': shapes {got}"

@@ -126,8 +126,10 @@ class Code:
             if batch_summed and self.framework == "tensorflow" and ELLIPSIS in n.axes:
                 # tf.einsum cannot sum batch axes '...' away: flatten them into one axis
                 r = len(n.axes) - 1
-                tail = f"tf.shape({text})[{-r}:]" if r else "[]"
-                text = f"tf.reshape({text}, tf.concat([[-1], {tail}], 0))"
+                if r:
+                    text = f"tf.reshape({text}, tf.concat([[-1], tf.shape({text})[{-r}:]], 0))"
+                else:
+                    text = f"tf.reshape({text}, [-1])"
             operands.append(text)
         subs = []
         for n in nodes:
@@ -226,7 +228,10 @@ class Code:
             for node, _ in r.output.parts:
                 readers[node] = readers.get(node, 0) + 1
         self.inline = {
-            n for n in uses if readers.get(n) == 1 and self.tape.nodes[n].op != "leaf"
+            n
+            for n in uses
+            if readers.get(n) == 1
+            and self.tape.nodes[n].op != "leaf"
             and any(len(r.output.parts) == 1 and r.output.parts[0][0] == n for r in results)
         }
         lines: list[str] = []

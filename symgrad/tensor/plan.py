@@ -143,7 +143,10 @@ def plan_tensor(fn: Function, framework: str, derivation: Derivation | None = No
         assigned = {r.target for r in results}
         missing = [f"{y}_bar" for y in wrt if f"{y}_bar" not in assigned]
         if missing:
-            lines = [" = ".join([*missing, "None"]), *lines]
+            if lines and lines[0].endswith(" = None"):
+                lines = [" = ".join([*missing, lines[0]]), *lines[1:]]
+            else:
+                lines = [" = ".join([*missing, "None"]), *lines]
         second = Math(
             f"_{fn.name}_backward_backward",
             (*inputs, "grad", *(f"gg_{x}" for x in differentiable), *bar_flags),
@@ -194,7 +197,7 @@ def plan_tensor(fn: Function, framework: str, derivation: Derivation | None = No
         saves=tuple(saves),
         axis_checks=tuple(checks),
     )
-    plan.methods = _torch_methods(plan) if framework == "torch" else None
+    plan.methods = _torch_methods(plan) if framework == "torch" else _tf_methods(plan)
     return plan
 
 
@@ -299,7 +302,6 @@ def _rhs(line: str) -> str:
 
 def _doc(fn: Function, d: Derivation) -> list[str]:
     lines = [
-        "",
         "Tensor expression, as written in the spec::",
         "",
         f"    out[{', '.join(d.formula.shape)}] = {fn.outputs[0].text}",
@@ -309,5 +311,80 @@ def _doc(fn: Function, d: Derivation) -> list[str]:
         f"    {sympy.sstr(d.formula.expr)}",
     ]
     if fn.doc and len(fn.doc.splitlines()) > 1:
-        lines = ["", *fn.doc.splitlines()[1:], *lines]
+        lines = [*fn.doc.splitlines()[1:], "", *lines]
     return lines
+
+
+def _tf_methods(p: TensorPlan) -> Methods:
+    """The TensorFlow wrapper: ``tf.custom_gradient`` over the tensors (scalars are closed
+    over), its gradient another custom_gradient whose gradient is the second order."""
+    tensors = list(p.tensors)
+    grads = [f"grad_{x}" for x in p.differentiable]
+    flags = ["True"] * len(p.differentiable)
+    backward_call = f"{p.backward.name}({', '.join([*p.inputs, 'grad', *flags])})"
+    returns = ", ".join(f"grad_{x}" if x in p.differentiable else "None" for x in tensors)
+    if p.second is None:
+        inner = [f"{_tuple(grads)} = {backward_call}", f"return {returns}"]
+    else:
+        call = ", ".join([*p.inputs, "grad"])
+        lhs = grads[0] if len(grads) == 1 else ", ".join(grads)
+        inner = [f"{lhs} = _{p.name}_grad({call})", f"return {returns}"]
+    wrapper = [
+        f'_check_axis("{p.name}", "{dim}", {", ".join(f"({t}, {k})" for t, k in uses)})'
+        for dim, uses in p.axis_checks
+    ]
+    wrapper += [
+        "",
+        "@tf.custom_gradient",
+        f"def forward({', '.join(tensors)}):",
+        f"    out = {p.forward.name}({', '.join(p.inputs)})",
+        "",
+        "    def backward(grad):",
+        *(f"        {line}" for line in inner),
+        "",
+        "    return out, backward",
+        "",
+        f"return forward({', '.join(f'tf.convert_to_tensor({t})' for t in tensors)})",
+    ]
+    grad_fn: list[str] = []
+    if p.second is not None:
+        bars = [f"{x}_bar" for x in p.differentiable] + ["grad_bar"]
+        bar_returns = ", ".join(
+            [f"{x}_bar" if x in p.differentiable else "None" for x in tensors] + ["grad_bar"]
+        )
+        grad_fn = [
+            "@tf.custom_gradient",
+            f"def forward({', '.join([*tensors, 'grad'])}):",
+            f"    {_tuple(grads)} = {backward_call}",
+            "",
+            f"    def backward({', '.join(f'gg_{x}' for x in p.differentiable)}):",
+            f"        {', '.join(bars)} = {p.second.name}(",
+            f"            {', '.join([*p.inputs, 'grad', *(f'gg_{x}' for x in p.differentiable)])},",
+            f"            {', '.join(['True'] * (len(p.differentiable) + 1))},",
+            "        )",
+            f"        return {bar_returns}",
+            "",
+            f"    return {grads[0] if len(grads) == 1 else '(' + ', '.join(grads) + ')'}, backward",
+            "",
+            f"return forward({', '.join([*tensors, 'grad'])})",
+        ]
+    defaults = dict(p.scalars)
+    params = []
+    for x in p.inputs:
+        if x in p.tensors:
+            params.append(f"{x}: tf.Tensor")
+        elif defaults.get(x) is not None:
+            params.append(f"{x}: float = {defaults[x]}")
+        else:
+            params.append(f"{x}: float")
+    return Methods(
+        [],
+        [],
+        [],
+        [],
+        [],
+        [],
+        grad_fn,
+        ", ".join(params),
+        wrapper,
+    )
