@@ -63,6 +63,20 @@ def _error(exc: BaseException, module_file: Path, function: str = "") -> str:
     return text
 
 
+def _data(fn: Function, inp: Input) -> tuple[list[float], tuple[int, ...]]:
+    """An input's values and shape: its points, tiled over a small shape for a tensor
+    expression (each named axis of size 2 or 3, batch axes '...' one axis of 2)."""
+    points = _points(inp)
+    if inp.shape is None:
+        return points, (len(points),)
+    named = sorted({a for i in fn.inputs for a in (i.shape or ()) if a != "..."})
+    shape = tuple(2 if a == "..." else 2 + named.index(a) % 2 for a in inp.shape)
+    count = 1
+    for n in shape:
+        count *= n
+    return [points[k % len(points)] for k in range(count)], shape
+
+
 def _steps_torch(fn: Function, wrapper: Callable, dtype) -> Iterator[tuple[str, Callable]]:
     import torch
     import torch.autograd.forward_ad as fwad
@@ -71,10 +85,12 @@ def _steps_torch(fn: Function, wrapper: Callable, dtype) -> Iterator[tuple[str, 
     scalars = {i.name: scalar_value(i) for i in fn.inputs if not i.is_tensor}
 
     def make(requires_grad: bool = True) -> list:
-        return [
-            torch.tensor(_points(i), dtype=dtype, requires_grad=requires_grad and i.gets_gradient)
-            for i in tensors
-        ]
+        made = []
+        for i in tensors:
+            values, shape = _data(fn, i)
+            t = torch.tensor(values, dtype=dtype).reshape(shape)
+            made.append(t.requires_grad_(requires_grad and i.gets_gradient))
+        return made
 
     def outputs(args: list) -> tuple:
         result = wrapper(*args, **scalars)
@@ -125,7 +141,7 @@ def _steps_tensorflow(fn: Function, wrapper: Callable, dtype) -> Iterator[tuple[
 
     tensors = [i for i in fn.inputs if i.is_tensor]
     scalars = {i.name: scalar_value(i) for i in fn.inputs if not i.is_tensor}
-    args = [tf.constant(_points(i), dtype=dtype) for i in tensors]
+    args = [tf.reshape(tf.constant(_data(fn, i)[0], dtype=dtype), _data(fn, i)[1]) for i in tensors]
     diff = [a for i, a in zip(tensors, args) if i.gets_gradient]
     state: dict[str, object] = {}
 
@@ -195,10 +211,12 @@ def _run_module(spec: Spec, target: str, name: str, text: str, framework) -> lis
             module, path = stack.enter_context(imported(name, text))
         except Exception as exc:  # noqa: BLE001 - any import failure is reported, not raised
             error = _error(exc, Path(name))
-            return [SmokeFailure(spec.functions[0], target, "import", "", error)]
+            first = (*spec.functions, *spec.tensor_functions)[0]
+            return [SmokeFailure(first, target, "import", "", error)]
         steps = _steps_torch if target == "torch" else _steps_tensorflow
         dtypes = (framework.float32, framework.float64)
-        for fn, dtype in itertools.product(spec.functions, dtypes):
+        functions = (*spec.functions, *spec.tensor_functions)
+        for fn, dtype in itertools.product(functions, dtypes):
             wrapper = getattr(module, fn.name)
             for step, run in steps(fn, wrapper, dtype):
                 try:
