@@ -166,6 +166,7 @@ def tensor_case(fn) -> dict:
             "domain": (max(lo, -3.0), min(hi, 3.0)) if lo < 3.0 and hi > -3.0 else (lo, hi),
             "limits": (literal(lo), literal(hi)),
             "differentiable": inp.differentiable,
+            "optional": inp.optional,
         }
     return {
         "name": fn.name,

@@ -20,7 +20,7 @@ def _reduce_to(grad: tf.Tensor, like: tf.Tensor) -> tf.Tensor:
 def _check_axis(name: str, axis: str, *uses) -> None:
     """Raise an error naming the function, the axis and the shapes where inputs that share
     a named axis disagree on its size (static shapes; unknown sizes are not checked)."""
-    shapes = [(tf.TensorShape(getattr(t, "shape", ())), dim) for t, dim in uses]
+    shapes = [(tf.TensorShape(t.shape), dim) for t, dim in uses if t is not None]
     sizes = {s[dim] for s, dim in shapes if s.rank is not None and s[dim] is not None}
     if len(sizes) > 1:
         got = ", ".join(f"{tuple(s.as_list())} (axis {dim})" for s, dim in shapes)

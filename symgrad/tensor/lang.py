@@ -408,8 +408,9 @@ def stable(expr: sympy.Expr, formula: TensorFormula) -> sympy.Expr:
 
 
 # --------------------------------------------------------------------------- entry point
-def parse_tensor_function(fn: Function) -> TensorFormula:
-    """Parse and check a tensor function's output; the result is in its stable form."""
+def parse_tensor_function(fn: Function, missing: frozenset[str] = frozenset()) -> TensorFormula:
+    """Parse and check a tensor function's output; the result is in its stable form. The
+    optional inputs in ``missing`` are absent: their accesses are 0 (their terms dropped)."""
     out = fn.outputs[0]
     where = fn.location.at(line=out.line)
     shaped = {i.name: i for i in fn.inputs if i.is_tensor}
@@ -466,6 +467,15 @@ def parse_tensor_function(fn: Function) -> TensorFormula:
             if ELLIPSIS in free
             else "the output shape has '...' but no input with batch axes is used",
         )
+    if missing:
+        absent = {s: 0 for s, leaf in formula.leaves.items() if leaf.input in missing}
+        expr = expr.xreplace(absent)
+        if formula.axes(expr) != free:
+            raise SpecError(
+                where,
+                f"without the optional input(s) {', '.join(sorted(missing))} the output loses axes",
+                "make the input required, or keep every output axis in the other terms",
+            )
     formula.expr = stable(expr, formula)
     return formula
 

@@ -9,6 +9,7 @@ backward reuses the forward's nodes and the second order the backward's.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import combinations
 
 import sympy
 
@@ -66,6 +67,7 @@ class TensorPlan:
     saves: tuple[tuple[str, str | None], ...]  # (tensor, guard: flags one of which needs it)
     axis_checks: tuple[tuple[str, tuple[tuple[str, int], ...]], ...]  # dim -> (input, dim)
     methods: Methods | None = None
+    optional: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -80,12 +82,13 @@ class Derivation:
     second: list[list[Output]] | None  # per gradient: its VJP for inputs then grad
 
 
-def derive_tensor(fn: Function) -> Derivation:
-    formula = parse_tensor_function(fn)
+def derive_tensor(fn: Function, missing: frozenset[str] = frozenset()) -> Derivation:
+    """Derive ``fn``; the optional inputs in ``missing`` are absent (their terms dropped)."""
+    formula = parse_tensor_function(fn, missing)
     tape = Tape(formula)
     out_node = tape.node_of(tape.lower(formula.expr))
     out = Output("out", ((out_node.name, formula.shape),), "out")
-    wrt = [(i.name, i.shape) for i in fn.inputs if i.gets_gradient]
+    wrt = [(i.name, i.shape) for i in fn.inputs if i.gets_gradient and i.name not in missing]
     grads = tape.vjp([out], ["grad"], wrt)
     tangent = tape.jvp(out_node.name, {name: f"{name}_t" for name, _ in wrt})
     jvp_node = tape.node_of(tangent) if tangent != 0 else None
@@ -100,32 +103,55 @@ def derive_tensor(fn: Function) -> Derivation:
     return Derivation(formula, tape, out, grads, jvp, second)
 
 
-def plan_tensor(fn: Function, framework: str, derivation: Derivation | None = None) -> TensorPlan:
-    d = derivation or derive_tensor(fn)
+def _variants(fn: Function) -> list[frozenset[str]]:
+    """The sets of absent optional inputs, the most absent first, all present last."""
+    optional = [i.name for i in fn.inputs if i.optional]
+    sets = [frozenset(c) for r in range(len(optional), -1, -1) for c in combinations(optional, r)]
+    return sets
+
+
+def _when(missing: frozenset[str]) -> str:
+    return " and ".join(f"{x} is None" for x in sorted(missing))
+
+
+def _merge(variants: list[tuple[frozenset[str], Math]]) -> Math:
+    """One math function from a variant per set of absent optional inputs."""
+    *absent, (_, full) = variants
+    lines: list[str] = []
+    for missing, math in absent:
+        lines.append(f"if {_when(missing)}:")
+        lines += [f"    {line}" for line in math.body]
+    return Math(full.name, full.args, (*lines, *full.lines), full.result)
+
+
+def _maths(fn: Function, d: Derivation, framework: str, missing: frozenset[str]):
+    """forward, backward, jvp and second-order math functions of one variant."""
     tape = d.tape
     inputs = tuple(i.name for i in fn.inputs)
-    tensors = tuple(i.name for i in fn.inputs if i.is_tensor)
-    differentiable = tuple(i.name for i in fn.inputs if i.gets_gradient)
-    names = {n: n for n in inputs}
-    code = Code(tape, framework, names | {"out": "out"})
-    flags = tuple(f"need_{x}" for x in differentiable)
+    every = tuple(i.name for i in fn.inputs if i.gets_gradient)
+    differentiable = tuple(x for x in every if x not in missing)
+    code = Code(tape, framework, {n: n for n in inputs} | {"out": "out"})
+    flags = tuple(f"need_{x}" for x in every)
+    absent = [f"grad_{x}" for x in every if x in missing]
 
     fwd_lines = code.body([Result("out", d.out, None)])
     forward = Math(f"_{fn.name}_forward", inputs, tuple(fwd_lines[:-1]), _rhs(fwd_lines[-1]))
 
-    results = [Result(f"grad_{x}", g, f) for x, g, f in zip(differentiable, d.grads, flags)]
+    results = [Result(f"grad_{x}", g, f"need_{x}") for x, g in zip(differentiable, d.grads)]
     lines = code.body(results)
+    if absent:
+        lines = [" = ".join([*absent, "None"]), *lines]
     backward = Math(
         f"_{fn.name}_backward",
         (*inputs, "grad", *flags),
         tuple(lines),
-        ", ".join(f"grad_{x}" for x in differentiable) + ("," if len(differentiable) == 1 else ""),
+        ", ".join(f"grad_{x}" for x in every) + ("," if len(every) == 1 else ""),
     )
 
     jvp_lines = code.body([Result("out_t", d.jvp, None)])
     jvp = Math(
         f"_{fn.name}_jvp",
-        (*inputs, *(f"{x}_t" for x in differentiable)),
+        (*inputs, *(f"{x}_t" for x in every)),
         tuple(jvp_lines[:-1]),
         _rhs(jvp_lines[-1]),
     )
@@ -133,26 +159,48 @@ def plan_tensor(fn: Function, framework: str, derivation: Derivation | None = No
     second = None
     if d.second is not None:
         wrt = (*differentiable, "grad")
-        bar_flags = tuple(f"need_{x}_bar" for x in wrt)
         results = []
         for x, outs in zip(differentiable, d.second):
-            for y, out, flag in zip(wrt, outs, bar_flags):
+            for y, out in zip(wrt, outs):
                 if out.parts:
-                    results.append(Result(f"{y}_bar", out, f"gg_{x} is not None and {flag}"))
+                    results.append(Result(f"{y}_bar", out, f"gg_{x} is not None and need_{y}_bar"))
         lines = code.body(results)
         assigned = {r.target for r in results}
-        missing = [f"{y}_bar" for y in wrt if f"{y}_bar" not in assigned]
-        if missing:
+        unset = [f"{y}_bar" for y in (*every, "grad") if f"{y}_bar" not in assigned]
+        if unset:
             if lines and lines[0].endswith(" = None"):
-                lines = [" = ".join([*missing, lines[0]]), *lines[1:]]
+                lines = [" = ".join([*unset, lines[0]]), *lines[1:]]
             else:
-                lines = [" = ".join([*missing, "None"]), *lines]
+                lines = [" = ".join([*unset, "None"]), *lines]
         second = Math(
             f"_{fn.name}_backward_backward",
-            (*inputs, "grad", *(f"gg_{x}" for x in differentiable), *bar_flags),
+            (
+                *inputs,
+                "grad",
+                *(f"gg_{x}" for x in every),
+                *(f"need_{y}_bar" for y in (*every, "grad")),
+            ),
             tuple(lines),
-            ", ".join(f"{y}_bar" for y in wrt),
+            ", ".join(f"{y}_bar" for y in (*every, "grad")),
         )
+    return forward, backward, jvp, second
+
+
+def plan_tensor(fn: Function, framework: str) -> TensorPlan:
+    variants = _variants(fn)
+    derived = {m: derive_tensor(fn, m) for m in variants}
+    maths = {m: _maths(fn, derived[m], framework, m) for m in variants}
+    forward, backward, jvp, second = (
+        _merge([(m, maths[m][k]) for m in variants]) if maths[variants[-1]][k] else None
+        for k in range(4)
+    )
+    d = derived[frozenset()]
+    tape = d.tape
+    inputs = tuple(i.name for i in fn.inputs)
+    tensors = tuple(i.name for i in fn.inputs if i.is_tensor)
+    differentiable = tuple(i.name for i in fn.inputs if i.gets_gradient)
+    flags = tuple(f"need_{x}" for x in differentiable)
+    optional = {i.name for i in fn.inputs if i.optional}
 
     # what backward reads, per gradient: a tensor is saved when a gradient that reads it is
     # needed (second order reads what its gradient's first order did, plus grad)
@@ -164,7 +212,10 @@ def plan_tensor(fn: Function, framework: str, derivation: Derivation | None = No
             if t in tape.inputs_of([n for n, _ in g.parts])
             or (d.second is not None and _second_reads(tape, d, x, t))
         ]
-        if readers:
+        if t in optional:
+            # saved as given: whether it was given picks the backward's formulas
+            saves.append((t, None))
+        elif readers:
             saves.append((t, None if len(readers) == len(flags) else " or ".join(readers)))
     checks = []
     for dim in sorted(set(d.formula.dims.values())):
@@ -196,6 +247,7 @@ def plan_tensor(fn: Function, framework: str, derivation: Derivation | None = No
         second=second,
         saves=tuple(saves),
         axis_checks=tuple(checks),
+        optional=tuple(i.name for i in fn.inputs if i.optional),
     )
     plan.methods = _torch_methods(plan) if framework == "torch" else _tf_methods(plan)
     return plan
@@ -238,7 +290,10 @@ def _torch_methods(p: TensorPlan) -> Methods:
 
     tangents = [f"{x}_t" for x in p.inputs]
     jvp = [f"{_tuple(p.tensors)} = ctx.saved_tensors", *scalar_unpack]
-    jvp += [f"{x}_t = torch.zeros_like({x}) if {x}_t is None else {x}_t" for x in p.differentiable]
+    for x in p.differentiable:
+        absent = f" and {x} is not None" if x in p.optional else ""
+        jvp.append(f"if {x}_t is None{absent}:")
+        jvp.append(f"    {x}_t = torch.zeros_like({x})")
     jvp.append(f"return _run({p.jvp.name}, {', '.join(p.jvp.args)})")
 
     grad_setup = [f"{', '.join(p.inputs)}, grad, *_ = inputs"]
@@ -264,15 +319,6 @@ def _torch_methods(p: TensorPlan) -> Methods:
             + ["None"] * len(p.differentiable)
         ),
     ]
-    defaults = dict(p.scalars)
-    params = []
-    for x in p.inputs:
-        if x in p.tensors:
-            params.append(f"{x}: torch.Tensor")
-        elif defaults.get(x) is not None:
-            params.append(f"{x}: float = {defaults[x]}")
-        else:
-            params.append(f"{x}: float")
     wrapper = [
         f'_check_axis("{p.name}", "{dim}", {", ".join(f"({t}, {k})" for t, k in uses)})'
         for dim, uses in p.axis_checks
@@ -286,7 +332,7 @@ def _torch_methods(p: TensorPlan) -> Methods:
         grad_setup,
         cotangents,
         grad_backward,
-        ", ".join(params),
+        _signature(p, "torch.Tensor"),
         wrapper,
     )
 
@@ -316,75 +362,88 @@ def _doc(fn: Function, d: Derivation) -> list[str]:
 
 
 def _tf_methods(p: TensorPlan) -> Methods:
-    """The TensorFlow wrapper: ``tf.custom_gradient`` over the tensors (scalars are closed
-    over), its gradient another custom_gradient whose gradient is the second order."""
-    tensors = list(p.tensors)
-    grads = [f"grad_{x}" for x in p.differentiable]
-    flags = ["True"] * len(p.differentiable)
-    backward_call = f"{p.backward.name}({', '.join([*p.inputs, 'grad', *flags])})"
-    returns = ", ".join(f"grad_{x}" if x in p.differentiable else "None" for x in tensors)
-    if p.second is None:
-        inner = [f"{_tuple(grads)} = {backward_call}", f"return {returns}"]
-    else:
-        call = ", ".join([*p.inputs, "grad"])
-        lhs = grads[0] if len(grads) == 1 else ", ".join(grads)
-        inner = [f"{lhs} = _{p.name}_grad({call})", f"return {returns}"]
+    """The TensorFlow wrapper: ``tf.custom_gradient`` over the tensors given (scalars and
+    absent optional inputs are closed over), its gradient another custom_gradient whose
+    gradient is the second order. One block per set of absent optional inputs."""
+    optional = list(p.optional)
+    variants = [
+        frozenset(c) for r in range(len(optional), -1, -1) for c in combinations(optional, r)
+    ]
     wrapper = [
         f'_check_axis("{p.name}", "{dim}", {", ".join(f"({t}, {k})" for t, k in uses)})'
         for dim, uses in p.axis_checks
     ]
-    wrapper += [
-        "",
-        "@tf.custom_gradient",
-        f"def forward({', '.join(tensors)}):",
-        f"    out = {p.forward.name}({', '.join(p.inputs)})",
-        "",
-        "    def backward(grad):",
-        *(f"        {line}" for line in inner),
-        "",
-        "    return out, backward",
-        "",
-        f"return forward({', '.join(f'tf.convert_to_tensor({t})' for t in tensors)})",
-    ]
     grad_fn: list[str] = []
-    if p.second is not None:
-        bars = [f"{x}_bar" for x in p.differentiable] + ["grad_bar"]
-        bar_returns = ", ".join(
-            [f"{x}_bar" if x in p.differentiable else "None" for x in tensors] + ["grad_bar"]
+    for missing in variants:
+        tensors = [t for t in p.tensors if t not in missing]
+        diff = [x for x in p.differentiable if x not in missing]
+        grads = [f"grad_{x}" for x in diff]
+        every = [f"grad_{x}" for x in p.differentiable]
+        backward_call = (
+            f"{p.backward.name}({', '.join([*p.inputs, 'grad', *(['True'] * len(every))])})"
         )
-        grad_fn = [
+        returns = ", ".join(f"grad_{x}" if x in diff else "None" for x in tensors)
+        if p.second is None:
+            inner = [f"{_tuple(every)} = {backward_call}", f"return {returns}"]
+        else:
+            lhs = grads[0] if len(grads) == 1 else ", ".join(grads)
+            inner = [f"{lhs} = _{p.name}_grad({', '.join([*p.inputs, 'grad'])})"]
+            inner.append(f"return {returns}")
+        block = [
             "@tf.custom_gradient",
-            f"def forward({', '.join([*tensors, 'grad'])}):",
-            f"    {_tuple(grads)} = {backward_call}",
+            f"def forward({', '.join(tensors)}):",
+            f"    out = {p.forward.name}({', '.join(p.inputs)})",
             "",
-            f"    def backward({', '.join(f'gg_{x}' for x in p.differentiable)}):",
-            f"        {', '.join(bars)} = {p.second.name}(",
-            f"            {', '.join([*p.inputs, 'grad', *(f'gg_{x}' for x in p.differentiable)])},",
-            f"            {', '.join(['True'] * (len(p.differentiable) + 1))},",
-            "        )",
-            f"        return {bar_returns}",
+            "    def backward(grad):",
+            *(f"        {line}" for line in inner),
             "",
-            f"    return {grads[0] if len(grads) == 1 else '(' + ', '.join(grads) + ')'}, backward",
+            "    return out, backward",
             "",
-            f"return forward({', '.join([*tensors, 'grad'])})",
+            f"return forward({', '.join(f'tf.convert_to_tensor({t})' for t in tensors)})",
         ]
+        wrapper += _guarded(missing, block)
+        if p.second is not None:
+            bars = [f"{x}_bar" for x in p.differentiable] + ["grad_bar"]
+            bar_returns = ", ".join(
+                [f"{x}_bar" if x in diff else "None" for x in tensors] + ["grad_bar"]
+            )
+            gg = [f"gg_{x}" if x in diff else "None" for x in p.differentiable]
+            block = [
+                "@tf.custom_gradient",
+                f"def forward({', '.join([*tensors, 'grad'])}):",
+                f"    {_tuple(every)} = {backward_call}",
+                "",
+                f"    def backward({', '.join(f'gg_{x}' for x in diff)}):",
+                f"        {', '.join(bars)} = {p.second.name}(",
+                f"            {', '.join([*p.inputs, 'grad', *gg])},",
+                f"            {', '.join(['True'] * (len(p.differentiable) + 1))},",
+                "        )",
+                f"        return {bar_returns}",
+                "",
+                f"    return {grads[0] if len(grads) == 1 else '(' + ', '.join(grads) + ')'}, backward",
+                "",
+                f"return forward({', '.join([*tensors, 'grad'])})",
+            ]
+            grad_fn += _guarded(missing, block)
+    return Methods([], [], [], [], [], [], grad_fn, _signature(p, "tf.Tensor"), wrapper)
+
+
+def _guarded(missing: frozenset[str], block: list[str]) -> list[str]:
+    if not missing:
+        return block
+    return [f"if {_when(missing)}:", *(f"    {line}" if line else "" for line in block), ""]
+
+
+def _signature(p: TensorPlan, tensor: str) -> str:
     defaults = dict(p.scalars)
     params = []
     for x in p.inputs:
-        if x in p.tensors:
-            params.append(f"{x}: tf.Tensor")
+        if x in p.optional:
+            params.append(f"{x}: {tensor} | None = None")
+        elif x in p.tensors:
+            params.append(f"{x}: {tensor}")
         elif defaults.get(x) is not None:
             params.append(f"{x}: float = {defaults[x]}")
         else:
             params.append(f"{x}: float")
-    return Methods(
-        [],
-        [],
-        [],
-        [],
-        [],
-        [],
-        grad_fn,
-        ", ".join(params),
-        wrapper,
-    )
+    return ", ".join(params)
