@@ -63,10 +63,15 @@ def _error(exc: BaseException, module_file: Path, function: str = "") -> str:
     return text
 
 
+def _is_index(inp: Input) -> bool:
+    """A class index of a tensor expression: integers, no gradient."""
+    return inp.shape is not None and dict(inp.assumptions).get("integer") is True
+
+
 def _data(fn: Function, inp: Input) -> tuple[list[float], tuple[int, ...]]:
     """An input's values and shape: its points, tiled over a small shape for a tensor
     expression (each named axis of size 2 or 3, batch axes '...' one axis of 2)."""
-    points = _points(inp)
+    points = [0, 1] if _is_index(inp) else _points(inp)  # (every axis has 2 or 3 entries)
     if inp.shape is None:
         return points, (len(points),)
     named = sorted({a for i in fn.inputs for a in (i.shape or ()) if a != "..."})
@@ -88,7 +93,7 @@ def _steps_torch(fn: Function, wrapper: Callable, dtype) -> Iterator[tuple[str, 
         made = []
         for i in tensors:
             values, shape = _data(fn, i)
-            t = torch.tensor(values, dtype=dtype).reshape(shape)
+            t = torch.tensor(values, dtype=torch.long if _is_index(i) else dtype).reshape(shape)
             made.append(t.requires_grad_(requires_grad and i.gets_gradient))
         return made
 
@@ -141,7 +146,12 @@ def _steps_tensorflow(fn: Function, wrapper: Callable, dtype) -> Iterator[tuple[
 
     tensors = [i for i in fn.inputs if i.is_tensor]
     scalars = {i.name: scalar_value(i) for i in fn.inputs if not i.is_tensor}
-    args = [tf.reshape(tf.constant(_data(fn, i)[0], dtype=dtype), _data(fn, i)[1]) for i in tensors]
+    args = [
+        tf.reshape(
+            tf.constant(_data(fn, i)[0], dtype=tf.int64 if _is_index(i) else dtype), _data(fn, i)[1]
+        )
+        for i in tensors
+    ]
     diff = [a for i, a in zip(tensors, args) if i.gets_gradient]
     state: dict[str, object] = {}
 

@@ -167,6 +167,7 @@ def tensor_case(fn) -> dict:
             "limits": (literal(lo), literal(hi)),
             "differentiable": inp.differentiable,
             "optional": inp.optional,
+            "integer": dict(inp.assumptions).get("integer") is True,
         }
     return {
         "name": fn.name,

@@ -150,7 +150,11 @@ class Code:
             names = {self.tape.symbol(a): self.align(a, node.axes) for a in node.args}
             names.update({s: self.size(s) for s in sizes})
             return printer_cls(scalars=self.scalars | sizes, names=names).doprint(node.expr)
+        if node.op == "onehot":
+            return self.onehot(node)
         (arg, *_) = node.args or (None,)
+        if node.op == "sum" and self.gather(node) is not None:
+            return self.gather(node)
         if node.op == "sum":
             if len(node.args) == 1:
                 a = self.tape.nodes[arg]
@@ -192,6 +196,37 @@ class Code:
         exp = "torch.exp" if torch else "tf.exp"
         return f"{exp}({x} - {lse})" if node.op == "softmax" else f"{x} - {lse}"
 
+    def _float_input(self) -> str:
+        for inp in self.tape.formula.function.inputs:
+            if inp.is_tensor and inp.differentiable:
+                return self.names.get(inp.name, inp.name)
+        raise AssertionError("a class index needs a floating input")
+
+    def onehot(self, node: Node) -> str:
+        """A class index as a one-hot float tensor (its axis last)."""
+        (axis,) = node.over
+        size = self.size(self.tape.formula.size([axis]))
+        label, ref = self.names.get(node.input, node.input), self._float_input()
+        if self.framework == "torch":
+            return f"torch.nn.functional.one_hot({label}, {size}).to({ref}.dtype)"
+        return f"tf.one_hot({label}, {size}, dtype={ref}.dtype)"
+
+    def gather(self, node: Node) -> str | None:
+        """``sum(x * onehot(label), c)`` with c x's last axis: ``x[..., label]``."""
+        if len(node.args) != 2:
+            return None
+        a, b = (self.tape.nodes[n] for n in node.args)
+        if a.op == "onehot":
+            a, b = b, a
+        if b.op != "onehot" or a.op == "onehot" or a.axes != b.axes or a.axes[-1] != b.over[0]:
+            return None
+        if node.axes != a.axes[:-1]:
+            return None
+        label, x = self.names.get(b.input, b.input), self.var(a.name)
+        if self.framework == "torch":
+            return f"{x}.gather(-1, {label}.unsqueeze(-1)).squeeze(-1)"
+        return f"tf.gather({x}, {label}, axis=-1, batch_dims={label}.shape.rank)"
+
     def output(self, out: Output) -> str:
         """The value of ``out``: its parts in the layout of the tensor it is like."""
         like = self.names.get(out.like, out.like)
@@ -219,6 +254,13 @@ class Code:
         for i, r in enumerate(results):
             for name in self.tape.needed([n for n, _ in r.output.parts]):
                 uses.setdefault(name, set()).add(i)
+        # a one-hot class index that only gathers read is never built
+        for name in list(uses):
+            if self.tape.nodes[name].op != "onehot":
+                continue
+            consumers = [n for n in uses if name in self.tape.nodes[n].args]
+            if consumers and all(self.gather(self.tape.nodes[n]) for n in consumers):
+                del uses[name]
         # a node that only one result reads, and nothing else: written in that result
         readers: dict[str, int] = {}
         for name in uses:
@@ -259,8 +301,11 @@ class Code:
             assigned.add(r.target)
             if r.guard is None:
                 lines.append(f"{r.target} = {value}")
+                current = None
             else:
-                lines.append(f"if {r.guard}:")
+                if r.guard != current:
+                    lines.append(f"if {r.guard}:")
+                    current = r.guard
                 lines.append(f"    {r.target} = {value}")
         return lines
 

@@ -86,6 +86,7 @@ class Leaf:
 
     input: str
     layout: tuple[str, ...]  # '...' first where the input has batch axes
+    onehot: str | None = None  # a class index: 1 where this axis equals the input's value
 
 
 @dataclass
@@ -223,8 +224,23 @@ class _TensorBuilder(_Builder):
                 f"indexed with {len(indices)}",
                 f"write {inp.name}[{', '.join(named)}]",
             )
-        names = []
-        for index in indices:
+        names: list[str] = []
+        gathers: list[tuple[str, sympy.Symbol]] = []  # (axis, class index): logits[n, label[n]]
+        for position, index in enumerate(indices):
+            if isinstance(index, ast.Subscript):
+                label = self._class_index(index)
+                axis, k = named[position], 1
+                while (
+                    axis in names
+                    or axis in [a for a, _ in gathers]
+                    or axis in (self.formula.leaves[label].layout)
+                ):
+                    k += 1
+                    axis = f"{named[position]}_{k}"
+                self.formula.dims[axis] = named[position]
+                names.append(axis)
+                gathers.append((axis, label))
+                continue
             if not isinstance(index, ast.Name):
                 raise self.fail(
                     index, "an index must be an axis name", f"e.g. {inp.name}[{', '.join(named)}]"
@@ -232,7 +248,28 @@ class _TensorBuilder(_Builder):
             names.append(self.env.get(index.id, index.id))
         for name, dim in zip(names, named):
             self.formula.dims.setdefault(name, dim)  # (its size: that of the first use)
-        return self._leaf(inp, names)
+        result = self._leaf(inp, names)
+        for axis, label in gathers:
+            leaf = self.formula.leaves[label]
+            onehot = sympy.Symbol(f"onehot({label.name},{axis})", real=True, nonnegative=True)
+            self.formula.leaves[onehot] = Leaf(leaf.input, (*leaf.layout, axis), onehot=axis)
+            result = RSum(result * onehot, axes_tuple([axis]))
+        return result
+
+    def _class_index(self, node: ast.Subscript) -> sympy.Symbol:
+        """``label[n]`` used as an index: an integer input with no gradient."""
+        name = getattr(node.value, "id", None)
+        inp = self.shaped.get(name)
+        if inp is None or dict(inp.assumptions).get("integer") is not True or inp.differentiable:
+            raise self.fail(
+                node,
+                "only an input with integer: true and differentiable: false can be a class index",
+                f"declare it as {name}: {{shape: [...], integer: true, differentiable: false}}",
+            )
+        index = self._Subscript(node)
+        if not isinstance(index, sympy.Symbol):
+            raise self.fail(node, "a class index is a plain access such as label[n]")
+        return index
 
     def _leaf(self, inp: Input, names: list[str]) -> sympy.Symbol:
         layout = ((ELLIPSIS,) if ELLIPSIS in inp.shape else ()) + tuple(names)

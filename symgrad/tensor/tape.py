@@ -102,6 +102,10 @@ class Tape:
     def leaf(self, input: str, layout: tuple[str, ...]) -> sympy.Symbol:
         return self._add("leaf", layout, input=input)
 
+    def _is_onehot(self, expr: sympy.Expr) -> bool:
+        node = self.nodes.get(getattr(expr, "name", None))
+        return node is not None and node.op == "onehot"
+
     def node_of(self, expr: sympy.Expr) -> sympy.Symbol:
         """A node holding ``expr`` (itself when it is one already)."""
         if isinstance(expr, sympy.Symbol) and expr.name in self.nodes:
@@ -122,16 +126,18 @@ class Tape:
         scale = self.size(over - present) if over - present else sympy.Integer(1)
         if not present:
             return scale * expr
-        groups: dict[frozenset[str], list[sympy.Expr]] = {}
+        groups: dict[object, list[sympy.Expr]] = {}
         outside = []
         for factor in sympy.Mul.make_args(expr):
             axes = self.axes(factor)
-            if axes & present:
-                groups.setdefault(axes, []).append(factor)
-            else:
+            if not axes & present:
                 outside.append(factor)
+            elif self._is_onehot(factor):  # its own operand: a gather, not a product
+                groups[factor] = [factor]
+            else:
+                groups.setdefault(axes, []).append(factor)
         args = [self.node_of(sympy.Mul(*g)).name for g in groups.values()]
-        union = set().union(*groups)
+        union = set().union(*(self.nodes[a].axes for a in args))
         total = self._add("sum", self.sorted_axes(union - present), sorted(args, key=self._rank))
         return scale * sympy.Mul(*outside) * total
 
@@ -141,6 +147,8 @@ class Tape:
         leaves = self.formula.leaves
         if isinstance(expr, sympy.Symbol):
             leaf: Leaf | None = leaves.get(expr)
+            if leaf is not None and leaf.onehot is not None:
+                return self._add("onehot", leaf.layout, input=leaf.input, over=(leaf.onehot,))
             return self.leaf(leaf.input, leaf.layout) if leaf else expr
         if isinstance(expr, RSum):
             return self.reduce(self.lower(expr.body), expr.over)
@@ -178,6 +186,8 @@ class Tape:
             if node.op == "leaf":
                 if node.input in parts:
                     parts[node.input].append((g.name, node.axes))
+                continue
+            if node.op == "onehot":  # class indices: integers, no gradient
                 continue
             for arg, contribution in self._pullback(node, g):
                 if contribution != 0:
@@ -232,8 +242,8 @@ class Tape:
         tan: dict[str, sympy.Expr] = {}
         for name in list(self.nodes):
             node = self.nodes[name]
-            if node.op == "leaf":
-                t = tangents.get(node.input)
+            if node.op in ("leaf", "onehot"):
+                t = tangents.get(node.input) if node.op == "leaf" else None
                 tan[name] = self.leaf(t, node.axes) if t else sympy.Integer(0)
             elif node.op == "elem":
                 tan[name] = sympy.Add(
@@ -286,8 +296,9 @@ class Tape:
         return [n for n in self.nodes if n in seen]
 
     def inputs_of(self, roots) -> set[str]:
-        return {self.nodes[n].input for n in self.needed(roots) if self.nodes[n].op == "leaf"}
-
-
-def roots(expr: sympy.Expr, tape: Tape) -> list[str]:
-    return sorted(s.name for s in expr.free_symbols if s.name in tape.nodes)
+        """The inputs (class indices included) that ``roots`` read."""
+        return {
+            self.nodes[n].input
+            for n in self.needed(roots)
+            if self.nodes[n].op in ("leaf", "onehot")
+        }
