@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import itertools
 import keyword
 import math
 import re
@@ -20,7 +21,7 @@ _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SNAKE = re.compile(r"^[a-z_][a-z0-9_]*$")
 _ASSUMPTIONS = ("positive", "nonnegative", "integer")
 #: Names an input or output may not take: they collide with generated code or the language.
-_FUNCTION_KEYS = ("doc", "inputs", "output", "outputs", "gradient", "order")
+_FUNCTION_KEYS = ("doc", "inputs", "let", "output", "outputs", "gradient", "order")
 _SPEC_KEYS = ("module", "doc", "targets", "order", "functions")
 RESERVED = frozenset({"grad", "ctx", "torch", "tf", "math", "out", "inputs", "output", "self"})
 
@@ -171,6 +172,7 @@ class Function:
     order: int
     line: int
     location: Location
+    lets: tuple[Formula, ...] = ()  # tensor expressions: named intermediates, in order
 
     @property
     def class_name(self) -> str:
@@ -456,6 +458,7 @@ def _parse_function(name: str, data: Any, where: Location, default_order: int) -
             outputs.append(_formula(key, value, fo.at(key), f"output '{key}'"))
         outputs = tuple(outputs)
 
+    lets = _parse_lets(f.pop("let"), f.at("let"), input_names)
     gradients: tuple[Formula, ...] = ()
     raw_grad = f.pop("gradient")
     if raw_grad is not None:
@@ -481,6 +484,12 @@ def _parse_function(name: str, data: Any, where: Location, default_order: int) -
         gradients = tuple(grads)
     f.finish(_FUNCTION_KEYS, "a function")
     _check_tensor_function(outputs, inputs, gradients, f, fi)
+    if lets and outputs[0].shape is None:
+        raise SpecError(
+            f.at("let"),
+            "let: is for tensor expressions",
+            'write the output as a tensor expression: output: {shape: [...], expr: "..."}',
+        )
     return Function(
         name=name,
         doc=doc.strip() if doc else None,
@@ -491,7 +500,35 @@ def _parse_function(name: str, data: Any, where: Location, default_order: int) -
         order=order,
         line=where.line or 0,
         location=where,
+        lets=lets,
     )
+
+
+def _parse_lets(raw: Any, where: Location, input_names: set[str]) -> tuple[Formula, ...]:
+    """``let:``: named intermediates, each ``{shape, expr}``, in order."""
+    if raw is None:
+        return ()
+    fl = _Fields(raw, where, "let")
+    lets = []
+    for key, value in fl.data.items():
+        key = str(key)
+        _identifier(key, fl.at(key), "let name")
+        if key in input_names or key in RESERVED:
+            raise SpecError(fl.at(key), f"let name '{key}' is taken", "rename it")
+        if not isinstance(value, dict):
+            raise SpecError(
+                fl.at(key),
+                f"let '{key}' must be {{shape: [...], expr: ...}}",
+                'e.g. z: {shape: [n, o], expr: "sum(x[n, c] * w[o, c], c)"}',
+            )
+        fs = _Fields(value, fl.at(key), f"let '{key}'")
+        if "expr" not in fs.data or "shape" not in fs.data:
+            raise SpecError(fl.at(key), f"let '{key}' needs both shape and expr")
+        shape = _shape(fs.pop("shape"), fs.at("shape"), f"let '{key}'")
+        text = _formula(key, fs.pop("expr"), fs.at("expr"), f"let '{key}'")
+        fs.finish(("shape", "expr"), "a let entry")
+        lets.append(Formula(key, text.text, text.line, shape))
+    return tuple(lets)
 
 
 def _check_tensor_function(outputs, inputs, gradients, f: _Fields, fi: _Fields) -> None:
@@ -509,6 +546,13 @@ def _check_tensor_function(outputs, inputs, gradients, f: _Fields, fi: _Fields) 
                 fi.at(inp.name),
                 f"tensor input '{inp.name}' of a tensor expression needs a shape",
                 "name its axes, e.g. shape: [n, k] (shape: [] for a 0-d tensor)",
+            )
+    for before, after in itertools.pairwise(inputs):
+        if before.optional and after.is_tensor and not after.optional:
+            raise SpecError(
+                fi.at(after.name),
+                f"tensor input '{after.name}' follows the optional input '{before.name}'",
+                "declare optional inputs after the required tensors",
             )
     if tensor and gradients:
         raise SpecError(

@@ -136,12 +136,25 @@ def _index_names(node: ast.AST) -> list[ast.AST]:
     return list(node.elts) if isinstance(node, ast.Tuple) else [node]
 
 
+@dataclass(frozen=True)
+class Let:
+    """A ``let:`` entry: its formula's tree, its axes and the declared axis of each."""
+
+    name: str
+    tree: ast.AST
+    text: str
+    shape: tuple[str, ...]
+    dims: tuple[str, ...]  # per named axis of shape
+    where: Location
+
+
 class _TensorBuilder(_Builder):
-    """The elementwise builder plus indexing, reductions and ``size``."""
+    """The elementwise builder plus indexing, reductions, ``size`` and ``let`` names."""
 
     def __init__(self, text, symbols, where, shaped: dict[str, Input], formula: TensorFormula):
         super().__init__(text, symbols, where)
         self.shaped = shaped
+        self.lets: dict[str, Let] = {}
         self.formula = formula
         self.env: dict[str, str] = {}  # bound axis (as written) -> its canonical name
         self.used: set[str] = set()
@@ -173,6 +186,13 @@ class _TensorBuilder(_Builder):
             return
         if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name):
             inp = self.shaped.get(node.value.id)
+            let = self.lets.get(node.value.id)
+            if let is not None:
+                idx = [i for i in _index_names(node.slice) if not _is_ellipsis(i)]
+                for position, index in enumerate(idx[: len(let.dims)]):
+                    if isinstance(index, ast.Name) and index.id not in bound:
+                        yield index.id, None, let.dims[position]
+                return
             if inp is not None:
                 named = [a for a in inp.shape if a != ELLIPSIS]
                 idx = [i for i in _index_names(node.slice) if not _is_ellipsis(i)]
@@ -188,6 +208,11 @@ class _TensorBuilder(_Builder):
 
     # -- building --------------------------------------------------------------------
     def _Name(self, node: ast.Name):
+        let = self.lets.get(node.id)
+        if let is not None:
+            if let.dims:
+                raise self.fail(node, f"'{node.id}' has axes {list(let.shape)}: index it")
+            return self._let(let, [])
         if node.id in self.shaped:
             inp = self.shaped[node.id]
             named = [a for a in inp.shape if a != ELLIPSIS]
@@ -200,7 +225,34 @@ class _TensorBuilder(_Builder):
             return self._leaf(inp, [])
         return super()._Name(node)
 
+    def _let(self, let: Let, names: list[str]) -> sympy.Expr:
+        """A let's formula with its axes named as at this use."""
+        named = [a for a in let.shape if a != ELLIPSIS]
+        saved, saved_text, saved_where = self.env, self.text, self.where
+        self.env = dict(zip(named, names))
+        self.text, self.where = let.text, let.where
+        try:
+            return self.build(let.tree)
+        finally:
+            self.env, self.text, self.where = saved, saved_text, saved_where
+
     def _Subscript(self, node: ast.Subscript):
+        let = self.lets.get(getattr(node.value, "id", None))
+        if let is not None:
+            indices = [i for i in _index_names(node.slice) if not _is_ellipsis(i)]
+            if len(indices) != len(let.dims):
+                raise self.fail(
+                    node,
+                    f"'{let.name}' has {len(let.dims)} named axes, indexed with {len(indices)}",
+                )
+            names = []
+            for index, dim in zip(indices, let.dims):
+                if not isinstance(index, ast.Name):
+                    raise self.fail(index, "an index of a let name must be an axis name")
+                name = self.env.get(index.id, index.id)
+                self.formula.dims.setdefault(name, dim)
+                names.append(name)
+            return self._let(let, names)
         if not isinstance(node.value, ast.Name) or node.value.id not in self.shaped:
             name = getattr(node.value, "id", None)
             if name is not None and name in self.symbols:
@@ -281,8 +333,16 @@ class _TensorBuilder(_Builder):
 
     def _dim_anywhere(self, name: str) -> str | None:
         """The declared axis that ``name`` indexes somewhere in the formula."""
-        for node in ast.walk(self.root):
+        trees = [self.root, *(let.tree for let in self.lets.values())]
+        for node in (n for tree in trees for n in ast.walk(tree)):
             if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name):
+                let = self.lets.get(node.value.id)
+                if let is not None:
+                    idx = [i for i in _index_names(node.slice) if not _is_ellipsis(i)]
+                    for position, index in enumerate(idx[: len(let.dims)]):
+                        if isinstance(index, ast.Name) and index.id == name:
+                            return let.dims[position]
+                    continue
                 inp = self.shaped.get(node.value.id)
                 if inp is None:
                     continue
@@ -353,6 +413,35 @@ class _TensorBuilder(_Builder):
         if name == "logsumexp":
             return RLSE(inner, axes)
         return (RMax if name == "max" else RMin)(inner, axes)
+
+
+def _check_let(let, fn: Function, outer: _TensorBuilder, scalars, shaped) -> Let:
+    """Parse a let entry alone: its free axes are its shape, each indexes a declared axis."""
+    where = fn.location.at(line=let.line)
+    tree = parse_formula_tree(let.text, where)
+    scratch = TensorFormula(fn, sympy.Integer(0), let.shape, {}, scalars, {}, ())
+    for inp in shaped.values():
+        for axis in inp.shape:
+            if axis != ELLIPSIS:
+                scratch.dims.setdefault(axis, axis)
+    builder = _TensorBuilder(let.text.strip(), scalars, where, shaped, scratch)
+    builder.lets = dict(outer.lets)
+    builder.root = tree
+    expr = builder.build(tree)
+    if isinstance(expr, sympy.Tuple) or not isinstance(expr, sympy.Expr):
+        raise SpecError(where, f"let '{let.name}' must be a number-valued expression")
+    free = scratch.axes(expr)
+    named = [a for a in let.shape if a != ELLIPSIS]
+    if free - {ELLIPSIS} != set(named) or (ELLIPSIS in free) != (ELLIPSIS in let.shape):
+        raise SpecError(
+            where,
+            f"let '{let.name}': the expression's free axes {sorted(free)} are not its shape "
+            f"{list(let.shape)}",
+            "list exactly the axes the expression leaves free",
+        )
+    return Let(
+        let.name, tree, let.text.strip(), let.shape, tuple(scratch.dims[a] for a in named), where
+    )
 
 
 def _is_ellipsis(node: ast.AST) -> bool:
@@ -471,8 +560,10 @@ def parse_tensor_function(fn: Function, missing: frozenset[str] = frozenset()) -
         for axis in inp.shape:
             if axis != ELLIPSIS:
                 formula.dims.setdefault(axis, axis)
-    tree = parse_formula_tree(out.text, where)
     builder = _TensorBuilder(out.text.strip(), scalars, where, shaped, formula)
+    for let in fn.lets:
+        builder.lets[let.name] = _check_let(let, fn, builder, scalars, shaped)
+    tree = parse_formula_tree(out.text, where)
     builder.root = tree
     expr = builder.build(tree)
     if isinstance(expr, sympy.Tuple) or not isinstance(expr, sympy.Expr):

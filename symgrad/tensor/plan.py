@@ -86,7 +86,7 @@ def derive_tensor(fn: Function, missing: frozenset[str] = frozenset()) -> Deriva
     """Derive ``fn``; the optional inputs in ``missing`` are absent (their terms dropped)."""
     formula = parse_tensor_function(fn, missing)
     tape = Tape(formula)
-    out_node = tape.node_of(tape.lower(formula.expr))
+    out_node = tape.node_of(tape.lower_shared(formula.expr))
     out = Output("out", ((out_node.name, formula.shape),), "out")
     wrt = [(i.name, i.shape) for i in fn.inputs if i.gets_gradient and i.name not in missing]
     grads = tape.vjp([out], ["grad"], wrt)

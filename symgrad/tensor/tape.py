@@ -142,6 +142,16 @@ class Tape:
         return scale * sympy.Mul(*outside) * total
 
     # -------------------------------------------------------------- lowering
+    def lower_shared(self, expr: sympy.Expr) -> sympy.Expr:
+        """``lower``, a subexpression used twice computed once (``x - mean(x)`` of a layer
+        norm is one node, read by the variance and the output)."""
+        replacements, (reduced,) = sympy.cse([expr], optimizations=None)
+        env: dict[sympy.Symbol, sympy.Expr] = {}
+        for symbol, sub in replacements:
+            low = self.lower(sub.xreplace(env))
+            env[symbol] = self.node_of(low) if self.axes(low) else low
+        return self.lower(reduced.xreplace(env))
+
     def lower(self, expr: sympy.Expr) -> sympy.Expr:
         """A formula (leaves, reductions) as an elementwise expression over nodes."""
         leaves = self.formula.leaves
