@@ -537,7 +537,8 @@ def _logsumexp_rows_backward_backward(z, grad, gg_z, need_z_bar, need_grad_bar):
         t11 = gg_z * grad[:, None]
         t12 = t11 * t3
         t13 = tf.reduce_sum(t12, axis=-1)
-        z_bar = t3 * (t11 - t13[:, None])
+        t14 = -t13
+        z_bar = t3 * (t11 + t14[:, None])
     if gg_z is not None and need_grad_bar:
         grad_bar = tf.reduce_sum(t9, axis=-1)
     return z_bar, grad_bar
@@ -602,7 +603,8 @@ def _log_softmax_backward(z, grad, need_z):
     if need_z:
         t3 = tf.nn.softmax(z, axis=-1)
         t4 = tf.reduce_sum(grad, axis=-1)
-        grad_z = grad - t3 * t4[:, None]
+        t5 = -t4
+        grad_z = grad + t3 * t5[:, None]
     return (grad_z,)
 
 
@@ -612,17 +614,19 @@ def _log_softmax_backward_backward(z, grad, gg_z, need_z_bar, need_grad_bar):
         t3 = tf.nn.softmax(z, axis=-1)
     if gg_z is not None and need_z_bar:
         t4 = tf.reduce_sum(grad, axis=-1)
+        t5 = -t4
     if gg_z is not None and need_grad_bar:
-        t11 = gg_z * t3
-        t12 = tf.reduce_sum(t11, axis=-1)
-        t13 = -t12
+        t13 = gg_z * t3
+        t14 = tf.reduce_sum(t13, axis=-1)
+        t15 = -t14
     if gg_z is not None and need_z_bar:
-        t14 = -gg_z * t4[:, None]
-        t15 = t14 * t3
-        t16 = tf.reduce_sum(t15, axis=-1)
-        z_bar = t3 * (t14 - t16[:, None])
+        t16 = gg_z * t5[:, None]
+        t17 = t16 * t3
+        t18 = tf.reduce_sum(t17, axis=-1)
+        t20 = -t18
+        z_bar = t3 * (t16 + t20[:, None])
     if gg_z is not None and need_grad_bar:
-        grad_bar = gg_z + t13[:, None]
+        grad_bar = gg_z + t15[:, None]
     return z_bar, grad_bar
 
 
@@ -691,7 +695,8 @@ def _softmax_cross_entropy_backward(logits, target, grad, need_logits):
         t9 = t8 * target
         t10 = tf.nn.softmax(logits, axis=-1)
         t11 = tf.reduce_sum(t9, axis=-1)
-        grad_logits = -t10 * t11[:, None] + t9
+        t12 = -t11
+        grad_logits = t10 * t12[:, None] + t9
     return (grad_logits,)
 
 
@@ -708,22 +713,24 @@ def _softmax_cross_entropy_backward_backward(
         t10 = tf.nn.softmax(logits, axis=-1)
     if gg_logits is not None and need_logits_bar:
         t11 = tf.reduce_sum(t9, axis=-1)
+        t12 = -t11
     if gg_logits is not None and need_grad_bar:
-        t22 = gg_logits * t10
-        t23 = tf.reduce_sum(t22, axis=-1)
-        t24 = -t23
+        t24 = gg_logits * t10
+        t25 = tf.reduce_sum(t24, axis=-1)
+        t26 = -t25
     if gg_logits is not None and need_logits_bar:
-        t25 = -gg_logits * t11[:, None]
-        t26 = t10 * t25
-        t27 = tf.reduce_sum(t26, axis=-1)
+        t27 = gg_logits * t12[:, None]
+        t28 = t10 * t27
+        t29 = tf.reduce_sum(t28, axis=-1)
     if gg_logits is not None and need_grad_bar:
-        t28 = gg_logits + t24[:, None]
-        t29 = t28 * target
-        t30 = tf.reduce_sum(t29, axis=[-2, -1])
+        t30 = gg_logits + t26[:, None]
+        t31 = t30 * target
+        t32 = tf.reduce_sum(t31, axis=[-2, -1])
     if gg_logits is not None and need_logits_bar:
-        logits_bar = t10 * (t25 - t27[:, None])
+        t34 = -t29
+        logits_bar = t10 * (t27 + t34[:, None])
     if gg_logits is not None and need_grad_bar:
-        grad_bar = -t30 / logits.shape[-2]
+        grad_bar = -t32 / logits.shape[-2]
     return logits_bar, grad_bar
 
 
@@ -863,29 +870,31 @@ def _bce_logits_mean_grad(z, y, grad):
 
 def _layer_norm_forward(x, eps):
     t1 = tf.reduce_sum(x, axis=-1)
-    t2 = x - t1[..., None] / x.shape[-1]
-    t3 = tf.math.square(t2)
-    t4 = tf.reduce_sum(t3, axis=-1)
-    return t2 / tf.math.sqrt(eps + t4[..., None] / x.shape[-1])
+    t2 = -t1 / x.shape[-1]
+    t3 = t2[..., None] + x
+    t4 = tf.math.square(t3)
+    t5 = tf.reduce_sum(t4, axis=-1)
+    t6 = tf.math.rsqrt(eps + t5 / x.shape[-1])
+    return t3 * t6[..., None]
 
 
 def _layer_norm_backward(x, eps, grad, need_x):
     grad_x = None
     if need_x:
         t1 = tf.reduce_sum(x, axis=-1)
-        t2 = x - t1[..., None] / x.shape[-1]
-        t3 = tf.math.square(t2)
-        t4 = tf.reduce_sum(t3, axis=-1)
-        t7 = grad * t2
-        t8 = tf.reduce_sum(t7, axis=-1)
-        t9 = -t8 / (2 * x.shape[-1] * (eps + t4 / x.shape[-1]) ** (1.5))
-        t10 = (
-            grad / tf.math.sqrt(eps + t4[..., None] / x.shape[-1])
-            + 2 * t2 * t9[..., None]
-        )
-        t11 = tf.reduce_sum(t10, axis=-1)
-        t12 = -t11 / x.shape[-1]
-        grad_x = t10 + t12[..., None]
+        t2 = -t1 / x.shape[-1]
+        t3 = t2[..., None] + x
+        t4 = tf.math.square(t3)
+        t5 = tf.reduce_sum(t4, axis=-1)
+        t6 = tf.math.rsqrt(eps + t5 / x.shape[-1])
+        t9 = grad * t3
+        t10 = tf.reduce_sum(t9, axis=-1)
+        t11 = -t10 / (2 * x.shape[-1] * (eps + t5 / x.shape[-1]) ** (1.5))
+        t12 = 2 * t11
+        t13 = grad * t6[..., None] + t12[..., None] * t3
+        t14 = tf.reduce_sum(t13, axis=-1)
+        t15 = -t14 / x.shape[-1]
+        grad_x = t13 + t15[..., None]
     return (grad_x,)
 
 
@@ -893,37 +902,40 @@ def _layer_norm_backward_backward(x, eps, grad, gg_x, need_x_bar, need_grad_bar)
     x_bar = grad_bar = None
     if (gg_x is not None and need_x_bar) or (gg_x is not None and need_grad_bar):
         t1 = tf.reduce_sum(x, axis=-1)
-        t2 = x - t1[..., None] / x.shape[-1]
-        t3 = tf.math.square(t2)
-        t4 = tf.reduce_sum(t3, axis=-1)
-    if gg_x is not None and need_x_bar:
-        t7 = grad * t2
-        t8 = tf.reduce_sum(t7, axis=-1)
-        t9 = -t8 / (2 * x.shape[-1] * (eps + t4 / x.shape[-1]) ** (1.5))
-    if (gg_x is not None and need_x_bar) or (gg_x is not None and need_grad_bar):
-        t20 = tf.reduce_sum(gg_x, axis=-1)
-        t21 = -t20 / x.shape[-1]
-        t22 = gg_x + t21[..., None]
-    if gg_x is not None and need_x_bar:
-        t23 = grad * t22
-        t24 = tf.reduce_sum(t23, axis=-1)
-    if (gg_x is not None and need_x_bar) or (gg_x is not None and need_grad_bar):
-        t25 = t2 * t22
-        t26 = tf.reduce_sum(t25, axis=-1)
-        t27 = 2 * t26
-        t28 = -t27 / (2 * x.shape[-1] * (eps + t4 / x.shape[-1]) ** (1.5))
-    if gg_x is not None and need_x_bar:
-        t30 = -t24 / (
-            2 * x.shape[-1] * (eps + t4 / x.shape[-1]) ** (1.5)
-        ) + 3 * t27 * t8 / (4 * x.shape[-1] ** 2 * (eps + t4 / x.shape[-1]) ** (2.5))
-        t31 = grad * t28[..., None] + 2 * t2 * t30[..., None] + 2 * t22 * t9[..., None]
-        t32 = tf.reduce_sum(t31, axis=-1)
-        t33 = -t32 / x.shape[-1]
-        x_bar = t31 + t33[..., None]
+        t2 = -t1 / x.shape[-1]
+        t3 = t2[..., None] + x
+        t4 = tf.math.square(t3)
+        t5 = tf.reduce_sum(t4, axis=-1)
     if gg_x is not None and need_grad_bar:
-        grad_bar = t2 * t28[..., None] + t22 / tf.math.sqrt(
-            eps + t4[..., None] / x.shape[-1]
-        )
+        t6 = tf.math.rsqrt(eps + t5 / x.shape[-1])
+    if gg_x is not None and need_x_bar:
+        t9 = grad * t3
+        t10 = tf.reduce_sum(t9, axis=-1)
+        t11 = -t10 / (2 * x.shape[-1] * (eps + t5 / x.shape[-1]) ** (1.5))
+        t12 = 2 * t11
+    if (gg_x is not None and need_x_bar) or (gg_x is not None and need_grad_bar):
+        t25 = tf.reduce_sum(gg_x, axis=-1)
+        t26 = -t25 / x.shape[-1]
+        t27 = gg_x + t26[..., None]
+        t28 = t27 * t3
+        t29 = tf.reduce_sum(t28, axis=-1)
+    if gg_x is not None and need_x_bar:
+        t30 = grad * t27
+        t31 = tf.reduce_sum(t30, axis=-1)
+    if (gg_x is not None and need_x_bar) or (gg_x is not None and need_grad_bar):
+        t32 = 2 * t29
+        t33 = -t32 / (2 * x.shape[-1] * (eps + t5 / x.shape[-1]) ** (1.5))
+    if gg_x is not None and need_x_bar:
+        t35 = -t31 / (
+            2 * x.shape[-1] * (eps + t5 / x.shape[-1]) ** (1.5)
+        ) + 3 * t10 * t32 / (4 * x.shape[-1] ** 2 * (eps + t5 / x.shape[-1]) ** (2.5))
+        t36 = 2 * t35
+        t37 = grad * t33[..., None] + t12[..., None] * t27 + t3 * t36[..., None]
+        t38 = tf.reduce_sum(t37, axis=-1)
+        t39 = -t38 / x.shape[-1]
+        x_bar = t37 + t39[..., None]
+    if gg_x is not None and need_grad_bar:
+        grad_bar = t27 * t6[..., None] + t3 * t33[..., None]
     return x_bar, grad_bar
 
 
@@ -981,7 +993,8 @@ def _layer_norm_grad(x, eps, grad):
 def _rms_norm_forward(x, g, eps):
     t2 = tf.math.square(x)
     t3 = tf.reduce_sum(t2, axis=-1)
-    return g * x / tf.math.sqrt(eps + t3[..., None] / x.shape[-1])
+    t4 = g / tf.math.sqrt(eps + t3[..., None] / x.shape[-1])
+    return t4 * x
 
 
 def _rms_norm_backward(x, g, eps, grad, need_x, need_g):
@@ -989,21 +1002,22 @@ def _rms_norm_backward(x, g, eps, grad, need_x, need_g):
     if need_x or need_g:
         t2 = tf.math.square(x)
         t3 = tf.reduce_sum(t2, axis=-1)
-        t6 = grad * x
-    if need_g:
-        t7 = tf.math.rsqrt(eps + t3 / x.shape[-1])
     if need_x:
-        t9 = tf.einsum("d,...d->...", g, t6)
-        t10 = -t9 / (2 * x.shape[-1] * (eps + t3 / x.shape[-1]) ** (1.5))
-        grad_x = (
-            g * grad / tf.math.sqrt(eps + t3[..., None] / x.shape[-1])
-            + 2 * t10[..., None] * x
-        )
+        t4 = g / tf.math.sqrt(eps + t3[..., None] / x.shape[-1])
+    if need_x or need_g:
+        t7 = grad * x
+    if need_g:
+        t8 = tf.math.rsqrt(eps + t3 / x.shape[-1])
+    if need_x:
+        t10 = tf.einsum("d,...d->...", g, t7)
+        t11 = -t10 / (2 * x.shape[-1] * (eps + t3 / x.shape[-1]) ** (1.5))
+        t12 = 2 * t11
+        grad_x = grad * t4 + t12[..., None] * x
     if need_g:
         grad_g = tf.einsum(
             "Zd,Z->d",
-            tf.reshape(t6, tf.concat([[-1], tf.shape(t6)[-1:]], 0)),
-            tf.reshape(t7, [-1]),
+            tf.reshape(t7, tf.concat([[-1], tf.shape(t7)[-1:]], 0)),
+            tf.reshape(t8, [-1]),
         )
     return grad_x, grad_g
 
@@ -1021,29 +1035,24 @@ def _rms_norm_backward_backward(
     ):
         t2 = tf.math.square(x)
         t3 = tf.reduce_sum(t2, axis=-1)
+    if gg_x is not None and need_grad_bar:
+        t4 = g / tf.math.sqrt(eps + t3[..., None] / x.shape[-1])
     if (
         (gg_x is not None and need_x_bar)
         or (gg_x is not None and need_g_bar)
         or (gg_g is not None and need_x_bar)
     ):
-        t6 = grad * x
+        t7 = grad * x
     if (
         (gg_x is not None and need_g_bar)
         or (gg_g is not None and need_x_bar)
         or (gg_g is not None and need_grad_bar)
     ):
-        t7 = tf.math.rsqrt(eps + t3 / x.shape[-1])
+        t8 = tf.math.rsqrt(eps + t3 / x.shape[-1])
     if gg_x is not None and need_x_bar:
-        t9 = tf.einsum("d,...d->...", g, t6)
-        t10 = -t9 / (2 * x.shape[-1] * (eps + t3 / x.shape[-1]) ** (1.5))
-    if (gg_x is not None and need_x_bar) or (gg_x is not None and need_g_bar):
-        t18 = gg_x * grad
-    if gg_x is not None and need_g_bar:
-        t19 = tf.einsum(
-            "Z,Zd->d",
-            tf.reshape(t7, [-1]),
-            tf.reshape(t18, tf.concat([[-1], tf.shape(t18)[-1:]], 0)),
-        )
+        t10 = tf.einsum("d,...d->...", g, t7)
+        t11 = -t10 / (2 * x.shape[-1] * (eps + t3 / x.shape[-1]) ** (1.5))
+        t12 = 2 * t11
     if (
         (gg_x is not None and need_x_bar)
         or (gg_x is not None and need_g_bar)
@@ -1051,47 +1060,51 @@ def _rms_norm_backward_backward(
     ):
         t20 = gg_x * x
         t21 = tf.reduce_sum(t20, axis=-1)
-    if gg_x is not None and need_x_bar:
-        t22 = tf.einsum("d,...d->...", g, t18)
-    if (
-        (gg_x is not None and need_x_bar)
-        or (gg_x is not None and need_g_bar)
-        or (gg_x is not None and need_grad_bar)
-    ):
-        t23 = 2 * t21
-        t24 = -t23 / (2 * x.shape[-1] * (eps + t3 / x.shape[-1]) ** (1.5))
+        t22 = 2 * t21
+        t23 = -t22 / (2 * x.shape[-1] * (eps + t3 / x.shape[-1]) ** (1.5))
     if gg_x is not None and need_g_bar:
-        t25 = tf.einsum(
+        t24 = tf.einsum(
             "Zd,Z->d",
-            tf.reshape(t6, tf.concat([[-1], tf.shape(t6)[-1:]], 0)),
-            tf.reshape(t24, [-1]),
+            tf.reshape(t7, tf.concat([[-1], tf.shape(t7)[-1:]], 0)),
+            tf.reshape(t23, [-1]),
         )
     if (gg_x is not None and need_x_bar) or (gg_x is not None and need_grad_bar):
-        t26 = g * t24[..., None]
-    if gg_x is not None and need_x_bar:
-        t28 = -t22 / (
-            2 * x.shape[-1] * (eps + t3 / x.shape[-1]) ** (1.5)
-        ) + 3 * t23 * t9 / (4 * x.shape[-1] ** 2 * (eps + t3 / x.shape[-1]) ** (2.5))
-    if gg_g is not None and need_x_bar:
-        t32 = tf.einsum("...d,d->...", t6, gg_g)
-    if (gg_g is not None and need_x_bar) or (gg_g is not None and need_grad_bar):
-        t33 = gg_g * t7[..., None]
-    if gg_g is not None and need_x_bar:
-        t35 = -t32 / (2 * x.shape[-1] * (eps + t3 / x.shape[-1]) ** (1.5))
-    if gg_x is not None and need_x_bar:
-        x_bar = 2 * gg_x * t10[..., None] + grad * t26 + 2 * t28[..., None] * x
+        t25 = g * t23[..., None]
+    if (gg_x is not None and need_x_bar) or (gg_x is not None and need_g_bar):
+        t27 = gg_x * grad
     if gg_x is not None and need_g_bar:
-        g_bar = t19 + t25
+        t28 = tf.einsum(
+            "Z,Zd->d",
+            tf.reshape(t8, [-1]),
+            tf.reshape(t27, tf.concat([[-1], tf.shape(t27)[-1:]], 0)),
+        )
+    if gg_x is not None and need_x_bar:
+        t29 = tf.einsum("d,...d->...", g, t27)
+        t30 = -t29 / (
+            2 * x.shape[-1] * (eps + t3 / x.shape[-1]) ** (1.5)
+        ) + 3 * t10 * t22 / (4 * x.shape[-1] ** 2 * (eps + t3 / x.shape[-1]) ** (2.5))
+        t31 = 2 * t30
+    if gg_g is not None and need_x_bar:
+        t35 = tf.einsum("...d,d->...", t7, gg_g)
+    if (gg_g is not None and need_x_bar) or (gg_g is not None and need_grad_bar):
+        t36 = gg_g * t8[..., None]
+    if gg_g is not None and need_x_bar:
+        t38 = -t35 / (2 * x.shape[-1] * (eps + t3 / x.shape[-1]) ** (1.5))
+        t39 = 2 * t38
+    if gg_x is not None and need_x_bar:
+        x_bar = gg_x * t12[..., None] + grad * t25 + t31[..., None] * x
+    if gg_x is not None and need_g_bar:
+        g_bar = t24 + t28
     if gg_x is not None and need_grad_bar:
-        grad_bar = g * gg_x / tf.math.sqrt(eps + t3[..., None] / x.shape[-1]) + t26 * x
+        grad_bar = gg_x * t4 + t25 * x
     if gg_g is not None and need_x_bar:
         x_bar = (
-            grad * t33 + 2 * t35[..., None] * x
+            grad * t36 + t39[..., None] * x
             if x_bar is None
-            else x_bar + grad * t33 + 2 * t35[..., None] * x
+            else x_bar + grad * t36 + t39[..., None] * x
         )
     if gg_g is not None and need_grad_bar:
-        grad_bar = t33 * x if grad_bar is None else grad_bar + t33 * x
+        grad_bar = t36 * x if grad_bar is None else grad_bar + t36 * x
     return x_bar, g_bar, grad_bar
 
 
@@ -1152,29 +1165,31 @@ def _rms_norm_grad(x, g, eps, grad):
 
 def _layer_norm_one_pass_forward(x, eps):
     t1 = tf.reduce_sum(x, axis=-1)
-    t2 = x - t1[..., None] / x.shape[-1]
-    t3 = tf.math.square(t2)
-    t4 = tf.reduce_sum(t3, axis=-1)
-    return t2 / tf.math.sqrt(eps + t4[..., None] / x.shape[-1])
+    t2 = -t1 / x.shape[-1]
+    t3 = t2[..., None] + x
+    t4 = tf.math.square(t3)
+    t5 = tf.reduce_sum(t4, axis=-1)
+    t6 = tf.math.rsqrt(eps + t5 / x.shape[-1])
+    return t3 * t6[..., None]
 
 
 def _layer_norm_one_pass_backward(x, eps, grad, need_x):
     grad_x = None
     if need_x:
         t1 = tf.reduce_sum(x, axis=-1)
-        t2 = x - t1[..., None] / x.shape[-1]
-        t3 = tf.math.square(t2)
-        t4 = tf.reduce_sum(t3, axis=-1)
-        t7 = grad * t2
-        t8 = tf.reduce_sum(t7, axis=-1)
-        t9 = -t8 / (2 * x.shape[-1] * (eps + t4 / x.shape[-1]) ** (1.5))
-        t10 = (
-            grad / tf.math.sqrt(eps + t4[..., None] / x.shape[-1])
-            + 2 * t2 * t9[..., None]
-        )
-        t11 = tf.reduce_sum(t10, axis=-1)
-        t12 = -t11 / x.shape[-1]
-        grad_x = t10 + t12[..., None]
+        t2 = -t1 / x.shape[-1]
+        t3 = t2[..., None] + x
+        t4 = tf.math.square(t3)
+        t5 = tf.reduce_sum(t4, axis=-1)
+        t6 = tf.math.rsqrt(eps + t5 / x.shape[-1])
+        t9 = grad * t3
+        t10 = tf.reduce_sum(t9, axis=-1)
+        t11 = -t10 / (2 * x.shape[-1] * (eps + t5 / x.shape[-1]) ** (1.5))
+        t12 = 2 * t11
+        t13 = grad * t6[..., None] + t12[..., None] * t3
+        t14 = tf.reduce_sum(t13, axis=-1)
+        t15 = -t14 / x.shape[-1]
+        grad_x = t13 + t15[..., None]
     return (grad_x,)
 
 
@@ -1184,37 +1199,40 @@ def _layer_norm_one_pass_backward_backward(
     x_bar = grad_bar = None
     if (gg_x is not None and need_x_bar) or (gg_x is not None and need_grad_bar):
         t1 = tf.reduce_sum(x, axis=-1)
-        t2 = x - t1[..., None] / x.shape[-1]
-        t3 = tf.math.square(t2)
-        t4 = tf.reduce_sum(t3, axis=-1)
-    if gg_x is not None and need_x_bar:
-        t7 = grad * t2
-        t8 = tf.reduce_sum(t7, axis=-1)
-        t9 = -t8 / (2 * x.shape[-1] * (eps + t4 / x.shape[-1]) ** (1.5))
-    if (gg_x is not None and need_x_bar) or (gg_x is not None and need_grad_bar):
-        t20 = tf.reduce_sum(gg_x, axis=-1)
-        t21 = -t20 / x.shape[-1]
-        t22 = gg_x + t21[..., None]
-    if gg_x is not None and need_x_bar:
-        t23 = grad * t22
-        t24 = tf.reduce_sum(t23, axis=-1)
-    if (gg_x is not None and need_x_bar) or (gg_x is not None and need_grad_bar):
-        t25 = t2 * t22
-        t26 = tf.reduce_sum(t25, axis=-1)
-        t27 = 2 * t26
-        t28 = -t27 / (2 * x.shape[-1] * (eps + t4 / x.shape[-1]) ** (1.5))
-    if gg_x is not None and need_x_bar:
-        t30 = -t24 / (
-            2 * x.shape[-1] * (eps + t4 / x.shape[-1]) ** (1.5)
-        ) + 3 * t27 * t8 / (4 * x.shape[-1] ** 2 * (eps + t4 / x.shape[-1]) ** (2.5))
-        t31 = grad * t28[..., None] + 2 * t2 * t30[..., None] + 2 * t22 * t9[..., None]
-        t32 = tf.reduce_sum(t31, axis=-1)
-        t33 = -t32 / x.shape[-1]
-        x_bar = t31 + t33[..., None]
+        t2 = -t1 / x.shape[-1]
+        t3 = t2[..., None] + x
+        t4 = tf.math.square(t3)
+        t5 = tf.reduce_sum(t4, axis=-1)
     if gg_x is not None and need_grad_bar:
-        grad_bar = t2 * t28[..., None] + t22 / tf.math.sqrt(
-            eps + t4[..., None] / x.shape[-1]
-        )
+        t6 = tf.math.rsqrt(eps + t5 / x.shape[-1])
+    if gg_x is not None and need_x_bar:
+        t9 = grad * t3
+        t10 = tf.reduce_sum(t9, axis=-1)
+        t11 = -t10 / (2 * x.shape[-1] * (eps + t5 / x.shape[-1]) ** (1.5))
+        t12 = 2 * t11
+    if (gg_x is not None and need_x_bar) or (gg_x is not None and need_grad_bar):
+        t25 = tf.reduce_sum(gg_x, axis=-1)
+        t26 = -t25 / x.shape[-1]
+        t27 = gg_x + t26[..., None]
+        t28 = t27 * t3
+        t29 = tf.reduce_sum(t28, axis=-1)
+    if gg_x is not None and need_x_bar:
+        t30 = grad * t27
+        t31 = tf.reduce_sum(t30, axis=-1)
+    if (gg_x is not None and need_x_bar) or (gg_x is not None and need_grad_bar):
+        t32 = 2 * t29
+        t33 = -t32 / (2 * x.shape[-1] * (eps + t5 / x.shape[-1]) ** (1.5))
+    if gg_x is not None and need_x_bar:
+        t35 = -t31 / (
+            2 * x.shape[-1] * (eps + t5 / x.shape[-1]) ** (1.5)
+        ) + 3 * t10 * t32 / (4 * x.shape[-1] ** 2 * (eps + t5 / x.shape[-1]) ** (2.5))
+        t36 = 2 * t35
+        t37 = grad * t33[..., None] + t12[..., None] * t27 + t3 * t36[..., None]
+        t38 = tf.reduce_sum(t37, axis=-1)
+        t39 = -t38 / x.shape[-1]
+        x_bar = t37 + t39[..., None]
+    if gg_x is not None and need_grad_bar:
+        grad_bar = t27 * t6[..., None] + t3 * t33[..., None]
     return x_bar, grad_bar
 
 
@@ -1271,58 +1289,46 @@ def _layer_norm_one_pass_grad(x, eps, grad):
 
 def _batch_norm_train_forward(x, eps):
     t1 = tf.reduce_sum(x, axis=[-4, -2, -1])
-    t2 = x - t1[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1])
-    t3 = tf.math.square(t2)
-    t4 = tf.reduce_sum(t3, axis=[-4, -2, -1])
-    return t2 / (
-        eps
-        + tf.math.sqrt(
-            t4[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-        )
-    )
+    t2 = -t1 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
+    t3 = t2[:, None, None] + x
+    t4 = tf.math.square(t3)
+    t5 = tf.reduce_sum(t4, axis=[-4, -2, -1])
+    t6 = 1 / (eps + tf.math.sqrt(t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
+    return t3 * t6[:, None, None]
 
 
 def _batch_norm_train_backward(x, eps, grad, need_x):
     grad_x = None
     if need_x:
         t1 = tf.reduce_sum(x, axis=[-4, -2, -1])
-        t2 = x - t1[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1])
-        t3 = tf.math.square(t2)
-        t4 = tf.reduce_sum(t3, axis=[-4, -2, -1])
-        t7 = tf.where(
-            t4[:, None, None] == 0,
-            tf.constant(0.0, grad.dtype),
-            -grad
-            * t2
-            * tf.math.sqrt(
-                t4[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-            )
+        t2 = -t1 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
+        t3 = t2[:, None, None] + x
+        t4 = tf.math.square(t3)
+        t5 = tf.reduce_sum(t4, axis=[-4, -2, -1])
+        t6 = 1 / (
+            eps + tf.math.sqrt(t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
+        )
+        t9 = grad * t3
+        t10 = tf.reduce_sum(t9, axis=[-4, -2, -1])
+        t11 = tf.where(
+            t5 == 0,
+            tf.constant(0.0, t10.dtype),
+            -t10
+            * tf.math.sqrt(t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
             / (
                 2
-                * t4[:, None, None]
+                * t5
                 * tf.math.square(
                     eps
-                    + tf.math.sqrt(
-                        t4[:, None, None]
-                        / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                    )
+                    + tf.math.sqrt(t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
                 )
             ),
         )
-        t8 = tf.reduce_sum(t7, axis=[-4, -2, -1])
-        t9 = (
-            grad
-            / (
-                eps
-                + tf.math.sqrt(
-                    t4[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                )
-            )
-            + 2 * t2 * t8[:, None, None]
-        )
-        t10 = tf.reduce_sum(t9, axis=[-4, -2, -1])
-        t11 = -t10 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
-        grad_x = t11[:, None, None] + t9
+        t12 = 2 * t11
+        t13 = grad * t6[:, None, None] + t12[:, None, None] * t3
+        t14 = tf.reduce_sum(t13, axis=[-4, -2, -1])
+        t15 = -t14 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
+        grad_x = t13 + t15[:, None, None]
     return (grad_x,)
 
 
@@ -1330,164 +1336,122 @@ def _batch_norm_train_backward_backward(x, eps, grad, gg_x, need_x_bar, need_gra
     x_bar = grad_bar = None
     if (gg_x is not None and need_x_bar) or (gg_x is not None and need_grad_bar):
         t1 = tf.reduce_sum(x, axis=[-4, -2, -1])
-        t2 = x - t1[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1])
-        t3 = tf.math.square(t2)
-        t4 = tf.reduce_sum(t3, axis=[-4, -2, -1])
+        t2 = -t1 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
+        t3 = t2[:, None, None] + x
+        t4 = tf.math.square(t3)
+        t5 = tf.reduce_sum(t4, axis=[-4, -2, -1])
+    if gg_x is not None and need_grad_bar:
+        t6 = 1 / (
+            eps + tf.math.sqrt(t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
+        )
     if gg_x is not None and need_x_bar:
-        t7 = tf.where(
-            t4[:, None, None] == 0,
-            tf.constant(0.0, grad.dtype),
-            -grad
-            * t2
-            * tf.math.sqrt(
-                t4[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-            )
+        t9 = grad * t3
+        t10 = tf.reduce_sum(t9, axis=[-4, -2, -1])
+        t11 = tf.where(
+            t5 == 0,
+            tf.constant(0.0, t10.dtype),
+            -t10
+            * tf.math.sqrt(t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
             / (
                 2
-                * t4[:, None, None]
+                * t5
                 * tf.math.square(
                     eps
-                    + tf.math.sqrt(
-                        t4[:, None, None]
-                        / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                    )
+                    + tf.math.sqrt(t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
                 )
             ),
         )
-        t8 = tf.reduce_sum(t7, axis=[-4, -2, -1])
+        t12 = 2 * t11
     if (gg_x is not None and need_x_bar) or (gg_x is not None and need_grad_bar):
-        t19 = tf.reduce_sum(gg_x, axis=[-4, -2, -1])
-        t20 = -t19 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
-        t21 = gg_x + t20[:, None, None]
+        t25 = tf.reduce_sum(gg_x, axis=[-4, -2, -1])
+        t26 = -t25 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
+        t27 = gg_x + t26[:, None, None]
+        t28 = t27 * t3
+        t29 = tf.reduce_sum(t28, axis=[-4, -2, -1])
     if gg_x is not None and need_x_bar:
-        t22 = tf.where(
-            t4[:, None, None] == 0,
-            tf.constant(0.0, grad.dtype),
-            -grad
-            * t21
-            * tf.math.sqrt(
-                t4[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-            )
+        t30 = grad * t27
+        t31 = tf.reduce_sum(t30, axis=[-4, -2, -1])
+    if (gg_x is not None and need_x_bar) or (gg_x is not None and need_grad_bar):
+        t32 = 2 * t29
+        t33 = t32 * tf.where(
+            t5 == 0,
+            tf.constant(0.0, t5.dtype),
+            -tf.math.sqrt(t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
             / (
                 2
-                * t4[:, None, None]
+                * t5
                 * tf.math.square(
                     eps
-                    + tf.math.sqrt(
-                        t4[:, None, None]
-                        / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                    )
+                    + tf.math.sqrt(t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
                 )
             ),
         )
-        t23 = tf.reduce_sum(t22, axis=[-4, -2, -1])
-    if (gg_x is not None and need_x_bar) or (gg_x is not None and need_grad_bar):
-        t24 = t2 * t21
-        t25 = tf.reduce_sum(t24, axis=[-4, -2, -1])
-        t26 = 2 * t25
     if gg_x is not None and need_x_bar:
-        t27 = tf.where(
-            t4[:, None, None] == 0,
-            tf.constant(0.0, grad.dtype),
-            t26[:, None, None]
+        t35 = tf.where(
+            t5 == 0,
+            tf.constant(0.0, t10.dtype),
+            t32
             * tf.where(
-                t4[:, None, None] == 0,
-                tf.constant(0.0, grad.dtype),
-                grad
-                * t2
-                * tf.math.sqrt(
-                    t4[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                )
+                t5 == 0,
+                tf.constant(0.0, t10.dtype),
+                t10
+                * tf.math.sqrt(t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
                 / (
                     4
-                    * tf.math.square(t4[:, None, None])
+                    * tf.math.square(t5)
                     * tf.math.square(
                         eps
                         + tf.math.sqrt(
-                            t4[:, None, None]
-                            / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
+                            t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
                         )
                     )
                 )
-                + grad
-                * t2
-                * (t4[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
+                + t10
+                * (t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
                 / (
                     2
-                    * tf.math.square(t4[:, None, None])
+                    * tf.math.square(t5)
                     * (
                         tf.math.square(
                             eps
                             + tf.math.sqrt(
-                                t4[:, None, None]
-                                / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
+                                t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
                             )
                         )
                         * (
                             eps
                             + tf.math.sqrt(
-                                t4[:, None, None]
-                                / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
+                                t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
                             )
                         )
                     )
                 ),
             ),
-        )
-        t28 = tf.reduce_sum(t27, axis=[-4, -2, -1])
-        t30 = t23 + t28
-        t31 = (
-            2 * t2 * t30[:, None, None]
-            + 2 * t21 * t8[:, None, None]
-            + t26[:, None, None]
-            * tf.where(
-                t4[:, None, None] == 0,
-                tf.constant(0.0, grad.dtype),
-                -grad
-                * tf.math.sqrt(
-                    t4[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                )
-                / (
-                    2
-                    * t4[:, None, None]
-                    * tf.math.square(
-                        eps
-                        + tf.math.sqrt(
-                            t4[:, None, None]
-                            / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                        )
-                    )
-                ),
-            )
-        )
-        t32 = tf.reduce_sum(t31, axis=[-4, -2, -1])
-        t33 = -t32 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
-        x_bar = t31 + t33[:, None, None]
-    if gg_x is not None and need_grad_bar:
-        grad_bar = t21 / (
-            eps
-            + tf.math.sqrt(
-                t4[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-            )
-        ) + t26[:, None, None] * tf.where(
-            t4[:, None, None] == 0,
-            tf.constant(0.0, t2.dtype),
-            -t2
-            * tf.math.sqrt(
-                t4[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-            )
+        ) + tf.where(
+            t5 == 0,
+            tf.constant(0.0, t31.dtype),
+            -t31
+            * tf.math.sqrt(t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
             / (
                 2
-                * t4[:, None, None]
+                * t5
                 * tf.math.square(
                     eps
-                    + tf.math.sqrt(
-                        t4[:, None, None]
-                        / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                    )
+                    + tf.math.sqrt(t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
                 )
             ),
         )
+        t36 = 2 * t35
+        t37 = (
+            grad * t33[:, None, None]
+            + t12[:, None, None] * t27
+            + t3 * t36[:, None, None]
+        )
+        t38 = tf.reduce_sum(t37, axis=[-4, -2, -1])
+        t39 = -t38 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
+        x_bar = t37 + t39[:, None, None]
+    if gg_x is not None and need_grad_bar:
+        grad_bar = t27 * t6[:, None, None] + t3 * t33[:, None, None]
     return x_bar, grad_bar
 
 
@@ -1544,7 +1508,9 @@ def _batch_norm_train_grad(x, eps, grad):
 
 def _linear_bn_folded_forward(x, w, b, gamma, beta, mu, running_var, eps):
     t7 = tf.einsum("nk,ok->no", x, w)
-    return beta + gamma * (b - mu + t7) / tf.math.sqrt(eps + running_var)
+    t8 = b - mu
+    t9 = gamma / tf.math.sqrt(eps + running_var)
+    return beta + t9 * (t7 + t8)
 
 
 def _linear_bn_folded_backward(
@@ -1566,23 +1532,26 @@ def _linear_bn_folded_backward(
     grad_x = grad_w = grad_b = grad_gamma = grad_beta = None
     if need_gamma:
         t7 = tf.einsum("nk,ok->no", x, w)
+        t8 = b - mu
+    if need_x or need_w or need_b:
+        t9 = gamma / tf.math.sqrt(eps + running_var)
     if need_b or need_beta:
-        t10 = tf.reduce_sum(grad, axis=-2)
+        t12 = tf.reduce_sum(grad, axis=-2)
     if need_gamma:
-        t11 = grad * (b - mu + t7)
-        t12 = tf.reduce_sum(t11, axis=-2)
+        t13 = grad * (t7 + t8)
+        t14 = tf.reduce_sum(t13, axis=-2)
     if need_x or need_w:
-        t13 = gamma * grad / tf.math.sqrt(eps + running_var)
+        t16 = grad * t9
     if need_x:
-        grad_x = tf.einsum("ok,no->nk", w, t13)
+        grad_x = tf.einsum("ok,no->nk", w, t16)
     if need_w:
-        grad_w = tf.einsum("nk,no->ok", x, t13)
+        grad_w = tf.einsum("nk,no->ok", x, t16)
     if need_b:
-        grad_b = gamma * t10 / tf.math.sqrt(eps + running_var)
+        grad_b = t12 * t9
     if need_gamma:
-        grad_gamma = t12 / tf.math.sqrt(eps + running_var)
+        grad_gamma = t14 / tf.math.sqrt(eps + running_var)
     if need_beta:
-        grad_beta = t10
+        grad_beta = t12
     return grad_x, grad_w, grad_b, grad_gamma, grad_beta
 
 
@@ -1611,84 +1580,84 @@ def _linear_bn_folded_backward_backward(
     beta_bar = w_bar = gamma_bar = grad_bar = x_bar = b_bar = None
     if gg_gamma is not None and need_grad_bar:
         t7 = tf.einsum("nk,ok->no", x, w)
+        t8 = b - mu
+    if (
+        (gg_x is not None and need_w_bar)
+        or (gg_x is not None and need_grad_bar)
+        or (gg_w is not None and need_x_bar)
+        or (gg_w is not None and need_grad_bar)
+        or (gg_b is not None and need_grad_bar)
+    ):
+        t9 = gamma / tf.math.sqrt(eps + running_var)
     if (gg_b is not None and need_gamma_bar) or (gg_gamma is not None and need_b_bar):
-        t10 = tf.reduce_sum(grad, axis=-2)
+        t12 = tf.reduce_sum(grad, axis=-2)
     if (gg_x is not None and need_w_bar) or (gg_w is not None and need_x_bar):
-        t13 = gamma * grad / tf.math.sqrt(eps + running_var)
+        t16 = grad * t9
     if (gg_x is not None and need_gamma_bar) or (gg_x is not None and need_grad_bar):
-        t30 = tf.einsum("ok,nk->no", w, gg_x)
+        t34 = tf.einsum("ok,nk->no", w, gg_x)
     if gg_x is not None and need_gamma_bar:
-        t31 = grad * t30
-        t32 = tf.reduce_sum(t31, axis=-2)
+        t35 = grad * t34
+        t36 = tf.reduce_sum(t35, axis=-2)
     if (gg_w is not None and need_gamma_bar) or (gg_w is not None and need_grad_bar):
-        t38 = tf.einsum("nk,ok->no", x, gg_w)
+        t42 = tf.einsum("nk,ok->no", x, gg_w)
     if gg_w is not None and need_gamma_bar:
-        t39 = grad * t38
-        t40 = tf.reduce_sum(t39, axis=-2)
+        t43 = grad * t42
+        t44 = tf.reduce_sum(t43, axis=-2)
+    if gg_b is not None and need_gamma_bar:
+        t50 = gg_b * t12
     if (
         (gg_gamma is not None and need_x_bar)
         or (gg_gamma is not None and need_w_bar)
         or (gg_gamma is not None and need_b_bar)
         or (gg_gamma is not None and need_grad_bar)
     ):
-        t49 = gg_gamma / tf.math.sqrt(eps + running_var)
+        t54 = gg_gamma / tf.math.sqrt(eps + running_var)
     if (gg_gamma is not None and need_x_bar) or (gg_gamma is not None and need_w_bar):
-        t51 = grad * t49
+        t57 = grad * t54
     if gg_x is not None and need_w_bar:
-        w_bar = tf.einsum("no,nk->ok", t13, gg_x)
+        w_bar = tf.einsum("no,nk->ok", t16, gg_x)
     if gg_x is not None and need_gamma_bar:
-        gamma_bar = t32 / tf.math.sqrt(eps + running_var)
+        gamma_bar = t36 / tf.math.sqrt(eps + running_var)
     if gg_x is not None and need_grad_bar:
-        grad_bar = gamma * t30 / tf.math.sqrt(eps + running_var)
+        grad_bar = t34 * t9
     if gg_w is not None and need_x_bar:
-        x_bar = tf.einsum("no,ok->nk", t13, gg_w)
+        x_bar = tf.einsum("no,ok->nk", t16, gg_w)
     if gg_w is not None and need_gamma_bar:
         gamma_bar = (
-            t40 / tf.math.sqrt(eps + running_var)
+            t44 / tf.math.sqrt(eps + running_var)
             if gamma_bar is None
-            else gamma_bar + t40 / tf.math.sqrt(eps + running_var)
+            else gamma_bar + t44 / tf.math.sqrt(eps + running_var)
         )
     if gg_w is not None and need_grad_bar:
-        grad_bar = (
-            gamma * t38 / tf.math.sqrt(eps + running_var)
-            if grad_bar is None
-            else grad_bar + gamma * t38 / tf.math.sqrt(eps + running_var)
-        )
+        grad_bar = t42 * t9 if grad_bar is None else grad_bar + t42 * t9
     if gg_b is not None and need_gamma_bar:
         gamma_bar = (
-            gg_b * t10 / tf.math.sqrt(eps + running_var)
+            t50 / tf.math.sqrt(eps + running_var)
             if gamma_bar is None
-            else gamma_bar + gg_b * t10 / tf.math.sqrt(eps + running_var)
+            else gamma_bar + t50 / tf.math.sqrt(eps + running_var)
         )
     if gg_b is not None and need_grad_bar:
         grad_bar = (
-            tf.broadcast_to(
-                gamma * gg_b / tf.math.sqrt(eps + running_var), tf.shape(grad)
-            )
+            tf.broadcast_to(gg_b * t9, tf.shape(grad))
             if grad_bar is None
-            else grad_bar
-            + tf.broadcast_to(
-                gamma * gg_b / tf.math.sqrt(eps + running_var), tf.shape(grad)
-            )
+            else grad_bar + tf.broadcast_to(gg_b * t9, tf.shape(grad))
         )
     if gg_gamma is not None and need_x_bar:
         x_bar = (
-            tf.einsum("ok,no->nk", w, t51)
+            tf.einsum("ok,no->nk", w, t57)
             if x_bar is None
-            else x_bar + tf.einsum("ok,no->nk", w, t51)
+            else x_bar + tf.einsum("ok,no->nk", w, t57)
         )
     if gg_gamma is not None and need_w_bar:
         w_bar = (
-            tf.einsum("nk,no->ok", x, t51)
+            tf.einsum("nk,no->ok", x, t57)
             if w_bar is None
-            else w_bar + tf.einsum("nk,no->ok", x, t51)
+            else w_bar + tf.einsum("nk,no->ok", x, t57)
         )
     if gg_gamma is not None and need_b_bar:
-        b_bar = t10 * t49
+        b_bar = t12 * t54
     if gg_gamma is not None and need_grad_bar:
-        grad_bar = (
-            t49 * (b - mu + t7) if grad_bar is None else grad_bar + t49 * (b - mu + t7)
-        )
+        grad_bar = t54 * (t7 + t8) if grad_bar is None else grad_bar + t54 * (t7 + t8)
     if gg_beta is not None and need_grad_bar:
         grad_bar = (
             tf.broadcast_to(gg_beta, tf.shape(grad))
@@ -1827,12 +1796,13 @@ def _attention_backward(q, k, v, scale, grad, need_q, need_k, need_v):
         t9 = tf.einsum("...td,...sd->...st", v, grad)
         t10 = t5 * t9
         t11 = tf.reduce_sum(t10, axis=-1)
-        t12 = t5 * (-t11[..., None] + t9)
-        t13 = scale * t12
+        t12 = -t11
+        t13 = t5 * (t12[..., None] + t9)
+        t14 = scale * t13
     if need_q:
-        grad_q = tf.einsum("...te,...st->...se", k, t13)
+        grad_q = tf.einsum("...te,...st->...se", k, t14)
     if need_k:
-        grad_k = tf.einsum("...se,...st->...te", q, t13)
+        grad_k = tf.einsum("...se,...st->...te", q, t14)
     if need_v:
         grad_v = tf.einsum("...st,...sd->...td", t5, grad)
     return grad_q, grad_k, grad_v
@@ -1878,100 +1848,104 @@ def _attention_backward_backward(
         t9 = tf.einsum("...td,...sd->...st", v, grad)
         t10 = t5 * t9
         t11 = tf.reduce_sum(t10, axis=-1)
+        t12 = -t11
     if (gg_q is not None and need_k_bar) or (gg_k is not None and need_q_bar):
-        t12 = t5 * (-t11[..., None] + t9)
-        t13 = scale * t12
+        t13 = t5 * (t12[..., None] + t9)
+        t14 = scale * t13
     if gg_q is not None and need_k_bar:
-        t28 = tf.einsum("...st,...se->...et", t13, gg_q)
+        t30 = tf.einsum("...st,...se->...et", t14, gg_q)
     if (
         (gg_q is not None and need_q_bar)
         or (gg_q is not None and need_k_bar)
         or (gg_q is not None and need_v_bar)
         or (gg_q is not None and need_grad_bar)
     ):
-        t29 = tf.einsum("...te,...se->...st", k, gg_q)
-        t30 = scale * t29
-        t31 = t30 * t5
-        t32 = tf.reduce_sum(t31, axis=-1)
-        t33 = -t32
+        t31 = tf.einsum("...te,...se->...st", k, gg_q)
+        t32 = scale * t31
+        t33 = t32 * t5
+        t34 = tf.reduce_sum(t33, axis=-1)
+        t35 = -t34
     if (gg_q is not None and need_v_bar) or (gg_q is not None and need_grad_bar):
-        t34 = t30 * t5 + t33[..., None] * t5
+        t36 = t32 * t5 + t35[..., None] * t5
     if (gg_q is not None and need_q_bar) or (gg_q is not None and need_k_bar):
-        t37 = t30 * (-t11[..., None] + t9) + t33[..., None] * t9
-        t38 = t37 * t5
-        t39 = tf.reduce_sum(t38, axis=-1)
-        t40 = t5 * (t37 - t39[..., None])
-        t41 = scale * t40
+        t39 = t32 * (t12[..., None] + t9) + t35[..., None] * t9
+        t40 = t39 * t5
+        t41 = tf.reduce_sum(t40, axis=-1)
+        t42 = -t41
+        t43 = t5 * (t39 + t42[..., None])
+        t44 = scale * t43
     if gg_q is not None and need_k_bar:
-        t43 = tf.einsum("...se,...st->...et", q, t41)
+        t46 = tf.einsum("...se,...st->...et", q, t44)
     if gg_k is not None and need_q_bar:
-        t46 = tf.einsum("...st,...te->...se", t13, gg_k)
+        t49 = tf.einsum("...st,...te->...se", t14, gg_k)
     if (
         (gg_k is not None and need_q_bar)
         or (gg_k is not None and need_k_bar)
         or (gg_k is not None and need_v_bar)
         or (gg_k is not None and need_grad_bar)
     ):
-        t47 = tf.einsum("...se,...te->...st", q, gg_k)
-        t48 = scale * t47
-        t49 = t48 * t5
-        t50 = tf.reduce_sum(t49, axis=-1)
-        t51 = -t50
+        t50 = tf.einsum("...se,...te->...st", q, gg_k)
+        t51 = scale * t50
+        t52 = t5 * t51
+        t53 = tf.reduce_sum(t52, axis=-1)
+        t54 = -t53
     if (gg_k is not None and need_v_bar) or (gg_k is not None and need_grad_bar):
-        t52 = t48 * t5 + t5 * t51[..., None]
+        t55 = t5 * t51 + t5 * t54[..., None]
     if (gg_k is not None and need_q_bar) or (gg_k is not None and need_k_bar):
-        t55 = t48 * (-t11[..., None] + t9) + t51[..., None] * t9
-        t56 = t5 * t55
-        t57 = tf.reduce_sum(t56, axis=-1)
-        t58 = t5 * (t55 - t57[..., None])
-        t59 = scale * t58
+        t58 = t51 * (t12[..., None] + t9) + t54[..., None] * t9
+        t59 = t5 * t58
+        t60 = tf.reduce_sum(t59, axis=-1)
+        t61 = -t60
+        t62 = t5 * (t58 + t61[..., None])
+        t63 = scale * t62
     if gg_k is not None and need_q_bar:
-        t60 = tf.einsum("...te,...st->...se", k, t59)
+        t64 = tf.einsum("...te,...st->...se", k, t63)
     if (gg_v is not None and need_q_bar) or (gg_v is not None and need_k_bar):
-        t64 = tf.einsum("...sd,...td->...st", grad, gg_v)
-        t66 = t5 * t64
-        t67 = tf.reduce_sum(t66, axis=-1)
-        t68 = t5 * (t64 - t67[..., None])
-        t69 = scale * t68
+        t68 = tf.einsum("...sd,...td->...st", grad, gg_v)
+        t70 = t5 * t68
+        t71 = tf.reduce_sum(t70, axis=-1)
+        t72 = -t71
+        t73 = t5 * (t68 + t72[..., None])
+        t74 = scale * t73
     if gg_q is not None and need_q_bar:
-        q_bar = tf.einsum("...te,...st->...se", k, t41)
+        q_bar = tf.einsum("...te,...st->...se", k, t44)
     if gg_q is not None and need_k_bar:
-        k_bar = tf.einsum("...et->...te", t28 + t43)
+        k_bar = tf.einsum("...et->...te", t30 + t46)
     if gg_q is not None and need_v_bar:
-        v_bar = tf.einsum("...sd,...st->...td", grad, t34)
+        v_bar = tf.einsum("...sd,...st->...td", grad, t36)
     if gg_q is not None and need_grad_bar:
-        grad_bar = tf.einsum("...td,...st->...sd", v, t34)
+        grad_bar = tf.einsum("...td,...st->...sd", v, t36)
     if gg_k is not None and need_q_bar:
-        q_bar = t46 + t60 if q_bar is None else q_bar + t46 + t60
+        q_bar = t49 + t64 if q_bar is None else q_bar + t49 + t64
     if gg_k is not None and need_k_bar:
         k_bar = (
-            tf.einsum("...se,...st->...te", q, t59)
+            tf.einsum("...se,...st->...te", q, t63)
             if k_bar is None
-            else k_bar + tf.einsum("...se,...st->...te", q, t59)
+            else k_bar + tf.einsum("...se,...st->...te", q, t63)
         )
     if gg_k is not None and need_v_bar:
         v_bar = (
-            tf.einsum("...sd,...st->...td", grad, t52)
+            tf.einsum("...sd,...st->...td", grad, t55)
             if v_bar is None
-            else v_bar + tf.einsum("...sd,...st->...td", grad, t52)
+            else v_bar + tf.einsum("...sd,...st->...td", grad, t55)
         )
     if gg_k is not None and need_grad_bar:
         grad_bar = (
-            tf.einsum("...td,...st->...sd", v, t52)
+            tf.einsum("...td,...st->...sd", v, t55)
             if grad_bar is None
-            else grad_bar + tf.einsum("...td,...st->...sd", v, t52)
+            else grad_bar + tf.einsum("...td,...st->...sd", v, t55)
         )
     if gg_v is not None and need_q_bar:
         q_bar = (
-            tf.einsum("...te,...st->...se", k, t69)
+            tf.einsum("...te,...st->...se", k, t74)
             if q_bar is None
-            else q_bar + tf.einsum("...te,...st->...se", k, t69)
+            else q_bar + tf.einsum("...te,...st->...se", k, t74)
         )
     if gg_v is not None and need_k_bar:
         k_bar = (
-            tf.einsum("...se,...st->...te", q, t69)
+            tf.einsum("...se,...st->...te", q, t74)
             if k_bar is None
-            else k_bar + tf.einsum("...se,...st->...te", q, t69)
+            else k_bar + tf.einsum("...se,...st->...te", q, t74)
         )
     if gg_v is not None and need_grad_bar:
         grad_bar = (
@@ -2050,7 +2024,8 @@ def _attention_grad(q, k, v, scale, grad):
 def _l2_normalize_forward(x):
     t1 = tf.math.square(x)
     t2 = tf.reduce_sum(t1, axis=-1)
-    return x / tf.math.sqrt(t2[..., None])
+    t3 = tf.math.rsqrt(t2)
+    return t3[..., None] * x
 
 
 def _l2_normalize_backward(x, grad, need_x):
@@ -2058,10 +2033,12 @@ def _l2_normalize_backward(x, grad, need_x):
     if need_x:
         t1 = tf.math.square(x)
         t2 = tf.reduce_sum(t1, axis=-1)
-        t5 = grad * x
-        t6 = tf.reduce_sum(t5, axis=-1)
-        t7 = -t6 / (2 * t2 ** (1.5))
-        grad_x = grad / tf.math.sqrt(t2[..., None]) + 2 * t7[..., None] * x
+        t3 = tf.math.rsqrt(t2)
+        t6 = grad * x
+        t7 = tf.reduce_sum(t6, axis=-1)
+        t8 = -t7 / (2 * t2 ** (1.5))
+        t9 = 2 * t8
+        grad_x = grad * t3[..., None] + t9[..., None] * x
     return (grad_x,)
 
 
@@ -2070,24 +2047,26 @@ def _l2_normalize_backward_backward(x, grad, gg_x, need_x_bar, need_grad_bar):
     if (gg_x is not None and need_x_bar) or (gg_x is not None and need_grad_bar):
         t1 = tf.math.square(x)
         t2 = tf.reduce_sum(t1, axis=-1)
-    if gg_x is not None and need_x_bar:
-        t5 = grad * x
-        t6 = tf.reduce_sum(t5, axis=-1)
-        t7 = -t6 / (2 * t2 ** (1.5))
-        t14 = gg_x * grad
-        t15 = tf.reduce_sum(t14, axis=-1)
-    if (gg_x is not None and need_x_bar) or (gg_x is not None and need_grad_bar):
-        t16 = gg_x * x
-        t17 = tf.reduce_sum(t16, axis=-1)
-        t18 = 2 * t17
-        t19 = -t18 / (2 * t2 ** (1.5))
-    if gg_x is not None and need_x_bar:
-        t21 = -t15 / (2 * t2 ** (1.5)) + 3 * t18 * t6 / (4 * t2 ** (2.5))
-        x_bar = (
-            2 * gg_x * t7[..., None] + grad * t19[..., None] + 2 * t21[..., None] * x
-        )
     if gg_x is not None and need_grad_bar:
-        grad_bar = gg_x / tf.math.sqrt(t2[..., None]) + t19[..., None] * x
+        t3 = tf.math.rsqrt(t2)
+    if gg_x is not None and need_x_bar:
+        t6 = grad * x
+        t7 = tf.reduce_sum(t6, axis=-1)
+        t8 = -t7 / (2 * t2 ** (1.5))
+        t9 = 2 * t8
+        t17 = gg_x * grad
+        t18 = tf.reduce_sum(t17, axis=-1)
+    if (gg_x is not None and need_x_bar) or (gg_x is not None and need_grad_bar):
+        t19 = gg_x * x
+        t20 = tf.reduce_sum(t19, axis=-1)
+        t21 = 2 * t20
+        t22 = -t21 / (2 * t2 ** (1.5))
+    if gg_x is not None and need_x_bar:
+        t24 = -t18 / (2 * t2 ** (1.5)) + 3 * t21 * t7 / (4 * t2 ** (2.5))
+        t25 = 2 * t24
+        x_bar = gg_x * t9[..., None] + grad * t22[..., None] + t25[..., None] * x
+    if gg_x is not None and need_grad_bar:
+        grad_bar = gg_x * t3[..., None] + t22[..., None] * x
     return x_bar, grad_bar
 
 
@@ -2184,7 +2163,8 @@ def _cross_entropy_class_index_backward_backward(
     if gg_logits is not None and need_grad_bar:
         t27 = -t22 + t23
     if gg_logits is not None and need_logits_bar:
-        logits_bar = t11 * (t24 - t26[:, None])
+        t30 = -t26
+        logits_bar = t11 * (t24 + t30[:, None])
     if gg_logits is not None and need_grad_bar:
         grad_bar = -t27 / logits.shape[-2]
     return logits_bar, grad_bar
@@ -2245,15 +2225,12 @@ def _cross_entropy_class_index_grad(logits, label, grad):
 def _conv1x1_bn_forward(x, wt, eps):
     t2 = tf.einsum("nchw,oc->nohw", x, wt)
     t3 = tf.reduce_sum(t2, axis=[-4, -2, -1])
-    t4 = t2 - t3[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1])
-    t5 = tf.math.square(t4)
-    t6 = tf.reduce_sum(t5, axis=[-4, -2, -1])
-    return t4 / (
-        eps
-        + tf.math.sqrt(
-            t6[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-        )
-    )
+    t4 = -t3 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
+    t5 = t2 + t4[:, None, None]
+    t6 = tf.math.square(t5)
+    t7 = tf.reduce_sum(t6, axis=[-4, -2, -1])
+    t8 = 1 / (eps + tf.math.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
+    return t5 * t8[:, None, None]
 
 
 def _conv1x1_bn_backward(x, wt, eps, grad, need_x, need_wt):
@@ -2261,47 +2238,38 @@ def _conv1x1_bn_backward(x, wt, eps, grad, need_x, need_wt):
     if need_x or need_wt:
         t2 = tf.einsum("nchw,oc->nohw", x, wt)
         t3 = tf.reduce_sum(t2, axis=[-4, -2, -1])
-        t4 = t2 - t3[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1])
-        t5 = tf.math.square(t4)
-        t6 = tf.reduce_sum(t5, axis=[-4, -2, -1])
-        t9 = tf.where(
-            t6[:, None, None] == 0,
-            tf.constant(0.0, grad.dtype),
-            -grad
-            * t4
-            * tf.math.sqrt(
-                t6[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-            )
+        t4 = -t3 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
+        t5 = t2 + t4[:, None, None]
+        t6 = tf.math.square(t5)
+        t7 = tf.reduce_sum(t6, axis=[-4, -2, -1])
+        t8 = 1 / (
+            eps + tf.math.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
+        )
+        t11 = grad * t5
+        t12 = tf.reduce_sum(t11, axis=[-4, -2, -1])
+        t13 = tf.where(
+            t7 == 0,
+            tf.constant(0.0, t12.dtype),
+            -t12
+            * tf.math.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
             / (
                 2
-                * t6[:, None, None]
+                * t7
                 * tf.math.square(
                     eps
-                    + tf.math.sqrt(
-                        t6[:, None, None]
-                        / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                    )
+                    + tf.math.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
                 )
             ),
         )
-        t10 = tf.reduce_sum(t9, axis=[-4, -2, -1])
-        t11 = (
-            grad
-            / (
-                eps
-                + tf.math.sqrt(
-                    t6[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                )
-            )
-            + 2 * t10[:, None, None] * t4
-        )
-        t12 = tf.reduce_sum(t11, axis=[-4, -2, -1])
-        t13 = -t12 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
-        t14 = t11 + t13[:, None, None]
+        t14 = 2 * t13
+        t15 = grad * t8[:, None, None] + t14[:, None, None] * t5
+        t16 = tf.reduce_sum(t15, axis=[-4, -2, -1])
+        t17 = -t16 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
+        t18 = t15 + t17[:, None, None]
     if need_x:
-        grad_x = tf.einsum("oc,nohw->nchw", wt, t14)
+        grad_x = tf.einsum("oc,nohw->nchw", wt, t18)
     if need_wt:
-        grad_wt = tf.einsum("nchw,nohw->oc", x, t14)
+        grad_wt = tf.einsum("nchw,nohw->oc", x, t18)
     return grad_x, grad_wt
 
 
@@ -2319,391 +2287,272 @@ def _conv1x1_bn_backward_backward(
     ):
         t2 = tf.einsum("nchw,oc->nohw", x, wt)
         t3 = tf.reduce_sum(t2, axis=[-4, -2, -1])
-        t4 = t2 - t3[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1])
-        t5 = tf.math.square(t4)
-        t6 = tf.reduce_sum(t5, axis=[-4, -2, -1])
+        t4 = -t3 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
+        t5 = t2 + t4[:, None, None]
+        t6 = tf.math.square(t5)
+        t7 = tf.reduce_sum(t6, axis=[-4, -2, -1])
+    if (
+        (gg_x is not None and need_wt_bar)
+        or (gg_x is not None and need_grad_bar)
+        or (gg_wt is not None and need_x_bar)
+        or (gg_wt is not None and need_grad_bar)
+    ):
+        t8 = 1 / (
+            eps + tf.math.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
+        )
     if (
         (gg_x is not None and need_x_bar)
         or (gg_x is not None and need_wt_bar)
         or (gg_wt is not None and need_x_bar)
         or (gg_wt is not None and need_wt_bar)
     ):
-        t9 = tf.where(
-            t6[:, None, None] == 0,
-            tf.constant(0.0, grad.dtype),
-            -grad
-            * t4
-            * tf.math.sqrt(
-                t6[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-            )
-            / (
-                2
-                * t6[:, None, None]
-                * tf.math.square(
-                    eps
-                    + tf.math.sqrt(
-                        t6[:, None, None]
-                        / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                    )
-                )
-            ),
-        )
-        t10 = tf.reduce_sum(t9, axis=[-4, -2, -1])
-    if (gg_x is not None and need_wt_bar) or (gg_wt is not None and need_x_bar):
-        t11 = (
-            grad
-            / (
-                eps
-                + tf.math.sqrt(
-                    t6[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                )
-            )
-            + 2 * t10[:, None, None] * t4
-        )
+        t11 = grad * t5
         t12 = tf.reduce_sum(t11, axis=[-4, -2, -1])
-        t13 = -t12 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
-        t14 = t11 + t13[:, None, None]
+        t13 = tf.where(
+            t7 == 0,
+            tf.constant(0.0, t12.dtype),
+            -t12
+            * tf.math.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
+            / (
+                2
+                * t7
+                * tf.math.square(
+                    eps
+                    + tf.math.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
+                )
+            ),
+        )
+        t14 = 2 * t13
+    if (gg_x is not None and need_wt_bar) or (gg_wt is not None and need_x_bar):
+        t15 = grad * t8[:, None, None] + t14[:, None, None] * t5
+        t16 = tf.reduce_sum(t15, axis=[-4, -2, -1])
+        t17 = -t16 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
+        t18 = t15 + t17[:, None, None]
     if gg_x is not None and need_wt_bar:
-        t27 = tf.einsum("nohw,nchw->oc", t14, gg_x)
+        t33 = tf.einsum("nohw,nchw->oc", t18, gg_x)
     if (
         (gg_x is not None and need_x_bar)
         or (gg_x is not None and need_wt_bar)
         or (gg_x is not None and need_grad_bar)
     ):
-        t28 = tf.einsum("oc,nchw->nohw", wt, gg_x)
-        t29 = tf.reduce_sum(t28, axis=[-4, -2, -1])
-        t30 = -t29 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
-        t31 = t28 + t30[:, None, None]
-        t32 = t31 * t4
-        t33 = tf.reduce_sum(t32, axis=[-4, -2, -1])
-    if (gg_x is not None and need_x_bar) or (gg_x is not None and need_wt_bar):
-        t34 = tf.where(
-            t6[:, None, None] == 0,
-            tf.constant(0.0, grad.dtype),
-            -grad
-            * t31
-            * tf.math.sqrt(
-                t6[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-            )
-            / (
-                2
-                * t6[:, None, None]
-                * tf.math.square(
-                    eps
-                    + tf.math.sqrt(
-                        t6[:, None, None]
-                        / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                    )
-                )
-            ),
-        )
+        t34 = tf.einsum("oc,nchw->nohw", wt, gg_x)
         t35 = tf.reduce_sum(t34, axis=[-4, -2, -1])
+        t36 = -t35 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
+        t37 = t34 + t36[:, None, None]
+        t38 = t37 * t5
+        t39 = tf.reduce_sum(t38, axis=[-4, -2, -1])
+    if (gg_x is not None and need_x_bar) or (gg_x is not None and need_wt_bar):
+        t40 = grad * t37
+        t41 = tf.reduce_sum(t40, axis=[-4, -2, -1])
     if (
         (gg_x is not None and need_x_bar)
         or (gg_x is not None and need_wt_bar)
         or (gg_x is not None and need_grad_bar)
     ):
-        t36 = 2 * t33
+        t42 = 2 * t39
+        t43 = t42 * tf.where(
+            t7 == 0,
+            tf.constant(0.0, t7.dtype),
+            -tf.math.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
+            / (
+                2
+                * t7
+                * tf.math.square(
+                    eps
+                    + tf.math.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
+                )
+            ),
+        )
     if (gg_x is not None and need_x_bar) or (gg_x is not None and need_wt_bar):
-        t37 = tf.where(
-            t6[:, None, None] == 0,
-            tf.constant(0.0, grad.dtype),
-            t36[:, None, None]
+        t45 = tf.where(
+            t7 == 0,
+            tf.constant(0.0, t12.dtype),
+            t42
             * tf.where(
-                t6[:, None, None] == 0,
-                tf.constant(0.0, grad.dtype),
-                grad
-                * t4
-                * tf.math.sqrt(
-                    t6[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                )
+                t7 == 0,
+                tf.constant(0.0, t12.dtype),
+                t12
+                * tf.math.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
                 / (
                     4
-                    * tf.math.square(t6[:, None, None])
+                    * tf.math.square(t7)
                     * tf.math.square(
                         eps
                         + tf.math.sqrt(
-                            t6[:, None, None]
-                            / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
+                            t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
                         )
                     )
                 )
-                + grad
-                * t4
-                * (t6[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
+                + t12
+                * (t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
                 / (
                     2
-                    * tf.math.square(t6[:, None, None])
+                    * tf.math.square(t7)
                     * (
                         tf.math.square(
                             eps
                             + tf.math.sqrt(
-                                t6[:, None, None]
-                                / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
+                                t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
                             )
                         )
                         * (
                             eps
                             + tf.math.sqrt(
-                                t6[:, None, None]
-                                / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
+                                t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
                             )
                         )
                     )
                 ),
             ),
-        )
-        t38 = tf.reduce_sum(t37, axis=[-4, -2, -1])
-        t40 = t35 + t38
-        t41 = (
-            2 * t10[:, None, None] * t31
-            + t36[:, None, None]
-            * tf.where(
-                t6[:, None, None] == 0,
-                tf.constant(0.0, grad.dtype),
-                -grad
-                * tf.math.sqrt(
-                    t6[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
+        ) + tf.where(
+            t7 == 0,
+            tf.constant(0.0, t41.dtype),
+            -t41
+            * tf.math.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
+            / (
+                2
+                * t7
+                * tf.math.square(
+                    eps
+                    + tf.math.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
                 )
-                / (
-                    2
-                    * t6[:, None, None]
-                    * tf.math.square(
-                        eps
-                        + tf.math.sqrt(
-                            t6[:, None, None]
-                            / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                        )
-                    )
-                ),
-            )
-            + 2 * t4 * t40[:, None, None]
+            ),
         )
-        t42 = tf.reduce_sum(t41, axis=[-4, -2, -1])
-        t43 = -t42 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
-        t44 = t41 + t43[:, None, None]
+        t46 = 2 * t45
+        t47 = (
+            grad * t43[:, None, None]
+            + t14[:, None, None] * t37
+            + t46[:, None, None] * t5
+        )
+        t48 = tf.reduce_sum(t47, axis=[-4, -2, -1])
+        t49 = -t48 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
+        t50 = t47 + t49[:, None, None]
     if gg_x is not None and need_wt_bar:
-        t46 = tf.einsum("nchw,nohw->oc", x, t44)
+        t52 = tf.einsum("nchw,nohw->oc", x, t50)
     if gg_wt is not None and need_x_bar:
-        t49 = tf.einsum("nohw,oc->nhwc", t14, gg_wt)
+        t55 = tf.einsum("nohw,oc->nhwc", t18, gg_wt)
     if (
         (gg_wt is not None and need_x_bar)
         or (gg_wt is not None and need_wt_bar)
         or (gg_wt is not None and need_grad_bar)
     ):
-        t50 = tf.einsum("nchw,oc->nohw", x, gg_wt)
-        t51 = tf.reduce_sum(t50, axis=[-4, -2, -1])
-        t52 = -t51 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
-        t53 = t50 + t52[:, None, None]
-        t54 = t4 * t53
-        t55 = tf.reduce_sum(t54, axis=[-4, -2, -1])
-    if (gg_wt is not None and need_x_bar) or (gg_wt is not None and need_wt_bar):
-        t56 = tf.where(
-            t6[:, None, None] == 0,
-            tf.constant(0.0, grad.dtype),
-            -grad
-            * t53
-            * tf.math.sqrt(
-                t6[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-            )
-            / (
-                2
-                * t6[:, None, None]
-                * tf.math.square(
-                    eps
-                    + tf.math.sqrt(
-                        t6[:, None, None]
-                        / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                    )
-                )
-            ),
-        )
+        t56 = tf.einsum("nchw,oc->nohw", x, gg_wt)
         t57 = tf.reduce_sum(t56, axis=[-4, -2, -1])
+        t58 = -t57 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
+        t59 = t56 + t58[:, None, None]
+        t60 = t5 * t59
+        t61 = tf.reduce_sum(t60, axis=[-4, -2, -1])
+    if (gg_wt is not None and need_x_bar) or (gg_wt is not None and need_wt_bar):
+        t62 = grad * t59
+        t63 = tf.reduce_sum(t62, axis=[-4, -2, -1])
     if (
         (gg_wt is not None and need_x_bar)
         or (gg_wt is not None and need_wt_bar)
         or (gg_wt is not None and need_grad_bar)
     ):
-        t58 = 2 * t55
-    if (gg_wt is not None and need_x_bar) or (gg_wt is not None and need_wt_bar):
-        t59 = tf.where(
-            t6[:, None, None] == 0,
-            tf.constant(0.0, grad.dtype),
-            t58[:, None, None]
-            * tf.where(
-                t6[:, None, None] == 0,
-                tf.constant(0.0, grad.dtype),
-                grad
-                * t4
-                * tf.math.sqrt(
-                    t6[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
+        t64 = 2 * t61
+        t65 = t64 * tf.where(
+            t7 == 0,
+            tf.constant(0.0, t7.dtype),
+            -tf.math.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
+            / (
+                2
+                * t7
+                * tf.math.square(
+                    eps
+                    + tf.math.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
                 )
+            ),
+        )
+    if (gg_wt is not None and need_x_bar) or (gg_wt is not None and need_wt_bar):
+        t67 = tf.where(
+            t7 == 0,
+            tf.constant(0.0, t12.dtype),
+            t64
+            * tf.where(
+                t7 == 0,
+                tf.constant(0.0, t12.dtype),
+                t12
+                * tf.math.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
                 / (
                     4
-                    * tf.math.square(t6[:, None, None])
+                    * tf.math.square(t7)
                     * tf.math.square(
                         eps
                         + tf.math.sqrt(
-                            t6[:, None, None]
-                            / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
+                            t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
                         )
                     )
                 )
-                + grad
-                * t4
-                * (t6[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
+                + t12
+                * (t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
                 / (
                     2
-                    * tf.math.square(t6[:, None, None])
+                    * tf.math.square(t7)
                     * (
                         tf.math.square(
                             eps
                             + tf.math.sqrt(
-                                t6[:, None, None]
-                                / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
+                                t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
                             )
                         )
                         * (
                             eps
                             + tf.math.sqrt(
-                                t6[:, None, None]
-                                / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
+                                t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
                             )
                         )
                     )
                 ),
             ),
-        )
-        t60 = tf.reduce_sum(t59, axis=[-4, -2, -1])
-        t62 = t57 + t60
-        t63 = (
-            2 * t10[:, None, None] * t53
-            + 2 * t4 * t62[:, None, None]
-            + t58[:, None, None]
-            * tf.where(
-                t6[:, None, None] == 0,
-                tf.constant(0.0, grad.dtype),
-                -grad
-                * tf.math.sqrt(
-                    t6[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                )
-                / (
-                    2
-                    * t6[:, None, None]
-                    * tf.math.square(
-                        eps
-                        + tf.math.sqrt(
-                            t6[:, None, None]
-                            / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                        )
-                    )
-                ),
-            )
-        )
-        t64 = tf.reduce_sum(t63, axis=[-4, -2, -1])
-        t65 = -t64 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
-        t66 = t63 + t65[:, None, None]
-    if gg_wt is not None and need_x_bar:
-        t67 = tf.einsum("oc,nohw->nhwc", wt, t66)
-    if gg_x is not None and need_x_bar:
-        x_bar = tf.einsum("oc,nohw->nchw", wt, t44)
-    if gg_x is not None and need_wt_bar:
-        wt_bar = t27 + t46
-    if gg_x is not None and need_grad_bar:
-        grad_bar = t31 / (
-            eps
-            + tf.math.sqrt(
-                t6[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-            )
-        ) + t36[:, None, None] * tf.where(
-            t6[:, None, None] == 0,
-            tf.constant(0.0, t4.dtype),
-            -t4
-            * tf.math.sqrt(
-                t6[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-            )
+        ) + tf.where(
+            t7 == 0,
+            tf.constant(0.0, t63.dtype),
+            -t63
+            * tf.math.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
             / (
                 2
-                * t6[:, None, None]
+                * t7
                 * tf.math.square(
                     eps
-                    + tf.math.sqrt(
-                        t6[:, None, None]
-                        / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                    )
+                    + tf.math.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
                 )
             ),
         )
+        t68 = 2 * t67
+        t69 = (
+            grad * t65[:, None, None]
+            + t14[:, None, None] * t59
+            + t5 * t68[:, None, None]
+        )
+        t70 = tf.reduce_sum(t69, axis=[-4, -2, -1])
+        t71 = -t70 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
+        t72 = t69 + t71[:, None, None]
+    if gg_wt is not None and need_x_bar:
+        t73 = tf.einsum("oc,nohw->nhwc", wt, t72)
+    if gg_x is not None and need_x_bar:
+        x_bar = tf.einsum("oc,nohw->nchw", wt, t50)
+    if gg_x is not None and need_wt_bar:
+        wt_bar = t33 + t52
+    if gg_x is not None and need_grad_bar:
+        grad_bar = t37 * t8[:, None, None] + t43[:, None, None] * t5
     if gg_wt is not None and need_x_bar:
         x_bar = (
-            tf.einsum("nhwc->nchw", t49 + t67)
+            tf.einsum("nhwc->nchw", t55 + t73)
             if x_bar is None
-            else x_bar + tf.einsum("nhwc->nchw", t49 + t67)
+            else x_bar + tf.einsum("nhwc->nchw", t55 + t73)
         )
     if gg_wt is not None and need_wt_bar:
         wt_bar = (
-            tf.einsum("nchw,nohw->oc", x, t66)
+            tf.einsum("nchw,nohw->oc", x, t72)
             if wt_bar is None
-            else wt_bar + tf.einsum("nchw,nohw->oc", x, t66)
+            else wt_bar + tf.einsum("nchw,nohw->oc", x, t72)
         )
     if gg_wt is not None and need_grad_bar:
         grad_bar = (
-            t53
-            / (
-                eps
-                + tf.math.sqrt(
-                    t6[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                )
-            )
-            + t58[:, None, None]
-            * tf.where(
-                t6[:, None, None] == 0,
-                tf.constant(0.0, t4.dtype),
-                -t4
-                * tf.math.sqrt(
-                    t6[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                )
-                / (
-                    2
-                    * t6[:, None, None]
-                    * tf.math.square(
-                        eps
-                        + tf.math.sqrt(
-                            t6[:, None, None]
-                            / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                        )
-                    )
-                ),
-            )
+            t5 * t65[:, None, None] + t59 * t8[:, None, None]
             if grad_bar is None
-            else grad_bar
-            + t53
-            / (
-                eps
-                + tf.math.sqrt(
-                    t6[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                )
-            )
-            + t58[:, None, None]
-            * tf.where(
-                t6[:, None, None] == 0,
-                tf.constant(0.0, t4.dtype),
-                -t4
-                * tf.math.sqrt(
-                    t6[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                )
-                / (
-                    2
-                    * t6[:, None, None]
-                    * tf.math.square(
-                        eps
-                        + tf.math.sqrt(
-                            t6[:, None, None]
-                            / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                        )
-                    )
-                ),
-            )
+            else grad_bar + t5 * t65[:, None, None] + t59 * t8[:, None, None]
         )
     return x_bar, wt_bar, grad_bar
 

@@ -923,7 +923,8 @@ def _logsumexp_rows_backward_backward(z, grad, gg_z, need_z_bar, need_grad_bar):
         t11 = gg_z * grad[:, None]
         t12 = t11 * t3
         t13 = t12.sum(-1)
-        z_bar = t3 * (t11 - t13[:, None])
+        t14 = -t13
+        z_bar = t3 * (t11 + t14[:, None])
     if gg_z is not None and need_grad_bar:
         grad_bar = t9.sum(-1)
     return z_bar, grad_bar
@@ -1025,15 +1026,17 @@ def _log_softmax_backward(z, grad, need_z):
     if need_z:
         t3 = torch.softmax(z, -1)
         t4 = grad.sum(-1)
-        grad_z = grad - t3 * t4[:, None]
+        t5 = -t4
+        grad_z = grad + t3 * t5[:, None]
     return (grad_z,)
 
 
 def _log_softmax_jvp(z, z_t):
     t3 = torch.softmax(z, -1)
-    t7 = t3 * z_t
-    t8 = t7.sum(-1)
-    return -t8[:, None] + z_t
+    t8 = t3 * z_t
+    t9 = t8.sum(-1)
+    t10 = -t9
+    return t10[:, None] + z_t
 
 
 def _log_softmax_backward_backward(z, grad, gg_z, need_z_bar, need_grad_bar):
@@ -1042,17 +1045,19 @@ def _log_softmax_backward_backward(z, grad, gg_z, need_z_bar, need_grad_bar):
         t3 = torch.softmax(z, -1)
     if gg_z is not None and need_z_bar:
         t4 = grad.sum(-1)
+        t5 = -t4
     if gg_z is not None and need_grad_bar:
-        t11 = gg_z * t3
-        t12 = t11.sum(-1)
-        t13 = -t12
+        t13 = gg_z * t3
+        t14 = t13.sum(-1)
+        t15 = -t14
     if gg_z is not None and need_z_bar:
-        t14 = -gg_z * t4[:, None]
-        t15 = t14 * t3
-        t16 = t15.sum(-1)
-        z_bar = t3 * (t14 - t16[:, None])
+        t16 = gg_z * t5[:, None]
+        t17 = t16 * t3
+        t18 = t17.sum(-1)
+        t20 = -t18
+        z_bar = t3 * (t16 + t20[:, None])
     if gg_z is not None and need_grad_bar:
-        grad_bar = gg_z + t13[:, None]
+        grad_bar = gg_z + t15[:, None]
     return z_bar, grad_bar
 
 
@@ -1153,18 +1158,20 @@ def _softmax_cross_entropy_backward(logits, target, grad, need_logits):
         t9 = t8 * target
         t10 = torch.softmax(logits, -1)
         t11 = t9.sum(-1)
-        grad_logits = -t10 * t11[:, None] + t9
+        t12 = -t11
+        grad_logits = t10 * t12[:, None] + t9
     return (grad_logits,)
 
 
 def _softmax_cross_entropy_jvp(logits, target, logits_t):
     t10 = torch.softmax(logits, -1)
-    t15 = logits_t * t10
-    t16 = t15.sum(-1)
-    t17 = target * (logits_t - t16[:, None])
-    t18 = t17.sum(-1)
-    t19 = t18.sum(-1)
-    return -t19 / logits.shape[-2]
+    t16 = logits_t * t10
+    t17 = t16.sum(-1)
+    t18 = -t17
+    t19 = target * (logits_t + t18[:, None])
+    t20 = t19.sum(-1)
+    t21 = t20.sum(-1)
+    return -t21 / logits.shape[-2]
 
 
 def _softmax_cross_entropy_backward_backward(
@@ -1180,22 +1187,24 @@ def _softmax_cross_entropy_backward_backward(
         t10 = torch.softmax(logits, -1)
     if gg_logits is not None and need_logits_bar:
         t11 = t9.sum(-1)
+        t12 = -t11
     if gg_logits is not None and need_grad_bar:
-        t22 = gg_logits * t10
-        t23 = t22.sum(-1)
-        t24 = -t23
+        t24 = gg_logits * t10
+        t25 = t24.sum(-1)
+        t26 = -t25
     if gg_logits is not None and need_logits_bar:
-        t25 = -gg_logits * t11[:, None]
-        t26 = t10 * t25
-        t27 = t26.sum(-1)
+        t27 = gg_logits * t12[:, None]
+        t28 = t10 * t27
+        t29 = t28.sum(-1)
     if gg_logits is not None and need_grad_bar:
-        t28 = gg_logits + t24[:, None]
-        t29 = t28 * target
-        t30 = t29.sum((-2, -1))
+        t30 = gg_logits + t26[:, None]
+        t31 = t30 * target
+        t32 = t31.sum((-2, -1))
     if gg_logits is not None and need_logits_bar:
-        logits_bar = t10 * (t25 - t27[:, None])
+        t34 = -t29
+        logits_bar = t10 * (t27 + t34[:, None])
     if gg_logits is not None and need_grad_bar:
-        grad_bar = -t30 / logits.shape[-2]
+        grad_bar = -t32 / logits.shape[-2]
     return logits_bar, grad_bar
 
 
@@ -1417,82 +1426,87 @@ def bce_logits_mean(z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 def _layer_norm_forward(x, eps):
     t1 = x.sum(-1)
-    t2 = x - t1[..., None] / x.shape[-1]
-    t3 = t2**2
-    t4 = t3.sum(-1)
-    return t2 / torch.sqrt(eps + t4[..., None] / x.shape[-1])
+    t2 = -t1 / x.shape[-1]
+    t3 = t2[..., None] + x
+    t4 = t3**2
+    t5 = t4.sum(-1)
+    t6 = torch.rsqrt(eps + t5 / x.shape[-1])
+    return t3 * t6[..., None]
 
 
 def _layer_norm_backward(x, eps, grad, need_x):
     grad_x = None
     if need_x:
         t1 = x.sum(-1)
-        t2 = x - t1[..., None] / x.shape[-1]
-        t3 = t2**2
-        t4 = t3.sum(-1)
-        t7 = grad * t2
-        t8 = t7.sum(-1)
-        t9 = -0.5 * t8 / (x.shape[-1] * (eps + t4 / x.shape[-1]) ** (1.5))
-        t10 = (
-            grad / torch.sqrt(eps + t4[..., None] / x.shape[-1])
-            + 2 * t2 * t9[..., None]
-        )
-        t11 = t10.sum(-1)
-        t12 = -t11 / x.shape[-1]
-        grad_x = t10 + t12[..., None]
+        t2 = -t1 / x.shape[-1]
+        t3 = t2[..., None] + x
+        t4 = t3**2
+        t5 = t4.sum(-1)
+        t6 = torch.rsqrt(eps + t5 / x.shape[-1])
+        t9 = grad * t3
+        t10 = t9.sum(-1)
+        t11 = -0.5 * t10 / (x.shape[-1] * (eps + t5 / x.shape[-1]) ** (1.5))
+        t12 = 2 * t11
+        t13 = grad * t6[..., None] + t12[..., None] * t3
+        t14 = t13.sum(-1)
+        t15 = -t14 / x.shape[-1]
+        grad_x = t13 + t15[..., None]
     return (grad_x,)
 
 
 def _layer_norm_jvp(x, eps, x_t):
     t1 = x.sum(-1)
-    t2 = x - t1[..., None] / x.shape[-1]
-    t3 = t2**2
-    t4 = t3.sum(-1)
-    t15 = x_t.sum(-1)
-    t16 = t2 * (x_t - t15[..., None] / x.shape[-1])
-    t17 = t16.sum(-1)
-    return (x_t - t15[..., None] / x.shape[-1]) / torch.sqrt(
-        eps + t4[..., None] / x.shape[-1]
-    ) - t17[..., None] * t2 / (
-        x.shape[-1] * (eps + t4[..., None] / x.shape[-1]) ** (1.5)
-    )
+    t2 = -t1 / x.shape[-1]
+    t3 = t2[..., None] + x
+    t4 = t3**2
+    t5 = t4.sum(-1)
+    t6 = torch.rsqrt(eps + t5 / x.shape[-1])
+    t18 = x_t.sum(-1)
+    t19 = -t18 / x.shape[-1]
+    t20 = t3 * (t19[..., None] + x_t)
+    t21 = t20.sum(-1)
+    t22 = -t21 / (x.shape[-1] * (eps + t5 / x.shape[-1]) ** (1.5))
+    return t22[..., None] * t3 + t6[..., None] * (t19[..., None] + x_t)
 
 
 def _layer_norm_backward_backward(x, eps, grad, gg_x, need_x_bar, need_grad_bar):
     x_bar = grad_bar = None
     if (gg_x is not None and need_x_bar) or (gg_x is not None and need_grad_bar):
         t1 = x.sum(-1)
-        t2 = x - t1[..., None] / x.shape[-1]
-        t3 = t2**2
-        t4 = t3.sum(-1)
-    if gg_x is not None and need_x_bar:
-        t7 = grad * t2
-        t8 = t7.sum(-1)
-        t9 = -0.5 * t8 / (x.shape[-1] * (eps + t4 / x.shape[-1]) ** (1.5))
-    if (gg_x is not None and need_x_bar) or (gg_x is not None and need_grad_bar):
-        t20 = gg_x.sum(-1)
-        t21 = -t20 / x.shape[-1]
-        t22 = gg_x + t21[..., None]
-    if gg_x is not None and need_x_bar:
-        t23 = grad * t22
-        t24 = t23.sum(-1)
-    if (gg_x is not None and need_x_bar) or (gg_x is not None and need_grad_bar):
-        t25 = t2 * t22
-        t26 = t25.sum(-1)
-        t27 = 2 * t26
-        t28 = -0.5 * t27 / (x.shape[-1] * (eps + t4 / x.shape[-1]) ** (1.5))
-    if gg_x is not None and need_x_bar:
-        t30 = -0.5 * t24 / (x.shape[-1] * (eps + t4 / x.shape[-1]) ** (1.5)) + 0.75 * (
-            t27 * t8 / (x.shape[-1] ** 2 * (eps + t4 / x.shape[-1]) ** (2.5))
-        )
-        t31 = grad * t28[..., None] + 2 * t2 * t30[..., None] + 2 * t22 * t9[..., None]
-        t32 = t31.sum(-1)
-        t33 = -t32 / x.shape[-1]
-        x_bar = t31 + t33[..., None]
+        t2 = -t1 / x.shape[-1]
+        t3 = t2[..., None] + x
+        t4 = t3**2
+        t5 = t4.sum(-1)
     if gg_x is not None and need_grad_bar:
-        grad_bar = t2 * t28[..., None] + t22 / torch.sqrt(
-            eps + t4[..., None] / x.shape[-1]
+        t6 = torch.rsqrt(eps + t5 / x.shape[-1])
+    if gg_x is not None and need_x_bar:
+        t9 = grad * t3
+        t10 = t9.sum(-1)
+        t11 = -0.5 * t10 / (x.shape[-1] * (eps + t5 / x.shape[-1]) ** (1.5))
+        t12 = 2 * t11
+    if (gg_x is not None and need_x_bar) or (gg_x is not None and need_grad_bar):
+        t25 = gg_x.sum(-1)
+        t26 = -t25 / x.shape[-1]
+        t27 = gg_x + t26[..., None]
+        t28 = t27 * t3
+        t29 = t28.sum(-1)
+    if gg_x is not None and need_x_bar:
+        t30 = grad * t27
+        t31 = t30.sum(-1)
+    if (gg_x is not None and need_x_bar) or (gg_x is not None and need_grad_bar):
+        t32 = 2 * t29
+        t33 = -0.5 * t32 / (x.shape[-1] * (eps + t5 / x.shape[-1]) ** (1.5))
+    if gg_x is not None and need_x_bar:
+        t35 = -0.5 * t31 / (x.shape[-1] * (eps + t5 / x.shape[-1]) ** (1.5)) + 0.75 * (
+            t10 * t32 / (x.shape[-1] ** 2 * (eps + t5 / x.shape[-1]) ** (2.5))
         )
+        t36 = 2 * t35
+        t37 = grad * t33[..., None] + t12[..., None] * t27 + t3 * t36[..., None]
+        t38 = t37.sum(-1)
+        t39 = -t38 / x.shape[-1]
+        x_bar = t37 + t39[..., None]
+    if gg_x is not None and need_grad_bar:
+        grad_bar = t27 * t6[..., None] + t3 * t33[..., None]
     return x_bar, grad_bar
 
 
@@ -1587,7 +1601,8 @@ def layer_norm(x: torch.Tensor, eps: float = 1e-05) -> torch.Tensor:
 def _rms_norm_forward(x, g, eps):
     t2 = x**2
     t3 = t2.sum(-1)
-    return g * x / torch.sqrt(eps + t3[..., None] / x.shape[-1])
+    t4 = g / torch.sqrt(eps + t3[..., None] / x.shape[-1])
+    return t4 * x
 
 
 def _rms_norm_backward(x, g, eps, grad, need_x, need_g):
@@ -1595,33 +1610,33 @@ def _rms_norm_backward(x, g, eps, grad, need_x, need_g):
     if need_x or need_g:
         t2 = x**2
         t3 = t2.sum(-1)
-        t6 = grad * x
-    if need_g:
-        t7 = torch.rsqrt(eps + t3 / x.shape[-1])
     if need_x:
-        t9 = torch.einsum("d,...d->...", g, t6)
-        t10 = -0.5 * t9 / (x.shape[-1] * (eps + t3 / x.shape[-1]) ** (1.5))
-        grad_x = (
-            g * grad / torch.sqrt(eps + t3[..., None] / x.shape[-1])
-            + 2 * t10[..., None] * x
-        )
+        t4 = g / torch.sqrt(eps + t3[..., None] / x.shape[-1])
+    if need_x or need_g:
+        t7 = grad * x
     if need_g:
-        grad_g = torch.einsum("...d,...->d", t6, t7)
+        t8 = torch.rsqrt(eps + t3 / x.shape[-1])
+    if need_x:
+        t10 = torch.einsum("d,...d->...", g, t7)
+        t11 = -0.5 * t10 / (x.shape[-1] * (eps + t3 / x.shape[-1]) ** (1.5))
+        t12 = 2 * t11
+        grad_x = grad * t4 + t12[..., None] * x
+    if need_g:
+        grad_g = torch.einsum("...d,...->d", t7, t8)
     return grad_x, grad_g
 
 
 def _rms_norm_jvp(x, g, eps, x_t, g_t):
     t2 = x**2
     t3 = t2.sum(-1)
-    t14 = x * x_t
-    t15 = t14.sum(-1)
-    return (
-        g * x_t / torch.sqrt(eps + t3[..., None] / x.shape[-1])
-        - g
-        * t15[..., None]
-        * x
+    t4 = g / torch.sqrt(eps + t3[..., None] / x.shape[-1])
+    t16 = x * x_t
+    t17 = t16.sum(-1)
+    return t4 * x_t + x * (
+        -g
+        * t17[..., None]
         / (x.shape[-1] * (eps + t3[..., None] / x.shape[-1]) ** (1.5))
-        + g_t * x / torch.sqrt(eps + t3[..., None] / x.shape[-1])
+        + g_t / torch.sqrt(eps + t3[..., None] / x.shape[-1])
     )
 
 
@@ -1638,25 +1653,24 @@ def _rms_norm_backward_backward(
     ):
         t2 = x**2
         t3 = t2.sum(-1)
+    if gg_x is not None and need_grad_bar:
+        t4 = g / torch.sqrt(eps + t3[..., None] / x.shape[-1])
     if (
         (gg_x is not None and need_x_bar)
         or (gg_x is not None and need_g_bar)
         or (gg_g is not None and need_x_bar)
     ):
-        t6 = grad * x
+        t7 = grad * x
     if (
         (gg_x is not None and need_g_bar)
         or (gg_g is not None and need_x_bar)
         or (gg_g is not None and need_grad_bar)
     ):
-        t7 = torch.rsqrt(eps + t3 / x.shape[-1])
+        t8 = torch.rsqrt(eps + t3 / x.shape[-1])
     if gg_x is not None and need_x_bar:
-        t9 = torch.einsum("d,...d->...", g, t6)
-        t10 = -0.5 * t9 / (x.shape[-1] * (eps + t3 / x.shape[-1]) ** (1.5))
-    if (gg_x is not None and need_x_bar) or (gg_x is not None and need_g_bar):
-        t18 = gg_x * grad
-    if gg_x is not None and need_g_bar:
-        t19 = torch.einsum("...,...d->d", t7, t18)
+        t10 = torch.einsum("d,...d->...", g, t7)
+        t11 = -0.5 * t10 / (x.shape[-1] * (eps + t3 / x.shape[-1]) ** (1.5))
+        t12 = 2 * t11
     if (
         (gg_x is not None and need_x_bar)
         or (gg_x is not None and need_g_bar)
@@ -1664,43 +1678,43 @@ def _rms_norm_backward_backward(
     ):
         t20 = gg_x * x
         t21 = t20.sum(-1)
-    if gg_x is not None and need_x_bar:
-        t22 = torch.einsum("d,...d->...", g, t18)
-    if (
-        (gg_x is not None and need_x_bar)
-        or (gg_x is not None and need_g_bar)
-        or (gg_x is not None and need_grad_bar)
-    ):
-        t23 = 2 * t21
-        t24 = -0.5 * t23 / (x.shape[-1] * (eps + t3 / x.shape[-1]) ** (1.5))
+        t22 = 2 * t21
+        t23 = -0.5 * t22 / (x.shape[-1] * (eps + t3 / x.shape[-1]) ** (1.5))
     if gg_x is not None and need_g_bar:
-        t25 = torch.einsum("...d,...->d", t6, t24)
+        t24 = torch.einsum("...d,...->d", t7, t23)
     if (gg_x is not None and need_x_bar) or (gg_x is not None and need_grad_bar):
-        t26 = g * t24[..., None]
-    if gg_x is not None and need_x_bar:
-        t28 = -0.5 * t22 / (x.shape[-1] * (eps + t3 / x.shape[-1]) ** (1.5)) + 0.75 * (
-            t23 * t9 / (x.shape[-1] ** 2 * (eps + t3 / x.shape[-1]) ** (2.5))
-        )
-    if gg_g is not None and need_x_bar:
-        t32 = torch.einsum("...d,d->...", t6, gg_g)
-    if (gg_g is not None and need_x_bar) or (gg_g is not None and need_grad_bar):
-        t33 = gg_g * t7[..., None]
-    if gg_g is not None and need_x_bar:
-        t35 = -0.5 * t32 / (x.shape[-1] * (eps + t3 / x.shape[-1]) ** (1.5))
-    if gg_x is not None and need_x_bar:
-        x_bar = 2 * gg_x * t10[..., None] + grad * t26 + 2 * t28[..., None] * x
+        t25 = g * t23[..., None]
+    if (gg_x is not None and need_x_bar) or (gg_x is not None and need_g_bar):
+        t27 = gg_x * grad
     if gg_x is not None and need_g_bar:
-        g_bar = t19 + t25
+        t28 = torch.einsum("...,...d->d", t8, t27)
+    if gg_x is not None and need_x_bar:
+        t29 = torch.einsum("d,...d->...", g, t27)
+        t30 = -0.5 * t29 / (x.shape[-1] * (eps + t3 / x.shape[-1]) ** (1.5)) + 0.75 * (
+            t10 * t22 / (x.shape[-1] ** 2 * (eps + t3 / x.shape[-1]) ** (2.5))
+        )
+        t31 = 2 * t30
+    if gg_g is not None and need_x_bar:
+        t35 = torch.einsum("...d,d->...", t7, gg_g)
+    if (gg_g is not None and need_x_bar) or (gg_g is not None and need_grad_bar):
+        t36 = gg_g * t8[..., None]
+    if gg_g is not None and need_x_bar:
+        t38 = -0.5 * t35 / (x.shape[-1] * (eps + t3 / x.shape[-1]) ** (1.5))
+        t39 = 2 * t38
+    if gg_x is not None and need_x_bar:
+        x_bar = gg_x * t12[..., None] + grad * t25 + t31[..., None] * x
+    if gg_x is not None and need_g_bar:
+        g_bar = t24 + t28
     if gg_x is not None and need_grad_bar:
-        grad_bar = g * gg_x / torch.sqrt(eps + t3[..., None] / x.shape[-1]) + t26 * x
+        grad_bar = gg_x * t4 + t25 * x
     if gg_g is not None and need_x_bar:
         x_bar = (
-            grad * t33 + 2 * t35[..., None] * x
+            grad * t36 + t39[..., None] * x
             if x_bar is None
-            else x_bar + grad * t33 + 2 * t35[..., None] * x
+            else x_bar + grad * t36 + t39[..., None] * x
         )
     if gg_g is not None and need_grad_bar:
-        grad_bar = t33 * x if grad_bar is None else grad_bar + t33 * x
+        grad_bar = t36 * x if grad_bar is None else grad_bar + t36 * x
     return x_bar, g_bar, grad_bar
 
 
@@ -1809,45 +1823,47 @@ def rms_norm(x: torch.Tensor, g: torch.Tensor, eps: float = 1e-06) -> torch.Tens
 
 def _layer_norm_one_pass_forward(x, eps):
     t1 = x.sum(-1)
-    t2 = x - t1[..., None] / x.shape[-1]
-    t3 = t2**2
-    t4 = t3.sum(-1)
-    return t2 / torch.sqrt(eps + t4[..., None] / x.shape[-1])
+    t2 = -t1 / x.shape[-1]
+    t3 = t2[..., None] + x
+    t4 = t3**2
+    t5 = t4.sum(-1)
+    t6 = torch.rsqrt(eps + t5 / x.shape[-1])
+    return t3 * t6[..., None]
 
 
 def _layer_norm_one_pass_backward(x, eps, grad, need_x):
     grad_x = None
     if need_x:
         t1 = x.sum(-1)
-        t2 = x - t1[..., None] / x.shape[-1]
-        t3 = t2**2
-        t4 = t3.sum(-1)
-        t7 = grad * t2
-        t8 = t7.sum(-1)
-        t9 = -0.5 * t8 / (x.shape[-1] * (eps + t4 / x.shape[-1]) ** (1.5))
-        t10 = (
-            grad / torch.sqrt(eps + t4[..., None] / x.shape[-1])
-            + 2 * t2 * t9[..., None]
-        )
-        t11 = t10.sum(-1)
-        t12 = -t11 / x.shape[-1]
-        grad_x = t10 + t12[..., None]
+        t2 = -t1 / x.shape[-1]
+        t3 = t2[..., None] + x
+        t4 = t3**2
+        t5 = t4.sum(-1)
+        t6 = torch.rsqrt(eps + t5 / x.shape[-1])
+        t9 = grad * t3
+        t10 = t9.sum(-1)
+        t11 = -0.5 * t10 / (x.shape[-1] * (eps + t5 / x.shape[-1]) ** (1.5))
+        t12 = 2 * t11
+        t13 = grad * t6[..., None] + t12[..., None] * t3
+        t14 = t13.sum(-1)
+        t15 = -t14 / x.shape[-1]
+        grad_x = t13 + t15[..., None]
     return (grad_x,)
 
 
 def _layer_norm_one_pass_jvp(x, eps, x_t):
     t1 = x.sum(-1)
-    t2 = x - t1[..., None] / x.shape[-1]
-    t3 = t2**2
-    t4 = t3.sum(-1)
-    t15 = x_t.sum(-1)
-    t16 = t2 * (x_t - t15[..., None] / x.shape[-1])
-    t17 = t16.sum(-1)
-    return (x_t - t15[..., None] / x.shape[-1]) / torch.sqrt(
-        eps + t4[..., None] / x.shape[-1]
-    ) - t17[..., None] * t2 / (
-        x.shape[-1] * (eps + t4[..., None] / x.shape[-1]) ** (1.5)
-    )
+    t2 = -t1 / x.shape[-1]
+    t3 = t2[..., None] + x
+    t4 = t3**2
+    t5 = t4.sum(-1)
+    t6 = torch.rsqrt(eps + t5 / x.shape[-1])
+    t18 = x_t.sum(-1)
+    t19 = -t18 / x.shape[-1]
+    t20 = t3 * (t19[..., None] + x_t)
+    t21 = t20.sum(-1)
+    t22 = -t21 / (x.shape[-1] * (eps + t5 / x.shape[-1]) ** (1.5))
+    return t22[..., None] * t3 + t6[..., None] * (t19[..., None] + x_t)
 
 
 def _layer_norm_one_pass_backward_backward(
@@ -1856,37 +1872,40 @@ def _layer_norm_one_pass_backward_backward(
     x_bar = grad_bar = None
     if (gg_x is not None and need_x_bar) or (gg_x is not None and need_grad_bar):
         t1 = x.sum(-1)
-        t2 = x - t1[..., None] / x.shape[-1]
-        t3 = t2**2
-        t4 = t3.sum(-1)
-    if gg_x is not None and need_x_bar:
-        t7 = grad * t2
-        t8 = t7.sum(-1)
-        t9 = -0.5 * t8 / (x.shape[-1] * (eps + t4 / x.shape[-1]) ** (1.5))
-    if (gg_x is not None and need_x_bar) or (gg_x is not None and need_grad_bar):
-        t20 = gg_x.sum(-1)
-        t21 = -t20 / x.shape[-1]
-        t22 = gg_x + t21[..., None]
-    if gg_x is not None and need_x_bar:
-        t23 = grad * t22
-        t24 = t23.sum(-1)
-    if (gg_x is not None and need_x_bar) or (gg_x is not None and need_grad_bar):
-        t25 = t2 * t22
-        t26 = t25.sum(-1)
-        t27 = 2 * t26
-        t28 = -0.5 * t27 / (x.shape[-1] * (eps + t4 / x.shape[-1]) ** (1.5))
-    if gg_x is not None and need_x_bar:
-        t30 = -0.5 * t24 / (x.shape[-1] * (eps + t4 / x.shape[-1]) ** (1.5)) + 0.75 * (
-            t27 * t8 / (x.shape[-1] ** 2 * (eps + t4 / x.shape[-1]) ** (2.5))
-        )
-        t31 = grad * t28[..., None] + 2 * t2 * t30[..., None] + 2 * t22 * t9[..., None]
-        t32 = t31.sum(-1)
-        t33 = -t32 / x.shape[-1]
-        x_bar = t31 + t33[..., None]
+        t2 = -t1 / x.shape[-1]
+        t3 = t2[..., None] + x
+        t4 = t3**2
+        t5 = t4.sum(-1)
     if gg_x is not None and need_grad_bar:
-        grad_bar = t2 * t28[..., None] + t22 / torch.sqrt(
-            eps + t4[..., None] / x.shape[-1]
+        t6 = torch.rsqrt(eps + t5 / x.shape[-1])
+    if gg_x is not None and need_x_bar:
+        t9 = grad * t3
+        t10 = t9.sum(-1)
+        t11 = -0.5 * t10 / (x.shape[-1] * (eps + t5 / x.shape[-1]) ** (1.5))
+        t12 = 2 * t11
+    if (gg_x is not None and need_x_bar) or (gg_x is not None and need_grad_bar):
+        t25 = gg_x.sum(-1)
+        t26 = -t25 / x.shape[-1]
+        t27 = gg_x + t26[..., None]
+        t28 = t27 * t3
+        t29 = t28.sum(-1)
+    if gg_x is not None and need_x_bar:
+        t30 = grad * t27
+        t31 = t30.sum(-1)
+    if (gg_x is not None and need_x_bar) or (gg_x is not None and need_grad_bar):
+        t32 = 2 * t29
+        t33 = -0.5 * t32 / (x.shape[-1] * (eps + t5 / x.shape[-1]) ** (1.5))
+    if gg_x is not None and need_x_bar:
+        t35 = -0.5 * t31 / (x.shape[-1] * (eps + t5 / x.shape[-1]) ** (1.5)) + 0.75 * (
+            t10 * t32 / (x.shape[-1] ** 2 * (eps + t5 / x.shape[-1]) ** (2.5))
         )
+        t36 = 2 * t35
+        t37 = grad * t33[..., None] + t12[..., None] * t27 + t3 * t36[..., None]
+        t38 = t37.sum(-1)
+        t39 = -t38 / x.shape[-1]
+        x_bar = t37 + t39[..., None]
+    if gg_x is not None and need_grad_bar:
+        grad_bar = t27 * t6[..., None] + t3 * t33[..., None]
     return x_bar, grad_bar
 
 
@@ -1986,244 +2005,170 @@ def layer_norm_one_pass(x: torch.Tensor, eps: float = 1e-05) -> torch.Tensor:
 
 def _batch_norm_train_forward(x, eps):
     t1 = x.sum((-4, -2, -1))
-    t2 = x - t1[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1])
-    t3 = t2**2
-    t4 = t3.sum((-4, -2, -1))
-    return t2 / (
-        eps
-        + torch.sqrt(t4[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
-    )
+    t2 = -t1 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
+    t3 = t2[:, None, None] + x
+    t4 = t3**2
+    t5 = t4.sum((-4, -2, -1))
+    t6 = 1 / (eps + torch.sqrt(t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
+    return t3 * t6[:, None, None]
 
 
 def _batch_norm_train_backward(x, eps, grad, need_x):
     grad_x = None
     if need_x:
         t1 = x.sum((-4, -2, -1))
-        t2 = x - t1[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1])
-        t3 = t2**2
-        t4 = t3.sum((-4, -2, -1))
-        t7 = torch.where(
-            t4[:, None, None] == 0,
+        t2 = -t1 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
+        t3 = t2[:, None, None] + x
+        t4 = t3**2
+        t5 = t4.sum((-4, -2, -1))
+        t6 = 1 / (eps + torch.sqrt(t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
+        t9 = grad * t3
+        t10 = t9.sum((-4, -2, -1))
+        t11 = torch.where(
+            t5 == 0,
             0.0,
             -0.5
-            * grad
-            * t2
-            * torch.sqrt(
-                t4[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-            )
+            * t10
+            * torch.sqrt(t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
             / (
-                t4[:, None, None]
-                * (
-                    eps
-                    + torch.sqrt(
-                        t4[:, None, None]
-                        / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                    )
-                )
+                t5
+                * (eps + torch.sqrt(t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
                 ** 2
             ),
         )
-        t8 = t7.sum((-4, -2, -1))
-        t9 = (
-            grad
-            / (
-                eps
-                + torch.sqrt(
-                    t4[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                )
-            )
-            + 2 * t2 * t8[:, None, None]
-        )
-        t10 = t9.sum((-4, -2, -1))
-        t11 = -t10 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
-        grad_x = t11[:, None, None] + t9
+        t12 = 2 * t11
+        t13 = grad * t6[:, None, None] + t12[:, None, None] * t3
+        t14 = t13.sum((-4, -2, -1))
+        t15 = -t14 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
+        grad_x = t13 + t15[:, None, None]
     return (grad_x,)
 
 
 def _batch_norm_train_jvp(x, eps, x_t):
     t1 = x.sum((-4, -2, -1))
-    t2 = x - t1[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1])
-    t3 = t2**2
-    t4 = t3.sum((-4, -2, -1))
-    t14 = x_t.sum((-4, -2, -1))
-    t15 = t2 * (x_t - t14[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1]))
-    t16 = t15.sum((-4, -2, -1))
-    return -t16[:, None, None] * t2 * torch.sqrt(
-        t4[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-    ) / (
-        t4[:, None, None]
-        * (
-            eps
-            + torch.sqrt(
-                t4[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-            )
+    t2 = -t1 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
+    t3 = t2[:, None, None] + x
+    t4 = t3**2
+    t5 = t4.sum((-4, -2, -1))
+    t6 = 1 / (eps + torch.sqrt(t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
+    t18 = x_t.sum((-4, -2, -1))
+    t19 = -t18 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
+    t20 = t3 * (t19[:, None, None] + x_t)
+    t21 = t20.sum((-4, -2, -1))
+    t22 = (
+        -t21
+        * torch.sqrt(t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
+        / (
+            t5
+            * (eps + torch.sqrt(t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
+            ** 2
         )
-        ** 2
-    ) + (x_t - t14[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1])) / (
-        eps
-        + torch.sqrt(t4[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
     )
+    return t22[:, None, None] * t3 + t6[:, None, None] * (t19[:, None, None] + x_t)
 
 
 def _batch_norm_train_backward_backward(x, eps, grad, gg_x, need_x_bar, need_grad_bar):
     x_bar = grad_bar = None
     if (gg_x is not None and need_x_bar) or (gg_x is not None and need_grad_bar):
         t1 = x.sum((-4, -2, -1))
-        t2 = x - t1[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1])
-        t3 = t2**2
-        t4 = t3.sum((-4, -2, -1))
+        t2 = -t1 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
+        t3 = t2[:, None, None] + x
+        t4 = t3**2
+        t5 = t4.sum((-4, -2, -1))
+    if gg_x is not None and need_grad_bar:
+        t6 = 1 / (eps + torch.sqrt(t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
     if gg_x is not None and need_x_bar:
-        t7 = torch.where(
-            t4[:, None, None] == 0,
+        t9 = grad * t3
+        t10 = t9.sum((-4, -2, -1))
+        t11 = torch.where(
+            t5 == 0,
             0.0,
             -0.5
-            * grad
-            * t2
-            * torch.sqrt(
-                t4[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-            )
+            * t10
+            * torch.sqrt(t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
             / (
-                t4[:, None, None]
-                * (
-                    eps
-                    + torch.sqrt(
-                        t4[:, None, None]
-                        / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                    )
-                )
+                t5
+                * (eps + torch.sqrt(t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
                 ** 2
             ),
         )
-        t8 = t7.sum((-4, -2, -1))
+        t12 = 2 * t11
     if (gg_x is not None and need_x_bar) or (gg_x is not None and need_grad_bar):
-        t19 = gg_x.sum((-4, -2, -1))
-        t20 = -t19 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
-        t21 = gg_x + t20[:, None, None]
+        t25 = gg_x.sum((-4, -2, -1))
+        t26 = -t25 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
+        t27 = gg_x + t26[:, None, None]
+        t28 = t27 * t3
+        t29 = t28.sum((-4, -2, -1))
     if gg_x is not None and need_x_bar:
-        t22 = torch.where(
-            t4[:, None, None] == 0,
+        t30 = grad * t27
+        t31 = t30.sum((-4, -2, -1))
+    if (gg_x is not None and need_x_bar) or (gg_x is not None and need_grad_bar):
+        t32 = 2 * t29
+        t33 = t32 * torch.where(
+            t5 == 0,
             0.0,
             -0.5
-            * grad
-            * t21
-            * torch.sqrt(
-                t4[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-            )
+            * torch.sqrt(t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
             / (
-                t4[:, None, None]
-                * (
-                    eps
-                    + torch.sqrt(
-                        t4[:, None, None]
-                        / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                    )
-                )
+                t5
+                * (eps + torch.sqrt(t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
                 ** 2
             ),
         )
-        t23 = t22.sum((-4, -2, -1))
-    if (gg_x is not None and need_x_bar) or (gg_x is not None and need_grad_bar):
-        t24 = t2 * t21
-        t25 = t24.sum((-4, -2, -1))
-        t26 = 2 * t25
     if gg_x is not None and need_x_bar:
-        t27 = torch.where(
-            t4[:, None, None] == 0,
+        t35 = torch.where(
+            t5 == 0,
             0.0,
-            t26[:, None, None]
+            t32
             * torch.where(
-                t4[:, None, None] == 0,
+                t5 == 0,
                 0.0,
-                grad
-                * t2
-                * torch.sqrt(
-                    t4[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                )
+                t10
+                * torch.sqrt(t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
                 / (
                     4
-                    * t4[:, None, None] ** 2
+                    * t5**2
                     * (
                         eps
-                        + torch.sqrt(
-                            t4[:, None, None]
-                            / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                        )
+                        + torch.sqrt(t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
                     )
                     ** 2
                 )
-                + grad
-                * t2
-                * (t4[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
+                + t10
+                * (t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
                 / (
                     2
-                    * t4[:, None, None] ** 2
+                    * t5**2
                     * (
                         eps
-                        + torch.sqrt(
-                            t4[:, None, None]
-                            / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                        )
+                        + torch.sqrt(t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
                     )
                     ** 3
                 ),
             ),
-        )
-        t28 = t27.sum((-4, -2, -1))
-        t30 = t23 + t28
-        t31 = (
-            2 * t2 * t30[:, None, None]
-            + 2 * t21 * t8[:, None, None]
-            + t26[:, None, None]
-            * torch.where(
-                t4[:, None, None] == 0,
-                0.0,
-                -0.5
-                * grad
-                * torch.sqrt(
-                    t4[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                )
-                / (
-                    t4[:, None, None]
-                    * (
-                        eps
-                        + torch.sqrt(
-                            t4[:, None, None]
-                            / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                        )
-                    )
-                    ** 2
-                ),
-            )
-        )
-        t32 = t31.sum((-4, -2, -1))
-        t33 = -t32 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
-        x_bar = t31 + t33[:, None, None]
-    if gg_x is not None and need_grad_bar:
-        grad_bar = t21 / (
-            eps
-            + torch.sqrt(
-                t4[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-            )
-        ) + t26[:, None, None] * torch.where(
-            t4[:, None, None] == 0,
+        ) + torch.where(
+            t5 == 0,
             0.0,
             -0.5
-            * t2
-            * torch.sqrt(
-                t4[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-            )
+            * t31
+            * torch.sqrt(t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
             / (
-                t4[:, None, None]
-                * (
-                    eps
-                    + torch.sqrt(
-                        t4[:, None, None]
-                        / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                    )
-                )
+                t5
+                * (eps + torch.sqrt(t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
                 ** 2
             ),
         )
+        t36 = 2 * t35
+        t37 = (
+            grad * t33[:, None, None]
+            + t12[:, None, None] * t27
+            + t3 * t36[:, None, None]
+        )
+        t38 = t37.sum((-4, -2, -1))
+        t39 = -t38 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
+        x_bar = t37 + t39[:, None, None]
+    if gg_x is not None and need_grad_bar:
+        grad_bar = t27 * t6[:, None, None] + t3 * t33[:, None, None]
     return x_bar, grad_bar
 
 
@@ -2323,7 +2268,9 @@ def batch_norm_train(x: torch.Tensor, eps: float = 0.001) -> torch.Tensor:
 
 def _linear_bn_folded_forward(x, w, b, gamma, beta, mu, running_var, eps):
     t7 = torch.einsum("nk,ok->no", x, w)
-    return beta + gamma * (b - mu + t7) / torch.sqrt(eps + running_var)
+    t8 = b - mu
+    t9 = gamma / torch.sqrt(eps + running_var)
+    return beta + t9 * (t7 + t8)
 
 
 def _linear_bn_folded_backward(
@@ -2345,23 +2292,26 @@ def _linear_bn_folded_backward(
     grad_x = grad_w = grad_b = grad_gamma = grad_beta = None
     if need_gamma:
         t7 = torch.einsum("nk,ok->no", x, w)
+        t8 = b - mu
+    if need_x or need_w or need_b:
+        t9 = gamma / torch.sqrt(eps + running_var)
     if need_b or need_beta:
-        t10 = grad.sum(-2)
+        t12 = grad.sum(-2)
     if need_gamma:
-        t11 = grad * (b - mu + t7)
-        t12 = t11.sum(-2)
+        t13 = grad * (t7 + t8)
+        t14 = t13.sum(-2)
     if need_x or need_w:
-        t13 = gamma * grad / torch.sqrt(eps + running_var)
+        t16 = grad * t9
     if need_x:
-        grad_x = torch.einsum("ok,no->nk", w, t13)
+        grad_x = torch.einsum("ok,no->nk", w, t16)
     if need_w:
-        grad_w = torch.einsum("nk,no->ok", x, t13)
+        grad_w = torch.einsum("nk,no->ok", x, t16)
     if need_b:
-        grad_b = gamma * t10 / torch.sqrt(eps + running_var)
+        grad_b = t12 * t9
     if need_gamma:
-        grad_gamma = t12 / torch.sqrt(eps + running_var)
+        grad_gamma = t14 / torch.sqrt(eps + running_var)
     if need_beta:
-        grad_beta = t10
+        grad_beta = t12
     return grad_x, grad_w, grad_b, grad_gamma, grad_beta
 
 
@@ -2369,14 +2319,13 @@ def _linear_bn_folded_jvp(
     x, w, b, gamma, beta, mu, running_var, eps, x_t, w_t, b_t, gamma_t, beta_t
 ):
     t7 = torch.einsum("nk,ok->no", x, w)
-    t25 = torch.einsum("ok,nk->no", w, x_t)
-    t26 = torch.einsum("nk,ok->no", x, w_t)
-    return (
-        b_t * gamma / torch.sqrt(eps + running_var)
-        + beta_t
-        + gamma * (t25 + t26) / torch.sqrt(eps + running_var)
-        + gamma_t * (b - mu + t7) / torch.sqrt(eps + running_var)
-    )
+    t8 = b - mu
+    t9 = gamma / torch.sqrt(eps + running_var)
+    t27 = torch.einsum("ok,nk->no", w, x_t)
+    t28 = torch.einsum("nk,ok->no", x, w_t)
+    t29 = gamma_t / torch.sqrt(eps + running_var)
+    t30 = b_t * t9 + beta_t
+    return t29 * (t7 + t8) + t30 + t9 * (t27 + t28)
 
 
 def _linear_bn_folded_backward_backward(
@@ -2404,79 +2353,84 @@ def _linear_bn_folded_backward_backward(
     beta_bar = w_bar = gamma_bar = grad_bar = x_bar = b_bar = None
     if gg_gamma is not None and need_grad_bar:
         t7 = torch.einsum("nk,ok->no", x, w)
+        t8 = b - mu
+    if (
+        (gg_x is not None and need_w_bar)
+        or (gg_x is not None and need_grad_bar)
+        or (gg_w is not None and need_x_bar)
+        or (gg_w is not None and need_grad_bar)
+        or (gg_b is not None and need_grad_bar)
+    ):
+        t9 = gamma / torch.sqrt(eps + running_var)
     if (gg_b is not None and need_gamma_bar) or (gg_gamma is not None and need_b_bar):
-        t10 = grad.sum(-2)
+        t12 = grad.sum(-2)
     if (gg_x is not None and need_w_bar) or (gg_w is not None and need_x_bar):
-        t13 = gamma * grad / torch.sqrt(eps + running_var)
+        t16 = grad * t9
     if (gg_x is not None and need_gamma_bar) or (gg_x is not None and need_grad_bar):
-        t30 = torch.einsum("ok,nk->no", w, gg_x)
+        t34 = torch.einsum("ok,nk->no", w, gg_x)
     if gg_x is not None and need_gamma_bar:
-        t31 = grad * t30
-        t32 = t31.sum(-2)
+        t35 = grad * t34
+        t36 = t35.sum(-2)
     if (gg_w is not None and need_gamma_bar) or (gg_w is not None and need_grad_bar):
-        t38 = torch.einsum("nk,ok->no", x, gg_w)
+        t42 = torch.einsum("nk,ok->no", x, gg_w)
     if gg_w is not None and need_gamma_bar:
-        t39 = grad * t38
-        t40 = t39.sum(-2)
+        t43 = grad * t42
+        t44 = t43.sum(-2)
+    if gg_b is not None and need_gamma_bar:
+        t50 = gg_b * t12
     if (
         (gg_gamma is not None and need_x_bar)
         or (gg_gamma is not None and need_w_bar)
         or (gg_gamma is not None and need_b_bar)
         or (gg_gamma is not None and need_grad_bar)
     ):
-        t49 = gg_gamma / torch.sqrt(eps + running_var)
+        t54 = gg_gamma / torch.sqrt(eps + running_var)
     if (gg_gamma is not None and need_x_bar) or (gg_gamma is not None and need_w_bar):
-        t51 = grad * t49
+        t57 = grad * t54
     if gg_x is not None and need_w_bar:
-        w_bar = torch.einsum("no,nk->ok", t13, gg_x)
+        w_bar = torch.einsum("no,nk->ok", t16, gg_x)
     if gg_x is not None and need_gamma_bar:
-        gamma_bar = t32 / torch.sqrt(eps + running_var)
+        gamma_bar = t36 / torch.sqrt(eps + running_var)
     if gg_x is not None and need_grad_bar:
-        grad_bar = gamma * t30 / torch.sqrt(eps + running_var)
+        grad_bar = t34 * t9
     if gg_w is not None and need_x_bar:
-        x_bar = torch.einsum("no,ok->nk", t13, gg_w)
+        x_bar = torch.einsum("no,ok->nk", t16, gg_w)
     if gg_w is not None and need_gamma_bar:
         gamma_bar = (
-            t40 / torch.sqrt(eps + running_var)
+            t44 / torch.sqrt(eps + running_var)
             if gamma_bar is None
-            else gamma_bar + t40 / torch.sqrt(eps + running_var)
+            else gamma_bar + t44 / torch.sqrt(eps + running_var)
         )
     if gg_w is not None and need_grad_bar:
-        grad_bar = (
-            gamma * t38 / torch.sqrt(eps + running_var)
-            if grad_bar is None
-            else grad_bar + gamma * t38 / torch.sqrt(eps + running_var)
-        )
+        grad_bar = t42 * t9 if grad_bar is None else grad_bar + t42 * t9
     if gg_b is not None and need_gamma_bar:
         gamma_bar = (
-            gg_b * t10 / torch.sqrt(eps + running_var)
+            t50 / torch.sqrt(eps + running_var)
             if gamma_bar is None
-            else gamma_bar + gg_b * t10 / torch.sqrt(eps + running_var)
+            else gamma_bar + t50 / torch.sqrt(eps + running_var)
         )
     if gg_b is not None and need_grad_bar:
         grad_bar = (
-            gamma * gg_b / torch.sqrt(eps + running_var).expand_as(grad)
+            gg_b * t9.expand_as(grad)
             if grad_bar is None
-            else grad_bar + gamma * gg_b / torch.sqrt(eps + running_var).expand_as(grad)
+            else grad_bar + gg_b * t9.expand_as(grad)
         )
     if gg_gamma is not None and need_x_bar:
         x_bar = (
-            torch.einsum("ok,no->nk", w, t51)
+            torch.einsum("ok,no->nk", w, t57)
             if x_bar is None
-            else x_bar + torch.einsum("ok,no->nk", w, t51)
+            else x_bar + torch.einsum("ok,no->nk", w, t57)
         )
     if gg_gamma is not None and need_w_bar:
         w_bar = (
-            torch.einsum("nk,no->ok", x, t51)
+            torch.einsum("nk,no->ok", x, t57)
             if w_bar is None
-            else w_bar + torch.einsum("nk,no->ok", x, t51)
+            else w_bar + torch.einsum("nk,no->ok", x, t57)
         )
     if gg_gamma is not None and need_b_bar:
-        b_bar = t10 * t49
+        b_bar = t12 * t54
     if gg_gamma is not None and need_grad_bar:
-        grad_bar = (
-            t49 * (b - mu + t7) if grad_bar is None else grad_bar + t49 * (b - mu + t7)
-        )
+        grad_bar = t54 * (t7 + t8) if grad_bar is None else grad_bar + t54 * (t7 + t8)
     if gg_beta is not None and need_grad_bar:
         grad_bar = (
             gg_beta.expand_as(grad)
@@ -2726,12 +2680,13 @@ def _attention_backward(q, k, v, scale, grad, need_q, need_k, need_v):
         t9 = torch.einsum("...td,...sd->...st", v, grad)
         t10 = t5 * t9
         t11 = t10.sum(-1)
-        t12 = t5 * (-t11[..., None] + t9)
-        t13 = scale * t12
+        t12 = -t11
+        t13 = t5 * (t12[..., None] + t9)
+        t14 = scale * t13
     if need_q:
-        grad_q = torch.einsum("...te,...st->...se", k, t13)
+        grad_q = torch.einsum("...te,...st->...se", k, t14)
     if need_k:
-        grad_k = torch.einsum("...se,...st->...te", q, t13)
+        grad_k = torch.einsum("...se,...st->...te", q, t14)
     if need_v:
         grad_v = torch.einsum("...st,...sd->...td", t5, grad)
     return grad_q, grad_k, grad_v
@@ -2741,14 +2696,15 @@ def _attention_jvp(q, k, v, scale, q_t, k_t, v_t):
     t3 = torch.einsum("...se,...te->...st", q, k)
     t4 = scale * t3
     t5 = torch.softmax(t4, -1)
-    t19 = torch.einsum("...te,...se->...st", k, q_t)
-    t20 = torch.einsum("...se,...te->...st", q, k_t)
-    t21 = t5 * (t19 + t20)
-    t22 = t21.sum(-1)
-    t23 = torch.einsum("...st,...td->...sd", t5, v_t)
-    t24 = t5 * (-scale * t22[..., None] + scale * (t19 + t20))
-    t25 = torch.einsum("...td,...st->...sd", v, t24)
-    return t23 + t25
+    t20 = torch.einsum("...te,...se->...st", k, q_t)
+    t21 = torch.einsum("...se,...te->...st", q, k_t)
+    t22 = t5 * (t20 + t21)
+    t23 = t22.sum(-1)
+    t24 = torch.einsum("...st,...td->...sd", t5, v_t)
+    t25 = -scale * t23
+    t26 = t5 * (scale * (t20 + t21) + t25[..., None])
+    t27 = torch.einsum("...td,...st->...sd", v, t26)
+    return t24 + t27
 
 
 def _attention_backward_backward(
@@ -2791,100 +2747,104 @@ def _attention_backward_backward(
         t9 = torch.einsum("...td,...sd->...st", v, grad)
         t10 = t5 * t9
         t11 = t10.sum(-1)
+        t12 = -t11
     if (gg_q is not None and need_k_bar) or (gg_k is not None and need_q_bar):
-        t12 = t5 * (-t11[..., None] + t9)
-        t13 = scale * t12
+        t13 = t5 * (t12[..., None] + t9)
+        t14 = scale * t13
     if gg_q is not None and need_k_bar:
-        t28 = torch.einsum("...st,...se->...et", t13, gg_q)
+        t30 = torch.einsum("...st,...se->...et", t14, gg_q)
     if (
         (gg_q is not None and need_q_bar)
         or (gg_q is not None and need_k_bar)
         or (gg_q is not None and need_v_bar)
         or (gg_q is not None and need_grad_bar)
     ):
-        t29 = torch.einsum("...te,...se->...st", k, gg_q)
-        t30 = scale * t29
-        t31 = t30 * t5
-        t32 = t31.sum(-1)
-        t33 = -t32
+        t31 = torch.einsum("...te,...se->...st", k, gg_q)
+        t32 = scale * t31
+        t33 = t32 * t5
+        t34 = t33.sum(-1)
+        t35 = -t34
     if (gg_q is not None and need_v_bar) or (gg_q is not None and need_grad_bar):
-        t34 = t30 * t5 + t33[..., None] * t5
+        t36 = t32 * t5 + t35[..., None] * t5
     if (gg_q is not None and need_q_bar) or (gg_q is not None and need_k_bar):
-        t37 = t30 * (-t11[..., None] + t9) + t33[..., None] * t9
-        t38 = t37 * t5
-        t39 = t38.sum(-1)
-        t40 = t5 * (t37 - t39[..., None])
-        t41 = scale * t40
+        t39 = t32 * (t12[..., None] + t9) + t35[..., None] * t9
+        t40 = t39 * t5
+        t41 = t40.sum(-1)
+        t42 = -t41
+        t43 = t5 * (t39 + t42[..., None])
+        t44 = scale * t43
     if gg_q is not None and need_k_bar:
-        t43 = torch.einsum("...se,...st->...et", q, t41)
+        t46 = torch.einsum("...se,...st->...et", q, t44)
     if gg_k is not None and need_q_bar:
-        t46 = torch.einsum("...st,...te->...se", t13, gg_k)
+        t49 = torch.einsum("...st,...te->...se", t14, gg_k)
     if (
         (gg_k is not None and need_q_bar)
         or (gg_k is not None and need_k_bar)
         or (gg_k is not None and need_v_bar)
         or (gg_k is not None and need_grad_bar)
     ):
-        t47 = torch.einsum("...se,...te->...st", q, gg_k)
-        t48 = scale * t47
-        t49 = t48 * t5
-        t50 = t49.sum(-1)
-        t51 = -t50
+        t50 = torch.einsum("...se,...te->...st", q, gg_k)
+        t51 = scale * t50
+        t52 = t5 * t51
+        t53 = t52.sum(-1)
+        t54 = -t53
     if (gg_k is not None and need_v_bar) or (gg_k is not None and need_grad_bar):
-        t52 = t48 * t5 + t5 * t51[..., None]
+        t55 = t5 * t51 + t5 * t54[..., None]
     if (gg_k is not None and need_q_bar) or (gg_k is not None and need_k_bar):
-        t55 = t48 * (-t11[..., None] + t9) + t51[..., None] * t9
-        t56 = t5 * t55
-        t57 = t56.sum(-1)
-        t58 = t5 * (t55 - t57[..., None])
-        t59 = scale * t58
+        t58 = t51 * (t12[..., None] + t9) + t54[..., None] * t9
+        t59 = t5 * t58
+        t60 = t59.sum(-1)
+        t61 = -t60
+        t62 = t5 * (t58 + t61[..., None])
+        t63 = scale * t62
     if gg_k is not None and need_q_bar:
-        t60 = torch.einsum("...te,...st->...se", k, t59)
+        t64 = torch.einsum("...te,...st->...se", k, t63)
     if (gg_v is not None and need_q_bar) or (gg_v is not None and need_k_bar):
-        t64 = torch.einsum("...sd,...td->...st", grad, gg_v)
-        t66 = t5 * t64
-        t67 = t66.sum(-1)
-        t68 = t5 * (t64 - t67[..., None])
-        t69 = scale * t68
+        t68 = torch.einsum("...sd,...td->...st", grad, gg_v)
+        t70 = t5 * t68
+        t71 = t70.sum(-1)
+        t72 = -t71
+        t73 = t5 * (t68 + t72[..., None])
+        t74 = scale * t73
     if gg_q is not None and need_q_bar:
-        q_bar = torch.einsum("...te,...st->...se", k, t41)
+        q_bar = torch.einsum("...te,...st->...se", k, t44)
     if gg_q is not None and need_k_bar:
-        k_bar = torch.einsum("...et->...te", t28 + t43)
+        k_bar = torch.einsum("...et->...te", t30 + t46)
     if gg_q is not None and need_v_bar:
-        v_bar = torch.einsum("...sd,...st->...td", grad, t34)
+        v_bar = torch.einsum("...sd,...st->...td", grad, t36)
     if gg_q is not None and need_grad_bar:
-        grad_bar = torch.einsum("...td,...st->...sd", v, t34)
+        grad_bar = torch.einsum("...td,...st->...sd", v, t36)
     if gg_k is not None and need_q_bar:
-        q_bar = t46 + t60 if q_bar is None else q_bar + t46 + t60
+        q_bar = t49 + t64 if q_bar is None else q_bar + t49 + t64
     if gg_k is not None and need_k_bar:
         k_bar = (
-            torch.einsum("...se,...st->...te", q, t59)
+            torch.einsum("...se,...st->...te", q, t63)
             if k_bar is None
-            else k_bar + torch.einsum("...se,...st->...te", q, t59)
+            else k_bar + torch.einsum("...se,...st->...te", q, t63)
         )
     if gg_k is not None and need_v_bar:
         v_bar = (
-            torch.einsum("...sd,...st->...td", grad, t52)
+            torch.einsum("...sd,...st->...td", grad, t55)
             if v_bar is None
-            else v_bar + torch.einsum("...sd,...st->...td", grad, t52)
+            else v_bar + torch.einsum("...sd,...st->...td", grad, t55)
         )
     if gg_k is not None and need_grad_bar:
         grad_bar = (
-            torch.einsum("...td,...st->...sd", v, t52)
+            torch.einsum("...td,...st->...sd", v, t55)
             if grad_bar is None
-            else grad_bar + torch.einsum("...td,...st->...sd", v, t52)
+            else grad_bar + torch.einsum("...td,...st->...sd", v, t55)
         )
     if gg_v is not None and need_q_bar:
         q_bar = (
-            torch.einsum("...te,...st->...se", k, t69)
+            torch.einsum("...te,...st->...se", k, t74)
             if q_bar is None
-            else q_bar + torch.einsum("...te,...st->...se", k, t69)
+            else q_bar + torch.einsum("...te,...st->...se", k, t74)
         )
     if gg_v is not None and need_k_bar:
         k_bar = (
-            torch.einsum("...se,...st->...te", q, t69)
+            torch.einsum("...se,...st->...te", q, t74)
             if k_bar is None
-            else k_bar + torch.einsum("...se,...st->...te", q, t69)
+            else k_bar + torch.einsum("...se,...st->...te", q, t74)
         )
     if gg_v is not None and need_grad_bar:
         grad_bar = (
@@ -3012,7 +2972,8 @@ def attention(
 def _l2_normalize_forward(x):
     t1 = x**2
     t2 = t1.sum(-1)
-    return x / torch.sqrt(t2[..., None])
+    t3 = torch.rsqrt(t2)
+    return t3[..., None] * x
 
 
 def _l2_normalize_backward(x, grad, need_x):
@@ -3020,21 +2981,23 @@ def _l2_normalize_backward(x, grad, need_x):
     if need_x:
         t1 = x**2
         t2 = t1.sum(-1)
-        t5 = grad * x
-        t6 = t5.sum(-1)
-        t7 = -0.5 * t6 / t2 ** (1.5)
-        grad_x = grad / torch.sqrt(t2[..., None]) + 2 * t7[..., None] * x
+        t3 = torch.rsqrt(t2)
+        t6 = grad * x
+        t7 = t6.sum(-1)
+        t8 = -0.5 * t7 / t2 ** (1.5)
+        t9 = 2 * t8
+        grad_x = grad * t3[..., None] + t9[..., None] * x
     return (grad_x,)
 
 
 def _l2_normalize_jvp(x, x_t):
     t1 = x**2
     t2 = t1.sum(-1)
-    t10 = x * x_t
-    t11 = t10.sum(-1)
-    return -t11[..., None] * x / t2[..., None] ** (1.5) + x_t / torch.sqrt(
-        t2[..., None]
-    )
+    t3 = torch.rsqrt(t2)
+    t12 = x * x_t
+    t13 = t12.sum(-1)
+    t14 = -t13 / t2 ** (1.5)
+    return t14[..., None] * x + t3[..., None] * x_t
 
 
 def _l2_normalize_backward_backward(x, grad, gg_x, need_x_bar, need_grad_bar):
@@ -3042,24 +3005,26 @@ def _l2_normalize_backward_backward(x, grad, gg_x, need_x_bar, need_grad_bar):
     if (gg_x is not None and need_x_bar) or (gg_x is not None and need_grad_bar):
         t1 = x**2
         t2 = t1.sum(-1)
-    if gg_x is not None and need_x_bar:
-        t5 = grad * x
-        t6 = t5.sum(-1)
-        t7 = -0.5 * t6 / t2 ** (1.5)
-        t14 = gg_x * grad
-        t15 = t14.sum(-1)
-    if (gg_x is not None and need_x_bar) or (gg_x is not None and need_grad_bar):
-        t16 = gg_x * x
-        t17 = t16.sum(-1)
-        t18 = 2 * t17
-        t19 = -0.5 * t18 / t2 ** (1.5)
-    if gg_x is not None and need_x_bar:
-        t21 = -0.5 * t15 / t2 ** (1.5) + 0.75 * (t18 * t6 / t2 ** (2.5))
-        x_bar = (
-            2 * gg_x * t7[..., None] + grad * t19[..., None] + 2 * t21[..., None] * x
-        )
     if gg_x is not None and need_grad_bar:
-        grad_bar = gg_x / torch.sqrt(t2[..., None]) + t19[..., None] * x
+        t3 = torch.rsqrt(t2)
+    if gg_x is not None and need_x_bar:
+        t6 = grad * x
+        t7 = t6.sum(-1)
+        t8 = -0.5 * t7 / t2 ** (1.5)
+        t9 = 2 * t8
+        t17 = gg_x * grad
+        t18 = t17.sum(-1)
+    if (gg_x is not None and need_x_bar) or (gg_x is not None and need_grad_bar):
+        t19 = gg_x * x
+        t20 = t19.sum(-1)
+        t21 = 2 * t20
+        t22 = -0.5 * t21 / t2 ** (1.5)
+    if gg_x is not None and need_x_bar:
+        t24 = -0.5 * t18 / t2 ** (1.5) + 0.75 * (t21 * t7 / t2 ** (2.5))
+        t25 = 2 * t24
+        x_bar = gg_x * t9[..., None] + grad * t22[..., None] + t25[..., None] * x
+    if gg_x is not None and need_grad_bar:
+        grad_bar = gg_x * t3[..., None] + t22[..., None] * x
     return x_bar, grad_bar
 
 
@@ -3198,7 +3163,8 @@ def _cross_entropy_class_index_backward_backward(
     if gg_logits is not None and need_grad_bar:
         t27 = -t22 + t23
     if gg_logits is not None and need_logits_bar:
-        logits_bar = t11 * (t24 - t26[:, None])
+        t30 = -t26
+        logits_bar = t11 * (t24 + t30[:, None])
     if gg_logits is not None and need_grad_bar:
         grad_bar = -t27 / logits.shape[-2]
     return logits_bar, grad_bar
@@ -3301,13 +3267,12 @@ def cross_entropy_class_index(
 def _conv1x1_bn_forward(x, wt, eps):
     t2 = torch.einsum("nchw,oc->nohw", x, wt)
     t3 = t2.sum((-4, -2, -1))
-    t4 = t2 - t3[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1])
-    t5 = t4**2
-    t6 = t5.sum((-4, -2, -1))
-    return t4 / (
-        eps
-        + torch.sqrt(t6[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
-    )
+    t4 = -t3 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
+    t5 = t2 + t4[:, None, None]
+    t6 = t5**2
+    t7 = t6.sum((-4, -2, -1))
+    t8 = 1 / (eps + torch.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
+    return t5 * t8[:, None, None]
 
 
 def _conv1x1_bn_backward(x, wt, eps, grad, need_x, need_wt):
@@ -3315,79 +3280,63 @@ def _conv1x1_bn_backward(x, wt, eps, grad, need_x, need_wt):
     if need_x or need_wt:
         t2 = torch.einsum("nchw,oc->nohw", x, wt)
         t3 = t2.sum((-4, -2, -1))
-        t4 = t2 - t3[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1])
-        t5 = t4**2
-        t6 = t5.sum((-4, -2, -1))
-        t9 = torch.where(
-            t6[:, None, None] == 0,
+        t4 = -t3 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
+        t5 = t2 + t4[:, None, None]
+        t6 = t5**2
+        t7 = t6.sum((-4, -2, -1))
+        t8 = 1 / (eps + torch.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
+        t11 = grad * t5
+        t12 = t11.sum((-4, -2, -1))
+        t13 = torch.where(
+            t7 == 0,
             0.0,
             -0.5
-            * grad
-            * t4
-            * torch.sqrt(
-                t6[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-            )
+            * t12
+            * torch.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
             / (
-                t6[:, None, None]
-                * (
-                    eps
-                    + torch.sqrt(
-                        t6[:, None, None]
-                        / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                    )
-                )
+                t7
+                * (eps + torch.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
                 ** 2
             ),
         )
-        t10 = t9.sum((-4, -2, -1))
-        t11 = (
-            grad
-            / (
-                eps
-                + torch.sqrt(
-                    t6[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                )
-            )
-            + 2 * t10[:, None, None] * t4
-        )
-        t12 = t11.sum((-4, -2, -1))
-        t13 = -t12 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
-        t14 = t11 + t13[:, None, None]
+        t14 = 2 * t13
+        t15 = grad * t8[:, None, None] + t14[:, None, None] * t5
+        t16 = t15.sum((-4, -2, -1))
+        t17 = -t16 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
+        t18 = t15 + t17[:, None, None]
     if need_x:
-        grad_x = torch.einsum("oc,nohw->nchw", wt, t14)
+        grad_x = torch.einsum("oc,nohw->nchw", wt, t18)
     if need_wt:
-        grad_wt = torch.einsum("nchw,nohw->oc", x, t14)
+        grad_wt = torch.einsum("nchw,nohw->oc", x, t18)
     return grad_x, grad_wt
 
 
 def _conv1x1_bn_jvp(x, wt, eps, x_t, wt_t):
     t2 = torch.einsum("nchw,oc->nohw", x, wt)
     t3 = t2.sum((-4, -2, -1))
-    t4 = t2 - t3[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1])
-    t5 = t4**2
-    t6 = t5.sum((-4, -2, -1))
-    t19 = torch.einsum("oc,nchw->nohw", wt, x_t)
-    t20 = torch.einsum("nchw,oc->nohw", x, wt_t)
-    t21 = t19 + t20
-    t22 = t21.sum((-4, -2, -1))
-    t23 = t4 * (
-        t19 + t20 - t22[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1])
-    )
-    t24 = t23.sum((-4, -2, -1))
-    return -t24[:, None, None] * t4 * torch.sqrt(
-        t6[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-    ) / (
-        t6[:, None, None]
-        * (
-            eps
-            + torch.sqrt(
-                t6[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-            )
+    t4 = -t3 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
+    t5 = t2 + t4[:, None, None]
+    t6 = t5**2
+    t7 = t6.sum((-4, -2, -1))
+    t8 = 1 / (eps + torch.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
+    t23 = torch.einsum("oc,nchw->nohw", wt, x_t)
+    t24 = torch.einsum("nchw,oc->nohw", x, wt_t)
+    t25 = t23 + t24
+    t26 = t25.sum((-4, -2, -1))
+    t27 = -t26 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
+    t28 = t5 * (t23 + t24 + t27[:, None, None])
+    t29 = t28.sum((-4, -2, -1))
+    t30 = (
+        -t29
+        * torch.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
+        / (
+            t7
+            * (eps + torch.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
+            ** 2
         )
-        ** 2
-    ) + (t19 + t20 - t22[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1])) / (
-        eps
-        + torch.sqrt(t6[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
+    )
+    return t30[:, None, None] * t5 + t8[:, None, None] * (
+        t23 + t24 + t27[:, None, None]
     )
 
 
@@ -3405,385 +3354,240 @@ def _conv1x1_bn_backward_backward(
     ):
         t2 = torch.einsum("nchw,oc->nohw", x, wt)
         t3 = t2.sum((-4, -2, -1))
-        t4 = t2 - t3[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1])
-        t5 = t4**2
-        t6 = t5.sum((-4, -2, -1))
+        t4 = -t3 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
+        t5 = t2 + t4[:, None, None]
+        t6 = t5**2
+        t7 = t6.sum((-4, -2, -1))
+    if (
+        (gg_x is not None and need_wt_bar)
+        or (gg_x is not None and need_grad_bar)
+        or (gg_wt is not None and need_x_bar)
+        or (gg_wt is not None and need_grad_bar)
+    ):
+        t8 = 1 / (eps + torch.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
     if (
         (gg_x is not None and need_x_bar)
         or (gg_x is not None and need_wt_bar)
         or (gg_wt is not None and need_x_bar)
         or (gg_wt is not None and need_wt_bar)
     ):
-        t9 = torch.where(
-            t6[:, None, None] == 0,
-            0.0,
-            -0.5
-            * grad
-            * t4
-            * torch.sqrt(
-                t6[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-            )
-            / (
-                t6[:, None, None]
-                * (
-                    eps
-                    + torch.sqrt(
-                        t6[:, None, None]
-                        / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                    )
-                )
-                ** 2
-            ),
-        )
-        t10 = t9.sum((-4, -2, -1))
-    if (gg_x is not None and need_wt_bar) or (gg_wt is not None and need_x_bar):
-        t11 = (
-            grad
-            / (
-                eps
-                + torch.sqrt(
-                    t6[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                )
-            )
-            + 2 * t10[:, None, None] * t4
-        )
+        t11 = grad * t5
         t12 = t11.sum((-4, -2, -1))
-        t13 = -t12 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
-        t14 = t11 + t13[:, None, None]
+        t13 = torch.where(
+            t7 == 0,
+            0.0,
+            -0.5
+            * t12
+            * torch.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
+            / (
+                t7
+                * (eps + torch.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
+                ** 2
+            ),
+        )
+        t14 = 2 * t13
+    if (gg_x is not None and need_wt_bar) or (gg_wt is not None and need_x_bar):
+        t15 = grad * t8[:, None, None] + t14[:, None, None] * t5
+        t16 = t15.sum((-4, -2, -1))
+        t17 = -t16 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
+        t18 = t15 + t17[:, None, None]
     if gg_x is not None and need_wt_bar:
-        t27 = torch.einsum("nohw,nchw->oc", t14, gg_x)
+        t33 = torch.einsum("nohw,nchw->oc", t18, gg_x)
     if (
         (gg_x is not None and need_x_bar)
         or (gg_x is not None and need_wt_bar)
         or (gg_x is not None and need_grad_bar)
     ):
-        t28 = torch.einsum("oc,nchw->nohw", wt, gg_x)
-        t29 = t28.sum((-4, -2, -1))
-        t30 = -t29 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
-        t31 = t28 + t30[:, None, None]
-        t32 = t31 * t4
-        t33 = t32.sum((-4, -2, -1))
-    if (gg_x is not None and need_x_bar) or (gg_x is not None and need_wt_bar):
-        t34 = torch.where(
-            t6[:, None, None] == 0,
-            0.0,
-            -0.5
-            * grad
-            * t31
-            * torch.sqrt(
-                t6[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-            )
-            / (
-                t6[:, None, None]
-                * (
-                    eps
-                    + torch.sqrt(
-                        t6[:, None, None]
-                        / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                    )
-                )
-                ** 2
-            ),
-        )
+        t34 = torch.einsum("oc,nchw->nohw", wt, gg_x)
         t35 = t34.sum((-4, -2, -1))
+        t36 = -t35 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
+        t37 = t34 + t36[:, None, None]
+        t38 = t37 * t5
+        t39 = t38.sum((-4, -2, -1))
+    if (gg_x is not None and need_x_bar) or (gg_x is not None and need_wt_bar):
+        t40 = grad * t37
+        t41 = t40.sum((-4, -2, -1))
     if (
         (gg_x is not None and need_x_bar)
         or (gg_x is not None and need_wt_bar)
         or (gg_x is not None and need_grad_bar)
     ):
-        t36 = 2 * t33
+        t42 = 2 * t39
+        t43 = t42 * torch.where(
+            t7 == 0,
+            0.0,
+            -0.5
+            * torch.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
+            / (
+                t7
+                * (eps + torch.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
+                ** 2
+            ),
+        )
     if (gg_x is not None and need_x_bar) or (gg_x is not None and need_wt_bar):
-        t37 = torch.where(
-            t6[:, None, None] == 0,
+        t45 = torch.where(
+            t7 == 0,
             0.0,
-            t36[:, None, None]
+            t42
             * torch.where(
-                t6[:, None, None] == 0,
+                t7 == 0,
                 0.0,
-                grad
-                * t4
-                * torch.sqrt(
-                    t6[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                )
+                t12
+                * torch.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
                 / (
                     4
-                    * t6[:, None, None] ** 2
+                    * t7**2
                     * (
                         eps
-                        + torch.sqrt(
-                            t6[:, None, None]
-                            / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                        )
+                        + torch.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
                     )
                     ** 2
                 )
-                + grad
-                * t4
-                * (t6[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
+                + t12
+                * (t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
                 / (
                     2
-                    * t6[:, None, None] ** 2
+                    * t7**2
                     * (
                         eps
-                        + torch.sqrt(
-                            t6[:, None, None]
-                            / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                        )
+                        + torch.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
                     )
                     ** 3
                 ),
             ),
+        ) + torch.where(
+            t7 == 0,
+            0.0,
+            -0.5
+            * t41
+            * torch.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
+            / (
+                t7
+                * (eps + torch.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
+                ** 2
+            ),
         )
-        t38 = t37.sum((-4, -2, -1))
-        t40 = t35 + t38
-        t41 = (
-            2 * t10[:, None, None] * t31
-            + t36[:, None, None]
-            * torch.where(
-                t6[:, None, None] == 0,
-                0.0,
-                -0.5
-                * grad
-                * torch.sqrt(
-                    t6[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                )
-                / (
-                    t6[:, None, None]
-                    * (
-                        eps
-                        + torch.sqrt(
-                            t6[:, None, None]
-                            / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                        )
-                    )
-                    ** 2
-                ),
-            )
-            + 2 * t4 * t40[:, None, None]
+        t46 = 2 * t45
+        t47 = (
+            grad * t43[:, None, None]
+            + t14[:, None, None] * t37
+            + t46[:, None, None] * t5
         )
-        t42 = t41.sum((-4, -2, -1))
-        t43 = -t42 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
-        t44 = t41 + t43[:, None, None]
+        t48 = t47.sum((-4, -2, -1))
+        t49 = -t48 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
+        t50 = t47 + t49[:, None, None]
     if gg_x is not None and need_wt_bar:
-        t46 = torch.einsum("nchw,nohw->oc", x, t44)
+        t52 = torch.einsum("nchw,nohw->oc", x, t50)
     if gg_wt is not None and need_x_bar:
-        t49 = torch.einsum("nohw,oc->nhwc", t14, gg_wt)
+        t55 = torch.einsum("nohw,oc->nhwc", t18, gg_wt)
     if (
         (gg_wt is not None and need_x_bar)
         or (gg_wt is not None and need_wt_bar)
         or (gg_wt is not None and need_grad_bar)
     ):
-        t50 = torch.einsum("nchw,oc->nohw", x, gg_wt)
-        t51 = t50.sum((-4, -2, -1))
-        t52 = -t51 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
-        t53 = t50 + t52[:, None, None]
-        t54 = t4 * t53
-        t55 = t54.sum((-4, -2, -1))
-    if (gg_wt is not None and need_x_bar) or (gg_wt is not None and need_wt_bar):
-        t56 = torch.where(
-            t6[:, None, None] == 0,
-            0.0,
-            -0.5
-            * grad
-            * t53
-            * torch.sqrt(
-                t6[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-            )
-            / (
-                t6[:, None, None]
-                * (
-                    eps
-                    + torch.sqrt(
-                        t6[:, None, None]
-                        / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                    )
-                )
-                ** 2
-            ),
-        )
+        t56 = torch.einsum("nchw,oc->nohw", x, gg_wt)
         t57 = t56.sum((-4, -2, -1))
+        t58 = -t57 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
+        t59 = t56 + t58[:, None, None]
+        t60 = t5 * t59
+        t61 = t60.sum((-4, -2, -1))
+    if (gg_wt is not None and need_x_bar) or (gg_wt is not None and need_wt_bar):
+        t62 = grad * t59
+        t63 = t62.sum((-4, -2, -1))
     if (
         (gg_wt is not None and need_x_bar)
         or (gg_wt is not None and need_wt_bar)
         or (gg_wt is not None and need_grad_bar)
     ):
-        t58 = 2 * t55
-    if (gg_wt is not None and need_x_bar) or (gg_wt is not None and need_wt_bar):
-        t59 = torch.where(
-            t6[:, None, None] == 0,
+        t64 = 2 * t61
+        t65 = t64 * torch.where(
+            t7 == 0,
             0.0,
-            t58[:, None, None]
+            -0.5
+            * torch.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
+            / (
+                t7
+                * (eps + torch.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
+                ** 2
+            ),
+        )
+    if (gg_wt is not None and need_x_bar) or (gg_wt is not None and need_wt_bar):
+        t67 = torch.where(
+            t7 == 0,
+            0.0,
+            t64
             * torch.where(
-                t6[:, None, None] == 0,
+                t7 == 0,
                 0.0,
-                grad
-                * t4
-                * torch.sqrt(
-                    t6[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                )
+                t12
+                * torch.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
                 / (
                     4
-                    * t6[:, None, None] ** 2
+                    * t7**2
                     * (
                         eps
-                        + torch.sqrt(
-                            t6[:, None, None]
-                            / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                        )
+                        + torch.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
                     )
                     ** 2
                 )
-                + grad
-                * t4
-                * (t6[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
+                + t12
+                * (t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
                 / (
                     2
-                    * t6[:, None, None] ** 2
+                    * t7**2
                     * (
                         eps
-                        + torch.sqrt(
-                            t6[:, None, None]
-                            / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                        )
+                        + torch.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
                     )
                     ** 3
                 ),
             ),
-        )
-        t60 = t59.sum((-4, -2, -1))
-        t62 = t57 + t60
-        t63 = (
-            2 * t10[:, None, None] * t53
-            + 2 * t4 * t62[:, None, None]
-            + t58[:, None, None]
-            * torch.where(
-                t6[:, None, None] == 0,
-                0.0,
-                -0.5
-                * grad
-                * torch.sqrt(
-                    t6[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                )
-                / (
-                    t6[:, None, None]
-                    * (
-                        eps
-                        + torch.sqrt(
-                            t6[:, None, None]
-                            / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                        )
-                    )
-                    ** 2
-                ),
-            )
-        )
-        t64 = t63.sum((-4, -2, -1))
-        t65 = -t64 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
-        t66 = t63 + t65[:, None, None]
-    if gg_wt is not None and need_x_bar:
-        t67 = torch.einsum("oc,nohw->nhwc", wt, t66)
-    if gg_x is not None and need_x_bar:
-        x_bar = torch.einsum("oc,nohw->nchw", wt, t44)
-    if gg_x is not None and need_wt_bar:
-        wt_bar = t27 + t46
-    if gg_x is not None and need_grad_bar:
-        grad_bar = t31 / (
-            eps
-            + torch.sqrt(
-                t6[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-            )
-        ) + t36[:, None, None] * torch.where(
-            t6[:, None, None] == 0,
+        ) + torch.where(
+            t7 == 0,
             0.0,
             -0.5
-            * t4
-            * torch.sqrt(
-                t6[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-            )
+            * t63
+            * torch.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
             / (
-                t6[:, None, None]
-                * (
-                    eps
-                    + torch.sqrt(
-                        t6[:, None, None]
-                        / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                    )
-                )
+                t7
+                * (eps + torch.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
                 ** 2
             ),
         )
+        t68 = 2 * t67
+        t69 = (
+            grad * t65[:, None, None]
+            + t14[:, None, None] * t59
+            + t5 * t68[:, None, None]
+        )
+        t70 = t69.sum((-4, -2, -1))
+        t71 = -t70 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
+        t72 = t69 + t71[:, None, None]
+    if gg_wt is not None and need_x_bar:
+        t73 = torch.einsum("oc,nohw->nhwc", wt, t72)
+    if gg_x is not None and need_x_bar:
+        x_bar = torch.einsum("oc,nohw->nchw", wt, t50)
+    if gg_x is not None and need_wt_bar:
+        wt_bar = t33 + t52
+    if gg_x is not None and need_grad_bar:
+        grad_bar = t37 * t8[:, None, None] + t43[:, None, None] * t5
     if gg_wt is not None and need_x_bar:
         x_bar = (
-            torch.einsum("nhwc->nchw", t49 + t67)
+            torch.einsum("nhwc->nchw", t55 + t73)
             if x_bar is None
-            else x_bar + torch.einsum("nhwc->nchw", t49 + t67)
+            else x_bar + torch.einsum("nhwc->nchw", t55 + t73)
         )
     if gg_wt is not None and need_wt_bar:
         wt_bar = (
-            torch.einsum("nchw,nohw->oc", x, t66)
+            torch.einsum("nchw,nohw->oc", x, t72)
             if wt_bar is None
-            else wt_bar + torch.einsum("nchw,nohw->oc", x, t66)
+            else wt_bar + torch.einsum("nchw,nohw->oc", x, t72)
         )
     if gg_wt is not None and need_grad_bar:
         grad_bar = (
-            t53
-            / (
-                eps
-                + torch.sqrt(
-                    t6[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                )
-            )
-            + t58[:, None, None]
-            * torch.where(
-                t6[:, None, None] == 0,
-                0.0,
-                -0.5
-                * t4
-                * torch.sqrt(
-                    t6[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                )
-                / (
-                    t6[:, None, None]
-                    * (
-                        eps
-                        + torch.sqrt(
-                            t6[:, None, None]
-                            / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                        )
-                    )
-                    ** 2
-                ),
-            )
+            t5 * t65[:, None, None] + t59 * t8[:, None, None]
             if grad_bar is None
-            else grad_bar
-            + t53
-            / (
-                eps
-                + torch.sqrt(
-                    t6[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                )
-            )
-            + t58[:, None, None]
-            * torch.where(
-                t6[:, None, None] == 0,
-                0.0,
-                -0.5
-                * t4
-                * torch.sqrt(
-                    t6[:, None, None] / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                )
-                / (
-                    t6[:, None, None]
-                    * (
-                        eps
-                        + torch.sqrt(
-                            t6[:, None, None]
-                            / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                        )
-                    )
-                    ** 2
-                ),
-            )
+            else grad_bar + t5 * t65[:, None, None] + t59 * t8[:, None, None]
         )
     return x_bar, wt_bar, grad_bar
 

@@ -110,8 +110,32 @@ class Tape:
         """A node holding ``expr`` (itself when it is one already)."""
         if isinstance(expr, sympy.Symbol) and expr.name in self.nodes:
             return expr
+        axes = self.axes(expr)
+        expr = self._hoist(expr, axes)
+        if isinstance(expr, sympy.Symbol) and expr.name in self.nodes:
+            return expr
         args = sorted(s.name for s in expr.free_symbols if s.name in self.nodes)
-        return self._add("elem", self.sorted_axes(self.axes(expr)), args, expr)
+        return self._add("elem", self.sorted_axes(axes), args, expr)
+
+    def _hoist(self, expr: sympy.Expr, full: frozenset[str]) -> sympy.Expr:
+        """``expr`` with its parts over fewer axes than ``full`` computed first, as nodes of
+        their own: ``2 * t * s[..., None]`` is ``t * u`` with ``u = 2 * s`` a row vector, one
+        pass over the full tensor instead of two."""
+        if expr.is_Atom or isinstance(expr, (sympy.Piecewise, sympy.logic.boolalg.Boolean)):
+            return expr
+        axes = self.axes(expr)
+        if axes != full:
+            return self.node_of(expr) if axes else expr
+        if isinstance(expr, (sympy.Mul, sympy.Add)):
+            small = [a for a in expr.args if self.axes(a) != full]
+            big = [self._hoist(a, full) for a in expr.args if self.axes(a) == full]
+            if not big:  # (an outer product: no part is smaller than the whole)
+                return expr
+            grouped = expr.func(*small)
+            if self.axes(grouped) and (len(small) > 1 or not grouped.is_Atom):
+                grouped = self.node_of(grouped)
+            return expr.func(*big, grouped)
+        return expr.func(*(self._hoist(a, full) for a in expr.args))
 
     def size(self, axes) -> sympy.Expr:
         return self.formula.size(sorted(axes, key=self.order.index))
