@@ -82,11 +82,12 @@ def test_tensor_syntax_says_elementwise_only_for_now(tmp_path, formula, said):
     assert "shape" not in out  # no circle between shape: and "remove shape:"
 
 
-def test_a_shaped_input_says_elementwise_only_for_now(tmp_path):
+def test_a_shaped_input_of_an_elementwise_formula_points_to_tensor_expressions(tmp_path):
     spec = "module: t\nfunctions:\n  f:\n    inputs: {x: {shape: [n]}}\n    output: x\n"
     (tmp_path / "s.yaml").write_text(spec)
     out = run("check", "s.yaml", cwd=tmp_path).output
-    assert "elementwise functions only for now" in out and "remove shape" not in out
+    assert "s.yaml:4 (function 'f'): input 'x' has a shape" in out
+    assert "output: {shape: [...], expr:" in out
 
 
 @pytest.mark.parametrize(
