@@ -875,17 +875,14 @@ def _layer_norm_forward(x, eps):
     t4 = tf.math.square(t3)
     t5 = tf.reduce_sum(t4, axis=-1)
     t6 = tf.math.rsqrt(eps + t5 / x.shape[-1])
-    return t3 * t6[..., None]
+    return t3 * t6[..., None], t1, t5
 
 
-def _layer_norm_backward(x, eps, grad, need_x):
+def _layer_norm_backward(x, eps, t1, t5, grad, need_x):
     grad_x = None
     if need_x:
-        t1 = tf.reduce_sum(x, axis=-1)
         t2 = -t1 / x.shape[-1]
         t3 = t2[..., None] + x
-        t4 = tf.math.square(t3)
-        t5 = tf.reduce_sum(t4, axis=-1)
         t6 = tf.math.rsqrt(eps + t5 / x.shape[-1])
         t9 = grad * t3
         t10 = tf.reduce_sum(t9, axis=-1)
@@ -898,14 +895,13 @@ def _layer_norm_backward(x, eps, grad, need_x):
     return (grad_x,)
 
 
-def _layer_norm_backward_backward(x, eps, grad, gg_x, need_x_bar, need_grad_bar):
+def _layer_norm_backward_backward(
+    x, eps, t1, t5, grad, gg_x, need_x_bar, need_grad_bar
+):
     x_bar = grad_bar = None
     if (gg_x is not None and need_x_bar) or (gg_x is not None and need_grad_bar):
-        t1 = tf.reduce_sum(x, axis=-1)
         t2 = -t1 / x.shape[-1]
         t3 = t2[..., None] + x
-        t4 = tf.math.square(t3)
-        t5 = tf.reduce_sum(t4, axis=-1)
     if gg_x is not None and need_grad_bar:
         t6 = tf.math.rsqrt(eps + t5 / x.shape[-1])
     if gg_x is not None and need_x_bar:
@@ -953,10 +949,10 @@ def layer_norm(x: tf.Tensor, eps: float = 1e-05) -> tf.Tensor:
 
     @tf.custom_gradient
     def forward(x):
-        out = _layer_norm_forward(x, eps)
+        out, t1, t5 = _layer_norm_forward(x, eps)
 
         def backward(grad):
-            grad_x = _layer_norm_grad(x, eps, grad)
+            grad_x = _layer_norm_grad(x, eps, t1, t5, grad)
             return grad_x
 
         return out, backward
@@ -964,17 +960,19 @@ def layer_norm(x: tf.Tensor, eps: float = 1e-05) -> tf.Tensor:
     return forward(tf.convert_to_tensor(x))
 
 
-def _layer_norm_grad(x, eps, grad):
+def _layer_norm_grad(x, eps, t1, t5, grad):
     """The gradient of layer_norm; its gradient is the derived second order."""
 
     @tf.custom_gradient
     def forward(x, grad):
-        (grad_x,) = _layer_norm_backward(x, eps, grad, True)
+        (grad_x,) = _layer_norm_backward(x, eps, t1, t5, grad, True)
 
         def backward(gg_x):
             x_bar, grad_bar = _layer_norm_backward_backward(
                 x,
                 eps,
+                t1,
+                t5,
                 grad,
                 gg_x,
                 True,
@@ -994,14 +992,11 @@ def _rms_norm_forward(x, g, eps):
     t2 = tf.math.square(x)
     t3 = tf.reduce_sum(t2, axis=-1)
     t4 = g / tf.math.sqrt(eps + t3[..., None] / x.shape[-1])
-    return t4 * x
+    return t4 * x, t3
 
 
-def _rms_norm_backward(x, g, eps, grad, need_x, need_g):
+def _rms_norm_backward(x, g, eps, t3, grad, need_x, need_g):
     grad_x = grad_g = None
-    if need_x or need_g:
-        t2 = tf.math.square(x)
-        t3 = tf.reduce_sum(t2, axis=-1)
     if need_x:
         t4 = g / tf.math.sqrt(eps + t3[..., None] / x.shape[-1])
     if need_x or need_g:
@@ -1023,18 +1018,9 @@ def _rms_norm_backward(x, g, eps, grad, need_x, need_g):
 
 
 def _rms_norm_backward_backward(
-    x, g, eps, grad, gg_x, gg_g, need_x_bar, need_g_bar, need_grad_bar
+    x, g, eps, t3, grad, gg_x, gg_g, need_x_bar, need_g_bar, need_grad_bar
 ):
     x_bar = g_bar = grad_bar = None
-    if (
-        (gg_x is not None and need_x_bar)
-        or (gg_x is not None and need_g_bar)
-        or (gg_x is not None and need_grad_bar)
-        or (gg_g is not None and need_x_bar)
-        or (gg_g is not None and need_grad_bar)
-    ):
-        t2 = tf.math.square(x)
-        t3 = tf.reduce_sum(t2, axis=-1)
     if gg_x is not None and need_grad_bar:
         t4 = g / tf.math.sqrt(eps + t3[..., None] / x.shape[-1])
     if (
@@ -1123,10 +1109,10 @@ def rms_norm(x: tf.Tensor, g: tf.Tensor, eps: float = 1e-06) -> tf.Tensor:
 
     @tf.custom_gradient
     def forward(x, g):
-        out = _rms_norm_forward(x, g, eps)
+        out, t3 = _rms_norm_forward(x, g, eps)
 
         def backward(grad):
-            grad_x, grad_g = _rms_norm_grad(x, g, eps, grad)
+            grad_x, grad_g = _rms_norm_grad(x, g, eps, t3, grad)
             return grad_x, grad_g
 
         return out, backward
@@ -1134,18 +1120,19 @@ def rms_norm(x: tf.Tensor, g: tf.Tensor, eps: float = 1e-06) -> tf.Tensor:
     return forward(tf.convert_to_tensor(x), tf.convert_to_tensor(g))
 
 
-def _rms_norm_grad(x, g, eps, grad):
+def _rms_norm_grad(x, g, eps, t3, grad):
     """The gradient of rms_norm; its gradient is the derived second order."""
 
     @tf.custom_gradient
     def forward(x, g, grad):
-        grad_x, grad_g = _rms_norm_backward(x, g, eps, grad, True, True)
+        grad_x, grad_g = _rms_norm_backward(x, g, eps, t3, grad, True, True)
 
         def backward(gg_x, gg_g):
             x_bar, g_bar, grad_bar = _rms_norm_backward_backward(
                 x,
                 g,
                 eps,
+                t3,
                 grad,
                 gg_x,
                 gg_g,
@@ -1170,17 +1157,14 @@ def _layer_norm_one_pass_forward(x, eps):
     t4 = tf.math.square(t3)
     t5 = tf.reduce_sum(t4, axis=-1)
     t6 = tf.math.rsqrt(eps + t5 / x.shape[-1])
-    return t3 * t6[..., None]
+    return t3 * t6[..., None], t1, t5
 
 
-def _layer_norm_one_pass_backward(x, eps, grad, need_x):
+def _layer_norm_one_pass_backward(x, eps, t1, t5, grad, need_x):
     grad_x = None
     if need_x:
-        t1 = tf.reduce_sum(x, axis=-1)
         t2 = -t1 / x.shape[-1]
         t3 = t2[..., None] + x
-        t4 = tf.math.square(t3)
-        t5 = tf.reduce_sum(t4, axis=-1)
         t6 = tf.math.rsqrt(eps + t5 / x.shape[-1])
         t9 = grad * t3
         t10 = tf.reduce_sum(t9, axis=-1)
@@ -1194,15 +1178,12 @@ def _layer_norm_one_pass_backward(x, eps, grad, need_x):
 
 
 def _layer_norm_one_pass_backward_backward(
-    x, eps, grad, gg_x, need_x_bar, need_grad_bar
+    x, eps, t1, t5, grad, gg_x, need_x_bar, need_grad_bar
 ):
     x_bar = grad_bar = None
     if (gg_x is not None and need_x_bar) or (gg_x is not None and need_grad_bar):
-        t1 = tf.reduce_sum(x, axis=-1)
         t2 = -t1 / x.shape[-1]
         t3 = t2[..., None] + x
-        t4 = tf.math.square(t3)
-        t5 = tf.reduce_sum(t4, axis=-1)
     if gg_x is not None and need_grad_bar:
         t6 = tf.math.rsqrt(eps + t5 / x.shape[-1])
     if gg_x is not None and need_x_bar:
@@ -1250,10 +1231,10 @@ def layer_norm_one_pass(x: tf.Tensor, eps: float = 1e-05) -> tf.Tensor:
 
     @tf.custom_gradient
     def forward(x):
-        out = _layer_norm_one_pass_forward(x, eps)
+        out, t1, t5 = _layer_norm_one_pass_forward(x, eps)
 
         def backward(grad):
-            grad_x = _layer_norm_one_pass_grad(x, eps, grad)
+            grad_x = _layer_norm_one_pass_grad(x, eps, t1, t5, grad)
             return grad_x
 
         return out, backward
@@ -1261,17 +1242,19 @@ def layer_norm_one_pass(x: tf.Tensor, eps: float = 1e-05) -> tf.Tensor:
     return forward(tf.convert_to_tensor(x))
 
 
-def _layer_norm_one_pass_grad(x, eps, grad):
+def _layer_norm_one_pass_grad(x, eps, t1, t5, grad):
     """The gradient of layer_norm_one_pass; its gradient is the derived second order."""
 
     @tf.custom_gradient
     def forward(x, grad):
-        (grad_x,) = _layer_norm_one_pass_backward(x, eps, grad, True)
+        (grad_x,) = _layer_norm_one_pass_backward(x, eps, t1, t5, grad, True)
 
         def backward(gg_x):
             x_bar, grad_bar = _layer_norm_one_pass_backward_backward(
                 x,
                 eps,
+                t1,
+                t5,
                 grad,
                 gg_x,
                 True,
@@ -1294,17 +1277,14 @@ def _batch_norm_train_forward(x, eps):
     t4 = tf.math.square(t3)
     t5 = tf.reduce_sum(t4, axis=[-4, -2, -1])
     t6 = 1 / (eps + tf.math.sqrt(t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
-    return t3 * t6[:, None, None]
+    return t3 * t6[:, None, None], t1, t5
 
 
-def _batch_norm_train_backward(x, eps, grad, need_x):
+def _batch_norm_train_backward(x, eps, t1, t5, grad, need_x):
     grad_x = None
     if need_x:
-        t1 = tf.reduce_sum(x, axis=[-4, -2, -1])
         t2 = -t1 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
         t3 = t2[:, None, None] + x
-        t4 = tf.math.square(t3)
-        t5 = tf.reduce_sum(t4, axis=[-4, -2, -1])
         t6 = 1 / (
             eps + tf.math.sqrt(t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
         )
@@ -1332,14 +1312,13 @@ def _batch_norm_train_backward(x, eps, grad, need_x):
     return (grad_x,)
 
 
-def _batch_norm_train_backward_backward(x, eps, grad, gg_x, need_x_bar, need_grad_bar):
+def _batch_norm_train_backward_backward(
+    x, eps, t1, t5, grad, gg_x, need_x_bar, need_grad_bar
+):
     x_bar = grad_bar = None
     if (gg_x is not None and need_x_bar) or (gg_x is not None and need_grad_bar):
-        t1 = tf.reduce_sum(x, axis=[-4, -2, -1])
         t2 = -t1 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
         t3 = t2[:, None, None] + x
-        t4 = tf.math.square(t3)
-        t5 = tf.reduce_sum(t4, axis=[-4, -2, -1])
     if gg_x is not None and need_grad_bar:
         t6 = 1 / (
             eps + tf.math.sqrt(t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
@@ -1469,10 +1448,10 @@ def batch_norm_train(x: tf.Tensor, eps: float = 0.001) -> tf.Tensor:
 
     @tf.custom_gradient
     def forward(x):
-        out = _batch_norm_train_forward(x, eps)
+        out, t1, t5 = _batch_norm_train_forward(x, eps)
 
         def backward(grad):
-            grad_x = _batch_norm_train_grad(x, eps, grad)
+            grad_x = _batch_norm_train_grad(x, eps, t1, t5, grad)
             return grad_x
 
         return out, backward
@@ -1480,17 +1459,19 @@ def batch_norm_train(x: tf.Tensor, eps: float = 0.001) -> tf.Tensor:
     return forward(tf.convert_to_tensor(x))
 
 
-def _batch_norm_train_grad(x, eps, grad):
+def _batch_norm_train_grad(x, eps, t1, t5, grad):
     """The gradient of batch_norm_train; its gradient is the derived second order."""
 
     @tf.custom_gradient
     def forward(x, grad):
-        (grad_x,) = _batch_norm_train_backward(x, eps, grad, True)
+        (grad_x,) = _batch_norm_train_backward(x, eps, t1, t5, grad, True)
 
         def backward(gg_x):
             x_bar, grad_bar = _batch_norm_train_backward_backward(
                 x,
                 eps,
+                t1,
+                t5,
                 grad,
                 gg_x,
                 True,
@@ -2025,14 +2006,12 @@ def _l2_normalize_forward(x):
     t1 = tf.math.square(x)
     t2 = tf.reduce_sum(t1, axis=-1)
     t3 = tf.math.rsqrt(t2)
-    return t3[..., None] * x
+    return t3[..., None] * x, t2
 
 
-def _l2_normalize_backward(x, grad, need_x):
+def _l2_normalize_backward(x, t2, grad, need_x):
     grad_x = None
     if need_x:
-        t1 = tf.math.square(x)
-        t2 = tf.reduce_sum(t1, axis=-1)
         t3 = tf.math.rsqrt(t2)
         t6 = grad * x
         t7 = tf.reduce_sum(t6, axis=-1)
@@ -2042,11 +2021,8 @@ def _l2_normalize_backward(x, grad, need_x):
     return (grad_x,)
 
 
-def _l2_normalize_backward_backward(x, grad, gg_x, need_x_bar, need_grad_bar):
+def _l2_normalize_backward_backward(x, t2, grad, gg_x, need_x_bar, need_grad_bar):
     x_bar = grad_bar = None
-    if (gg_x is not None and need_x_bar) or (gg_x is not None and need_grad_bar):
-        t1 = tf.math.square(x)
-        t2 = tf.reduce_sum(t1, axis=-1)
     if gg_x is not None and need_grad_bar:
         t3 = tf.math.rsqrt(t2)
     if gg_x is not None and need_x_bar:
@@ -2084,10 +2060,10 @@ def l2_normalize(x: tf.Tensor) -> tf.Tensor:
 
     @tf.custom_gradient
     def forward(x):
-        out = _l2_normalize_forward(x)
+        out, t2 = _l2_normalize_forward(x)
 
         def backward(grad):
-            grad_x = _l2_normalize_grad(x, grad)
+            grad_x = _l2_normalize_grad(x, t2, grad)
             return grad_x
 
         return out, backward
@@ -2095,16 +2071,17 @@ def l2_normalize(x: tf.Tensor) -> tf.Tensor:
     return forward(tf.convert_to_tensor(x))
 
 
-def _l2_normalize_grad(x, grad):
+def _l2_normalize_grad(x, t2, grad):
     """The gradient of l2_normalize; its gradient is the derived second order."""
 
     @tf.custom_gradient
     def forward(x, grad):
-        (grad_x,) = _l2_normalize_backward(x, grad, True)
+        (grad_x,) = _l2_normalize_backward(x, t2, grad, True)
 
         def backward(gg_x):
             x_bar, grad_bar = _l2_normalize_backward_backward(
                 x,
+                t2,
                 grad,
                 gg_x,
                 True,
@@ -2230,18 +2207,15 @@ def _conv1x1_bn_forward(x, wt, eps):
     t6 = tf.math.square(t5)
     t7 = tf.reduce_sum(t6, axis=[-4, -2, -1])
     t8 = 1 / (eps + tf.math.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
-    return t5 * t8[:, None, None]
+    return t5 * t8[:, None, None], t3, t7
 
 
-def _conv1x1_bn_backward(x, wt, eps, grad, need_x, need_wt):
+def _conv1x1_bn_backward(x, wt, eps, t3, t7, grad, need_x, need_wt):
     grad_x = grad_wt = None
     if need_x or need_wt:
         t2 = tf.einsum("nchw,oc->nohw", x, wt)
-        t3 = tf.reduce_sum(t2, axis=[-4, -2, -1])
         t4 = -t3 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
         t5 = t2 + t4[:, None, None]
-        t6 = tf.math.square(t5)
-        t7 = tf.reduce_sum(t6, axis=[-4, -2, -1])
         t8 = 1 / (
             eps + tf.math.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
         )
@@ -2274,7 +2248,7 @@ def _conv1x1_bn_backward(x, wt, eps, grad, need_x, need_wt):
 
 
 def _conv1x1_bn_backward_backward(
-    x, wt, eps, grad, gg_x, gg_wt, need_x_bar, need_wt_bar, need_grad_bar
+    x, wt, eps, t3, t7, grad, gg_x, gg_wt, need_x_bar, need_wt_bar, need_grad_bar
 ):
     x_bar = wt_bar = grad_bar = None
     if (
@@ -2286,11 +2260,8 @@ def _conv1x1_bn_backward_backward(
         or (gg_wt is not None and need_grad_bar)
     ):
         t2 = tf.einsum("nchw,oc->nohw", x, wt)
-        t3 = tf.reduce_sum(t2, axis=[-4, -2, -1])
         t4 = -t3 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
         t5 = t2 + t4[:, None, None]
-        t6 = tf.math.square(t5)
-        t7 = tf.reduce_sum(t6, axis=[-4, -2, -1])
     if (
         (gg_x is not None and need_wt_bar)
         or (gg_x is not None and need_grad_bar)
@@ -2572,10 +2543,10 @@ def conv1x1_bn(x: tf.Tensor, wt: tf.Tensor, eps: float = 0.001) -> tf.Tensor:
 
     @tf.custom_gradient
     def forward(x, wt):
-        out = _conv1x1_bn_forward(x, wt, eps)
+        out, t3, t7 = _conv1x1_bn_forward(x, wt, eps)
 
         def backward(grad):
-            grad_x, grad_wt = _conv1x1_bn_grad(x, wt, eps, grad)
+            grad_x, grad_wt = _conv1x1_bn_grad(x, wt, eps, t3, t7, grad)
             return grad_x, grad_wt
 
         return out, backward
@@ -2583,18 +2554,20 @@ def conv1x1_bn(x: tf.Tensor, wt: tf.Tensor, eps: float = 0.001) -> tf.Tensor:
     return forward(tf.convert_to_tensor(x), tf.convert_to_tensor(wt))
 
 
-def _conv1x1_bn_grad(x, wt, eps, grad):
+def _conv1x1_bn_grad(x, wt, eps, t3, t7, grad):
     """The gradient of conv1x1_bn; its gradient is the derived second order."""
 
     @tf.custom_gradient
     def forward(x, wt, grad):
-        grad_x, grad_wt = _conv1x1_bn_backward(x, wt, eps, grad, True, True)
+        grad_x, grad_wt = _conv1x1_bn_backward(x, wt, eps, t3, t7, grad, True, True)
 
         def backward(gg_x, gg_wt):
             x_bar, wt_bar, grad_bar = _conv1x1_bn_backward_backward(
                 x,
                 wt,
                 eps,
+                t3,
+                t7,
                 grad,
                 gg_x,
                 gg_wt,

@@ -1431,17 +1431,14 @@ def _layer_norm_forward(x, eps):
     t4 = t3**2
     t5 = t4.sum(-1)
     t6 = torch.rsqrt(eps + t5 / x.shape[-1])
-    return t3 * t6[..., None]
+    return t3 * t6[..., None], t1, t5
 
 
-def _layer_norm_backward(x, eps, grad, need_x):
+def _layer_norm_backward(x, eps, t1, t5, grad, need_x):
     grad_x = None
     if need_x:
-        t1 = x.sum(-1)
         t2 = -t1 / x.shape[-1]
         t3 = t2[..., None] + x
-        t4 = t3**2
-        t5 = t4.sum(-1)
         t6 = torch.rsqrt(eps + t5 / x.shape[-1])
         t9 = grad * t3
         t10 = t9.sum(-1)
@@ -1469,14 +1466,13 @@ def _layer_norm_jvp(x, eps, x_t):
     return t22[..., None] * t3 + t6[..., None] * (t19[..., None] + x_t)
 
 
-def _layer_norm_backward_backward(x, eps, grad, gg_x, need_x_bar, need_grad_bar):
+def _layer_norm_backward_backward(
+    x, eps, t1, t5, grad, gg_x, need_x_bar, need_grad_bar
+):
     x_bar = grad_bar = None
     if (gg_x is not None and need_x_bar) or (gg_x is not None and need_grad_bar):
-        t1 = x.sum(-1)
         t2 = -t1 / x.shape[-1]
         t3 = t2[..., None] + x
-        t4 = t3**2
-        t5 = t4.sum(-1)
     if gg_x is not None and need_grad_bar:
         t6 = torch.rsqrt(eps + t5 / x.shape[-1])
     if gg_x is not None and need_x_bar:
@@ -1529,16 +1525,26 @@ class LayerNorm(_Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         x, eps = inputs
+        _, t1, t5 = output
+        ctx.mark_non_differentiable(t1, t5)
         ctx.scalars = (eps,)
-        ctx.save_for_backward(x)
+        ctx.save_for_backward(x, t1, t5)
         ctx.save_for_forward(x)
 
     @staticmethod
-    def backward(ctx, grad):
-        (x,) = ctx.saved_tensors
+    def backward(ctx, grad, *_):
+        x, t1, t5 = ctx.saved_tensors
         (eps,) = ctx.scalars
         (grad_x,) = _grad(
-            True, LayerNormGrad, _LayerNormGrad, x, eps, grad, ctx.needs_input_grad[0]
+            True,
+            LayerNormGrad,
+            _LayerNormGrad,
+            x,
+            eps,
+            t1,
+            t5,
+            grad,
+            ctx.needs_input_grad[0],
         )
         return grad_x, None
 
@@ -1548,7 +1554,7 @@ class LayerNorm(_Function):
         (eps,) = ctx.scalars
         if x_t is None:
             x_t = torch.zeros_like(x)
-        return _run(_layer_norm_jvp, x, eps, x_t)
+        return _run(_layer_norm_jvp, x, eps, x_t), None, None
 
 
 _LayerNorm = _without_jvp(LayerNorm)
@@ -1558,30 +1564,32 @@ class LayerNormGrad(_Function):
     """The gradient of layer_norm: forward is the VJP, backward the second order."""
 
     @staticmethod
-    def forward(x, eps, grad, need_x):
-        return _run(_layer_norm_backward, x, eps, grad, need_x)
+    def forward(x, eps, t1, t5, grad, need_x):
+        return _run(_layer_norm_backward, x, eps, t1, t5, grad, need_x)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        x, eps, grad, *_ = inputs
+        x, eps, t1, t5, grad, *_ = inputs
         ctx.scalars = (eps,)
-        ctx.save_for_backward(x, grad)
+        ctx.save_for_backward(x, t1, t5, grad)
 
     @staticmethod
     def backward(ctx, gg_x):
-        x, grad = ctx.saved_tensors
+        x, t1, t5, grad = ctx.saved_tensors
         (eps,) = ctx.scalars
         need = ctx.needs_input_grad
         x_bar, grad_bar = _run(
             _layer_norm_backward_backward,
             x,
             eps,
+            t1,
+            t5,
             grad,
             gg_x,
             need[0],
-            need[2],
+            need[4],
         )
-        return x_bar, None, grad_bar, None
+        return x_bar, None, None, None, grad_bar, None
 
 
 _LayerNormGrad = _without_jvp(LayerNormGrad)
@@ -1592,7 +1600,7 @@ def layer_norm(x: torch.Tensor, eps: float = 1e-05) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`LayerNorm`.
     """
-    return _apply(LayerNorm, _LayerNorm, x, eps)
+    return _apply(LayerNorm, _LayerNorm, x, eps)[0]
 
 
 # --- rms_norm --------------------------------------------------------------
@@ -1602,14 +1610,11 @@ def _rms_norm_forward(x, g, eps):
     t2 = x**2
     t3 = t2.sum(-1)
     t4 = g / torch.sqrt(eps + t3[..., None] / x.shape[-1])
-    return t4 * x
+    return t4 * x, t3
 
 
-def _rms_norm_backward(x, g, eps, grad, need_x, need_g):
+def _rms_norm_backward(x, g, eps, t3, grad, need_x, need_g):
     grad_x = grad_g = None
-    if need_x or need_g:
-        t2 = x**2
-        t3 = t2.sum(-1)
     if need_x:
         t4 = g / torch.sqrt(eps + t3[..., None] / x.shape[-1])
     if need_x or need_g:
@@ -1641,18 +1646,9 @@ def _rms_norm_jvp(x, g, eps, x_t, g_t):
 
 
 def _rms_norm_backward_backward(
-    x, g, eps, grad, gg_x, gg_g, need_x_bar, need_g_bar, need_grad_bar
+    x, g, eps, t3, grad, gg_x, gg_g, need_x_bar, need_g_bar, need_grad_bar
 ):
     x_bar = g_bar = grad_bar = None
-    if (
-        (gg_x is not None and need_x_bar)
-        or (gg_x is not None and need_g_bar)
-        or (gg_x is not None and need_grad_bar)
-        or (gg_g is not None and need_x_bar)
-        or (gg_g is not None and need_grad_bar)
-    ):
-        t2 = x**2
-        t3 = t2.sum(-1)
     if gg_x is not None and need_grad_bar:
         t4 = g / torch.sqrt(eps + t3[..., None] / x.shape[-1])
     if (
@@ -1737,14 +1733,16 @@ class RmsNorm(_Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         x, g, eps = inputs
+        _, t3 = output
+        ctx.mark_non_differentiable(t3)
         need_x = ctx.needs_input_grad[0]
         ctx.scalars = (eps,)
-        ctx.save_for_backward(x, g if need_x else None)
+        ctx.save_for_backward(x, g if need_x else None, t3)
         ctx.save_for_forward(x, g)
 
     @staticmethod
-    def backward(ctx, grad):
-        x, g = ctx.saved_tensors
+    def backward(ctx, grad, *_):
+        x, g, t3 = ctx.saved_tensors
         (eps,) = ctx.scalars
         grad_x, grad_g = _grad(
             True,
@@ -1753,6 +1751,7 @@ class RmsNorm(_Function):
             x,
             g,
             eps,
+            t3,
             grad,
             ctx.needs_input_grad[0],
             ctx.needs_input_grad[1],
@@ -1767,7 +1766,7 @@ class RmsNorm(_Function):
             x_t = torch.zeros_like(x)
         if g_t is None:
             g_t = torch.zeros_like(g)
-        return _run(_rms_norm_jvp, x, g, eps, x_t, g_t)
+        return _run(_rms_norm_jvp, x, g, eps, x_t, g_t), None
 
 
 _RmsNorm = _without_jvp(RmsNorm)
@@ -1777,18 +1776,18 @@ class RmsNormGrad(_Function):
     """The gradient of rms_norm: forward is the VJP, backward the second order."""
 
     @staticmethod
-    def forward(x, g, eps, grad, need_x, need_g):
-        return _run(_rms_norm_backward, x, g, eps, grad, need_x, need_g)
+    def forward(x, g, eps, t3, grad, need_x, need_g):
+        return _run(_rms_norm_backward, x, g, eps, t3, grad, need_x, need_g)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        x, g, eps, grad, *_ = inputs
+        x, g, eps, t3, grad, *_ = inputs
         ctx.scalars = (eps,)
-        ctx.save_for_backward(x, g, grad)
+        ctx.save_for_backward(x, g, t3, grad)
 
     @staticmethod
     def backward(ctx, gg_x, gg_g):
-        x, g, grad = ctx.saved_tensors
+        x, g, t3, grad = ctx.saved_tensors
         (eps,) = ctx.scalars
         need = ctx.needs_input_grad
         x_bar, g_bar, grad_bar = _run(
@@ -1796,14 +1795,15 @@ class RmsNormGrad(_Function):
             x,
             g,
             eps,
+            t3,
             grad,
             gg_x,
             gg_g,
             need[0],
             need[1],
-            need[3],
+            need[4],
         )
-        return x_bar, g_bar, None, grad_bar, None, None
+        return x_bar, g_bar, None, None, grad_bar, None, None
 
 
 _RmsNormGrad = _without_jvp(RmsNormGrad)
@@ -1815,7 +1815,7 @@ def rms_norm(x: torch.Tensor, g: torch.Tensor, eps: float = 1e-06) -> torch.Tens
     Differentiable with the derived formulas of :class:`RmsNorm`.
     """
     _check_axis("rms_norm", "d", (x, -1), (g, -1))
-    return _apply(RmsNorm, _RmsNorm, x, g, eps)
+    return _apply(RmsNorm, _RmsNorm, x, g, eps)[0]
 
 
 # --- layer_norm_one_pass ---------------------------------------------------
@@ -1828,17 +1828,14 @@ def _layer_norm_one_pass_forward(x, eps):
     t4 = t3**2
     t5 = t4.sum(-1)
     t6 = torch.rsqrt(eps + t5 / x.shape[-1])
-    return t3 * t6[..., None]
+    return t3 * t6[..., None], t1, t5
 
 
-def _layer_norm_one_pass_backward(x, eps, grad, need_x):
+def _layer_norm_one_pass_backward(x, eps, t1, t5, grad, need_x):
     grad_x = None
     if need_x:
-        t1 = x.sum(-1)
         t2 = -t1 / x.shape[-1]
         t3 = t2[..., None] + x
-        t4 = t3**2
-        t5 = t4.sum(-1)
         t6 = torch.rsqrt(eps + t5 / x.shape[-1])
         t9 = grad * t3
         t10 = t9.sum(-1)
@@ -1867,15 +1864,12 @@ def _layer_norm_one_pass_jvp(x, eps, x_t):
 
 
 def _layer_norm_one_pass_backward_backward(
-    x, eps, grad, gg_x, need_x_bar, need_grad_bar
+    x, eps, t1, t5, grad, gg_x, need_x_bar, need_grad_bar
 ):
     x_bar = grad_bar = None
     if (gg_x is not None and need_x_bar) or (gg_x is not None and need_grad_bar):
-        t1 = x.sum(-1)
         t2 = -t1 / x.shape[-1]
         t3 = t2[..., None] + x
-        t4 = t3**2
-        t5 = t4.sum(-1)
     if gg_x is not None and need_grad_bar:
         t6 = torch.rsqrt(eps + t5 / x.shape[-1])
     if gg_x is not None and need_x_bar:
@@ -1928,13 +1922,15 @@ class LayerNormOnePass(_Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         x, eps = inputs
+        _, t1, t5 = output
+        ctx.mark_non_differentiable(t1, t5)
         ctx.scalars = (eps,)
-        ctx.save_for_backward(x)
+        ctx.save_for_backward(x, t1, t5)
         ctx.save_for_forward(x)
 
     @staticmethod
-    def backward(ctx, grad):
-        (x,) = ctx.saved_tensors
+    def backward(ctx, grad, *_):
+        x, t1, t5 = ctx.saved_tensors
         (eps,) = ctx.scalars
         (grad_x,) = _grad(
             True,
@@ -1942,6 +1938,8 @@ class LayerNormOnePass(_Function):
             _LayerNormOnePassGrad,
             x,
             eps,
+            t1,
+            t5,
             grad,
             ctx.needs_input_grad[0],
         )
@@ -1953,7 +1951,7 @@ class LayerNormOnePass(_Function):
         (eps,) = ctx.scalars
         if x_t is None:
             x_t = torch.zeros_like(x)
-        return _run(_layer_norm_one_pass_jvp, x, eps, x_t)
+        return _run(_layer_norm_one_pass_jvp, x, eps, x_t), None, None
 
 
 _LayerNormOnePass = _without_jvp(LayerNormOnePass)
@@ -1963,30 +1961,32 @@ class LayerNormOnePassGrad(_Function):
     """The gradient of layer_norm_one_pass: forward is the VJP, backward the second order."""
 
     @staticmethod
-    def forward(x, eps, grad, need_x):
-        return _run(_layer_norm_one_pass_backward, x, eps, grad, need_x)
+    def forward(x, eps, t1, t5, grad, need_x):
+        return _run(_layer_norm_one_pass_backward, x, eps, t1, t5, grad, need_x)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        x, eps, grad, *_ = inputs
+        x, eps, t1, t5, grad, *_ = inputs
         ctx.scalars = (eps,)
-        ctx.save_for_backward(x, grad)
+        ctx.save_for_backward(x, t1, t5, grad)
 
     @staticmethod
     def backward(ctx, gg_x):
-        x, grad = ctx.saved_tensors
+        x, t1, t5, grad = ctx.saved_tensors
         (eps,) = ctx.scalars
         need = ctx.needs_input_grad
         x_bar, grad_bar = _run(
             _layer_norm_one_pass_backward_backward,
             x,
             eps,
+            t1,
+            t5,
             grad,
             gg_x,
             need[0],
-            need[2],
+            need[4],
         )
-        return x_bar, None, grad_bar, None
+        return x_bar, None, None, None, grad_bar, None
 
 
 _LayerNormOnePassGrad = _without_jvp(LayerNormOnePassGrad)
@@ -1997,7 +1997,7 @@ def layer_norm_one_pass(x: torch.Tensor, eps: float = 1e-05) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`LayerNormOnePass`.
     """
-    return _apply(LayerNormOnePass, _LayerNormOnePass, x, eps)
+    return _apply(LayerNormOnePass, _LayerNormOnePass, x, eps)[0]
 
 
 # --- batch_norm_train ------------------------------------------------------
@@ -2010,17 +2010,14 @@ def _batch_norm_train_forward(x, eps):
     t4 = t3**2
     t5 = t4.sum((-4, -2, -1))
     t6 = 1 / (eps + torch.sqrt(t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
-    return t3 * t6[:, None, None]
+    return t3 * t6[:, None, None], t1, t5
 
 
-def _batch_norm_train_backward(x, eps, grad, need_x):
+def _batch_norm_train_backward(x, eps, t1, t5, grad, need_x):
     grad_x = None
     if need_x:
-        t1 = x.sum((-4, -2, -1))
         t2 = -t1 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
         t3 = t2[:, None, None] + x
-        t4 = t3**2
-        t5 = t4.sum((-4, -2, -1))
         t6 = 1 / (eps + torch.sqrt(t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
         t9 = grad * t3
         t10 = t9.sum((-4, -2, -1))
@@ -2067,14 +2064,13 @@ def _batch_norm_train_jvp(x, eps, x_t):
     return t22[:, None, None] * t3 + t6[:, None, None] * (t19[:, None, None] + x_t)
 
 
-def _batch_norm_train_backward_backward(x, eps, grad, gg_x, need_x_bar, need_grad_bar):
+def _batch_norm_train_backward_backward(
+    x, eps, t1, t5, grad, gg_x, need_x_bar, need_grad_bar
+):
     x_bar = grad_bar = None
     if (gg_x is not None and need_x_bar) or (gg_x is not None and need_grad_bar):
-        t1 = x.sum((-4, -2, -1))
         t2 = -t1 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
         t3 = t2[:, None, None] + x
-        t4 = t3**2
-        t5 = t4.sum((-4, -2, -1))
     if gg_x is not None and need_grad_bar:
         t6 = 1 / (eps + torch.sqrt(t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
     if gg_x is not None and need_x_bar:
@@ -2191,13 +2187,15 @@ class BatchNormTrain(_Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         x, eps = inputs
+        _, t1, t5 = output
+        ctx.mark_non_differentiable(t1, t5)
         ctx.scalars = (eps,)
-        ctx.save_for_backward(x)
+        ctx.save_for_backward(x, t1, t5)
         ctx.save_for_forward(x)
 
     @staticmethod
-    def backward(ctx, grad):
-        (x,) = ctx.saved_tensors
+    def backward(ctx, grad, *_):
+        x, t1, t5 = ctx.saved_tensors
         (eps,) = ctx.scalars
         (grad_x,) = _grad(
             True,
@@ -2205,6 +2203,8 @@ class BatchNormTrain(_Function):
             _BatchNormTrainGrad,
             x,
             eps,
+            t1,
+            t5,
             grad,
             ctx.needs_input_grad[0],
         )
@@ -2216,7 +2216,7 @@ class BatchNormTrain(_Function):
         (eps,) = ctx.scalars
         if x_t is None:
             x_t = torch.zeros_like(x)
-        return _run(_batch_norm_train_jvp, x, eps, x_t)
+        return _run(_batch_norm_train_jvp, x, eps, x_t), None, None
 
 
 _BatchNormTrain = _without_jvp(BatchNormTrain)
@@ -2226,30 +2226,32 @@ class BatchNormTrainGrad(_Function):
     """The gradient of batch_norm_train: forward is the VJP, backward the second order."""
 
     @staticmethod
-    def forward(x, eps, grad, need_x):
-        return _run(_batch_norm_train_backward, x, eps, grad, need_x)
+    def forward(x, eps, t1, t5, grad, need_x):
+        return _run(_batch_norm_train_backward, x, eps, t1, t5, grad, need_x)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        x, eps, grad, *_ = inputs
+        x, eps, t1, t5, grad, *_ = inputs
         ctx.scalars = (eps,)
-        ctx.save_for_backward(x, grad)
+        ctx.save_for_backward(x, t1, t5, grad)
 
     @staticmethod
     def backward(ctx, gg_x):
-        x, grad = ctx.saved_tensors
+        x, t1, t5, grad = ctx.saved_tensors
         (eps,) = ctx.scalars
         need = ctx.needs_input_grad
         x_bar, grad_bar = _run(
             _batch_norm_train_backward_backward,
             x,
             eps,
+            t1,
+            t5,
             grad,
             gg_x,
             need[0],
-            need[2],
+            need[4],
         )
-        return x_bar, None, grad_bar, None
+        return x_bar, None, None, None, grad_bar, None
 
 
 _BatchNormTrainGrad = _without_jvp(BatchNormTrainGrad)
@@ -2260,7 +2262,7 @@ def batch_norm_train(x: torch.Tensor, eps: float = 0.001) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`BatchNormTrain`.
     """
-    return _apply(BatchNormTrain, _BatchNormTrain, x, eps)
+    return _apply(BatchNormTrain, _BatchNormTrain, x, eps)[0]
 
 
 # --- linear_bn_folded ------------------------------------------------------
@@ -2973,14 +2975,12 @@ def _l2_normalize_forward(x):
     t1 = x**2
     t2 = t1.sum(-1)
     t3 = torch.rsqrt(t2)
-    return t3[..., None] * x
+    return t3[..., None] * x, t2
 
 
-def _l2_normalize_backward(x, grad, need_x):
+def _l2_normalize_backward(x, t2, grad, need_x):
     grad_x = None
     if need_x:
-        t1 = x**2
-        t2 = t1.sum(-1)
         t3 = torch.rsqrt(t2)
         t6 = grad * x
         t7 = t6.sum(-1)
@@ -3000,11 +3000,8 @@ def _l2_normalize_jvp(x, x_t):
     return t14[..., None] * x + t3[..., None] * x_t
 
 
-def _l2_normalize_backward_backward(x, grad, gg_x, need_x_bar, need_grad_bar):
+def _l2_normalize_backward_backward(x, t2, grad, gg_x, need_x_bar, need_grad_bar):
     x_bar = grad_bar = None
-    if (gg_x is not None and need_x_bar) or (gg_x is not None and need_grad_bar):
-        t1 = x**2
-        t2 = t1.sum(-1)
     if gg_x is not None and need_grad_bar:
         t3 = torch.rsqrt(t2)
     if gg_x is not None and need_x_bar:
@@ -3047,14 +3044,22 @@ class L2Normalize(_Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         (x,) = inputs
-        ctx.save_for_backward(x)
+        _, t2 = output
+        ctx.mark_non_differentiable(t2)
+        ctx.save_for_backward(x, t2)
         ctx.save_for_forward(x)
 
     @staticmethod
-    def backward(ctx, grad):
-        (x,) = ctx.saved_tensors
+    def backward(ctx, grad, *_):
+        x, t2 = ctx.saved_tensors
         (grad_x,) = _grad(
-            True, L2NormalizeGrad, _L2NormalizeGrad, x, grad, ctx.needs_input_grad[0]
+            True,
+            L2NormalizeGrad,
+            _L2NormalizeGrad,
+            x,
+            t2,
+            grad,
+            ctx.needs_input_grad[0],
         )
         return grad_x
 
@@ -3063,7 +3068,7 @@ class L2Normalize(_Function):
         (x,) = ctx.saved_tensors
         if x_t is None:
             x_t = torch.zeros_like(x)
-        return _run(_l2_normalize_jvp, x, x_t)
+        return _run(_l2_normalize_jvp, x, x_t), None
 
 
 _L2Normalize = _without_jvp(L2Normalize)
@@ -3073,27 +3078,28 @@ class L2NormalizeGrad(_Function):
     """The gradient of l2_normalize: forward is the VJP, backward the second order."""
 
     @staticmethod
-    def forward(x, grad, need_x):
-        return _run(_l2_normalize_backward, x, grad, need_x)
+    def forward(x, t2, grad, need_x):
+        return _run(_l2_normalize_backward, x, t2, grad, need_x)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        x, grad, *_ = inputs
-        ctx.save_for_backward(x, grad)
+        x, t2, grad, *_ = inputs
+        ctx.save_for_backward(x, t2, grad)
 
     @staticmethod
     def backward(ctx, gg_x):
-        x, grad = ctx.saved_tensors
+        x, t2, grad = ctx.saved_tensors
         need = ctx.needs_input_grad
         x_bar, grad_bar = _run(
             _l2_normalize_backward_backward,
             x,
+            t2,
             grad,
             gg_x,
             need[0],
-            need[1],
+            need[2],
         )
-        return x_bar, grad_bar, None
+        return x_bar, None, grad_bar, None
 
 
 _L2NormalizeGrad = _without_jvp(L2NormalizeGrad)
@@ -3104,7 +3110,7 @@ def l2_normalize(x: torch.Tensor) -> torch.Tensor:
 
     Differentiable with the derived formulas of :class:`L2Normalize`.
     """
-    return _apply(L2Normalize, _L2Normalize, x)
+    return _apply(L2Normalize, _L2Normalize, x)[0]
 
 
 # --- cross_entropy_class_index ---------------------------------------------
@@ -3272,18 +3278,15 @@ def _conv1x1_bn_forward(x, wt, eps):
     t6 = t5**2
     t7 = t6.sum((-4, -2, -1))
     t8 = 1 / (eps + torch.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
-    return t5 * t8[:, None, None]
+    return t5 * t8[:, None, None], t3, t7
 
 
-def _conv1x1_bn_backward(x, wt, eps, grad, need_x, need_wt):
+def _conv1x1_bn_backward(x, wt, eps, t3, t7, grad, need_x, need_wt):
     grad_x = grad_wt = None
     if need_x or need_wt:
         t2 = torch.einsum("nchw,oc->nohw", x, wt)
-        t3 = t2.sum((-4, -2, -1))
         t4 = -t3 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
         t5 = t2 + t4[:, None, None]
-        t6 = t5**2
-        t7 = t6.sum((-4, -2, -1))
         t8 = 1 / (eps + torch.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
         t11 = grad * t5
         t12 = t11.sum((-4, -2, -1))
@@ -3341,7 +3344,7 @@ def _conv1x1_bn_jvp(x, wt, eps, x_t, wt_t):
 
 
 def _conv1x1_bn_backward_backward(
-    x, wt, eps, grad, gg_x, gg_wt, need_x_bar, need_wt_bar, need_grad_bar
+    x, wt, eps, t3, t7, grad, gg_x, gg_wt, need_x_bar, need_wt_bar, need_grad_bar
 ):
     x_bar = wt_bar = grad_bar = None
     if (
@@ -3353,11 +3356,8 @@ def _conv1x1_bn_backward_backward(
         or (gg_wt is not None and need_grad_bar)
     ):
         t2 = torch.einsum("nchw,oc->nohw", x, wt)
-        t3 = t2.sum((-4, -2, -1))
         t4 = -t3 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
         t5 = t2 + t4[:, None, None]
-        t6 = t5**2
-        t7 = t6.sum((-4, -2, -1))
     if (
         (gg_x is not None and need_wt_bar)
         or (gg_x is not None and need_grad_bar)
@@ -3611,13 +3611,15 @@ class Conv1x1Bn(_Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         x, wt, eps = inputs
+        _, t3, t7 = output
+        ctx.mark_non_differentiable(t3, t7)
         ctx.scalars = (eps,)
-        ctx.save_for_backward(x, wt)
+        ctx.save_for_backward(x, wt, t3, t7)
         ctx.save_for_forward(x, wt)
 
     @staticmethod
-    def backward(ctx, grad):
-        x, wt = ctx.saved_tensors
+    def backward(ctx, grad, *_):
+        x, wt, t3, t7 = ctx.saved_tensors
         (eps,) = ctx.scalars
         grad_x, grad_wt = _grad(
             True,
@@ -3626,6 +3628,8 @@ class Conv1x1Bn(_Function):
             x,
             wt,
             eps,
+            t3,
+            t7,
             grad,
             ctx.needs_input_grad[0],
             ctx.needs_input_grad[1],
@@ -3640,7 +3644,7 @@ class Conv1x1Bn(_Function):
             x_t = torch.zeros_like(x)
         if wt_t is None:
             wt_t = torch.zeros_like(wt)
-        return _run(_conv1x1_bn_jvp, x, wt, eps, x_t, wt_t)
+        return _run(_conv1x1_bn_jvp, x, wt, eps, x_t, wt_t), None, None
 
 
 _Conv1x1Bn = _without_jvp(Conv1x1Bn)
@@ -3650,18 +3654,18 @@ class Conv1x1BnGrad(_Function):
     """The gradient of conv1x1_bn: forward is the VJP, backward the second order."""
 
     @staticmethod
-    def forward(x, wt, eps, grad, need_x, need_wt):
-        return _run(_conv1x1_bn_backward, x, wt, eps, grad, need_x, need_wt)
+    def forward(x, wt, eps, t3, t7, grad, need_x, need_wt):
+        return _run(_conv1x1_bn_backward, x, wt, eps, t3, t7, grad, need_x, need_wt)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        x, wt, eps, grad, *_ = inputs
+        x, wt, eps, t3, t7, grad, *_ = inputs
         ctx.scalars = (eps,)
-        ctx.save_for_backward(x, wt, grad)
+        ctx.save_for_backward(x, wt, t3, t7, grad)
 
     @staticmethod
     def backward(ctx, gg_x, gg_wt):
-        x, wt, grad = ctx.saved_tensors
+        x, wt, t3, t7, grad = ctx.saved_tensors
         (eps,) = ctx.scalars
         need = ctx.needs_input_grad
         x_bar, wt_bar, grad_bar = _run(
@@ -3669,14 +3673,16 @@ class Conv1x1BnGrad(_Function):
             x,
             wt,
             eps,
+            t3,
+            t7,
             grad,
             gg_x,
             gg_wt,
             need[0],
             need[1],
-            need[3],
+            need[5],
         )
-        return x_bar, wt_bar, None, grad_bar, None, None
+        return x_bar, wt_bar, None, None, None, grad_bar, None, None
 
 
 _Conv1x1BnGrad = _without_jvp(Conv1x1BnGrad)
@@ -3688,4 +3694,4 @@ def conv1x1_bn(x: torch.Tensor, wt: torch.Tensor, eps: float = 0.001) -> torch.T
     Differentiable with the derived formulas of :class:`Conv1x1Bn`.
     """
     _check_axis("conv1x1_bn", "c", (x, -3), (wt, -1))
-    return _apply(Conv1x1Bn, _Conv1x1Bn, x, wt, eps)
+    return _apply(Conv1x1Bn, _Conv1x1Bn, x, wt, eps)[0]

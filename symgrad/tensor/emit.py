@@ -31,8 +31,11 @@ class Result:
 class Code:
     """Prints the nodes of a tape for one framework."""
 
-    def __init__(self, tape: Tape, framework: str, names: dict[str, str]):
+    def __init__(
+        self, tape: Tape, framework: str, names: dict[str, str], given: frozenset[str] = frozenset()
+    ):
         self.tape = tape
+        self.given = given  # nodes the forward computed and saved: arguments here
         self.framework = framework
         self.names = names  # input name -> variable (leaves)
         self.letters = self._letters()
@@ -252,8 +255,9 @@ class Code:
         """Lines computing ``results``, each node once, under the guards of what uses it."""
         uses: dict[str, set[int]] = {}
         for i, r in enumerate(results):
-            for name in self.tape.needed([n for n, _ in r.output.parts]):
-                uses.setdefault(name, set()).add(i)
+            for name in self.tape.needed([n for n, _ in r.output.parts], self.given):
+                if name not in self.given:
+                    uses.setdefault(name, set()).add(i)
         # a one-hot class index that only gathers read is never built
         for name in list(uses):
             if self.tape.nodes[name].op != "onehot":

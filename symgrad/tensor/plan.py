@@ -15,7 +15,7 @@ import sympy
 
 from symgrad.spec import Function
 from symgrad.tensor.emit import Code, Result, check_no_broadcast_product
-from symgrad.tensor.lang import TensorFormula, parse_tensor_function
+from symgrad.tensor.lang import ELLIPSIS, TensorFormula, parse_tensor_function
 from symgrad.tensor.tape import Output, Tape
 
 
@@ -68,6 +68,7 @@ class TensorPlan:
     axis_checks: tuple[tuple[str, tuple[tuple[str, int], ...]], ...]  # dim -> (input, dim)
     methods: Methods | None = None
     optional: tuple[str, ...] = ()
+    stats: tuple[str, ...] = ()  # saved reductions: the forward returns them after its output
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,7 @@ class Derivation:
     grads: list[Output]
     jvp: Output
     second: list[list[Output]] | None  # per gradient: its VJP for inputs then grad
+    stats: tuple[str, ...] = ()  # small reductions the forward computes and saves
 
 
 def derive_tensor(fn: Function, missing: frozenset[str] = frozenset()) -> Derivation:
@@ -100,7 +102,27 @@ def derive_tensor(fn: Function, missing: frozenset[str] = frozenset()) -> Deriva
             for g, (name, _) in zip(grads, wrt)
         ]
     check_no_broadcast_product(tape)
-    return Derivation(formula, tape, out, grads, jvp, second)
+    stats = () if any(i.optional for i in fn.inputs) else _stats(tape, out_node.name, grads)
+    return Derivation(formula, tape, out, grads, jvp, second, stats)
+
+
+def _stats(tape: Tape, out: str, grads: list[Output]) -> tuple[str, ...]:
+    """Reductions of the forward that the backward reads and that are smaller than every
+    full input (a layer norm's row sums: one number per row): saved, not recomputed. A
+    full-size contraction (the conv output of conv + BN) is recomputed instead."""
+    widest = max(
+        len([a for a in n.axes if a != ELLIPSIS]) for n in tape.nodes.values() if n.op == "leaf"
+    )
+    forward = set(tape.needed([out]))
+    backward = set(tape.needed([n for g in grads for n, _ in g.parts]))
+    return tuple(
+        name
+        for name in tape.nodes
+        if name in forward & backward
+        and name != out
+        and tape.nodes[name].op in ("sum", "lse", "max", "min")
+        and len([a for a in tape.nodes[name].axes if a != ELLIPSIS]) < widest
+    )
 
 
 def _variants(fn: Function) -> list[frozenset[str]]:
@@ -130,12 +152,20 @@ def _maths(fn: Function, d: Derivation, framework: str, missing: frozenset[str])
     inputs = tuple(i.name for i in fn.inputs)
     every = tuple(i.name for i in fn.inputs if i.gets_gradient)
     differentiable = tuple(x for x in every if x not in missing)
-    code = Code(tape, framework, {n: n for n in inputs} | {"out": "out"})
     flags = tuple(f"need_{x}" for x in every)
     absent = [f"grad_{x}" for x in every if x in missing]
 
-    fwd_lines = code.body([Result("out", d.out, None)])
-    forward = Math(f"_{fn.name}_forward", inputs, tuple(fwd_lines[:-1]), _rhs(fwd_lines[-1]))
+    code = Code(tape, framework, {n: n for n in inputs} | {"out": "out"})
+    stats = [Result(s, Output(s, ((s, tape.nodes[s].axes),), s), None) for s in d.stats]
+    fwd_lines = code.body([Result("out", d.out, None), *stats])
+    if d.stats:  # (each stat's own line is `t1 = t1`: dropped)
+        fwd_lines = [line for line in fwd_lines if line not in {f"{s} = {s}" for s in d.stats}]
+        result = ", ".join([_rhs(fwd_lines[-1]), *d.stats])
+    else:
+        result = _rhs(fwd_lines[-1])
+    forward = Math(f"_{fn.name}_forward", inputs, tuple(fwd_lines[:-1]), result)
+    code = Code(tape, framework, {n: n for n in inputs} | {"out": "out"}, frozenset(d.stats))
+    inputs = (*inputs, *d.stats)  # what backward and the second order are given
 
     results = [Result(f"grad_{x}", g, f"need_{x}") for x, g in zip(differentiable, d.grads)]
     lines = code.body(results)
@@ -148,10 +178,10 @@ def _maths(fn: Function, d: Derivation, framework: str, missing: frozenset[str])
         ", ".join(f"grad_{x}" for x in every) + ("," if len(every) == 1 else ""),
     )
 
-    jvp_lines = code.body([Result("out_t", d.jvp, None)])
+    jvp_lines = Code(tape, framework, {n: n for n in inputs}).body([Result("out_t", d.jvp, None)])
     jvp = Math(
         f"_{fn.name}_jvp",
-        (*inputs, *(f"{x}_t" for x in every)),
+        (*inputs[: len(inputs) - len(d.stats)], *(f"{x}_t" for x in every)),
         tuple(jvp_lines[:-1]),
         _rhs(jvp_lines[-1]),
     )
@@ -248,6 +278,7 @@ def plan_tensor(fn: Function, framework: str) -> TensorPlan:
         saves=tuple(saves),
         axis_checks=tuple(checks),
         optional=tuple(i.name for i in fn.inputs if i.optional),
+        stats=d.stats,
     )
     plan.methods = _torch_methods(plan) if framework == "torch" else _tf_methods(plan)
     return plan
@@ -261,18 +292,22 @@ def _tuple(names) -> str:
 def _torch_methods(p: TensorPlan) -> Methods:
     flags = [f"ctx.needs_input_grad[{p.positions[x]}]" for x in p.differentiable]
     scalars = [s for s, _ in p.scalars]
+    stats = list(p.stats)
     setup = [f"{_tuple(p.inputs)} = inputs"]
+    if stats:  # the forward's small reductions, returned beside its output: no gradient
+        setup.append(f"_, {', '.join(stats)} = output")
+        setup.append(f"ctx.mark_non_differentiable({', '.join(stats)})")
     guards = " ".join(g for _, g in p.saves if g)
     setup += [f"need_{x} = {f}" for x, f in zip(p.differentiable, flags) if f"need_{x}" in guards]
     if scalars:
         setup.append(f"ctx.scalars = ({_tuple(scalars)})")
     saved = [t if g is None else f"{t} if {g} else None" for t, g in p.saves]
-    setup.append(f"ctx.save_for_backward({', '.join(saved)})")
+    setup.append(f"ctx.save_for_backward({', '.join([*saved, *stats])})")
     setup.append(f"ctx.save_for_forward({', '.join(p.tensors)})")
 
     unpack = []
-    if p.saves:
-        unpack.append(f"{_tuple(t for t, _ in p.saves)} = ctx.saved_tensors")
+    if p.saves or stats:
+        unpack.append(f"{_tuple([*(t for t, _ in p.saves), *stats])} = ctx.saved_tensors")
     unpack += [
         f"{t} = None  # (no gradient asked for reads it)"
         for t in p.tensors
@@ -280,7 +315,7 @@ def _torch_methods(p: TensorPlan) -> Methods:
     ]
     scalar_unpack = [f"{_tuple(scalars)} = ctx.scalars"] if scalars else []
     grads = _tuple(f"grad_{x}" for x in p.differentiable)
-    args = ", ".join([*p.inputs, "grad", *flags])
+    args = ", ".join([*p.inputs, *stats, "grad", *flags])
     if p.grad_class:
         call = f"{grads} = _grad(True, {p.grad_class}, _{p.grad_class}, {args})"
     else:
@@ -294,27 +329,29 @@ def _torch_methods(p: TensorPlan) -> Methods:
         absent = f" and {x} is not None" if x in p.optional else ""
         jvp.append(f"if {x}_t is None{absent}:")
         jvp.append(f"    {x}_t = torch.zeros_like({x})")
-    jvp.append(f"return _run({p.jvp.name}, {', '.join(p.jvp.args)})")
+    nones = "".join(", None" for _ in stats)
+    jvp.append(f"return _run({p.jvp.name}, {', '.join(p.jvp.args)}){nones}")
 
-    grad_setup = [f"{', '.join(p.inputs)}, grad, *_ = inputs"]
+    grad_setup = [f"{', '.join([*p.inputs, *stats])}, grad, *_ = inputs"]
     if scalars:
         grad_setup.append(f"ctx.scalars = ({_tuple(scalars)})")
-    grad_setup.append(f"ctx.save_for_backward({', '.join(p.tensors)}, grad)")
+    grad_setup.append(f"ctx.save_for_backward({', '.join([*p.tensors, *stats])}, grad)")
     cotangents = [f"gg_{x}" for x in p.differentiable]
-    n = len(p.inputs)
+    n = len(p.inputs) + len(stats)
     needs = [f"need[{p.positions[x]}]" for x in p.differentiable] + [f"need[{n}]"]
     bars = [f"{x}_bar" for x in p.differentiable] + ["grad_bar"]
     grad_backward = [
-        f"{', '.join(p.tensors)}, grad = ctx.saved_tensors",
+        f"{', '.join([*p.tensors, *stats])}, grad = ctx.saved_tensors",
         *scalar_unpack,
         "need = ctx.needs_input_grad",
         f"{', '.join(bars)} = _run(",
         f"    {p.second.name if p.second else ''},",
-        f"    {', '.join([*p.inputs, 'grad', *cotangents, *needs])},",
+        f"    {', '.join([*p.inputs, *stats, 'grad', *cotangents, *needs])},",
         ")",
         "return "
         + ", ".join(
             [f"{x}_bar" if x in p.differentiable else "None" for x in p.inputs]
+            + ["None"] * len(stats)
             + ["grad_bar"]
             + ["None"] * len(p.differentiable)
         ),
@@ -323,7 +360,8 @@ def _torch_methods(p: TensorPlan) -> Methods:
         f'_check_axis("{p.name}", "{dim}", {", ".join(f"({t}, {k})" for t, k in uses)})'
         for dim, uses in p.axis_checks
     ]
-    wrapper.append(f"return _apply({p.class_name}, _{p.class_name}, {', '.join(p.inputs)})")
+    first = "[0]" if stats else ""
+    wrapper.append(f"return _apply({p.class_name}, _{p.class_name}, {', '.join(p.inputs)}){first}")
     return Methods(
         setup,
         backward,
@@ -379,20 +417,21 @@ def _tf_methods(p: TensorPlan) -> Methods:
         diff = [x for x in p.differentiable if x not in missing]
         grads = [f"grad_{x}" for x in diff]
         every = [f"grad_{x}" for x in p.differentiable]
+        given = [*p.inputs, *p.stats]
         backward_call = (
-            f"{p.backward.name}({', '.join([*p.inputs, 'grad', *(['True'] * len(every))])})"
+            f"{p.backward.name}({', '.join([*given, 'grad', *(['True'] * len(every))])})"
         )
         returns = ", ".join(f"grad_{x}" if x in diff else "None" for x in tensors)
         if p.second is None:
             inner = [f"{_tuple(every)} = {backward_call}", f"return {returns}"]
         else:
             lhs = grads[0] if len(grads) == 1 else ", ".join(grads)
-            inner = [f"{lhs} = _{p.name}_grad({', '.join([*p.inputs, 'grad'])})"]
+            inner = [f"{lhs} = _{p.name}_grad({', '.join([*given, 'grad'])})"]
             inner.append(f"return {returns}")
         block = [
             "@tf.custom_gradient",
             f"def forward({', '.join(tensors)}):",
-            f"    out = {p.forward.name}({', '.join(p.inputs)})",
+            f"    {', '.join(['out', *p.stats])} = {p.forward.name}({', '.join(p.inputs)})",
             "",
             "    def backward(grad):",
             *(f"        {line}" for line in inner),
@@ -415,7 +454,7 @@ def _tf_methods(p: TensorPlan) -> Methods:
                 "",
                 f"    def backward({', '.join(f'gg_{x}' for x in diff)}):",
                 f"        {', '.join(bars)} = {p.second.name}(",
-                f"            {', '.join([*p.inputs, 'grad', *gg])},",
+                f"            {', '.join([*given, 'grad', *gg])},",
                 f"            {', '.join(['True'] * (len(p.differentiable) + 1))},",
                 "        )",
                 f"        return {bar_returns}",

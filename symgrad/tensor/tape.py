@@ -316,8 +316,8 @@ class Tape:
         raise KeyError(out)
 
     # -------------------------------------------------------------- reading
-    def needed(self, roots) -> list[str]:
-        """The nodes ``roots`` depend on, in tape order."""
+    def needed(self, roots, given: frozenset[str] = frozenset()) -> list[str]:
+        """The nodes ``roots`` depend on, in tape order (not past those ``given``)."""
         seen: set[str] = set()
         stack = [r for r in roots if r in self.nodes]
         while stack:
@@ -325,14 +325,16 @@ class Tape:
             if name in seen:
                 continue
             seen.add(name)
+            if name in given:
+                continue
             node = self.nodes[name]
             stack.extend(node.args)
         return [n for n in self.nodes if n in seen]
 
-    def inputs_of(self, roots) -> set[str]:
+    def inputs_of(self, roots, given: frozenset[str] = frozenset()) -> set[str]:
         """The inputs (class indices included) that ``roots`` read."""
         return {
             self.nodes[n].input
-            for n in self.needed(roots)
+            for n in self.needed(roots, given)
             if self.nodes[n].op in ("leaf", "onehot")
         }
