@@ -91,24 +91,34 @@ def suite(s: float) -> list[Case]:
     return [
         Case(
             "linear",
-            lambda g, dev, dt: [_r((int(2048 * s), 512), g, dev, dt), _r((512, 512), g, dev, dt),
-                                _r((512,), g, dev, dt)],
+            lambda g, dev, dt: [
+                _r((int(2048 * s), 512), g, dev, dt),
+                _r((512, 512), g, dev, dt),
+                _r((512,), g, dev, dt),
+            ],
             lambda x, w, b: x @ w.T + b,
             F.linear,
         ),
         Case(
             "softmax_cross_entropy",
-            lambda g, dev, dt: [_r((n, c), g, dev, dt),
-                                torch.softmax(_r((n, c), g, dev, dt, False), 1)],
-            lambda z, t: (-(t * torch.log(torch.exp(z) / torch.exp(z).sum(1, keepdim=True)))
-                          .sum(1).mean()),
+            lambda g, dev, dt: [
+                _r((n, c), g, dev, dt),
+                torch.softmax(_r((n, c), g, dev, dt, False), 1),
+            ],
+            lambda z, t: (
+                -(t * torch.log(torch.exp(z) / torch.exp(z).sum(1, keepdim=True))).sum(1).mean()
+            ),
             F.cross_entropy,
         ),
         Case(
             "cross_entropy_class_index",
-            lambda g, dev, dt: [_r((n, c), g, dev, dt),
-                                torch.randint(0, c, (n,), generator=g).to(dev)],
-            lambda z, y: -(z.gather(1, y[:, None]).squeeze(1) - torch.log(torch.exp(z).sum(1))).mean(),
+            lambda g, dev, dt: [
+                _r((n, c), g, dev, dt),
+                torch.randint(0, c, (n,), generator=g).to(dev),
+            ],
+            lambda z, y: (
+                -(z.gather(1, y[:, None]).squeeze(1) - torch.log(torch.exp(z).sum(1))).mean()
+            ),
             F.cross_entropy,
         ),
         Case(
@@ -125,23 +135,29 @@ def suite(s: float) -> list[Case]:
         ),
         Case(
             "bce_logits_mean",
-            lambda g, dev, dt: [_r((n, c), g, dev, dt),
-                                torch.rand((n, c), generator=g, dtype=dt).to(dev)],
+            lambda g, dev, dt: [
+                _r((n, c), g, dev, dt),
+                torch.rand((n, c), generator=g, dtype=dt).to(dev),
+            ],
             lambda z, y: (torch.log(1 + torch.exp(z)) - y * z).mean(),
             F.binary_cross_entropy_with_logits,
         ),
         Case(
             "layer_norm",
             lambda g, dev, dt: [_r((n, d), g, dev, dt)],
-            lambda x: (x - x.mean(-1, keepdim=True))
-            / torch.sqrt(((x - x.mean(-1, keepdim=True)) ** 2).mean(-1, keepdim=True) + EPS),
+            lambda x: (
+                (x - x.mean(-1, keepdim=True))
+                / torch.sqrt(((x - x.mean(-1, keepdim=True)) ** 2).mean(-1, keepdim=True) + EPS)
+            ),
             lambda x: F.layer_norm(x, x.shape[-1:], eps=EPS),
         ),
         Case(
             "layer_norm_one_pass",
             lambda g, dev, dt: [_r((n, d), g, dev, dt)],
-            lambda x: (x - x.mean(-1, keepdim=True))
-            / torch.sqrt((x**2).mean(-1, keepdim=True) - x.mean(-1, keepdim=True) ** 2 + EPS),
+            lambda x: (
+                (x - x.mean(-1, keepdim=True))
+                / torch.sqrt((x**2).mean(-1, keepdim=True) - x.mean(-1, keepdim=True) ** 2 + EPS)
+            ),
             lambda x: F.layer_norm(x, x.shape[-1:], eps=EPS),
         ),
         Case(
@@ -159,10 +175,14 @@ def suite(s: float) -> list[Case]:
         ),
         Case(
             "conv1x1_bn",
-            lambda g, dev, dt: [_r((int(32 * s), 64, 32, 32), g, dev, dt), _r((64, 64), g, dev, dt)],
+            lambda g, dev, dt: [
+                _r((int(32 * s), 64, 32, 32), g, dev, dt),
+                _r((64, 64), g, dev, dt),
+            ],
             lambda x, w: _bn(torch.einsum("nchw,oc->nohw", x, w), (0, 2, 3), 1e-3),
-            lambda x, w: F.batch_norm(F.conv2d(x, w[:, :, None, None]), None, None,
-                                      training=True, eps=1e-3),
+            lambda x, w: F.batch_norm(
+                F.conv2d(x, w[:, :, None, None]), None, None, training=True, eps=1e-3
+            ),
             "builtin: conv2d + batch_norm (eps inside the root, biased variance)",
         ),
         Case(
@@ -244,8 +264,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
         eager, fused = generate(Path(tmp))
-        print(f"generated specs/tensor.yaml in {time.perf_counter() - t0:.1f} s; "
-              f"device {dev}, float32, {a.threads} thread(s), {repeats} repeats\n")
+        print(
+            f"generated specs/tensor.yaml in {time.perf_counter() - t0:.1f} s; "
+            f"device {dev}, float32, {a.threads} thread(s), {repeats} repeats\n"
+        )
         rows = []
         for case in suite(scale):
             if a.functions and case.name not in a.functions:
@@ -266,17 +288,30 @@ def main() -> None:
                 )
                 if not ok and k != "builtin":
                     notes.append(f"{k} disagrees with gen")
-            times = timed({k: (lambda f=f: step(f, args)) for k, f in variants.items()},
-                          args, repeats, sync)
+            times = timed(
+                {k: (lambda f=f, args=args: step(f, args)) for k, f in variants.items()},
+                args,
+                repeats,
+                sync,
+            )
             saved = {k: saved_bytes(f, args) for k, f in variants.items() if k != "fused"}
             leaves = [x for x in args if isinstance(x, torch.Tensor) and x.requires_grad]
             vs = [torch.randn_like(x) for x in leaves]
-            h = timed({k: (lambda f=variants[k]: hvp(f, args, vs)) for k in ("gen", "naive")},
-                      args, max(3, repeats // 2), sync)
+            h = timed(
+                {
+                    k: (lambda f=variants[k], args=args, vs=vs: hvp(f, args, vs))
+                    for k in ("gen", "naive")
+                },
+                args,
+                max(3, repeats // 2),
+                sync,
+            )
             rows.append((case, times, saved, h, notes))
-        header = (f"{'function':26s} {'gen ms':>8s} {'naive':>8s} {'fused':>8s} {'builtin':>8s}"
-                  f" {'gen/naive':>9s} {'fused/bi':>8s} {'saved gen':>10s} {'builtin':>9s}"
-                  f" {'hvp gen/naive':>13s}")
+        header = (
+            f"{'function':26s} {'gen ms':>8s} {'naive':>8s} {'fused':>8s} {'builtin':>8s}"
+            f" {'gen/naive':>9s} {'fused/bi':>8s} {'saved gen':>10s} {'builtin':>9s}"
+            f" {'hvp gen/naive':>13s}"
+        )
         print(header)
         print("-" * len(header))
         ratios = {"gen/naive": [], "fused/builtin": [], "hvp": []}
@@ -301,8 +336,10 @@ def main() -> None:
         for k, v in ratios.items():
             if v:
                 print(f"median {k:14s} {statistics.median(v):.2f}  (over {len(v)} functions)")
-        print("targets: gen/naive <= 0.6, fused/builtin <= 1.0 (linear <= 1.05 eager), "
-              "saved bytes <= builtin, hvp gen/naive <= 0.7")
+        print(
+            "targets: gen/naive <= 0.6, fused/builtin <= 1.0 (linear <= 1.05 eager), "
+            "saved bytes <= builtin, hvp gen/naive <= 0.7"
+        )
 
 
 if __name__ == "__main__":

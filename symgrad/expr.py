@@ -72,9 +72,9 @@ TENSOR_WORDS = frozenset(
     | {"size", "norm", "var", "std", "amax", "amin", "cumsum", "transpose", "reshape"}
 )
 ELEMENTWISE_ONLY = (
-    "symgrad handles elementwise functions only for now (indexing, reductions such as sum, "
-    "and @ are planned): write the elementwise part as the function, on tensors that "
-    "broadcast, and reduce or contract outside it"
+    "indexing, reductions such as sum and matrix products are tensor expressions: give the "
+    "inputs a shape and write the output as {shape: [...], expr: ...} with x[n, k] and "
+    f"sum(e, k) (see {LANGUAGE_DOC}, Tensor expressions)"
 )
 _HINTS: dict[type, str] = {
     ast.BitXor: "use ** for powers (^ is not a power)",

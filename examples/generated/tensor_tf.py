@@ -7,6 +7,8 @@ Do not edit: change the spec and run `symgrad gen`.
 
 from __future__ import annotations
 
+import math
+
 import tensorflow as tf
 
 __all__ = [
@@ -1276,7 +1278,9 @@ def _batch_norm_train_forward(x, eps):
     t3 = t2[:, None, None] + x
     t4 = tf.math.square(t3)
     t5 = tf.reduce_sum(t4, axis=[-4, -2, -1])
-    t6 = 1 / (eps + tf.math.sqrt(t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
+    t6 = 1 / (
+        eps + tf.math.sqrt(t5) / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
+    )
     return t3 * t6[:, None, None], t1, t5
 
 
@@ -1286,22 +1290,20 @@ def _batch_norm_train_backward(x, eps, t1, t5, grad, need_x):
         t2 = -t1 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
         t3 = t2[:, None, None] + x
         t6 = 1 / (
-            eps + tf.math.sqrt(t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
+            eps
+            + tf.math.sqrt(t5) / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
         )
         t9 = grad * t3
         t10 = tf.reduce_sum(t9, axis=[-4, -2, -1])
         t11 = tf.where(
             t5 == 0,
             tf.constant(0.0, t10.dtype),
-            -t10
-            * tf.math.sqrt(t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
-            / (
-                2
-                * t5
-                * tf.math.square(
-                    eps
-                    + tf.math.sqrt(t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
-                )
+            (-t10 / (2 * math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
+            / tf.math.sqrt(t5)
+            / tf.math.square(
+                eps
+                + tf.math.sqrt(t5)
+                / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
             ),
         )
         t12 = 2 * t11
@@ -1321,7 +1323,8 @@ def _batch_norm_train_backward_backward(
         t3 = t2[:, None, None] + x
     if gg_x is not None and need_grad_bar:
         t6 = 1 / (
-            eps + tf.math.sqrt(t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
+            eps
+            + tf.math.sqrt(t5) / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
         )
     if gg_x is not None and need_x_bar:
         t9 = grad * t3
@@ -1329,15 +1332,12 @@ def _batch_norm_train_backward_backward(
         t11 = tf.where(
             t5 == 0,
             tf.constant(0.0, t10.dtype),
-            -t10
-            * tf.math.sqrt(t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
-            / (
-                2
-                * t5
-                * tf.math.square(
-                    eps
-                    + tf.math.sqrt(t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
-                )
+            (-t10 / (2 * math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
+            / tf.math.sqrt(t5)
+            / tf.math.square(
+                eps
+                + tf.math.sqrt(t5)
+                / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
             ),
         )
         t12 = 2 * t11
@@ -1355,14 +1355,12 @@ def _batch_norm_train_backward_backward(
         t33 = t32 * tf.where(
             t5 == 0,
             tf.constant(0.0, t5.dtype),
-            -tf.math.sqrt(t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
-            / (
-                2
-                * t5
-                * tf.math.square(
-                    eps
-                    + tf.math.sqrt(t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
-                )
+            (-1 / (2 * math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
+            / tf.math.sqrt(t5)
+            / tf.math.square(
+                eps
+                + tf.math.sqrt(t5)
+                / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
             ),
         )
     if gg_x is not None and need_x_bar:
@@ -1373,51 +1371,37 @@ def _batch_norm_train_backward_backward(
             * tf.where(
                 t5 == 0,
                 tf.constant(0.0, t10.dtype),
-                t10
-                * tf.math.sqrt(t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
+                (t10 / (2 * (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
+                / t5
                 / (
-                    4
-                    * tf.math.square(t5)
-                    * tf.math.square(
+                    tf.math.square(
                         eps
-                        + tf.math.sqrt(
-                            t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                        )
+                        + tf.math.sqrt(t5)
+                        / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
+                    )
+                    * (
+                        eps
+                        + tf.math.sqrt(t5)
+                        / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
                     )
                 )
-                + t10
-                * (t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
-                / (
-                    2
-                    * tf.math.square(t5)
-                    * (
-                        tf.math.square(
-                            eps
-                            + tf.math.sqrt(
-                                t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                            )
-                        )
-                        * (
-                            eps
-                            + tf.math.sqrt(
-                                t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                            )
-                        )
-                    )
+                + (t10 / (4 * math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
+                / t5 ** (1.5)
+                / tf.math.square(
+                    eps
+                    + tf.math.sqrt(t5)
+                    / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
                 ),
             ),
         ) + tf.where(
             t5 == 0,
             tf.constant(0.0, t31.dtype),
-            -t31
-            * tf.math.sqrt(t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
-            / (
-                2
-                * t5
-                * tf.math.square(
-                    eps
-                    + tf.math.sqrt(t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
-                )
+            (-t31 / (2 * math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
+            / tf.math.sqrt(t5)
+            / tf.math.square(
+                eps
+                + tf.math.sqrt(t5)
+                / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
             ),
         )
         t36 = 2 * t35
@@ -2206,7 +2190,9 @@ def _conv1x1_bn_forward(x, wt, eps):
     t5 = t2 + t4[:, None, None]
     t6 = tf.math.square(t5)
     t7 = tf.reduce_sum(t6, axis=[-4, -2, -1])
-    t8 = 1 / (eps + tf.math.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
+    t8 = 1 / (
+        eps + tf.math.sqrt(t7) / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
+    )
     return t5 * t8[:, None, None], t3, t7
 
 
@@ -2217,22 +2203,20 @@ def _conv1x1_bn_backward(x, wt, eps, t3, t7, grad, need_x, need_wt):
         t4 = -t3 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
         t5 = t2 + t4[:, None, None]
         t8 = 1 / (
-            eps + tf.math.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
+            eps
+            + tf.math.sqrt(t7) / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
         )
         t11 = grad * t5
         t12 = tf.reduce_sum(t11, axis=[-4, -2, -1])
         t13 = tf.where(
             t7 == 0,
             tf.constant(0.0, t12.dtype),
-            -t12
-            * tf.math.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
-            / (
-                2
-                * t7
-                * tf.math.square(
-                    eps
-                    + tf.math.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
-                )
+            (-t12 / (2 * math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
+            / tf.math.sqrt(t7)
+            / tf.math.square(
+                eps
+                + tf.math.sqrt(t7)
+                / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
             ),
         )
         t14 = 2 * t13
@@ -2269,7 +2253,8 @@ def _conv1x1_bn_backward_backward(
         or (gg_wt is not None and need_grad_bar)
     ):
         t8 = 1 / (
-            eps + tf.math.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
+            eps
+            + tf.math.sqrt(t7) / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
         )
     if (
         (gg_x is not None and need_x_bar)
@@ -2282,15 +2267,12 @@ def _conv1x1_bn_backward_backward(
         t13 = tf.where(
             t7 == 0,
             tf.constant(0.0, t12.dtype),
-            -t12
-            * tf.math.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
-            / (
-                2
-                * t7
-                * tf.math.square(
-                    eps
-                    + tf.math.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
-                )
+            (-t12 / (2 * math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
+            / tf.math.sqrt(t7)
+            / tf.math.square(
+                eps
+                + tf.math.sqrt(t7)
+                / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
             ),
         )
         t14 = 2 * t13
@@ -2324,14 +2306,12 @@ def _conv1x1_bn_backward_backward(
         t43 = t42 * tf.where(
             t7 == 0,
             tf.constant(0.0, t7.dtype),
-            -tf.math.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
-            / (
-                2
-                * t7
-                * tf.math.square(
-                    eps
-                    + tf.math.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
-                )
+            (-1 / (2 * math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
+            / tf.math.sqrt(t7)
+            / tf.math.square(
+                eps
+                + tf.math.sqrt(t7)
+                / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
             ),
         )
     if (gg_x is not None and need_x_bar) or (gg_x is not None and need_wt_bar):
@@ -2342,51 +2322,37 @@ def _conv1x1_bn_backward_backward(
             * tf.where(
                 t7 == 0,
                 tf.constant(0.0, t12.dtype),
-                t12
-                * tf.math.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
+                (t12 / (2 * (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
+                / t7
                 / (
-                    4
-                    * tf.math.square(t7)
-                    * tf.math.square(
+                    tf.math.square(
                         eps
-                        + tf.math.sqrt(
-                            t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                        )
+                        + tf.math.sqrt(t7)
+                        / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
+                    )
+                    * (
+                        eps
+                        + tf.math.sqrt(t7)
+                        / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
                     )
                 )
-                + t12
-                * (t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
-                / (
-                    2
-                    * tf.math.square(t7)
-                    * (
-                        tf.math.square(
-                            eps
-                            + tf.math.sqrt(
-                                t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                            )
-                        )
-                        * (
-                            eps
-                            + tf.math.sqrt(
-                                t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                            )
-                        )
-                    )
+                + (t12 / (4 * math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
+                / t7 ** (1.5)
+                / tf.math.square(
+                    eps
+                    + tf.math.sqrt(t7)
+                    / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
                 ),
             ),
         ) + tf.where(
             t7 == 0,
             tf.constant(0.0, t41.dtype),
-            -t41
-            * tf.math.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
-            / (
-                2
-                * t7
-                * tf.math.square(
-                    eps
-                    + tf.math.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
-                )
+            (-t41 / (2 * math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
+            / tf.math.sqrt(t7)
+            / tf.math.square(
+                eps
+                + tf.math.sqrt(t7)
+                / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
             ),
         )
         t46 = 2 * t45
@@ -2425,14 +2391,12 @@ def _conv1x1_bn_backward_backward(
         t65 = t64 * tf.where(
             t7 == 0,
             tf.constant(0.0, t7.dtype),
-            -tf.math.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
-            / (
-                2
-                * t7
-                * tf.math.square(
-                    eps
-                    + tf.math.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
-                )
+            (-1 / (2 * math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
+            / tf.math.sqrt(t7)
+            / tf.math.square(
+                eps
+                + tf.math.sqrt(t7)
+                / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
             ),
         )
     if (gg_wt is not None and need_x_bar) or (gg_wt is not None and need_wt_bar):
@@ -2443,51 +2407,37 @@ def _conv1x1_bn_backward_backward(
             * tf.where(
                 t7 == 0,
                 tf.constant(0.0, t12.dtype),
-                t12
-                * tf.math.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
+                (t12 / (2 * (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
+                / t7
                 / (
-                    4
-                    * tf.math.square(t7)
-                    * tf.math.square(
+                    tf.math.square(
                         eps
-                        + tf.math.sqrt(
-                            t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                        )
+                        + tf.math.sqrt(t7)
+                        / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
+                    )
+                    * (
+                        eps
+                        + tf.math.sqrt(t7)
+                        / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
                     )
                 )
-                + t12
-                * (t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
-                / (
-                    2
-                    * tf.math.square(t7)
-                    * (
-                        tf.math.square(
-                            eps
-                            + tf.math.sqrt(
-                                t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                            )
-                        )
-                        * (
-                            eps
-                            + tf.math.sqrt(
-                                t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                            )
-                        )
-                    )
+                + (t12 / (4 * math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
+                / t7 ** (1.5)
+                / tf.math.square(
+                    eps
+                    + tf.math.sqrt(t7)
+                    / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
                 ),
             ),
         ) + tf.where(
             t7 == 0,
             tf.constant(0.0, t63.dtype),
-            -t63
-            * tf.math.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
-            / (
-                2
-                * t7
-                * tf.math.square(
-                    eps
-                    + tf.math.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
-                )
+            (-t63 / (2 * math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
+            / tf.math.sqrt(t7)
+            / tf.math.square(
+                eps
+                + tf.math.sqrt(t7)
+                / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
             ),
         )
         t68 = 2 * t67

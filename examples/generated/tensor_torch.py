@@ -2009,7 +2009,9 @@ def _batch_norm_train_forward(x, eps):
     t3 = t2[:, None, None] + x
     t4 = t3**2
     t5 = t4.sum((-4, -2, -1))
-    t6 = 1 / (eps + torch.sqrt(t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
+    t6 = 1 / (
+        eps + torch.sqrt(t5) / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
+    )
     return t3 * t6[:, None, None], t1, t5
 
 
@@ -2018,20 +2020,23 @@ def _batch_norm_train_backward(x, eps, t1, t5, grad, need_x):
     if need_x:
         t2 = -t1 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
         t3 = t2[:, None, None] + x
-        t6 = 1 / (eps + torch.sqrt(t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
+        t6 = 1 / (
+            eps
+            + torch.sqrt(t5) / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
+        )
         t9 = grad * t3
         t10 = t9.sum((-4, -2, -1))
         t11 = torch.where(
             t5 == 0,
             0.0,
-            -0.5
-            * t10
-            * torch.sqrt(t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
+            (-0.5 * t10 / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
+            / torch.sqrt(t5)
             / (
-                t5
-                * (eps + torch.sqrt(t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
-                ** 2
-            ),
+                eps
+                + torch.sqrt(t5)
+                / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
+            )
+            ** 2,
         )
         t12 = 2 * t11
         t13 = grad * t6[:, None, None] + t12[:, None, None] * t3
@@ -2047,19 +2052,21 @@ def _batch_norm_train_jvp(x, eps, x_t):
     t3 = t2[:, None, None] + x
     t4 = t3**2
     t5 = t4.sum((-4, -2, -1))
-    t6 = 1 / (eps + torch.sqrt(t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
+    t6 = 1 / (
+        eps + torch.sqrt(t5) / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
+    )
     t18 = x_t.sum((-4, -2, -1))
     t19 = -t18 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
     t20 = t3 * (t19[:, None, None] + x_t)
     t21 = t20.sum((-4, -2, -1))
     t22 = (
-        -t21
-        * torch.sqrt(t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
+        (-t21 / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
+        / torch.sqrt(t5)
         / (
-            t5
-            * (eps + torch.sqrt(t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
-            ** 2
+            eps
+            + torch.sqrt(t5) / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
         )
+        ** 2
     )
     return t22[:, None, None] * t3 + t6[:, None, None] * (t19[:, None, None] + x_t)
 
@@ -2072,21 +2079,24 @@ def _batch_norm_train_backward_backward(
         t2 = -t1 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
         t3 = t2[:, None, None] + x
     if gg_x is not None and need_grad_bar:
-        t6 = 1 / (eps + torch.sqrt(t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
+        t6 = 1 / (
+            eps
+            + torch.sqrt(t5) / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
+        )
     if gg_x is not None and need_x_bar:
         t9 = grad * t3
         t10 = t9.sum((-4, -2, -1))
         t11 = torch.where(
             t5 == 0,
             0.0,
-            -0.5
-            * t10
-            * torch.sqrt(t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
+            (-0.5 * t10 / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
+            / torch.sqrt(t5)
             / (
-                t5
-                * (eps + torch.sqrt(t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
-                ** 2
-            ),
+                eps
+                + torch.sqrt(t5)
+                / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
+            )
+            ** 2,
         )
         t12 = 2 * t11
     if (gg_x is not None and need_x_bar) or (gg_x is not None and need_grad_bar):
@@ -2103,13 +2113,14 @@ def _batch_norm_train_backward_backward(
         t33 = t32 * torch.where(
             t5 == 0,
             0.0,
-            -0.5
-            * torch.sqrt(t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
+            (-1 / (2 * math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
+            / torch.sqrt(t5)
             / (
-                t5
-                * (eps + torch.sqrt(t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
-                ** 2
-            ),
+                eps
+                + torch.sqrt(t5)
+                / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
+            )
+            ** 2,
         )
     if gg_x is not None and need_x_bar:
         t35 = torch.where(
@@ -2119,40 +2130,34 @@ def _batch_norm_train_backward_backward(
             * torch.where(
                 t5 == 0,
                 0.0,
-                t10
-                * torch.sqrt(t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
+                (t10 / (2 * (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
+                / t5
                 / (
-                    4
-                    * t5**2
-                    * (
-                        eps
-                        + torch.sqrt(t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
-                    )
-                    ** 2
+                    eps
+                    + torch.sqrt(t5)
+                    / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
                 )
-                + t10
-                * (t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
+                ** 3
+                + (t10 / (4 * math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
+                / t5 ** (1.5)
                 / (
-                    2
-                    * t5**2
-                    * (
-                        eps
-                        + torch.sqrt(t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
-                    )
-                    ** 3
-                ),
+                    eps
+                    + torch.sqrt(t5)
+                    / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
+                )
+                ** 2,
             ),
         ) + torch.where(
             t5 == 0,
             0.0,
-            -0.5
-            * t31
-            * torch.sqrt(t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
+            (-0.5 * t31 / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
+            / torch.sqrt(t5)
             / (
-                t5
-                * (eps + torch.sqrt(t5 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
-                ** 2
-            ),
+                eps
+                + torch.sqrt(t5)
+                / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
+            )
+            ** 2,
         )
         t36 = 2 * t35
         t37 = (
@@ -3277,7 +3282,9 @@ def _conv1x1_bn_forward(x, wt, eps):
     t5 = t2 + t4[:, None, None]
     t6 = t5**2
     t7 = t6.sum((-4, -2, -1))
-    t8 = 1 / (eps + torch.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
+    t8 = 1 / (
+        eps + torch.sqrt(t7) / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
+    )
     return t5 * t8[:, None, None], t3, t7
 
 
@@ -3287,20 +3294,23 @@ def _conv1x1_bn_backward(x, wt, eps, t3, t7, grad, need_x, need_wt):
         t2 = torch.einsum("nchw,oc->nohw", x, wt)
         t4 = -t3 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
         t5 = t2 + t4[:, None, None]
-        t8 = 1 / (eps + torch.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
+        t8 = 1 / (
+            eps
+            + torch.sqrt(t7) / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
+        )
         t11 = grad * t5
         t12 = t11.sum((-4, -2, -1))
         t13 = torch.where(
             t7 == 0,
             0.0,
-            -0.5
-            * t12
-            * torch.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
+            (-0.5 * t12 / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
+            / torch.sqrt(t7)
             / (
-                t7
-                * (eps + torch.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
-                ** 2
-            ),
+                eps
+                + torch.sqrt(t7)
+                / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
+            )
+            ** 2,
         )
         t14 = 2 * t13
         t15 = grad * t8[:, None, None] + t14[:, None, None] * t5
@@ -3321,7 +3331,9 @@ def _conv1x1_bn_jvp(x, wt, eps, x_t, wt_t):
     t5 = t2 + t4[:, None, None]
     t6 = t5**2
     t7 = t6.sum((-4, -2, -1))
-    t8 = 1 / (eps + torch.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
+    t8 = 1 / (
+        eps + torch.sqrt(t7) / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
+    )
     t23 = torch.einsum("oc,nchw->nohw", wt, x_t)
     t24 = torch.einsum("nchw,oc->nohw", x, wt_t)
     t25 = t23 + t24
@@ -3330,13 +3342,13 @@ def _conv1x1_bn_jvp(x, wt, eps, x_t, wt_t):
     t28 = t5 * (t23 + t24 + t27[:, None, None])
     t29 = t28.sum((-4, -2, -1))
     t30 = (
-        -t29
-        * torch.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
+        (-t29 / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
+        / torch.sqrt(t7)
         / (
-            t7
-            * (eps + torch.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
-            ** 2
+            eps
+            + torch.sqrt(t7) / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
         )
+        ** 2
     )
     return t30[:, None, None] * t5 + t8[:, None, None] * (
         t23 + t24 + t27[:, None, None]
@@ -3364,7 +3376,10 @@ def _conv1x1_bn_backward_backward(
         or (gg_wt is not None and need_x_bar)
         or (gg_wt is not None and need_grad_bar)
     ):
-        t8 = 1 / (eps + torch.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
+        t8 = 1 / (
+            eps
+            + torch.sqrt(t7) / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
+        )
     if (
         (gg_x is not None and need_x_bar)
         or (gg_x is not None and need_wt_bar)
@@ -3376,14 +3391,14 @@ def _conv1x1_bn_backward_backward(
         t13 = torch.where(
             t7 == 0,
             0.0,
-            -0.5
-            * t12
-            * torch.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
+            (-0.5 * t12 / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
+            / torch.sqrt(t7)
             / (
-                t7
-                * (eps + torch.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
-                ** 2
-            ),
+                eps
+                + torch.sqrt(t7)
+                / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
+            )
+            ** 2,
         )
         t14 = 2 * t13
     if (gg_x is not None and need_wt_bar) or (gg_wt is not None and need_x_bar):
@@ -3416,13 +3431,14 @@ def _conv1x1_bn_backward_backward(
         t43 = t42 * torch.where(
             t7 == 0,
             0.0,
-            -0.5
-            * torch.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
+            (-1 / (2 * math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
+            / torch.sqrt(t7)
             / (
-                t7
-                * (eps + torch.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
-                ** 2
-            ),
+                eps
+                + torch.sqrt(t7)
+                / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
+            )
+            ** 2,
         )
     if (gg_x is not None and need_x_bar) or (gg_x is not None and need_wt_bar):
         t45 = torch.where(
@@ -3432,40 +3448,34 @@ def _conv1x1_bn_backward_backward(
             * torch.where(
                 t7 == 0,
                 0.0,
-                t12
-                * torch.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
+                (t12 / (2 * (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
+                / t7
                 / (
-                    4
-                    * t7**2
-                    * (
-                        eps
-                        + torch.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
-                    )
-                    ** 2
+                    eps
+                    + torch.sqrt(t7)
+                    / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
                 )
-                + t12
-                * (t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
+                ** 3
+                + (t12 / (4 * math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
+                / t7 ** (1.5)
                 / (
-                    2
-                    * t7**2
-                    * (
-                        eps
-                        + torch.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
-                    )
-                    ** 3
-                ),
+                    eps
+                    + torch.sqrt(t7)
+                    / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
+                )
+                ** 2,
             ),
         ) + torch.where(
             t7 == 0,
             0.0,
-            -0.5
-            * t41
-            * torch.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
+            (-0.5 * t41 / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
+            / torch.sqrt(t7)
             / (
-                t7
-                * (eps + torch.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
-                ** 2
-            ),
+                eps
+                + torch.sqrt(t7)
+                / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
+            )
+            ** 2,
         )
         t46 = 2 * t45
         t47 = (
@@ -3503,13 +3513,14 @@ def _conv1x1_bn_backward_backward(
         t65 = t64 * torch.where(
             t7 == 0,
             0.0,
-            -0.5
-            * torch.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
+            (-1 / (2 * math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
+            / torch.sqrt(t7)
             / (
-                t7
-                * (eps + torch.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
-                ** 2
-            ),
+                eps
+                + torch.sqrt(t7)
+                / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
+            )
+            ** 2,
         )
     if (gg_wt is not None and need_x_bar) or (gg_wt is not None and need_wt_bar):
         t67 = torch.where(
@@ -3519,40 +3530,34 @@ def _conv1x1_bn_backward_backward(
             * torch.where(
                 t7 == 0,
                 0.0,
-                t12
-                * torch.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
+                (t12 / (2 * (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
+                / t7
                 / (
-                    4
-                    * t7**2
-                    * (
-                        eps
-                        + torch.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
-                    )
-                    ** 2
+                    eps
+                    + torch.sqrt(t7)
+                    / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
                 )
-                + t12
-                * (t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
+                ** 3
+                + (t12 / (4 * math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
+                / t7 ** (1.5)
                 / (
-                    2
-                    * t7**2
-                    * (
-                        eps
-                        + torch.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
-                    )
-                    ** 3
-                ),
+                    eps
+                    + torch.sqrt(t7)
+                    / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
+                )
+                ** 2,
             ),
         ) + torch.where(
             t7 == 0,
             0.0,
-            -0.5
-            * t63
-            * torch.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
+            (-0.5 * t63 / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
+            / torch.sqrt(t7)
             / (
-                t7
-                * (eps + torch.sqrt(t7 / (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
-                ** 2
-            ),
+                eps
+                + torch.sqrt(t7)
+                / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
+            )
+            ** 2,
         )
         t68 = 2 * t67
         t69 = (

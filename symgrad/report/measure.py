@@ -572,4 +572,9 @@ def measure_spec(
                     used = max((r.points + r.undefined + r.disputed for r in new), default=0)
                     progress(f"{d.function.name}: {used} points in {time.monotonic() - start:.1f}s")
     order = {f.name: k for k, f in enumerate(chosen)}
-    return sorted(rows, key=lambda r: order[r.function])  # stable: keeps quantity order
+    rows = sorted(rows, key=lambda r: order[r.function])  # stable: keeps quantity order
+    if not fused and device == "cpu":
+        from symgrad.report.tensor import tensor_rows
+
+        rows += tensor_rows(spec, dtype, functions, progress)
+    return rows

@@ -12,11 +12,40 @@ import string
 from dataclasses import dataclass
 
 import sympy
+from sympy.printing.precedence import PRECEDENCE
 
 from symgrad.printers.tensorflow import TensorFlowPrinter
 from symgrad.printers.torch import TorchPrinter
 from symgrad.tensor.lang import ELLIPSIS
 from symgrad.tensor.tape import Node, Output, Tape
+
+
+def _dividing(printer_cls: type) -> type:
+    """``printer_cls``, printing a quotient by several tensors as successive divisions:
+    ``a / b / c**3`` keeps each step in range where ``a / (b * c**3)`` overflows float32
+    (a batch norm's second order at a variance of 1e19: ``b * c**3`` is 1e47), as
+    autograd's step-by-step chain rule does."""
+
+    class Printer(printer_cls):
+        def _print_Mul(self, expr):
+            coeff, factors = expr.as_coeff_mul()
+            den = [
+                f
+                for f in factors
+                if f.is_Pow and f.exp.is_number and f.exp < 0 and not self.is_scalar(f)
+            ]
+            if len(den) < 2:
+                return super()._print_Mul(expr)
+            num = coeff * sympy.Mul(*(f for f in factors if f not in den))
+            parts = [self.parenthesize(num, PRECEDENCE["Mul"])]
+            parts += [self.parenthesize(1 / f, PRECEDENCE["Mul"], strict=True) for f in den]
+            return " / ".join(parts)
+
+    Printer.__name__ = f"Dividing{printer_cls.__name__}"
+    return Printer
+
+
+_PRINTERS = {"torch": _dividing(TorchPrinter), "tensorflow": _dividing(TensorFlowPrinter)}
 
 
 @dataclass(frozen=True)
@@ -148,7 +177,7 @@ class Code:
     def node(self, node: Node) -> str:
         torch = self.framework == "torch"
         if node.op == "elem":
-            printer_cls = TorchPrinter if torch else TensorFlowPrinter
+            printer_cls = _PRINTERS[self.framework]
             sizes = {s for s in node.expr.free_symbols if s in self.tape.formula.sizes}
             names = {self.tape.symbol(a): self.align(a, node.axes) for a in node.args}
             names.update({s: self.size(s) for s in sizes})

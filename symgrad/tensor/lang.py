@@ -534,7 +534,9 @@ def stable(expr: sympy.Expr, formula: TensorFormula) -> sympy.Expr:
 
 
 # --------------------------------------------------------------------------- entry point
-def parse_tensor_function(fn: Function, missing: frozenset[str] = frozenset()) -> TensorFormula:
+def parse_tensor_function(
+    fn: Function, missing: frozenset[str] = frozenset(), raw: bool = False
+) -> TensorFormula:
     """Parse and check a tensor function's output; the result is in its stable form. The
     optional inputs in ``missing`` are absent: their accesses are 0 (their terms dropped)."""
     out = fn.outputs[0]
@@ -604,7 +606,7 @@ def parse_tensor_function(fn: Function, missing: frozenset[str] = frozenset()) -
                 f"without the optional input(s) {', '.join(sorted(missing))} the output loses axes",
                 "make the input required, or keep every output axis in the other terms",
             )
-    formula.expr = stable(expr, formula)
+    formula.expr = expr if raw else stable(expr, formula)  # raw: the naive formula, as written
     return formula
 
 

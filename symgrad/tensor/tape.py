@@ -58,6 +58,7 @@ class Tape:
     nodes: dict[str, Node] = field(default_factory=dict)
     _keys: dict[tuple, str] = field(default_factory=dict)
     _count: int = 0
+    _nonnegative: set[str] = field(default_factory=set)
 
     # -------------------------------------------------------------- building
     @property
@@ -68,7 +69,26 @@ class Tape:
         return tuple(sorted(set(axes), key=self.order.index))
 
     def symbol(self, name: str) -> sympy.Symbol:
+        """A node's symbol: real, and nonnegative where the node is (a sum of squares, a
+        softmax), so that SymPy writes sqrt(v)/v as 1/sqrt(v): v*sqrt(v)**2 overflows
+        float32 where the variance is 1e19, 1/sqrt(v) does not."""
+        node = self.nodes.get(name)
+        if node is not None and name in self._nonnegative:
+            return sympy.Symbol(name, real=True, nonnegative=True)
         return sympy.Symbol(name, real=True)
+
+    def _is_nonnegative(self, op, args, expr, input) -> bool:
+        if op in ("softmax", "onehot"):
+            return True
+        if op == "leaf":
+            inputs = {i.name: i for i in self.formula.function.inputs}
+            flags = dict(inputs[input].assumptions) if input in inputs else {}
+            return bool(flags.get("positive") or flags.get("nonnegative"))
+        if op in ("sum", "max", "min"):
+            return all(a in self._nonnegative for a in args)
+        if op == "elem":
+            return expr.is_nonnegative is True
+        return False
 
     def axes(self, expr: sympy.Basic) -> frozenset[str]:
         out: frozenset[str] = frozenset()
@@ -88,6 +108,8 @@ class Tape:
                 name = f"t{self._count}"
             self._count += 1
             self.nodes[name] = Node(name, op, tuple(axes), tuple(args), expr, tuple(over), input)
+            if self._is_nonnegative(op, args, expr, input):
+                self._nonnegative.add(name)
             self._keys[key] = name
         return self.symbol(name)
 

@@ -1,0 +1,404 @@
+"""Accuracy of tensor functions: the generated torch code and autograd of the naive formula
+against exact values, on small tensors whose rows sit at the hard places.
+
+Each function is evaluated on a few small tensors (each named axis of size 3 to 5, batch
+axes ``...`` one axis of 2) of several kinds: ordinary values, large ones (+-1e4: logits
+whose naive softmax overflows), a large offset with a spread of 1 (mean 1e4: where a
+one-pass variance cancels), constant rows and large logits (100 ... 1000). The quantities
+are the forward, each input's gradient (upstream: fixed random values) and each input's
+second order (the gradient of <gradients, fixed random values>, the double backward).
+
+Exact values come from the function's tape evaluated with mpmath at 256 bits, checked at
+384 (an element on which the two disagree after rounding to float64 is left out as
+disputed). The naive baseline is autograd of the formula as written, printed by the same
+code generator before any stable rewrite (``logsumexp`` written by the user stays one).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from types import ModuleType
+
+import mpmath
+import numpy as np
+
+from symgrad.numerics.floats import round_to
+from symgrad.numerics.mp import Undefined, evaluate, to_float
+from symgrad.report.measure import Row, _failed, _stats
+from symgrad.spec import Function
+
+KINDS = ("random", "large", "offset", "constant", "logits")
+PRECISIONS = (256, 384)
+
+
+# --------------------------------------------------------------------------- inputs
+def _inputs(fn: Function, kind: str, seed: int) -> dict[str, np.ndarray | float]:
+    rng = np.random.default_rng(seed)
+    sizes: dict[str, int] = {}
+    values: dict[str, np.ndarray | float] = {}
+    for inp in fn.inputs:
+        if not inp.is_tensor:
+            values[inp.name] = float(inp.default) if inp.has_default else 1.0
+            continue
+        shape = []
+        for axis in inp.shape:
+            if axis == "...":
+                shape.append(2)
+            else:
+                shape.append(sizes.setdefault(axis, 3 + len(sizes) % 3))
+        shape = tuple(shape)
+        if dict(inp.assumptions).get("integer"):
+            values[inp.name] = rng.integers(0, 3, shape)
+            continue
+        lo, hi = inp.domain
+        x = (
+            rng.uniform(max(lo, -3.0), min(hi, 3.0), shape)
+            if lo < 3 and hi > -3
+            else (rng.uniform(lo, hi, shape))
+        )
+        if inp.differentiable:
+            x = {
+                "random": x,
+                "large": 1e4 * rng.standard_normal(shape),
+                "offset": 1e4 + rng.standard_normal(shape),
+                "constant": np.full(shape, 3.0),
+                "logits": rng.choice([-1000.0, -100.0, 0.0, 100.0, 1000.0], shape)
+                + rng.standard_normal(shape),
+            }[kind]
+        values[inp.name] = np.clip(x, lo, hi)
+    return values
+
+
+# --------------------------------------------------------------------------- exact values
+def _align(arr: np.ndarray, have: Sequence[str], want: Sequence[str]) -> np.ndarray:
+    """``arr`` (axes ``have``) transposed and reshaped to broadcast against ``want``."""
+    order = [a for a in want if a in have]
+    arr = np.transpose(arr, [list(have).index(a) for a in order])
+    shape = [arr.shape[order.index(a)] if a in order else 1 for a in want]
+    return arr.reshape(shape)
+
+
+def _mp(x) -> object:
+    return mpmath.mpf(float(x))
+
+
+def _exact_tape(tape, roots: set[str], env: dict[str, np.ndarray], scalars, sizes) -> dict:
+    """Every node ``roots`` need, as object arrays of mpf (``env``: the leaves)."""
+    values: dict[str, np.ndarray] = {}
+    for name in tape.needed(sorted(roots)):
+        node = tape.nodes[name]
+        if node.op == "leaf":
+            values[name] = env[node.input]
+        elif node.op == "onehot":
+            labels = env[node.input]
+            (axis,) = node.over
+            size = sizes[tape.formula.size([axis])]
+            hot = np.zeros((*labels.shape, size), dtype=object)
+            hot[...] = mpmath.mpf(0)
+            for index in np.ndindex(labels.shape):
+                hot[(*index, int(labels[index]))] = mpmath.mpf(1)
+            values[name] = hot
+        elif node.op == "elem":
+            args = [tape.nodes[a] for a in node.args]
+            arrays = [_align(values[a.name], a.axes, node.axes) for a in args]
+            shape = np.broadcast_shapes(*(a.shape for a in arrays)) if arrays else ()
+            arrays = [np.broadcast_to(a, shape) for a in arrays]
+            out = np.empty(shape, dtype=object)
+            symbols = [tape.symbol(a.name) for a in args]
+            base = {**scalars, **sizes}
+            for index in np.ndindex(shape):
+                point = {**base, **{s: arr[index] for s, arr in zip(symbols, arrays)}}
+                out[index] = evaluate(node.expr, point)
+            values[name] = out
+        elif node.op == "sum":
+            union = [a for a in tape.order if any(a in tape.nodes[n].axes for n in node.args)]
+            want = [*node.axes, *(a for a in union if a not in node.axes)]
+            product = None
+            for arg in node.args:
+                term = _align(values[arg], tape.nodes[arg].axes, want)
+                product = term if product is None else product * term
+            product = np.broadcast_to(product, np.broadcast_shapes(product.shape))
+            axes = tuple(range(len(node.axes), len(want)))
+            values[name] = product.sum(axis=axes) if axes else product
+        else:
+            (arg,) = node.args
+            b = values[arg]
+            b_axes = tape.nodes[arg].axes
+            kept = [a for a in b_axes if a not in node.over]
+            moved = _align(b, b_axes, [*kept, *node.over])
+            rows = moved.reshape((*moved.shape[: len(kept)], -1))
+            if node.op in ("max", "min"):
+                pick = max if node.op == "max" else min
+                values[name] = np.apply_along_axis(pick, -1, rows)
+                continue
+            lse = np.apply_along_axis(
+                lambda r: (lambda m: m + mpmath.log(mpmath.fsum(mpmath.exp(v - m) for v in r)))(
+                    max(r)
+                ),
+                -1,
+                rows,
+            )
+            if node.op == "lse":
+                values[name] = lse
+            else:
+                full = _align(lse, kept, [*kept, *node.over])
+                shifted = moved - full
+                result = (
+                    shifted
+                    if node.op == "logsoftmax"
+                    else np.vectorize(mpmath.exp, otypes=[object])(shifted)
+                )
+                values[name] = np.transpose(result, [[*kept, *node.over].index(a) for a in b_axes])
+    return values
+
+
+def _output_value(tape, out, values, shape) -> np.ndarray:
+    total = None
+    for node, layout in out.parts:
+        part = np.broadcast_to(_align(values[node], tape.nodes[node].axes, layout), shape)
+        total = part if total is None else total + part
+    if total is None:
+        total = np.full(shape, mpmath.mpf(0), dtype=object)
+    return total
+
+
+# --------------------------------------------------------------------------- the naive baseline
+def _naive_function(fn: Function):
+    """Autograd of the formula as written: the forward printed from the tape of the
+    formula before any stable rewrite."""
+    from symgrad.runtime import copy_in
+    from symgrad.tensor.emit import Code, Result
+    from symgrad.tensor.lang import parse_tensor_function
+    from symgrad.tensor.tape import Output, Tape
+
+    formula = parse_tensor_function(fn, raw=True)
+    tape = Tape(formula)
+    node = tape.node_of(tape.lower(formula.expr))
+    inputs = [i.name for i in fn.inputs]
+    lines = Code(tape, "torch", {n: n for n in inputs}).body(
+        [Result("out", Output("out", ((node.name, formula.shape),), "out"), None)]
+    )
+    body = "\n".join(f"    {line}" for line in lines)
+    code = f"def naive({', '.join(inputs)}):\n{body}\n    return out\n"
+    helpers = copy_in("torch", code)
+    source = "\n".join(["import math", "import torch", *helpers.imports, helpers.source, code])
+    namespace: dict = {}
+    exec(
+        compile(source, f"<naive {fn.name}>", "exec"), namespace
+    )  # the generator's own code, not the spec's
+    return namespace["naive"]
+
+
+# --------------------------------------------------------------------------- measuring
+def _torch_quantities(call, args, leaves, upstream, gg, order):
+    import torch
+
+    out = call(*args)
+    grads = torch.autograd.grad(out, leaves, upstream, create_graph=order >= 2, allow_unused=True)
+    grads = [torch.zeros_like(x) if g is None else g for x, g in zip(leaves, grads)]
+    second = []
+    if order >= 2:
+        total = sum((g * v).sum() for g, v in zip(grads, gg) if g.requires_grad)
+        if isinstance(total, torch.Tensor) and total.requires_grad:
+            second = torch.autograd.grad(total, leaves, allow_unused=True)
+            second = [torch.zeros_like(x) if s is None else s for x, s in zip(leaves, second)]
+        else:
+            second = [torch.zeros_like(x) for x in leaves]
+    return out.detach(), [g.detach() for g in grads], [s.detach() for s in second]
+
+
+def measure_tensor_function(fn: Function, module: ModuleType, dtype: str) -> list[Row]:
+    """Rows (forward, gradient and second order of each input) for one tensor function."""
+    import torch
+
+    from symgrad.tensor.plan import derive_tensor
+
+    torch_dtype = getattr(torch, dtype)
+    try:
+        d = derive_tensor(fn)
+        naive = _naive_function(fn)
+    except Exception as exc:  # noqa: BLE001 - a row saying why, not a crash of the report
+        return [_failed(fn, "derive", dtype, f"{type(exc).__name__}: {exc}")]
+    tape = d.tape
+    diff = [i for i in fn.inputs if i.gets_gradient]
+    labels = ["out"] + [f"grad_{i.name}" for i in diff]
+    if fn.order >= 2:
+        labels += [f"second_{i.name}" for i in diff]
+    collected = {
+        lab: {"exact": [], "symgrad": [], "naive": [], "undefined": 0, "disputed": 0}
+        for lab in labels
+    }
+    for kind, seed in itertools.product(KINDS, (0, 1)):
+        raw = _inputs(fn, kind, seed)
+        # the inputs as the dtype holds them: the exact values are of these
+        held = {
+            k: (
+                np.asarray(v, dtype=np.float32 if dtype == "float32" else np.float64)
+                if isinstance(v, np.ndarray) and v.dtype.kind == "f"
+                else v
+            )
+            for k, v in raw.items()
+        }
+        rng = np.random.default_rng(100 + seed)
+        args = []
+        for inp in fn.inputs:
+            v = held[inp.name]
+            if not inp.is_tensor:
+                args.append(v)
+            elif v.dtype.kind == "i":
+                args.append(torch.as_tensor(v, dtype=torch.long))
+            else:
+                args.append(
+                    torch.as_tensor(v, dtype=torch_dtype).requires_grad_(inp.differentiable)
+                )
+        leaves = [a for a, i in zip(args, fn.inputs) if i.gets_gradient]
+        with torch.no_grad():
+            shape = tuple(module.__dict__[fn.name](*args).shape)
+        upstream_np = rng.standard_normal(shape).astype(
+            held_dtype := (np.float32 if dtype == "float32" else np.float64)
+        )
+        gg_np = [rng.standard_normal(tuple(x.shape)).astype(held_dtype) for x in leaves]
+        upstream = torch.as_tensor(upstream_np)
+        gg = [torch.as_tensor(v) for v in gg_np]
+        results = {}
+        for name, call in (("symgrad", module.__dict__[fn.name]), ("naive", naive)):
+            try:
+                results[name] = _torch_quantities(call, args, leaves, upstream, gg, fn.order)
+            except Exception:  # noqa: BLE001 - a failing naive baseline has no numbers
+                results[name] = None
+        exact = {}
+        for prec in PRECISIONS:
+            with mpmath.workprec(prec):
+                env = {}
+                for inp in fn.inputs:
+                    v = held[inp.name]
+                    if inp.is_tensor:
+                        env[inp.name] = (
+                            v if v.dtype.kind == "i" else np.vectorize(_mp, otypes=[object])(v)
+                        )
+                env["grad"] = np.vectorize(_mp, otypes=[object])(upstream_np)
+                for i, v in zip(diff, gg_np):
+                    env[f"gg_{i.name}"] = np.vectorize(_mp, otypes=[object])(v)
+                scalars = {s: mpmath.mpf(held[n]) for n, s in tape.formula.scalars.items()}
+                for axis in list(tape.formula.dims):  # a size symbol for every axis
+                    tape.formula.size([axis])
+                sizes = {
+                    sym: _size_of(fn, tape.formula.sizes[sym], held) for sym in tape.formula.sizes
+                }
+                outs = [("out", d.out, shape)] + [
+                    (f"grad_{i.name}", g, held[i.name].shape) for i, g in zip(diff, d.grads)
+                ]
+                if d.second is not None:
+                    for k, i in enumerate(diff):
+                        parts = tuple(p for row in d.second for p in row[k].parts)
+                        outs.append(
+                            (
+                                f"second_{i.name}",
+                                type(d.out)(f"s_{i.name}", parts, i.name),
+                                held[i.name].shape,
+                            )
+                        )
+                roots = {n for _, o, _ in outs for n, _ in o.parts}
+                try:
+                    values = _exact_tape(tape, roots, env, scalars, sizes)
+                    exact[prec] = {
+                        label: np.vectorize(to_float, otypes=[object])(
+                            _output_value(tape, o, values, s)
+                        )
+                        for label, o, s in outs
+                    }
+                except (Undefined, ZeroDivisionError, ValueError, OverflowError):
+                    exact[prec] = None
+        for label in labels:
+            bucket = collected[label]
+            ref = exact[PRECISIONS[0]]
+            check = exact[PRECISIONS[1]]
+            mine = _pick(results["symgrad"], label, diff)
+            theirs = _pick(results["naive"], label, diff)
+            if ref is None or mine is None:
+                bucket["undefined"] += 1
+                continue
+            for index in np.ndindex(ref[label].shape):
+                e, e2 = ref[label][index], check[label][index] if check else None
+                if e is None or (isinstance(e, float) and math.isnan(e)):
+                    bucket["undefined"] += 1
+                    continue
+                if e2 is None or round_to(e, "float64") != round_to(e2, "float64"):
+                    bucket["disputed"] += 1
+                    continue
+                bucket["exact"].append(round_to(e, dtype))
+                bucket["symgrad"].append(float(mine[index]))
+                bucket["naive"].append(float(theirs[index]) if theirs is not None else math.nan)
+    rows = []
+    for label in labels:
+        b = collected[label]
+        if not b["exact"]:
+            rows.append(
+                _failed(
+                    fn,
+                    label,
+                    dtype,
+                    "no exact values",
+                    undefined=b["undefined"],
+                    disputed=b["disputed"],
+                )
+            )
+            continue
+        mine = _stats(b["symgrad"], b["exact"], dtype)
+        theirs = _stats(b["naive"], b["exact"], dtype)
+        rows.append(
+            Row(
+                fn.name,
+                label,
+                dtype,
+                len(b["exact"]),
+                *mine,
+                *theirs,
+                undefined=b["undefined"],
+                disputed=b["disputed"],
+            )
+        )
+    return rows
+
+
+def _size_of(fn: Function, dim: str, held) -> int:
+    for inp in fn.inputs:
+        if inp.shape and dim in inp.shape:
+            return int(np.shape(held[inp.name])[list(inp.shape).index(dim)])
+    raise KeyError(dim)
+
+
+def _pick(result, label: str, diff) -> np.ndarray | None:
+    if result is None:
+        return None
+    out, grads, second = result
+    if label == "out":
+        return out.double().numpy()
+    names = [i.name for i in diff]
+    if label.startswith("grad_"):
+        return grads[names.index(label[5:])].double().numpy()
+    if not second:
+        return None
+    return second[names.index(label[7:])].double().numpy()
+
+
+def tensor_rows(spec, dtype: str, functions=None, progress=None) -> list[Row]:
+    """Rows of every tensor function of ``spec`` (or those named)."""
+    from symgrad.report.measure import generated_module
+
+    chosen = [f for f in spec.tensor_functions if functions is None or f.name in functions]
+    if not chosen:
+        return []
+    module = generated_module(spec, [])
+    rows: list[Row] = []
+    for fn in chosen:
+        new = measure_tensor_function(fn, module, dtype)
+        rows += new
+        if progress is not None:
+            progress(f"{fn.name}: {max((r.points for r in new), default=0)} elements")
+    return rows
+
+
+__all__ = ["measure_tensor_function", "tensor_rows"]
