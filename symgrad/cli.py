@@ -319,8 +319,9 @@ def show(spec_path: Path, function_name: str | None, latex: bool) -> None:
 
     spec = _load(spec_path)
     functions = [f for f in spec.functions if function_name in (None, f.name)]
-    if not functions:
-        names = ", ".join(f.name for f in spec.functions)
+    tensors = [f for f in spec.tensor_functions if function_name in (None, f.name)]
+    if not functions and not tensors:
+        names = ", ".join(f.name for f in (*spec.functions, *spec.tensor_functions))
         click.echo(f"error: no function '{function_name}' in {spec_path} (has: {names})", err=True)
         sys.exit(1)
     fmt = _latex if latex else sympy.pretty
@@ -341,8 +342,25 @@ def show(spec_path: Path, function_name: str | None, latex: bool) -> None:
             for name, row in d.second.items():
                 for w, expr in row.items():
                     click.echo(f"d grad_{name} / d {w} =\n{fmt(expr)}\n")
+        for fn in tensors:
+            _show_tensor(fn)
     except SpecError as error:
         _fail(error)
+
+
+def _show_tensor(fn) -> None:
+    """A tensor expression: its stable form in the spec's words, and the generated torch
+    code of its backward (its gradients are a tape, not one formula each)."""
+    from symgrad.tensor.lang import spec_text
+    from symgrad.tensor.plan import plan_tensor
+
+    plan = plan_tensor(fn, "torch")
+    shape = ", ".join(fn.outputs[0].shape)
+    click.echo(f"== {fn.name} (tensor expression)")
+    click.echo(f"out[{shape}] =\n{spec_text(plan.formula.expr)}\n")
+    for title, math in (("forward", plan.forward), ("backward", plan.backward)):
+        click.echo(f"{title} (torch):")
+        click.echo("\n".join(f"    {line}" for line in math.body) + "\n")
 
 
 @main.command()
@@ -412,6 +430,15 @@ def accuracy(
             fused=fused,
             device=device,
         )
+        if spec.tensor_functions and (fused or device != "cpu"):
+            click.echo("note: tensor functions are measured eagerly on the CPU only", err=True)
+        else:
+            rows += acc.tensor_rows(
+                spec,
+                dtype,
+                function_names or None,
+                progress=lambda message: click.echo(message, err=True),
+            )
     except SpecError as error:
         _fail(error)
     click.echo(acc.format_table(rows))

@@ -78,9 +78,9 @@ def sum_squares(x: tf.Tensor) -> tf.Tensor:
 
         out[] = sum(x[i]**2, i)
 
-    Stable form symgrad derived (reductions as R<kind>(body, axes))::
+    Stable form symgrad derived::
 
-        RSum(x[n]**2, (n,))
+        out[] = sum(x[n]**2, n)
     """
 
     @tf.custom_gradient
@@ -194,9 +194,9 @@ def linear(x: tf.Tensor, w: tf.Tensor, b: tf.Tensor | None = None) -> tf.Tensor:
 
         out[n, m] = sum(x[n, k] * w[m, k], k) + b[m]
 
-    Stable form symgrad derived (reductions as R<kind>(body, axes))::
+    Stable form symgrad derived::
 
-        b[m] + RSum(w[m,k]*x[n,k], (k,))
+        out[n, m] = b[m] + sum(w[m, k]*x[n, k], k)
     """
     _check_axis("linear", "k", (x, -1), (w, -1))
     _check_axis("linear", "m", (w, -2), (b, -1))
@@ -333,9 +333,9 @@ def batched_linear(x: tf.Tensor, w: tf.Tensor) -> tf.Tensor:
 
         out[..., m] = sum(x[k] * w[m, k], k)
 
-    Stable form symgrad derived (reductions as R<kind>(body, axes))::
+    Stable form symgrad derived::
 
-        RSum(w[m,k]*x[k], (k,))
+        out[..., m] = sum(w[m, k]*x[k], k)
     """
     _check_axis("batched_linear", "k", (x, -1), (w, -1))
 
@@ -463,9 +463,9 @@ def bilinear(x: tf.Tensor, a: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
 
         out[n] = sum(x[n, i] * a[i, j] * y[n, j], (i, j))
 
-    Stable form symgrad derived (reductions as R<kind>(body, axes))::
+    Stable form symgrad derived::
 
-        RSum(a[i,j]*x[n,i]*y[n,j], (i, j))
+        out[n] = sum(a[i, j]*x[n, i]*y[n, j], (i, j))
     """
     _check_axis("bilinear", "i", (x, -1), (a, -2))
     _check_axis("bilinear", "j", (a, -1), (y, -1))
@@ -553,9 +553,9 @@ def logsumexp_rows(z: tf.Tensor) -> tf.Tensor:
 
         out[n] = log(sum(exp(z[n, c]), c))
 
-    Stable form symgrad derived (reductions as R<kind>(body, axes))::
+    Stable form symgrad derived::
 
-        RLSE(z[n,c], (c,))
+        out[n] = logsumexp(z[n, c], c)
     """
 
     @tf.custom_gradient
@@ -639,9 +639,9 @@ def log_softmax(z: tf.Tensor) -> tf.Tensor:
 
         out[n, c] = log(exp(z[n, c]) / sum(exp(z[n, j]), j))
 
-    Stable form symgrad derived (reductions as R<kind>(body, axes))::
+    Stable form symgrad derived::
 
-        RLogSoftmax(z[n,c], (c,))
+        out[n, c] = log_softmax(z[n, c], c)
     """
 
     @tf.custom_gradient
@@ -685,20 +685,19 @@ def _log_softmax_grad(z, grad):
 def _softmax_cross_entropy_forward(logits, target):
     t2 = tf.nn.log_softmax(logits, axis=-1)
     t3 = t2 * target
-    t4 = tf.reduce_sum(t3, axis=-1)
-    t5 = tf.reduce_sum(t4, axis=-1)
-    return -t5 / logits.shape[-2]
+    t4 = tf.reduce_sum(t3, axis=[-2, -1])
+    return -t4 / logits.shape[-2]
 
 
 def _softmax_cross_entropy_backward(logits, target, grad, need_logits):
     grad_logits = None
     if need_logits:
-        t8 = -grad / logits.shape[-2]
-        t9 = t8 * target
-        t10 = tf.nn.softmax(logits, axis=-1)
-        t11 = tf.reduce_sum(t9, axis=-1)
-        t12 = -t11
-        grad_logits = t10 * t12[:, None] + t9
+        t7 = -grad / logits.shape[-2]
+        t8 = t7 * target
+        t9 = tf.nn.softmax(logits, axis=-1)
+        t10 = tf.reduce_sum(t8, axis=-1)
+        t11 = -t10
+        grad_logits = t11[:, None] * t9 + t8
     return (grad_logits,)
 
 
@@ -707,32 +706,32 @@ def _softmax_cross_entropy_backward_backward(
 ):
     logits_bar = grad_bar = None
     if gg_logits is not None and need_logits_bar:
-        t8 = -grad / logits.shape[-2]
-        t9 = t8 * target
+        t7 = -grad / logits.shape[-2]
+        t8 = t7 * target
     if (gg_logits is not None and need_logits_bar) or (
         gg_logits is not None and need_grad_bar
     ):
-        t10 = tf.nn.softmax(logits, axis=-1)
+        t9 = tf.nn.softmax(logits, axis=-1)
     if gg_logits is not None and need_logits_bar:
-        t11 = tf.reduce_sum(t9, axis=-1)
-        t12 = -t11
+        t10 = tf.reduce_sum(t8, axis=-1)
+        t11 = -t10
     if gg_logits is not None and need_grad_bar:
-        t24 = gg_logits * t10
-        t25 = tf.reduce_sum(t24, axis=-1)
-        t26 = -t25
+        t22 = gg_logits * t9
+        t23 = tf.reduce_sum(t22, axis=-1)
+        t24 = -t23
     if gg_logits is not None and need_logits_bar:
-        t27 = gg_logits * t12[:, None]
-        t28 = t10 * t27
-        t29 = tf.reduce_sum(t28, axis=-1)
+        t25 = gg_logits * t11[:, None]
+        t26 = t25 * t9
+        t27 = tf.reduce_sum(t26, axis=-1)
     if gg_logits is not None and need_grad_bar:
-        t30 = gg_logits + t26[:, None]
-        t31 = t30 * target
-        t32 = tf.reduce_sum(t31, axis=[-2, -1])
+        t28 = gg_logits + t24[:, None]
+        t29 = t28 * target
+        t30 = tf.reduce_sum(t29, axis=[-2, -1])
     if gg_logits is not None and need_logits_bar:
-        t34 = -t29
-        logits_bar = t10 * (t27 + t34[:, None])
+        t32 = -t27
+        logits_bar = t9 * (t25 + t32[:, None])
     if gg_logits is not None and need_grad_bar:
-        grad_bar = -t32 / logits.shape[-2]
+        grad_bar = -t30 / logits.shape[-2]
     return logits_bar, grad_bar
 
 
@@ -743,9 +742,9 @@ def softmax_cross_entropy(logits: tf.Tensor, target: tf.Tensor) -> tf.Tensor:
 
         out[] = mean(-sum(target[n, c] * log(exp(logits[n, c]) / sum(exp(logits[n, j]), j)), c), n)
 
-    Stable form symgrad derived (reductions as R<kind>(body, axes))::
+    Stable form symgrad derived::
 
-        RSum(-RSum(target[n,c]*RLogSoftmax(logits[n,c], (c,)), (c,)), (n,))/size_n
+        out[] = sum(-target[n, c]*log_softmax(logits[n, c], c), (c, n))/size(n)
     """
     _check_axis("softmax_cross_entropy", "c", (logits, -1), (target, -1))
     _check_axis("softmax_cross_entropy", "n", (logits, -2), (target, -2))
@@ -824,9 +823,9 @@ def bce_logits_mean(z: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
 
         out[] = mean(log(1 + exp(z[n, c])) - y[n, c]*z[n, c], (n, c))
 
-    Stable form symgrad derived (reductions as R<kind>(body, axes))::
+    Stable form symgrad derived::
 
-        RSum(-y[n,c]*z[n,c] + softplus(z[n,c]), (n, c))/(size_c*size_n)
+        out[] = sum(-y[n, c]*z[n, c] + softplus(z[n, c]), (n, c))/(size(c)*size(n))
     """
     _check_axis("bce_logits_mean", "c", (z, -1), (y, -1))
     _check_axis("bce_logits_mean", "n", (z, -2), (y, -2))
@@ -944,9 +943,9 @@ def layer_norm(x: tf.Tensor, eps: float = 1e-05) -> tf.Tensor:
 
         out[..., d] = (x[d] - mean(x[j], j)) / sqrt(mean((x[j] - mean(x[i], i))**2, j) + eps)
 
-    Stable form symgrad derived (reductions as R<kind>(body, axes))::
+    Stable form symgrad derived::
 
-        (x[d] - RSum(x[d], (d,))/size_d)/sqrt(eps + RSum((x[d] - RSum(x[d], (d,))/size_d)**2, (d,))/size_d)
+        out[..., d] = (x[d] - sum(x[d], d)/size(d))/sqrt(eps + sum((x[d] - sum(x[d], d)/size(d))**2, d)/size(d))
     """
 
     @tf.custom_gradient
@@ -1103,9 +1102,9 @@ def rms_norm(x: tf.Tensor, g: tf.Tensor, eps: float = 1e-06) -> tf.Tensor:
 
         out[..., d] = x[d] * g[d] / sqrt(mean(x[j]**2, j) + eps)
 
-    Stable form symgrad derived (reductions as R<kind>(body, axes))::
+    Stable form symgrad derived::
 
-        g[d]*x[d]/sqrt(eps + RSum(x[d]**2, (d,))/size_d)
+        out[..., d] = g[d]*x[d]/sqrt(eps + sum(x[d]**2, d)/size(d))
     """
     _check_axis("rms_norm", "d", (x, -1), (g, -1))
 
@@ -1226,9 +1225,9 @@ def layer_norm_one_pass(x: tf.Tensor, eps: float = 1e-05) -> tf.Tensor:
 
         out[..., d] = (x[d] - mean(x[i], i)) / sqrt(mean(x[j]**2, j) - mean(x[i], i)**2 + eps)
 
-    Stable form symgrad derived (reductions as R<kind>(body, axes))::
+    Stable form symgrad derived::
 
-        (x[d] - RSum(x[d], (d,))/size_d)/sqrt(eps + RSum((x[d] - RSum(x[d], (d,))/size_d)**2, (d,))/size_d)
+        out[..., d] = (x[d] - sum(x[d], d)/size(d))/sqrt(eps + sum((x[d] - sum(x[d], d)/size(d))**2, d)/size(d))
     """
 
     @tf.custom_gradient
@@ -1425,9 +1424,9 @@ def batch_norm_train(x: tf.Tensor, eps: float = 0.001) -> tf.Tensor:
 
         out[n, c, h, w] = (x[n, c, h, w] - mean(x[a, c, p, q], (a, p, q))) / (sqrt(sum((x[a, c, p, q] - mean(x[a2, c, p2, q2], (a2, p2, q2)))**2, (a, p, q)) / (size((a, p, q)) - 1)) + eps)
 
-    Stable form symgrad derived (reductions as R<kind>(body, axes))::
+    Stable form symgrad derived::
 
-        (x[n,c,h,w] - RSum(x[n,c,h,w], (n, h, w))/(size_h*size_n*size_w))/(eps + sqrt(RSum((x[n,c,h,w] - RSum(x[n,c,h,w], (n, h, w))/(size_h*size_n*size_w))**2, (n, h, w))/(size_h*size_n*size_w - 1)))
+        out[n, c, h, w] = (x[n, c, h, w] - sum(x[n, c, h, w], (n, h, w))/(size(h)*size(n)*size(w)))/(eps + sqrt(sum((x[n, c, h, w] - sum(x[n, c, h, w], (n, h, w))/(size(h)*size(n)*size(w)))**2, (n, h, w))/(size(h)*size(n)*size(w) - 1)))
     """
 
     @tf.custom_gradient
@@ -1648,9 +1647,9 @@ def linear_bn_folded(
 
         out[n, o] = (sum(x[n, k] * w[o, k], k) + b[o] - mu[o]) * gamma[o] / sqrt(running_var[o] + eps) + beta[o]
 
-    Stable form symgrad derived (reductions as R<kind>(body, axes))::
+    Stable form symgrad derived::
 
-        beta[o] + gamma[o]*(b[o] - mu[o] + RSum(w[o,k]*x[n,k], (k,)))/sqrt(eps + running_var[o])
+        out[n, o] = beta[o] + gamma[o]*(b[o] - mu[o] + sum(w[o, k]*x[n, k], k))/sqrt(eps + running_var[o])
     """
     _check_axis("linear_bn_folded", "k", (x, -1), (w, -1))
     _check_axis(
@@ -1930,9 +1929,9 @@ def attention(
 
         out[..., s, d] = sum(exp(scale*sum(q[s, e]*k[t, e], e)) / sum(exp(scale*sum(q[s, f]*k[u, f], f)), u) * v[t, d], t)
 
-    Stable form symgrad derived (reductions as R<kind>(body, axes))::
+    Stable form symgrad derived::
 
-        RSum(v[t,d]*RSoftmax(scale*RSum(k[t,e]*q[s,e], (e,)), (t,)), (t,))
+        out[..., s, d] = sum(v[t, d]*softmax(scale*sum(k[t, e]*q[s, e], e), t), t)
     """
     _check_axis("attention", "e", (q, -1), (k, -1))
     _check_axis("attention", "t", (k, -2), (v, -2))
@@ -2037,9 +2036,9 @@ def l2_normalize(x: tf.Tensor) -> tf.Tensor:
 
         out[..., d] = x[d] / sqrt(sum(x[j]**2, j))
 
-    Stable form symgrad derived (reductions as R<kind>(body, axes))::
+    Stable form symgrad derived::
 
-        x[d]/sqrt(RSum(x[d]**2, (d,)))
+        out[..., d] = x[d]/sqrt(sum(x[d]**2, d))
     """
 
     @tf.custom_gradient
@@ -2138,9 +2137,9 @@ def cross_entropy_class_index(logits: tf.Tensor, label: tf.Tensor) -> tf.Tensor:
 
         out[] = -mean(logits[n, label[n]] - logsumexp(logits[n, c], c), n)
 
-    Stable form symgrad derived (reductions as R<kind>(body, axes))::
+    Stable form symgrad derived::
 
-        -RSum(-RLSE(logits[n,c], (c,)) + RSum(logits[n,c]*onehot(label[n],c), (c,)), (n,))/size_n
+        out[] = -sum(-logsumexp(logits[n, c], c) + sum(logits[n, c]*onehot(label[n], c), c), n)/size(n)
     """
     _check_axis("cross_entropy_class_index", "n", (logits, -2), (label, -1))
 
@@ -2184,24 +2183,24 @@ def _cross_entropy_class_index_grad(logits, label, grad):
 
 
 def _conv1x1_bn_forward(x, wt, eps):
-    t2 = tf.einsum("nchw,oc->nohw", x, wt)
-    t3 = tf.reduce_sum(t2, axis=[-4, -2, -1])
-    t4 = -t3 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
-    t5 = t2 + t4[:, None, None]
+    t2 = tf.einsum("nchw,oc->o", x, wt)
+    t3 = tf.einsum("nchw,oc->nohw", x, wt)
+    t4 = -t2 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
+    t5 = t3 + t4[:, None, None]
     t6 = tf.math.square(t5)
     t7 = tf.reduce_sum(t6, axis=[-4, -2, -1])
     t8 = 1 / (
         eps + tf.math.sqrt(t7) / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
     )
-    return t5 * t8[:, None, None], t3, t7
+    return t5 * t8[:, None, None], t2, t7
 
 
-def _conv1x1_bn_backward(x, wt, eps, t3, t7, grad, need_x, need_wt):
+def _conv1x1_bn_backward(x, wt, eps, t2, t7, grad, need_x, need_wt):
     grad_x = grad_wt = None
     if need_x or need_wt:
-        t2 = tf.einsum("nchw,oc->nohw", x, wt)
-        t4 = -t3 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
-        t5 = t2 + t4[:, None, None]
+        t3 = tf.einsum("nchw,oc->nohw", x, wt)
+        t4 = -t2 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
+        t5 = t3 + t4[:, None, None]
         t8 = 1 / (
             eps
             + tf.math.sqrt(t7) / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
@@ -2222,17 +2221,25 @@ def _conv1x1_bn_backward(x, wt, eps, t3, t7, grad, need_x, need_wt):
         t14 = 2 * t13
         t15 = grad * t8[:, None, None] + t14[:, None, None] * t5
         t16 = tf.reduce_sum(t15, axis=[-4, -2, -1])
-        t17 = -t16 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
-        t18 = t15 + t17[:, None, None]
     if need_x:
-        grad_x = tf.einsum("oc,nohw->nchw", wt, t18)
+        t17 = tf.einsum("oc,nohw->nhwc", wt, t15)
     if need_wt:
-        grad_wt = tf.einsum("nchw,nohw->oc", x, t18)
+        t18 = tf.einsum("nchw,nohw->oc", x, t15)
+    if need_x or need_wt:
+        t19 = -t16 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
+    if need_x:
+        t20 = tf.einsum("oc,o->c", wt, t19)
+    if need_wt:
+        t21 = tf.reduce_sum(x, axis=[-4, -2, -1])
+    if need_x:
+        grad_x = tf.einsum("nhwc->nchw", t17 + t20)
+    if need_wt:
+        grad_wt = t18 + t19[:, None] * t21
     return grad_x, grad_wt
 
 
 def _conv1x1_bn_backward_backward(
-    x, wt, eps, t3, t7, grad, gg_x, gg_wt, need_x_bar, need_wt_bar, need_grad_bar
+    x, wt, eps, t2, t7, grad, gg_x, gg_wt, need_x_bar, need_wt_bar, need_grad_bar
 ):
     x_bar = wt_bar = grad_bar = None
     if (
@@ -2243,9 +2250,9 @@ def _conv1x1_bn_backward_backward(
         or (gg_wt is not None and need_wt_bar)
         or (gg_wt is not None and need_grad_bar)
     ):
-        t2 = tf.einsum("nchw,oc->nohw", x, wt)
-        t4 = -t3 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
-        t5 = t2 + t4[:, None, None]
+        t3 = tf.einsum("nchw,oc->nohw", x, wt)
+        t4 = -t2 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
+        t5 = t3 + t4[:, None, None]
     if (
         (gg_x is not None and need_wt_bar)
         or (gg_x is not None and need_grad_bar)
@@ -2279,31 +2286,43 @@ def _conv1x1_bn_backward_backward(
     if (gg_x is not None and need_wt_bar) or (gg_wt is not None and need_x_bar):
         t15 = grad * t8[:, None, None] + t14[:, None, None] * t5
         t16 = tf.reduce_sum(t15, axis=[-4, -2, -1])
-        t17 = -t16 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
-        t18 = t15 + t17[:, None, None]
+        t19 = -t16 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
+    if (
+        (gg_x is not None and need_wt_bar)
+        or (gg_wt is not None and need_x_bar)
+        or (gg_wt is not None and need_wt_bar)
+        or (gg_wt is not None and need_grad_bar)
+    ):
+        t21 = tf.reduce_sum(x, axis=[-4, -2, -1])
+    if (
+        (gg_x is not None and need_x_bar)
+        or (gg_x is not None and need_wt_bar)
+        or (gg_x is not None and need_grad_bar)
+    ):
+        t36 = tf.reduce_sum(gg_x, axis=[-4, -2, -1])
+        t37 = tf.einsum("oc,c->o", wt, t36)
     if gg_x is not None and need_wt_bar:
-        t33 = tf.einsum("nohw,nchw->oc", t18, gg_x)
+        t38 = tf.einsum("nohw,nchw->oc", t15, gg_x)
     if (
         (gg_x is not None and need_x_bar)
         or (gg_x is not None and need_wt_bar)
         or (gg_x is not None and need_grad_bar)
     ):
-        t34 = tf.einsum("oc,nchw->nohw", wt, gg_x)
-        t35 = tf.reduce_sum(t34, axis=[-4, -2, -1])
-        t36 = -t35 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
-        t37 = t34 + t36[:, None, None]
-        t38 = t37 * t5
-        t39 = tf.reduce_sum(t38, axis=[-4, -2, -1])
+        t39 = tf.einsum("oc,nchw->nohw", wt, gg_x)
+        t40 = -t37 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
+        t41 = t39 + t40[:, None, None]
+        t42 = t41 * t5
+        t43 = tf.reduce_sum(t42, axis=[-4, -2, -1])
     if (gg_x is not None and need_x_bar) or (gg_x is not None and need_wt_bar):
-        t40 = grad * t37
-        t41 = tf.reduce_sum(t40, axis=[-4, -2, -1])
+        t44 = grad * t41
+        t45 = tf.reduce_sum(t44, axis=[-4, -2, -1])
     if (
         (gg_x is not None and need_x_bar)
         or (gg_x is not None and need_wt_bar)
         or (gg_x is not None and need_grad_bar)
     ):
-        t42 = 2 * t39
-        t43 = t42 * tf.where(
+        t46 = 2 * t43
+        t47 = t46 * tf.where(
             t7 == 0,
             tf.constant(0.0, t7.dtype),
             (-1 / (2 * math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
@@ -2315,10 +2334,10 @@ def _conv1x1_bn_backward_backward(
             ),
         )
     if (gg_x is not None and need_x_bar) or (gg_x is not None and need_wt_bar):
-        t45 = tf.where(
+        t49 = tf.where(
             t7 == 0,
             tf.constant(0.0, t12.dtype),
-            t42
+            t46
             * tf.where(
                 t7 == 0,
                 tf.constant(0.0, t12.dtype),
@@ -2346,8 +2365,8 @@ def _conv1x1_bn_backward_backward(
             ),
         ) + tf.where(
             t7 == 0,
-            tf.constant(0.0, t41.dtype),
-            (-t41 / (2 * math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
+            tf.constant(0.0, t45.dtype),
+            (-t45 / (2 * math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
             / tf.math.sqrt(t7)
             / tf.math.square(
                 eps
@@ -2355,125 +2374,140 @@ def _conv1x1_bn_backward_backward(
                 / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
             ),
         )
-        t46 = 2 * t45
-        t47 = (
-            grad * t43[:, None, None]
-            + t14[:, None, None] * t37
-            + t46[:, None, None] * t5
+        t50 = 2 * t49
+        t51 = (
+            grad * t47[:, None, None]
+            + t14[:, None, None] * t41
+            + t5 * t50[:, None, None]
         )
-        t48 = tf.reduce_sum(t47, axis=[-4, -2, -1])
-        t49 = -t48 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
-        t50 = t47 + t49[:, None, None]
-    if gg_x is not None and need_wt_bar:
-        t52 = tf.einsum("nchw,nohw->oc", x, t50)
-    if gg_wt is not None and need_x_bar:
-        t55 = tf.einsum("nohw,oc->nhwc", t18, gg_wt)
-    if (
-        (gg_wt is not None and need_x_bar)
-        or (gg_wt is not None and need_wt_bar)
-        or (gg_wt is not None and need_grad_bar)
-    ):
-        t56 = tf.einsum("nchw,oc->nohw", x, gg_wt)
-        t57 = tf.reduce_sum(t56, axis=[-4, -2, -1])
-        t58 = -t57 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
-        t59 = t56 + t58[:, None, None]
-        t60 = t5 * t59
-        t61 = tf.reduce_sum(t60, axis=[-4, -2, -1])
-    if (gg_wt is not None and need_x_bar) or (gg_wt is not None and need_wt_bar):
-        t62 = grad * t59
-        t63 = tf.reduce_sum(t62, axis=[-4, -2, -1])
-    if (
-        (gg_wt is not None and need_x_bar)
-        or (gg_wt is not None and need_wt_bar)
-        or (gg_wt is not None and need_grad_bar)
-    ):
-        t64 = 2 * t61
-        t65 = t64 * tf.where(
-            t7 == 0,
-            tf.constant(0.0, t7.dtype),
-            (-1 / (2 * math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
-            / tf.math.sqrt(t7)
-            / tf.math.square(
-                eps
-                + tf.math.sqrt(t7)
-                / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-            ),
-        )
-    if (gg_wt is not None and need_x_bar) or (gg_wt is not None and need_wt_bar):
-        t67 = tf.where(
-            t7 == 0,
-            tf.constant(0.0, t12.dtype),
-            t64
-            * tf.where(
-                t7 == 0,
-                tf.constant(0.0, t12.dtype),
-                (t12 / (2 * (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
-                / t7
-                / (
-                    tf.math.square(
-                        eps
-                        + tf.math.sqrt(t7)
-                        / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                    )
-                    * (
-                        eps
-                        + tf.math.sqrt(t7)
-                        / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                    )
-                )
-                + (t12 / (4 * math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
-                / t7 ** (1.5)
-                / tf.math.square(
-                    eps
-                    + tf.math.sqrt(t7)
-                    / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                ),
-            ),
-        ) + tf.where(
-            t7 == 0,
-            tf.constant(0.0, t63.dtype),
-            (-t63 / (2 * math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
-            / tf.math.sqrt(t7)
-            / tf.math.square(
-                eps
-                + tf.math.sqrt(t7)
-                / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-            ),
-        )
-        t68 = 2 * t67
-        t69 = (
-            grad * t65[:, None, None]
-            + t14[:, None, None] * t59
-            + t5 * t68[:, None, None]
-        )
-        t70 = tf.reduce_sum(t69, axis=[-4, -2, -1])
-        t71 = -t70 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
-        t72 = t69 + t71[:, None, None]
-    if gg_wt is not None and need_x_bar:
-        t73 = tf.einsum("oc,nohw->nhwc", wt, t72)
+        t52 = tf.reduce_sum(t51, axis=[-4, -2, -1])
     if gg_x is not None and need_x_bar:
-        x_bar = tf.einsum("oc,nohw->nchw", wt, t50)
+        t53 = tf.einsum("oc,nohw->nhwc", wt, t51)
     if gg_x is not None and need_wt_bar:
-        wt_bar = t33 + t52
+        t54 = tf.einsum("nchw,nohw->oc", x, t51)
+    if (gg_x is not None and need_x_bar) or (gg_x is not None and need_wt_bar):
+        t55 = -t52 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
+    if gg_x is not None and need_x_bar:
+        t56 = tf.einsum("oc,o->c", wt, t55)
+    if (
+        (gg_wt is not None and need_x_bar)
+        or (gg_wt is not None and need_wt_bar)
+        or (gg_wt is not None and need_grad_bar)
+    ):
+        t60 = tf.einsum("c,oc->o", t21, gg_wt)
+    if gg_wt is not None and need_x_bar:
+        t61 = tf.einsum("o,oc->c", t19, gg_wt)
+        t62 = tf.einsum("nohw,oc->nhwc", t15, gg_wt)
+    if (
+        (gg_wt is not None and need_x_bar)
+        or (gg_wt is not None and need_wt_bar)
+        or (gg_wt is not None and need_grad_bar)
+    ):
+        t63 = tf.einsum("nchw,oc->nohw", x, gg_wt)
+        t64 = -t60 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
+        t65 = t63 + t64[:, None, None]
+        t66 = t5 * t65
+        t67 = tf.reduce_sum(t66, axis=[-4, -2, -1])
+    if (gg_wt is not None and need_x_bar) or (gg_wt is not None and need_wt_bar):
+        t68 = grad * t65
+        t69 = tf.reduce_sum(t68, axis=[-4, -2, -1])
+    if (
+        (gg_wt is not None and need_x_bar)
+        or (gg_wt is not None and need_wt_bar)
+        or (gg_wt is not None and need_grad_bar)
+    ):
+        t70 = 2 * t67
+        t71 = t70 * tf.where(
+            t7 == 0,
+            tf.constant(0.0, t7.dtype),
+            (-1 / (2 * math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
+            / tf.math.sqrt(t7)
+            / tf.math.square(
+                eps
+                + tf.math.sqrt(t7)
+                / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
+            ),
+        )
+    if (gg_wt is not None and need_x_bar) or (gg_wt is not None and need_wt_bar):
+        t73 = tf.where(
+            t7 == 0,
+            tf.constant(0.0, t12.dtype),
+            t70
+            * tf.where(
+                t7 == 0,
+                tf.constant(0.0, t12.dtype),
+                (t12 / (2 * (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
+                / t7
+                / (
+                    tf.math.square(
+                        eps
+                        + tf.math.sqrt(t7)
+                        / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
+                    )
+                    * (
+                        eps
+                        + tf.math.sqrt(t7)
+                        / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
+                    )
+                )
+                + (t12 / (4 * math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
+                / t7 ** (1.5)
+                / tf.math.square(
+                    eps
+                    + tf.math.sqrt(t7)
+                    / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
+                ),
+            ),
+        ) + tf.where(
+            t7 == 0,
+            tf.constant(0.0, t69.dtype),
+            (-t69 / (2 * math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
+            / tf.math.sqrt(t7)
+            / tf.math.square(
+                eps
+                + tf.math.sqrt(t7)
+                / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
+            ),
+        )
+        t74 = 2 * t73
+        t75 = (
+            grad * t71[:, None, None]
+            + t14[:, None, None] * t65
+            + t5 * t74[:, None, None]
+        )
+        t76 = tf.reduce_sum(t75, axis=[-4, -2, -1])
+    if gg_wt is not None and need_x_bar:
+        t77 = tf.einsum("oc,nohw->nhwc", wt, t75)
+    if gg_wt is not None and need_wt_bar:
+        t78 = tf.einsum("nchw,nohw->oc", x, t75)
+    if (gg_wt is not None and need_x_bar) or (gg_wt is not None and need_wt_bar):
+        t79 = -t76 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
+    if gg_wt is not None and need_x_bar:
+        t80 = tf.einsum("oc,o->c", wt, t79)
+        t81 = t61 + t80
+    if gg_x is not None and need_x_bar:
+        x_bar = tf.einsum("nhwc->nchw", t53 + t56)
+    if gg_x is not None and need_wt_bar:
+        wt_bar = t19[:, None] * t36 + t21 * t55[:, None] + t38 + t54
     if gg_x is not None and need_grad_bar:
-        grad_bar = t37 * t8[:, None, None] + t43[:, None, None] * t5
+        grad_bar = t41 * t8[:, None, None] + t47[:, None, None] * t5
     if gg_wt is not None and need_x_bar:
         x_bar = (
-            tf.einsum("nhwc->nchw", t55 + t73)
+            tf.einsum("nhwc->nchw", t62 + t77 + t81)
             if x_bar is None
-            else x_bar + tf.einsum("nhwc->nchw", t55 + t73)
+            else x_bar + tf.einsum("nhwc->nchw", t62 + t77 + t81)
         )
     if gg_wt is not None and need_wt_bar:
         wt_bar = (
-            tf.einsum("nchw,nohw->oc", x, t72)
+            t21 * t79[:, None] + t78
             if wt_bar is None
-            else wt_bar + tf.einsum("nchw,nohw->oc", x, t72)
+            else wt_bar + t21 * t79[:, None] + t78
         )
     if gg_wt is not None and need_grad_bar:
         grad_bar = (
-            t5 * t65[:, None, None] + t59 * t8[:, None, None]
+            t5 * t71[:, None, None] + t65 * t8[:, None, None]
             if grad_bar is None
-            else grad_bar + t5 * t65[:, None, None] + t59 * t8[:, None, None]
+            else grad_bar + t5 * t71[:, None, None] + t65 * t8[:, None, None]
         )
     return x_bar, wt_bar, grad_bar
 
@@ -2485,18 +2519,18 @@ def conv1x1_bn(x: tf.Tensor, wt: tf.Tensor, eps: float = 0.001) -> tf.Tensor:
 
         out[n, o, h, w] = (z[n, o, h, w] - mean(z[a, o, p, q], (a, p, q))) / (sqrt(sum((z[a, o, p, q] - mean(z[a2, o, p2, q2], (a2, p2, q2)))**2, (a, p, q)) / (size((a, p, q)) - 1)) + eps)
 
-    Stable form symgrad derived (reductions as R<kind>(body, axes))::
+    Stable form symgrad derived::
 
-        (RSum(wt[o,c]*x[n,c,h,w], (c,)) - RSum(RSum(wt[o,c]*x[n,c,h,w], (c,)), (n, h, w))/(size_h*size_n*size_w))/(eps + sqrt(RSum((RSum(wt[o,c]*x[n,c,h,w], (c,)) - RSum(RSum(wt[o,c]*x[n,c,h,w], (c,)), (n, h, w))/(size_h*size_n*size_w))**2, (n, h, w))/(size_h*size_n*size_w - 1)))
+        out[n, o, h, w] = (sum(wt[o, c]*x[n, c, h, w], c) - sum(wt[o, c]*x[n, c, h, w], (c, n, h, w))/(size(h)*size(n)*size(w)))/(eps + sqrt(sum((sum(wt[o, c]*x[n, c, h, w], c) - sum(wt[o, c]*x[n, c, h, w], (c, n, h, w))/(size(h)*size(n)*size(w)))**2, (n, h, w))/(size(h)*size(n)*size(w) - 1)))
     """
     _check_axis("conv1x1_bn", "c", (x, -3), (wt, -1))
 
     @tf.custom_gradient
     def forward(x, wt):
-        out, t3, t7 = _conv1x1_bn_forward(x, wt, eps)
+        out, t2, t7 = _conv1x1_bn_forward(x, wt, eps)
 
         def backward(grad):
-            grad_x, grad_wt = _conv1x1_bn_grad(x, wt, eps, t3, t7, grad)
+            grad_x, grad_wt = _conv1x1_bn_grad(x, wt, eps, t2, t7, grad)
             return grad_x, grad_wt
 
         return out, backward
@@ -2504,19 +2538,19 @@ def conv1x1_bn(x: tf.Tensor, wt: tf.Tensor, eps: float = 0.001) -> tf.Tensor:
     return forward(tf.convert_to_tensor(x), tf.convert_to_tensor(wt))
 
 
-def _conv1x1_bn_grad(x, wt, eps, t3, t7, grad):
+def _conv1x1_bn_grad(x, wt, eps, t2, t7, grad):
     """The gradient of conv1x1_bn; its gradient is the derived second order."""
 
     @tf.custom_gradient
     def forward(x, wt, grad):
-        grad_x, grad_wt = _conv1x1_bn_backward(x, wt, eps, t3, t7, grad, True, True)
+        grad_x, grad_wt = _conv1x1_bn_backward(x, wt, eps, t2, t7, grad, True, True)
 
         def backward(gg_x, gg_wt):
             x_bar, wt_bar, grad_bar = _conv1x1_bn_backward_backward(
                 x,
                 wt,
                 eps,
-                t3,
+                t2,
                 t7,
                 grad,
                 gg_x,

@@ -312,9 +312,9 @@ class SumSquares(_Function):
 
         out[] = sum(x[i]**2, i)
 
-    Stable form symgrad derived (reductions as R<kind>(body, axes))::
+    Stable form symgrad derived::
 
-        RSum(x[n]**2, (n,))
+        out[] = sum(x[n]**2, n)
     """
 
     @staticmethod
@@ -470,9 +470,9 @@ class Linear(_Function):
 
         out[n, m] = sum(x[n, k] * w[m, k], k) + b[m]
 
-    Stable form symgrad derived (reductions as R<kind>(body, axes))::
+    Stable form symgrad derived::
 
-        b[m] + RSum(w[m,k]*x[n,k], (k,))
+        out[n, m] = b[m] + sum(w[m, k]*x[n, k], k)
     """
 
     @staticmethod
@@ -615,9 +615,9 @@ class BatchedLinear(_Function):
 
         out[..., m] = sum(x[k] * w[m, k], k)
 
-    Stable form symgrad derived (reductions as R<kind>(body, axes))::
+    Stable form symgrad derived::
 
-        RSum(w[m,k]*x[k], (k,))
+        out[..., m] = sum(w[m, k]*x[k], k)
     """
 
     @staticmethod
@@ -791,9 +791,9 @@ class Bilinear(_Function):
 
         out[n] = sum(x[n, i] * a[i, j] * y[n, j], (i, j))
 
-    Stable form symgrad derived (reductions as R<kind>(body, axes))::
+    Stable form symgrad derived::
 
-        RSum(a[i,j]*x[n,i]*y[n,j], (i, j))
+        out[n] = sum(a[i, j]*x[n, i]*y[n, j], (i, j))
     """
 
     @staticmethod
@@ -937,9 +937,9 @@ class LogsumexpRows(_Function):
 
         out[n] = log(sum(exp(z[n, c]), c))
 
-    Stable form symgrad derived (reductions as R<kind>(body, axes))::
+    Stable form symgrad derived::
 
-        RLSE(z[n,c], (c,))
+        out[n] = logsumexp(z[n, c], c)
     """
 
     @staticmethod
@@ -1068,9 +1068,9 @@ class LogSoftmax(_Function):
 
         out[n, c] = log(exp(z[n, c]) / sum(exp(z[n, j]), j))
 
-    Stable form symgrad derived (reductions as R<kind>(body, axes))::
+    Stable form symgrad derived::
 
-        RLogSoftmax(z[n,c], (c,))
+        out[n, c] = log_softmax(z[n, c], c)
     """
 
     @staticmethod
@@ -1146,32 +1146,30 @@ def log_softmax(z: torch.Tensor) -> torch.Tensor:
 def _softmax_cross_entropy_forward(logits, target):
     t2 = torch.log_softmax(logits, -1)
     t3 = t2 * target
-    t4 = t3.sum(-1)
-    t5 = t4.sum(-1)
-    return -t5 / logits.shape[-2]
+    t4 = t3.sum((-2, -1))
+    return -t4 / logits.shape[-2]
 
 
 def _softmax_cross_entropy_backward(logits, target, grad, need_logits):
     grad_logits = None
     if need_logits:
-        t8 = -grad / logits.shape[-2]
-        t9 = t8 * target
-        t10 = torch.softmax(logits, -1)
-        t11 = t9.sum(-1)
-        t12 = -t11
-        grad_logits = t10 * t12[:, None] + t9
+        t7 = -grad / logits.shape[-2]
+        t8 = t7 * target
+        t9 = torch.softmax(logits, -1)
+        t10 = t8.sum(-1)
+        t11 = -t10
+        grad_logits = t11[:, None] * t9 + t8
     return (grad_logits,)
 
 
 def _softmax_cross_entropy_jvp(logits, target, logits_t):
-    t10 = torch.softmax(logits, -1)
-    t16 = logits_t * t10
-    t17 = t16.sum(-1)
-    t18 = -t17
-    t19 = target * (logits_t + t18[:, None])
-    t20 = t19.sum(-1)
-    t21 = t20.sum(-1)
-    return -t21 / logits.shape[-2]
+    t9 = torch.softmax(logits, -1)
+    t15 = logits_t * t9
+    t16 = t15.sum(-1)
+    t17 = -t16
+    t18 = target * (logits_t + t17[:, None])
+    t19 = t18.sum((-2, -1))
+    return -t19 / logits.shape[-2]
 
 
 def _softmax_cross_entropy_backward_backward(
@@ -1179,32 +1177,32 @@ def _softmax_cross_entropy_backward_backward(
 ):
     logits_bar = grad_bar = None
     if gg_logits is not None and need_logits_bar:
-        t8 = -grad / logits.shape[-2]
-        t9 = t8 * target
+        t7 = -grad / logits.shape[-2]
+        t8 = t7 * target
     if (gg_logits is not None and need_logits_bar) or (
         gg_logits is not None and need_grad_bar
     ):
-        t10 = torch.softmax(logits, -1)
+        t9 = torch.softmax(logits, -1)
     if gg_logits is not None and need_logits_bar:
-        t11 = t9.sum(-1)
-        t12 = -t11
+        t10 = t8.sum(-1)
+        t11 = -t10
     if gg_logits is not None and need_grad_bar:
-        t24 = gg_logits * t10
-        t25 = t24.sum(-1)
-        t26 = -t25
+        t22 = gg_logits * t9
+        t23 = t22.sum(-1)
+        t24 = -t23
     if gg_logits is not None and need_logits_bar:
-        t27 = gg_logits * t12[:, None]
-        t28 = t10 * t27
-        t29 = t28.sum(-1)
+        t25 = gg_logits * t11[:, None]
+        t26 = t25 * t9
+        t27 = t26.sum(-1)
     if gg_logits is not None and need_grad_bar:
-        t30 = gg_logits + t26[:, None]
-        t31 = t30 * target
-        t32 = t31.sum((-2, -1))
+        t28 = gg_logits + t24[:, None]
+        t29 = t28 * target
+        t30 = t29.sum((-2, -1))
     if gg_logits is not None and need_logits_bar:
-        t34 = -t29
-        logits_bar = t10 * (t27 + t34[:, None])
+        t32 = -t27
+        logits_bar = t9 * (t25 + t32[:, None])
     if gg_logits is not None and need_grad_bar:
-        grad_bar = -t32 / logits.shape[-2]
+        grad_bar = -t30 / logits.shape[-2]
     return logits_bar, grad_bar
 
 
@@ -1215,9 +1213,9 @@ class SoftmaxCrossEntropy(_Function):
 
         out[] = mean(-sum(target[n, c] * log(exp(logits[n, c]) / sum(exp(logits[n, j]), j)), c), n)
 
-    Stable form symgrad derived (reductions as R<kind>(body, axes))::
+    Stable form symgrad derived::
 
-        RSum(-RSum(target[n,c]*RLogSoftmax(logits[n,c], (c,)), (c,)), (n,))/size_n
+        out[] = sum(-target[n, c]*log_softmax(logits[n, c], c), (c, n))/size(n)
     """
 
     @staticmethod
@@ -1340,9 +1338,9 @@ class BceLogitsMean(_Function):
 
         out[] = mean(log(1 + exp(z[n, c])) - y[n, c]*z[n, c], (n, c))
 
-    Stable form symgrad derived (reductions as R<kind>(body, axes))::
+    Stable form symgrad derived::
 
-        RSum(-y[n,c]*z[n,c] + softplus(z[n,c]), (n, c))/(size_c*size_n)
+        out[] = sum(-y[n, c]*z[n, c] + softplus(z[n, c]), (n, c))/(size(c)*size(n))
     """
 
     @staticmethod
@@ -1513,9 +1511,9 @@ class LayerNorm(_Function):
 
         out[..., d] = (x[d] - mean(x[j], j)) / sqrt(mean((x[j] - mean(x[i], i))**2, j) + eps)
 
-    Stable form symgrad derived (reductions as R<kind>(body, axes))::
+    Stable form symgrad derived::
 
-        (x[d] - RSum(x[d], (d,))/size_d)/sqrt(eps + RSum((x[d] - RSum(x[d], (d,))/size_d)**2, (d,))/size_d)
+        out[..., d] = (x[d] - sum(x[d], d)/size(d))/sqrt(eps + sum((x[d] - sum(x[d], d)/size(d))**2, d)/size(d))
     """
 
     @staticmethod
@@ -1721,9 +1719,9 @@ class RmsNorm(_Function):
 
         out[..., d] = x[d] * g[d] / sqrt(mean(x[j]**2, j) + eps)
 
-    Stable form symgrad derived (reductions as R<kind>(body, axes))::
+    Stable form symgrad derived::
 
-        g[d]*x[d]/sqrt(eps + RSum(x[d]**2, (d,))/size_d)
+        out[..., d] = g[d]*x[d]/sqrt(eps + sum(x[d]**2, d)/size(d))
     """
 
     @staticmethod
@@ -1910,9 +1908,9 @@ class LayerNormOnePass(_Function):
 
         out[..., d] = (x[d] - mean(x[i], i)) / sqrt(mean(x[j]**2, j) - mean(x[i], i)**2 + eps)
 
-    Stable form symgrad derived (reductions as R<kind>(body, axes))::
+    Stable form symgrad derived::
 
-        (x[d] - RSum(x[d], (d,))/size_d)/sqrt(eps + RSum((x[d] - RSum(x[d], (d,))/size_d)**2, (d,))/size_d)
+        out[..., d] = (x[d] - sum(x[d], d)/size(d))/sqrt(eps + sum((x[d] - sum(x[d], d)/size(d))**2, d)/size(d))
     """
 
     @staticmethod
@@ -2180,9 +2178,9 @@ class BatchNormTrain(_Function):
 
         out[n, c, h, w] = (x[n, c, h, w] - mean(x[a, c, p, q], (a, p, q))) / (sqrt(sum((x[a, c, p, q] - mean(x[a2, c, p2, q2], (a2, p2, q2)))**2, (a, p, q)) / (size((a, p, q)) - 1)) + eps)
 
-    Stable form symgrad derived (reductions as R<kind>(body, axes))::
+    Stable form symgrad derived::
 
-        (x[n,c,h,w] - RSum(x[n,c,h,w], (n, h, w))/(size_h*size_n*size_w))/(eps + sqrt(RSum((x[n,c,h,w] - RSum(x[n,c,h,w], (n, h, w))/(size_h*size_n*size_w))**2, (n, h, w))/(size_h*size_n*size_w - 1)))
+        out[n, c, h, w] = (x[n, c, h, w] - sum(x[n, c, h, w], (n, h, w))/(size(h)*size(n)*size(w)))/(eps + sqrt(sum((x[n, c, h, w] - sum(x[n, c, h, w], (n, h, w))/(size(h)*size(n)*size(w)))**2, (n, h, w))/(size(h)*size(n)*size(w) - 1)))
     """
 
     @staticmethod
@@ -2454,9 +2452,9 @@ class LinearBnFolded(_Function):
 
         out[n, o] = (sum(x[n, k] * w[o, k], k) + b[o] - mu[o]) * gamma[o] / sqrt(running_var[o] + eps) + beta[o]
 
-    Stable form symgrad derived (reductions as R<kind>(body, axes))::
+    Stable form symgrad derived::
 
-        beta[o] + gamma[o]*(b[o] - mu[o] + RSum(w[o,k]*x[n,k], (k,)))/sqrt(eps + running_var[o])
+        out[n, o] = beta[o] + gamma[o]*(b[o] - mu[o] + sum(w[o, k]*x[n, k], k))/sqrt(eps + running_var[o])
     """
 
     @staticmethod
@@ -2869,9 +2867,9 @@ class Attention(_Function):
 
         out[..., s, d] = sum(exp(scale*sum(q[s, e]*k[t, e], e)) / sum(exp(scale*sum(q[s, f]*k[u, f], f)), u) * v[t, d], t)
 
-    Stable form symgrad derived (reductions as R<kind>(body, axes))::
+    Stable form symgrad derived::
 
-        RSum(v[t,d]*RSoftmax(scale*RSum(k[t,e]*q[s,e], (e,)), (t,)), (t,))
+        out[..., s, d] = sum(v[t, d]*softmax(scale*sum(k[t, e]*q[s, e], e), t), t)
     """
 
     @staticmethod
@@ -3037,9 +3035,9 @@ class L2Normalize(_Function):
 
         out[..., d] = x[d] / sqrt(sum(x[j]**2, j))
 
-    Stable form symgrad derived (reductions as R<kind>(body, axes))::
+    Stable form symgrad derived::
 
-        x[d]/sqrt(RSum(x[d]**2, (d,)))
+        out[..., d] = x[d]/sqrt(sum(x[d]**2, d))
     """
 
     @staticmethod
@@ -3188,9 +3186,9 @@ class CrossEntropyClassIndex(_Function):
 
         out[] = -mean(logits[n, label[n]] - logsumexp(logits[n, c], c), n)
 
-    Stable form symgrad derived (reductions as R<kind>(body, axes))::
+    Stable form symgrad derived::
 
-        -RSum(-RLSE(logits[n,c], (c,)) + RSum(logits[n,c]*onehot(label[n],c), (c,)), (n,))/size_n
+        out[] = -sum(-logsumexp(logits[n, c], c) + sum(logits[n, c]*onehot(label[n], c), c), n)/size(n)
     """
 
     @staticmethod
@@ -3276,24 +3274,24 @@ def cross_entropy_class_index(
 
 
 def _conv1x1_bn_forward(x, wt, eps):
-    t2 = torch.einsum("nchw,oc->nohw", x, wt)
-    t3 = t2.sum((-4, -2, -1))
-    t4 = -t3 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
-    t5 = t2 + t4[:, None, None]
+    t2 = torch.einsum("nchw,oc->o", x, wt)
+    t3 = torch.einsum("nchw,oc->nohw", x, wt)
+    t4 = -t2 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
+    t5 = t3 + t4[:, None, None]
     t6 = t5**2
     t7 = t6.sum((-4, -2, -1))
     t8 = 1 / (
         eps + torch.sqrt(t7) / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
     )
-    return t5 * t8[:, None, None], t3, t7
+    return t5 * t8[:, None, None], t2, t7
 
 
-def _conv1x1_bn_backward(x, wt, eps, t3, t7, grad, need_x, need_wt):
+def _conv1x1_bn_backward(x, wt, eps, t2, t7, grad, need_x, need_wt):
     grad_x = grad_wt = None
     if need_x or need_wt:
-        t2 = torch.einsum("nchw,oc->nohw", x, wt)
-        t4 = -t3 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
-        t5 = t2 + t4[:, None, None]
+        t3 = torch.einsum("nchw,oc->nohw", x, wt)
+        t4 = -t2 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
+        t5 = t3 + t4[:, None, None]
         t8 = 1 / (
             eps
             + torch.sqrt(t7) / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
@@ -3315,34 +3313,42 @@ def _conv1x1_bn_backward(x, wt, eps, t3, t7, grad, need_x, need_wt):
         t14 = 2 * t13
         t15 = grad * t8[:, None, None] + t14[:, None, None] * t5
         t16 = t15.sum((-4, -2, -1))
-        t17 = -t16 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
-        t18 = t15 + t17[:, None, None]
     if need_x:
-        grad_x = torch.einsum("oc,nohw->nchw", wt, t18)
+        t17 = torch.einsum("oc,nohw->nhwc", wt, t15)
     if need_wt:
-        grad_wt = torch.einsum("nchw,nohw->oc", x, t18)
+        t18 = torch.einsum("nchw,nohw->oc", x, t15)
+    if need_x or need_wt:
+        t19 = -t16 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
+    if need_x:
+        t20 = torch.einsum("oc,o->c", wt, t19)
+    if need_wt:
+        t21 = x.sum((-4, -2, -1))
+    if need_x:
+        grad_x = torch.einsum("nhwc->nchw", t17 + t20)
+    if need_wt:
+        grad_wt = t18 + t19[:, None] * t21
     return grad_x, grad_wt
 
 
 def _conv1x1_bn_jvp(x, wt, eps, x_t, wt_t):
-    t2 = torch.einsum("nchw,oc->nohw", x, wt)
-    t3 = t2.sum((-4, -2, -1))
-    t4 = -t3 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
-    t5 = t2 + t4[:, None, None]
+    t2 = torch.einsum("nchw,oc->o", x, wt)
+    t3 = torch.einsum("nchw,oc->nohw", x, wt)
+    t4 = -t2 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
+    t5 = t3 + t4[:, None, None]
     t6 = t5**2
     t7 = t6.sum((-4, -2, -1))
     t8 = 1 / (
         eps + torch.sqrt(t7) / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
     )
-    t23 = torch.einsum("oc,nchw->nohw", wt, x_t)
-    t24 = torch.einsum("nchw,oc->nohw", x, wt_t)
-    t25 = t23 + t24
-    t26 = t25.sum((-4, -2, -1))
-    t27 = -t26 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
-    t28 = t5 * (t23 + t24 + t27[:, None, None])
-    t29 = t28.sum((-4, -2, -1))
-    t30 = (
-        (-t29 / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
+    t26 = torch.einsum("oc,nchw->o", wt, x_t)
+    t27 = torch.einsum("nchw,oc->o", x, wt_t)
+    t28 = torch.einsum("oc,nchw->nohw", wt, x_t)
+    t29 = torch.einsum("nchw,oc->nohw", x, wt_t)
+    t30 = -(t26 + t27) / (x.shape[-2] * x.shape[-4] * x.shape[-1])
+    t31 = t5 * (t28 + t29 + t30[:, None, None])
+    t32 = t31.sum((-4, -2, -1))
+    t33 = (
+        (-t32 / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
         / torch.sqrt(t7)
         / (
             eps
@@ -3350,13 +3356,13 @@ def _conv1x1_bn_jvp(x, wt, eps, x_t, wt_t):
         )
         ** 2
     )
-    return t30[:, None, None] * t5 + t8[:, None, None] * (
-        t23 + t24 + t27[:, None, None]
+    return t33[:, None, None] * t5 + t8[:, None, None] * (
+        t28 + t29 + t30[:, None, None]
     )
 
 
 def _conv1x1_bn_backward_backward(
-    x, wt, eps, t3, t7, grad, gg_x, gg_wt, need_x_bar, need_wt_bar, need_grad_bar
+    x, wt, eps, t2, t7, grad, gg_x, gg_wt, need_x_bar, need_wt_bar, need_grad_bar
 ):
     x_bar = wt_bar = grad_bar = None
     if (
@@ -3367,9 +3373,9 @@ def _conv1x1_bn_backward_backward(
         or (gg_wt is not None and need_wt_bar)
         or (gg_wt is not None and need_grad_bar)
     ):
-        t2 = torch.einsum("nchw,oc->nohw", x, wt)
-        t4 = -t3 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
-        t5 = t2 + t4[:, None, None]
+        t3 = torch.einsum("nchw,oc->nohw", x, wt)
+        t4 = -t2 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
+        t5 = t3 + t4[:, None, None]
     if (
         (gg_x is not None and need_wt_bar)
         or (gg_x is not None and need_grad_bar)
@@ -3404,31 +3410,43 @@ def _conv1x1_bn_backward_backward(
     if (gg_x is not None and need_wt_bar) or (gg_wt is not None and need_x_bar):
         t15 = grad * t8[:, None, None] + t14[:, None, None] * t5
         t16 = t15.sum((-4, -2, -1))
-        t17 = -t16 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
-        t18 = t15 + t17[:, None, None]
+        t19 = -t16 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
+    if (
+        (gg_x is not None and need_wt_bar)
+        or (gg_wt is not None and need_x_bar)
+        or (gg_wt is not None and need_wt_bar)
+        or (gg_wt is not None and need_grad_bar)
+    ):
+        t21 = x.sum((-4, -2, -1))
+    if (
+        (gg_x is not None and need_x_bar)
+        or (gg_x is not None and need_wt_bar)
+        or (gg_x is not None and need_grad_bar)
+    ):
+        t36 = gg_x.sum((-4, -2, -1))
+        t37 = torch.einsum("oc,c->o", wt, t36)
     if gg_x is not None and need_wt_bar:
-        t33 = torch.einsum("nohw,nchw->oc", t18, gg_x)
+        t38 = torch.einsum("nohw,nchw->oc", t15, gg_x)
     if (
         (gg_x is not None and need_x_bar)
         or (gg_x is not None and need_wt_bar)
         or (gg_x is not None and need_grad_bar)
     ):
-        t34 = torch.einsum("oc,nchw->nohw", wt, gg_x)
-        t35 = t34.sum((-4, -2, -1))
-        t36 = -t35 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
-        t37 = t34 + t36[:, None, None]
-        t38 = t37 * t5
-        t39 = t38.sum((-4, -2, -1))
+        t39 = torch.einsum("oc,nchw->nohw", wt, gg_x)
+        t40 = -t37 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
+        t41 = t39 + t40[:, None, None]
+        t42 = t41 * t5
+        t43 = t42.sum((-4, -2, -1))
     if (gg_x is not None and need_x_bar) or (gg_x is not None and need_wt_bar):
-        t40 = grad * t37
-        t41 = t40.sum((-4, -2, -1))
+        t44 = grad * t41
+        t45 = t44.sum((-4, -2, -1))
     if (
         (gg_x is not None and need_x_bar)
         or (gg_x is not None and need_wt_bar)
         or (gg_x is not None and need_grad_bar)
     ):
-        t42 = 2 * t39
-        t43 = t42 * torch.where(
+        t46 = 2 * t43
+        t47 = t46 * torch.where(
             t7 == 0,
             0.0,
             (-1 / (2 * math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
@@ -3441,10 +3459,10 @@ def _conv1x1_bn_backward_backward(
             ** 2,
         )
     if (gg_x is not None and need_x_bar) or (gg_x is not None and need_wt_bar):
-        t45 = torch.where(
+        t49 = torch.where(
             t7 == 0,
             0.0,
-            t42
+            t46
             * torch.where(
                 t7 == 0,
                 0.0,
@@ -3468,7 +3486,7 @@ def _conv1x1_bn_backward_backward(
         ) + torch.where(
             t7 == 0,
             0.0,
-            (-0.5 * t41 / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
+            (-0.5 * t45 / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
             / torch.sqrt(t7)
             / (
                 eps
@@ -3477,122 +3495,137 @@ def _conv1x1_bn_backward_backward(
             )
             ** 2,
         )
-        t46 = 2 * t45
-        t47 = (
-            grad * t43[:, None, None]
-            + t14[:, None, None] * t37
-            + t46[:, None, None] * t5
+        t50 = 2 * t49
+        t51 = (
+            grad * t47[:, None, None]
+            + t14[:, None, None] * t41
+            + t5 * t50[:, None, None]
         )
-        t48 = t47.sum((-4, -2, -1))
-        t49 = -t48 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
-        t50 = t47 + t49[:, None, None]
-    if gg_x is not None and need_wt_bar:
-        t52 = torch.einsum("nchw,nohw->oc", x, t50)
-    if gg_wt is not None and need_x_bar:
-        t55 = torch.einsum("nohw,oc->nhwc", t18, gg_wt)
-    if (
-        (gg_wt is not None and need_x_bar)
-        or (gg_wt is not None and need_wt_bar)
-        or (gg_wt is not None and need_grad_bar)
-    ):
-        t56 = torch.einsum("nchw,oc->nohw", x, gg_wt)
-        t57 = t56.sum((-4, -2, -1))
-        t58 = -t57 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
-        t59 = t56 + t58[:, None, None]
-        t60 = t5 * t59
-        t61 = t60.sum((-4, -2, -1))
-    if (gg_wt is not None and need_x_bar) or (gg_wt is not None and need_wt_bar):
-        t62 = grad * t59
-        t63 = t62.sum((-4, -2, -1))
-    if (
-        (gg_wt is not None and need_x_bar)
-        or (gg_wt is not None and need_wt_bar)
-        or (gg_wt is not None and need_grad_bar)
-    ):
-        t64 = 2 * t61
-        t65 = t64 * torch.where(
-            t7 == 0,
-            0.0,
-            (-1 / (2 * math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
-            / torch.sqrt(t7)
-            / (
-                eps
-                + torch.sqrt(t7)
-                / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-            )
-            ** 2,
-        )
-    if (gg_wt is not None and need_x_bar) or (gg_wt is not None and need_wt_bar):
-        t67 = torch.where(
-            t7 == 0,
-            0.0,
-            t64
-            * torch.where(
-                t7 == 0,
-                0.0,
-                (t12 / (2 * (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
-                / t7
-                / (
-                    eps
-                    + torch.sqrt(t7)
-                    / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                )
-                ** 3
-                + (t12 / (4 * math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
-                / t7 ** (1.5)
-                / (
-                    eps
-                    + torch.sqrt(t7)
-                    / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-                )
-                ** 2,
-            ),
-        ) + torch.where(
-            t7 == 0,
-            0.0,
-            (-0.5 * t63 / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
-            / torch.sqrt(t7)
-            / (
-                eps
-                + torch.sqrt(t7)
-                / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
-            )
-            ** 2,
-        )
-        t68 = 2 * t67
-        t69 = (
-            grad * t65[:, None, None]
-            + t14[:, None, None] * t59
-            + t5 * t68[:, None, None]
-        )
-        t70 = t69.sum((-4, -2, -1))
-        t71 = -t70 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
-        t72 = t69 + t71[:, None, None]
-    if gg_wt is not None and need_x_bar:
-        t73 = torch.einsum("oc,nohw->nhwc", wt, t72)
+        t52 = t51.sum((-4, -2, -1))
     if gg_x is not None and need_x_bar:
-        x_bar = torch.einsum("oc,nohw->nchw", wt, t50)
+        t53 = torch.einsum("oc,nohw->nhwc", wt, t51)
     if gg_x is not None and need_wt_bar:
-        wt_bar = t33 + t52
+        t54 = torch.einsum("nchw,nohw->oc", x, t51)
+    if (gg_x is not None and need_x_bar) or (gg_x is not None and need_wt_bar):
+        t55 = -t52 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
+    if gg_x is not None and need_x_bar:
+        t56 = torch.einsum("oc,o->c", wt, t55)
+    if (
+        (gg_wt is not None and need_x_bar)
+        or (gg_wt is not None and need_wt_bar)
+        or (gg_wt is not None and need_grad_bar)
+    ):
+        t60 = torch.einsum("c,oc->o", t21, gg_wt)
+    if gg_wt is not None and need_x_bar:
+        t61 = torch.einsum("o,oc->c", t19, gg_wt)
+        t62 = torch.einsum("nohw,oc->nhwc", t15, gg_wt)
+    if (
+        (gg_wt is not None and need_x_bar)
+        or (gg_wt is not None and need_wt_bar)
+        or (gg_wt is not None and need_grad_bar)
+    ):
+        t63 = torch.einsum("nchw,oc->nohw", x, gg_wt)
+        t64 = -t60 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
+        t65 = t63 + t64[:, None, None]
+        t66 = t5 * t65
+        t67 = t66.sum((-4, -2, -1))
+    if (gg_wt is not None and need_x_bar) or (gg_wt is not None and need_wt_bar):
+        t68 = grad * t65
+        t69 = t68.sum((-4, -2, -1))
+    if (
+        (gg_wt is not None and need_x_bar)
+        or (gg_wt is not None and need_wt_bar)
+        or (gg_wt is not None and need_grad_bar)
+    ):
+        t70 = 2 * t67
+        t71 = t70 * torch.where(
+            t7 == 0,
+            0.0,
+            (-1 / (2 * math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
+            / torch.sqrt(t7)
+            / (
+                eps
+                + torch.sqrt(t7)
+                / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
+            )
+            ** 2,
+        )
+    if (gg_wt is not None and need_x_bar) or (gg_wt is not None and need_wt_bar):
+        t73 = torch.where(
+            t7 == 0,
+            0.0,
+            t70
+            * torch.where(
+                t7 == 0,
+                0.0,
+                (t12 / (2 * (x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
+                / t7
+                / (
+                    eps
+                    + torch.sqrt(t7)
+                    / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
+                )
+                ** 3
+                + (t12 / (4 * math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)))
+                / t7 ** (1.5)
+                / (
+                    eps
+                    + torch.sqrt(t7)
+                    / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
+                )
+                ** 2,
+            ),
+        ) + torch.where(
+            t7 == 0,
+            0.0,
+            (-0.5 * t69 / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1))
+            / torch.sqrt(t7)
+            / (
+                eps
+                + torch.sqrt(t7)
+                / math.sqrt(x.shape[-2] * x.shape[-4] * x.shape[-1] - 1)
+            )
+            ** 2,
+        )
+        t74 = 2 * t73
+        t75 = (
+            grad * t71[:, None, None]
+            + t14[:, None, None] * t65
+            + t5 * t74[:, None, None]
+        )
+        t76 = t75.sum((-4, -2, -1))
+    if gg_wt is not None and need_x_bar:
+        t77 = torch.einsum("oc,nohw->nhwc", wt, t75)
+    if gg_wt is not None and need_wt_bar:
+        t78 = torch.einsum("nchw,nohw->oc", x, t75)
+    if (gg_wt is not None and need_x_bar) or (gg_wt is not None and need_wt_bar):
+        t79 = -t76 / (x.shape[-2] * x.shape[-4] * x.shape[-1])
+    if gg_wt is not None and need_x_bar:
+        t80 = torch.einsum("oc,o->c", wt, t79)
+        t81 = t61 + t80
+    if gg_x is not None and need_x_bar:
+        x_bar = torch.einsum("nhwc->nchw", t53 + t56)
+    if gg_x is not None and need_wt_bar:
+        wt_bar = t19[:, None] * t36 + t21 * t55[:, None] + t38 + t54
     if gg_x is not None and need_grad_bar:
-        grad_bar = t37 * t8[:, None, None] + t43[:, None, None] * t5
+        grad_bar = t41 * t8[:, None, None] + t47[:, None, None] * t5
     if gg_wt is not None and need_x_bar:
         x_bar = (
-            torch.einsum("nhwc->nchw", t55 + t73)
+            torch.einsum("nhwc->nchw", t62 + t77 + t81)
             if x_bar is None
-            else x_bar + torch.einsum("nhwc->nchw", t55 + t73)
+            else x_bar + torch.einsum("nhwc->nchw", t62 + t77 + t81)
         )
     if gg_wt is not None and need_wt_bar:
         wt_bar = (
-            torch.einsum("nchw,nohw->oc", x, t72)
+            t21 * t79[:, None] + t78
             if wt_bar is None
-            else wt_bar + torch.einsum("nchw,nohw->oc", x, t72)
+            else wt_bar + t21 * t79[:, None] + t78
         )
     if gg_wt is not None and need_grad_bar:
         grad_bar = (
-            t5 * t65[:, None, None] + t59 * t8[:, None, None]
+            t5 * t71[:, None, None] + t65 * t8[:, None, None]
             if grad_bar is None
-            else grad_bar + t5 * t65[:, None, None] + t59 * t8[:, None, None]
+            else grad_bar + t5 * t71[:, None, None] + t65 * t8[:, None, None]
         )
     return x_bar, wt_bar, grad_bar
 
@@ -3604,9 +3637,9 @@ class Conv1x1Bn(_Function):
 
         out[n, o, h, w] = (z[n, o, h, w] - mean(z[a, o, p, q], (a, p, q))) / (sqrt(sum((z[a, o, p, q] - mean(z[a2, o, p2, q2], (a2, p2, q2)))**2, (a, p, q)) / (size((a, p, q)) - 1)) + eps)
 
-    Stable form symgrad derived (reductions as R<kind>(body, axes))::
+    Stable form symgrad derived::
 
-        (RSum(wt[o,c]*x[n,c,h,w], (c,)) - RSum(RSum(wt[o,c]*x[n,c,h,w], (c,)), (n, h, w))/(size_h*size_n*size_w))/(eps + sqrt(RSum((RSum(wt[o,c]*x[n,c,h,w], (c,)) - RSum(RSum(wt[o,c]*x[n,c,h,w], (c,)), (n, h, w))/(size_h*size_n*size_w))**2, (n, h, w))/(size_h*size_n*size_w - 1)))
+        out[n, o, h, w] = (sum(wt[o, c]*x[n, c, h, w], c) - sum(wt[o, c]*x[n, c, h, w], (c, n, h, w))/(size(h)*size(n)*size(w)))/(eps + sqrt(sum((sum(wt[o, c]*x[n, c, h, w], c) - sum(wt[o, c]*x[n, c, h, w], (c, n, h, w))/(size(h)*size(n)*size(w)))**2, (n, h, w))/(size(h)*size(n)*size(w) - 1)))
     """
 
     @staticmethod
@@ -3616,15 +3649,15 @@ class Conv1x1Bn(_Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         x, wt, eps = inputs
-        _, t3, t7 = output
-        ctx.mark_non_differentiable(t3, t7)
+        _, t2, t7 = output
+        ctx.mark_non_differentiable(t2, t7)
         ctx.scalars = (eps,)
-        ctx.save_for_backward(x, wt, t3, t7)
+        ctx.save_for_backward(x, wt, t2, t7)
         ctx.save_for_forward(x, wt)
 
     @staticmethod
     def backward(ctx, grad, *_):
-        x, wt, t3, t7 = ctx.saved_tensors
+        x, wt, t2, t7 = ctx.saved_tensors
         (eps,) = ctx.scalars
         grad_x, grad_wt = _grad(
             True,
@@ -3633,7 +3666,7 @@ class Conv1x1Bn(_Function):
             x,
             wt,
             eps,
-            t3,
+            t2,
             t7,
             grad,
             ctx.needs_input_grad[0],
@@ -3659,18 +3692,18 @@ class Conv1x1BnGrad(_Function):
     """The gradient of conv1x1_bn: forward is the VJP, backward the second order."""
 
     @staticmethod
-    def forward(x, wt, eps, t3, t7, grad, need_x, need_wt):
-        return _run(_conv1x1_bn_backward, x, wt, eps, t3, t7, grad, need_x, need_wt)
+    def forward(x, wt, eps, t2, t7, grad, need_x, need_wt):
+        return _run(_conv1x1_bn_backward, x, wt, eps, t2, t7, grad, need_x, need_wt)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        x, wt, eps, t3, t7, grad, *_ = inputs
+        x, wt, eps, t2, t7, grad, *_ = inputs
         ctx.scalars = (eps,)
-        ctx.save_for_backward(x, wt, t3, t7, grad)
+        ctx.save_for_backward(x, wt, t2, t7, grad)
 
     @staticmethod
     def backward(ctx, gg_x, gg_wt):
-        x, wt, t3, t7, grad = ctx.saved_tensors
+        x, wt, t2, t7, grad = ctx.saved_tensors
         (eps,) = ctx.scalars
         need = ctx.needs_input_grad
         x_bar, wt_bar, grad_bar = _run(
@@ -3678,7 +3711,7 @@ class Conv1x1BnGrad(_Function):
             x,
             wt,
             eps,
-            t3,
+            t2,
             t7,
             grad,
             gg_x,

@@ -49,6 +49,7 @@ from symgrad.report.measure import (
 )
 from symgrad.report.plot import plot
 from symgrad.report.table import format_table, nonfinite, regressions, summary, table_cells, worst
+from symgrad.report.tensor import tensor_rows
 
 __all__ = [
     "DISPUTED",
@@ -65,5 +66,6 @@ __all__ = [
     "sample_points",
     "summary",
     "table_cells",
+    "tensor_rows",
     "worst",
 ]

@@ -180,7 +180,7 @@ def generated_module(spec: Spec, derived: Sequence[Derived]) -> ModuleType:
     from symgrad.generate import generate
 
     functions = tuple(d.function for d in derived)
-    sub = dataclasses.replace(spec, functions=functions, targets=("torch",))
+    sub = dataclasses.replace(spec, functions=functions, targets=("torch",), tensor_functions=())
     (file,) = generate(sub, targets=("torch",), tests=False, derived=tuple(derived))
     with imported(file.name, file.text) as (module, _):
         return module
@@ -572,9 +572,4 @@ def measure_spec(
                     used = max((r.points + r.undefined + r.disputed for r in new), default=0)
                     progress(f"{d.function.name}: {used} points in {time.monotonic() - start:.1f}s")
     order = {f.name: k for k, f in enumerate(chosen)}
-    rows = sorted(rows, key=lambda r: order[r.function])  # stable: keeps quantity order
-    if not fused and device == "cpu":
-        from symgrad.report.tensor import tensor_rows
-
-        rows += tensor_rows(spec, dtype, functions, progress)
-    return rows
+    return sorted(rows, key=lambda r: order[r.function])  # stable: keeps quantity order

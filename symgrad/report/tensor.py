@@ -386,12 +386,20 @@ def _pick(result, label: str, diff) -> np.ndarray | None:
 
 def tensor_rows(spec, dtype: str, functions=None, progress=None) -> list[Row]:
     """Rows of every tensor function of ``spec`` (or those named)."""
-    from symgrad.report.measure import generated_module
+    import dataclasses
+
+    from symgrad.generate import generate
+    from symgrad.load import imported
 
     chosen = [f for f in spec.tensor_functions if functions is None or f.name in functions]
     if not chosen:
         return []
-    module = generated_module(spec, [])
+    sub = dataclasses.replace(
+        spec, functions=(), tensor_functions=tuple(chosen), targets=("torch",)
+    )
+    (file,) = generate(sub, targets=("torch",), tests=False)
+    with imported(file.name, file.text) as (module, _):
+        pass
     rows: list[Row] = []
     for fn in chosen:
         new = measure_tensor_function(fn, module, dtype)

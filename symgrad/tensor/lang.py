@@ -524,13 +524,71 @@ def _two_pass_variance(expr: sympy.Expr, formula: TensorFormula) -> sympy.Expr:
     return expr.replace(lambda e: isinstance(e, sympy.Add), add_rule)
 
 
+def _merged_sums(expr: sympy.Expr, formula: TensorFormula) -> sympy.Expr:
+    """``sum(c * sum(b, J), K) -> sum(c * b, J + K)`` for c free of J: one reduction."""
+
+    def rule(node):
+        if not isinstance(node, RSum):
+            return node
+        factors = list(sympy.Mul.make_args(node.body))
+        inner = [f for f in factors if isinstance(f, RSum)]
+        if len(inner) != 1:
+            return node
+        (sub,) = inner
+        rest = [f for f in factors if f is not sub]
+        if any(formula.axes(f) & set(sub.over) for f in rest):
+            return node
+        return RSum(sympy.Mul(*rest) * sub.body, axes_tuple([*sub.over, *node.over]))
+
+    return expr.replace(lambda e: isinstance(e, RSum), rule)
+
+
 def stable(expr: sympy.Expr, formula: TensorFormula) -> sympy.Expr:
     """The stable form of a tensor formula (reductions first, then elementwise rules)."""
+    expr = _merged_sums(expr, formula)
     expr = _two_pass_variance(expr, formula)
     expr = _sum_exp_to_lse(expr, formula)
     expr = sympy.powsimp(expr, deep=True, combine="exp")
     expr = _softmax_forms(expr)
     return stabilize(expr)
+
+
+# --------------------------------------------------------------------------- printing
+class _SpecPrinter(sympy.printing.str.StrPrinter):
+    """A stable form in the spec's own words: sum(e, k), logsumexp, log_softmax, size(d)."""
+
+    def _reduction(self, name, expr):
+        axes = expr.over
+        over = axes[0] if len(axes) == 1 else f"({', '.join(axes)})"
+        return f"{name}({self._print(expr.body)}, {over})"
+
+    def _print_RSum(self, expr):
+        return self._reduction("sum", expr)
+
+    def _print_RLSE(self, expr):
+        return self._reduction("logsumexp", expr)
+
+    def _print_RMax(self, expr):
+        return self._reduction("max", expr)
+
+    def _print_RMin(self, expr):
+        return self._reduction("min", expr)
+
+    def _print_RSoftmax(self, expr):
+        return self._reduction("softmax", expr)
+
+    def _print_RLogSoftmax(self, expr):
+        return self._reduction("log_softmax", expr)
+
+    def _print_Symbol(self, expr):
+        if expr.name.startswith("size_"):
+            return f"size({expr.name[5:]})"
+        return expr.name.replace(",", ", ")
+
+
+def spec_text(expr: sympy.Expr) -> str:
+    """``expr`` written in the spec language (for ``symgrad show`` and docstrings)."""
+    return _SpecPrinter().doprint(expr)
 
 
 # --------------------------------------------------------------------------- entry point

@@ -11,11 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import combinations
 
-import sympy
-
 from symgrad.spec import Function
 from symgrad.tensor.emit import Code, Result, check_no_broadcast_product
-from symgrad.tensor.lang import ELLIPSIS, TensorFormula, parse_tensor_function
+from symgrad.tensor.lang import ELLIPSIS, TensorFormula, parse_tensor_function, spec_text
 from symgrad.tensor.tape import Output, Tape
 
 
@@ -69,6 +67,7 @@ class TensorPlan:
     methods: Methods | None = None
     optional: tuple[str, ...] = ()
     stats: tuple[str, ...] = ()  # saved reductions: the forward returns them after its output
+    formula: TensorFormula | None = None  # the parsed, stable formula
 
 
 @dataclass(frozen=True)
@@ -279,6 +278,7 @@ def plan_tensor(fn: Function, framework: str) -> TensorPlan:
         axis_checks=tuple(checks),
         optional=tuple(i.name for i in fn.inputs if i.optional),
         stats=d.stats,
+        formula=d.formula,
     )
     plan.methods = _torch_methods(plan) if framework == "torch" else _tf_methods(plan)
     return plan
@@ -390,9 +390,9 @@ def _doc(fn: Function, d: Derivation) -> list[str]:
         "",
         f"    out[{', '.join(d.formula.shape)}] = {fn.outputs[0].text}",
         "",
-        "Stable form symgrad derived (reductions as R<kind>(body, axes))::",
+        "Stable form symgrad derived::",
         "",
-        f"    {sympy.sstr(d.formula.expr)}",
+        f"    out[{', '.join(d.formula.shape)}] = {spec_text(d.formula.expr)}",
     ]
     if fn.doc and len(fn.doc.splitlines()) > 1:
         lines = [*fn.doc.splitlines()[1:], "", *lines]

@@ -195,7 +195,8 @@ class Tape:
         env: dict[sympy.Symbol, sympy.Expr] = {}
         for symbol, sub in replacements:
             low = self.lower(sub.xreplace(env))
-            env[symbol] = self.node_of(low) if self.axes(low) else low
+            # a shared product stays a product: a sum over it is an einsum of its factors
+            env[symbol] = self.node_of(low) if self.axes(low) and not low.is_Mul else low
         return self.lower(reduced.xreplace(env))
 
     def lower(self, expr: sympy.Expr) -> sympy.Expr:
