@@ -3130,11 +3130,12 @@ def _cross_entropy_class_index_forward(logits, label):
 def _cross_entropy_class_index_backward(logits, label, grad, need_logits):
     grad_logits = None
     if need_logits:
-        t2 = torch.nn.functional.one_hot(label, logits.shape[-1]).to(logits.dtype)
         t8 = -grad / logits.shape[-2]
         t10 = -t8
         t11 = torch.softmax(logits, -1)
-        grad_logits = t10 * t11 + t2 * t8
+        grad_logits = (t10 * t11).scatter_add(
+            -1, label.unsqueeze(-1), t8.expand(label.shape).unsqueeze(-1)
+        )
     return (grad_logits,)
 
 

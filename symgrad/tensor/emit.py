@@ -176,6 +176,8 @@ class Code:
     # ---------------------------------------------------------------- nodes
     def node(self, node: Node) -> str:
         torch = self.framework == "torch"
+        if node.op == "elem" and self.scatter(node) is not None:
+            return self.scatter(node)
         if node.op == "elem":
             printer_cls = _PRINTERS[self.framework]
             sizes = {s for s in node.expr.free_symbols if s in self.tape.formula.sizes}
@@ -259,6 +261,43 @@ class Code:
             return f"{x}.gather(-1, {label}.unsqueeze(-1)).squeeze(-1)"
         return f"tf.gather({x}, {label}, axis=-1, batch_dims={label}.shape.rank)"
 
+    def scatter(self, node: Node) -> str | None:
+        """``a + onehot(label) * v`` (v over the label's axes, the class axis last):
+        ``a.scatter_add(-1, label[..., None], v[..., None])`` (torch), no one-hot tensor."""
+        if self.framework != "torch" or node.op != "elem" or not node.expr.is_Add:
+            return None
+        for term in node.expr.args:
+            factors = sympy.Mul.make_args(term)
+            hot = [f for f in factors if self.tape._is_onehot(f)]
+            if len(hot) != 1:
+                continue
+            oh = self.tape.nodes[hot[0].name]
+            rest = sympy.Mul(*(f for f in factors if f is not hot[0]))
+            tensors = [a for a in rest.free_symbols if a.name in self.tape.nodes]
+            if oh.axes != node.axes or not tensors or self.tape.axes(rest) - set(oh.axes[:-1]):
+                continue
+            others = node.expr - term
+            if self.tape.axes(others) != set(node.axes):
+                continue
+            printer = _PRINTERS["torch"](scalars=self.scalars, names={})
+            names = {self.tape.symbol(a): self.align(a, node.axes) for a in node.args}
+            small = {self.tape.symbol(a): self.align(a, oh.axes[:-1]) for a in node.args}
+            sizes = {
+                s: self.size(s) for s in node.expr.free_symbols if s in self.tape.formula.sizes
+            }
+            printer.names = {**names, **sizes}
+            printer.scalars = self.scalars | set(sizes)
+            base = printer.doprint(others)
+            printer.names = {**small, **sizes}
+            value = printer.doprint(rest)
+            label = self.names.get(oh.input, oh.input)
+            value = value if value.isidentifier() else f"({value})"
+            if self.tape.axes(rest) != set(oh.axes[:-1]):
+                value = f"{value}.expand({label}.shape)"
+            base = base if base.isidentifier() else f"({base})"
+            return f"{base}.scatter_add(-1, {label}.unsqueeze(-1), {value}.unsqueeze(-1))"
+        return None
+
     def output(self, out: Output) -> str:
         """The value of ``out``: its parts in the layout of the tensor it is like."""
         like = self.names.get(out.like, out.like)
@@ -292,7 +331,15 @@ class Code:
             if self.tape.nodes[name].op != "onehot":
                 continue
             consumers = [n for n in uses if name in self.tape.nodes[n].args]
-            if consumers and all(self.gather(self.tape.nodes[n]) for n in consumers):
+            if (
+                consumers
+                and all(
+                    self.gather(self.tape.nodes[n]) or self.scatter(self.tape.nodes[n])
+                    for n in consumers
+                    if self.tape.nodes[n].op in ("sum", "elem")
+                )
+                and all(self.tape.nodes[n].op in ("sum", "elem") for n in consumers)
+            ):
                 del uses[name]
         # a node that only one result reads, and nothing else: written in that result
         readers: dict[str, int] = {}
