@@ -236,10 +236,10 @@ def _linear_grad(x, w, b, grad):
 
         @tf.custom_gradient
         def forward(x, w, grad):
-            grad_x, grad_w, grad_b = _linear_backward(x, w, b, grad, True, True, True)
+            grad_x, grad_w, _ = _linear_backward(x, w, b, grad, True, True, True)
 
             def backward(gg_x, gg_w):
-                x_bar, w_bar, b_bar, grad_bar = _linear_backward_backward(
+                x_bar, w_bar, _, grad_bar = _linear_backward_backward(
                     x,
                     w,
                     b,

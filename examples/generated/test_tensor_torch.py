@@ -744,6 +744,72 @@ def test_tensor_vmap_matches_a_loop(name):
     torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("name", TENSOR_NAMES)
+def test_tensor_compiles_without_graph_breaks(name):
+    """torch.compile(fullgraph=True) of the wrapper: the same values and gradients."""
+    torch.compiler.reset()  # (one test body for every function: each its own compile)
+    args = _tensor_args(name)
+    fn = getattr(generated, name)
+    leaves = _differentiable(name, args)
+
+    def loss(*xs):
+        return (fn(*xs) ** 2).sum()
+
+    compiled = torch.compile(loss, fullgraph=True, dynamic=False)
+    expected, got = loss(*args), compiled(*args)
+    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(
+        torch.autograd.grad(got, leaves, allow_unused=True, materialize_grads=True),
+        torch.autograd.grad(
+            expected, leaves, allow_unused=True, materialize_grads=True
+        ),
+    )
+
+
+@pytest.mark.parametrize("name", TENSOR_NAMES)
+def test_tensor_fused_path_matches_eager(name, monkeypatch):
+    """use_fused(): the compiled math gives the eager values, first and second order, and
+    it ran compiled (no fallback to the eager code)."""
+    import warnings
+
+    fn = getattr(generated, name)
+    results = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        results = _fused_and_eager(name, fn, monkeypatch)
+    fallbacks = [w for w in caught if "torch.compile unavailable" in str(w.message)]
+    assert not fallbacks, fallbacks[0].message
+    torch.testing.assert_close(results[1], results[0])
+
+
+def _fused_and_eager(name, fn, monkeypatch):
+    results = []
+    for fused in (False, True):
+        monkeypatch.setattr(generated, "_fused_enabled", fused)
+        args = _tensor_args(name, seed=4)
+        leaves = _differentiable(name, args)
+        out = fn(*args)
+        grads = torch.autograd.grad(
+            (out**2).sum(),
+            leaves,
+            create_graph=True,
+            allow_unused=True,
+            materialize_grads=True,
+        )
+        second = (
+            torch.autograd.grad(
+                sum((g**2).sum() for g in grads),
+                leaves,
+                allow_unused=True,
+                materialize_grads=True,
+            )
+            if TENSOR_FUNCTIONS[name]["order"] >= 2
+            else ()
+        )
+        results.append((out, grads, second))
+    return results
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("kind", HARD_ROWS)
 @pytest.mark.parametrize("name", TENSOR_NAMES)

@@ -442,7 +442,7 @@ def _tf_methods(p: TensorPlan) -> Methods:
         ]
         wrapper += _guarded(missing, block)
         if p.second is not None:
-            bars = [f"{x}_bar" for x in p.differentiable] + ["grad_bar"]
+            bars = [f"{x}_bar" if x in diff else "_" for x in p.differentiable] + ["grad_bar"]
             bar_returns = ", ".join(
                 [f"{x}_bar" if x in diff else "None" for x in tensors] + ["grad_bar"]
             )
@@ -450,7 +450,7 @@ def _tf_methods(p: TensorPlan) -> Methods:
             block = [
                 "@tf.custom_gradient",
                 f"def forward({', '.join([*tensors, 'grad'])}):",
-                f"    {_tuple(every)} = {backward_call}",
+                f"    {_tuple(g if g in grads else '_' for g in every)} = {backward_call}",
                 "",
                 f"    def backward({', '.join(f'gg_{x}' for x in diff)}):",
                 f"        {', '.join(bars)} = {p.second.name}(",
