@@ -22,6 +22,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("symgrad.rewrite", "symgrad.derived"),
     ("symgrad.choose",),
     ("symgrad.derive", "symgrad.tensor", "symgrad.tensor.lang", "symgrad.tensor.tape"),
+    ("symgrad.tensor.exact",),
     ("symgrad.printers", "symgrad.docstrings"),
     ("symgrad.plan", "symgrad.ir", "symgrad.tensor.emit", "symgrad.tensor.plan"),
     ("symgrad.runtime",),
