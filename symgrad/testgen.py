@@ -172,7 +172,97 @@ def tensor_case(fn) -> dict:
     return {
         "name": fn.name,
         "order": fn.order,
+        "references": tensor_references(fn),
         "tensors": tensors,
         "scalars": {i.name: repr(float(i.default)) for i in fn.inputs if not i.is_tensor},
         "inputs": [i.name for i in fn.inputs],
     }
+
+
+#: Kinds of input the generated tests compare with exact values (symgrad.tensor.exact).
+REFERENCE_KINDS = ("large", "offset", "constant", "logits")
+
+
+def tensor_references(fn) -> list[dict]:
+    """Exact values (mpmath) of a tensor function's output and gradients at the hard rows,
+    per kind and dtype, at the inputs as that dtype holds them: source text for the tests
+    (flat lists; None where the exact value is undefined or not settled at 256 vs 384
+    bits)."""
+    import numpy as np
+
+    from symgrad.numerics.floats import round_to
+    from symgrad.tensor.exact import exact_values, sample_inputs
+    from symgrad.tensor.plan import derive_tensor
+
+    d = derive_tensor(fn)
+    diff = [i for i in fn.inputs if i.gets_gradient]
+    refs = []
+    for kind in REFERENCE_KINDS:
+        raw = sample_inputs(fn, kind, 0, small=True)
+        for dtype, npt in (("float64", np.float64), ("float32", np.float32)):
+            held = {
+                k: v.astype(npt).astype(np.float64)
+                if isinstance(v, np.ndarray) and v.dtype.kind == "f"
+                else v
+                for k, v in raw.items()
+            }
+            out_shape = _out_shape(fn, held)
+            rng = np.random.default_rng(7)
+            upstream = rng.standard_normal(out_shape).astype(npt).astype(np.float64)
+            gg = [rng.standard_normal(held[i.name].shape) for i in diff]
+            low = exact_values(fn, d, held, upstream, gg, 256)
+            high = exact_values(fn, d, held, upstream, gg, 384)
+            if low is None or high is None:
+                continue
+
+            def settled(label, low=low, high=high, dtype=dtype):
+                values = []
+                for a, b in zip(low[label].flat, high[label].flat):
+                    ok = a is not None and b is not None and round_to(a, "float64") == (
+                        round_to(b, "float64")
+                    )
+                    values.append(_shortest(round_to(a, dtype), dtype) if ok else "None")
+                return "[" + ", ".join(values) + "]"
+
+            def flat(v, dtype=dtype):
+                return "[" + ", ".join(_shortest(float(x), dtype) for x in np.asarray(v).flat) + "]"
+
+            refs.append(
+                {
+                    "kind": kind,
+                    "dtype": dtype,
+                    "inputs": {
+                        k: flat(v) if v.dtype.kind == "f" else flat(v, "float64")
+                        for k, v in held.items()
+                        if isinstance(v, np.ndarray)
+                    },
+                    "shapes": {
+                        k: str(tuple(v.shape)) for k, v in held.items() if isinstance(v, np.ndarray)
+                    },
+                    "upstream": flat(upstream),
+                    "exact": {
+                        label: settled(label)
+                        for label in ["out", *(f"grad_{i.name}" for i in diff)]
+                    },
+                }
+            )
+    return refs
+
+
+def _shortest(value: float, dtype: str) -> str:
+    """The shortest decimal that is ``value`` in ``dtype`` (float32: '0.1', not
+    '0.10000000149011612')."""
+    import numpy as np
+
+    if dtype == "float32" and math.isfinite(value):
+        return str(np.float32(value))
+    return literal(value)
+
+
+def _out_shape(fn, held) -> tuple[int, ...]:
+    sizes = {}
+    for inp in fn.inputs:
+        if inp.shape:
+            for axis, n in zip(inp.shape, held[inp.name].shape):
+                sizes[axis] = n
+    return tuple(sizes[a] for a in fn.outputs[0].shape)

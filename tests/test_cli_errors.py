@@ -74,12 +74,14 @@ def test_an_undeclared_name_says_declare_it_under_inputs(tmp_path):
         ("x.sum()", "only plain function names can be called"),
     ],
 )
-def test_tensor_syntax_says_elementwise_only_for_now(tmp_path, formula, said):
+def test_tensor_syntax_in_an_elementwise_formula_points_to_tensor_expressions(
+    tmp_path, formula, said
+):
     spec = f"module: t\nfunctions:\n  f:\n    inputs: {{x: {{}}}}\n    output: {formula}\n"
     (tmp_path / "s.yaml").write_text(spec)
     out = run("check", "s.yaml", cwd=tmp_path).output
-    assert said in out and "elementwise functions only for now" in out
-    assert "shape" not in out  # no circle between shape: and "remove shape:"
+    assert said in out and "are tensor expressions: give the inputs a shape" in out
+    assert "x[n, k]" in out and "Tensor expressions" in out
 
 
 def test_a_shaped_input_of_an_elementwise_formula_points_to_tensor_expressions(tmp_path):

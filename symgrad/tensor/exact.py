@@ -20,10 +20,12 @@ from symgrad.spec import Function
 KINDS = ("random", "large", "offset", "constant", "logits")
 
 
-def sample_inputs(fn: Function, kind: str, seed: int) -> dict[str, np.ndarray | float]:
+def sample_inputs(
+    fn: Function, kind: str, seed: int, small: bool = False
+) -> dict[str, np.ndarray | float]:
     """The inputs of ``fn`` of one ``kind`` (see :data:`KINDS`), float64 or integer arrays
-    (each named axis of size 3 to 5, batch axes '...' one axis of 2) and the scalars'
-    defaults."""
+    (each named axis of size 3 to 5, or 2 to 3 where ``small``; batch axes '...' one axis
+    of 2) and the scalars' defaults."""
     rng = np.random.default_rng(seed)
     sizes: dict[str, int] = {}
     values: dict[str, np.ndarray | float] = {}
@@ -36,7 +38,8 @@ def sample_inputs(fn: Function, kind: str, seed: int) -> dict[str, np.ndarray | 
             if axis == "...":
                 shape.append(2)
             else:
-                shape.append(sizes.setdefault(axis, 3 + len(sizes) % 3))
+                size = 2 + len(sizes) % 2 if small else 3 + len(sizes) % 3
+                shape.append(sizes.setdefault(axis, size))
         shape = tuple(shape)
         if dict(inp.assumptions).get("integer"):
             values[inp.name] = rng.integers(0, 3, shape)
