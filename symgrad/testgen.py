@@ -218,8 +218,10 @@ def tensor_references(fn) -> list[dict]:
             def settled(label, low=low, high=high, dtype=dtype):
                 values = []
                 for a, b in zip(low[label].flat, high[label].flat):
-                    ok = a is not None and b is not None and round_to(a, "float64") == (
-                        round_to(b, "float64")
+                    ok = (
+                        a is not None
+                        and b is not None
+                        and round_to(a, "float64") == (round_to(b, "float64"))
                     )
                     values.append(_shortest(round_to(a, dtype), dtype) if ok else "None")
                 return "[" + ", ".join(values) + "]"
