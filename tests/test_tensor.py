@@ -353,3 +353,29 @@ def test_accuracy_of_tensor_functions_against_exact_values(tmp_path):
         assert sum(r.naive_nonfinite for r in rows if r.function == "ce") > 0
         ln = {r.quantity: r for r in rows if r.function == "ln1"}
         assert ln["out"].symgrad_mean_bits < ln["out"].naive_mean_bits  # two-pass
+
+
+def test_max_and_min_split_ties_like_amax(tmp_path):
+    torch = pytest.importorskip("torch")
+    from symgrad.generate import generate
+    from symgrad.load import imported
+
+    spec = spec_of(
+        tmp_path,
+        """
+        spread:
+          inputs: {x: {shape: [n, k]}}
+          output: {shape: [n], expr: "max(x[n, k], k) - min(x[n, j], j)"}
+        """,
+    )
+    (file,) = generate(spec, targets=("torch",), tests=False)
+    with imported(file.name, file.text) as (module, _):
+        x = torch.tensor([[1.0, 3.0, 3.0, 0.0], [2.0, 2.0, 2.0, 2.0]], dtype=torch.float64)
+        mine = x.clone().requires_grad_()
+        (g,) = torch.autograd.grad(module.spread(mine).sum(), mine)
+        theirs = x.clone().requires_grad_()
+        (want,) = torch.autograd.grad((theirs.amax(1) - theirs.amin(1)).sum(), theirs)
+        assert g.tolist() == want.tolist() == [[0.0, 0.5, 0.5, -1.0], [0.0, 0.0, 0.0, 0.0]]
+        assert torch.autograd.gradcheck(
+            module.spread, (torch.rand(3, 4, dtype=torch.float64, requires_grad=True),)
+        )
