@@ -697,7 +697,7 @@ def _softmax_cross_entropy_backward(logits, target, grad, need_logits):
         t9 = tf.nn.softmax(logits, axis=-1)
         t10 = tf.reduce_sum(t8, axis=-1)
         t11 = -t10
-        grad_logits = t11[:, None] * t9 + t8
+        grad_logits = t8 + t11[:, None] * t9
     return (grad_logits,)
 
 
@@ -789,7 +789,7 @@ def _softmax_cross_entropy_grad(logits, target, grad):
 
 
 def _bce_logits_mean_forward(z, y):
-    t2 = -y * z + tf.math.softplus(z)
+    t2 = tf.math.softplus(z) - y * z
     t3 = tf.reduce_sum(t2, axis=[-2, -1])
     return t3 / (z.shape[-1] * z.shape[-2])
 
@@ -798,7 +798,7 @@ def _bce_logits_mean_backward(z, y, grad, need_z):
     grad_z = None
     if need_z:
         t6 = grad / (z.shape[-1] * z.shape[-2])
-        grad_z = t6 * (-y + tf.math.sigmoid(z))
+        grad_z = t6 * (tf.math.sigmoid(z) - y)
     return (grad_z,)
 
 
@@ -807,7 +807,7 @@ def _bce_logits_mean_backward_backward(z, y, grad, gg_z, need_z_bar, need_grad_b
     if gg_z is not None and need_z_bar:
         t6 = grad / (z.shape[-1] * z.shape[-2])
     if gg_z is not None and need_grad_bar:
-        t14 = gg_z * (-y + tf.math.sigmoid(z))
+        t14 = gg_z * (tf.math.sigmoid(z) - y)
         t15 = tf.reduce_sum(t14, axis=[-2, -1])
     if gg_z is not None and need_z_bar:
         z_bar = gg_z * t6 * tf.math.sigmoid(-z) * tf.math.sigmoid(z)
@@ -923,9 +923,9 @@ def _layer_norm_backward_backward(
         t32 = 2 * t29
         t33 = -t32 / (2 * x.shape[-1] * (eps + t5 / x.shape[-1]) ** (1.5))
     if gg_x is not None and need_x_bar:
-        t35 = -t31 / (
-            2 * x.shape[-1] * (eps + t5 / x.shape[-1]) ** (1.5)
-        ) + 3 * t10 * t32 / (4 * x.shape[-1] ** 2 * (eps + t5 / x.shape[-1]) ** (2.5))
+        t35 = 3 * t10 * t32 / (
+            4 * x.shape[-1] ** 2 * (eps + t5 / x.shape[-1]) ** (2.5)
+        ) - t31 / (2 * x.shape[-1] * (eps + t5 / x.shape[-1]) ** (1.5))
         t36 = 2 * t35
         t37 = grad * t33[..., None] + t12[..., None] * t27 + t3 * t36[..., None]
         t38 = tf.reduce_sum(t37, axis=-1)
@@ -1067,9 +1067,9 @@ def _rms_norm_backward_backward(
         )
     if gg_x is not None and need_x_bar:
         t29 = tf.einsum("d,...d->...", g, t27)
-        t30 = -t29 / (
-            2 * x.shape[-1] * (eps + t3 / x.shape[-1]) ** (1.5)
-        ) + 3 * t10 * t22 / (4 * x.shape[-1] ** 2 * (eps + t3 / x.shape[-1]) ** (2.5))
+        t30 = 3 * t10 * t22 / (
+            4 * x.shape[-1] ** 2 * (eps + t3 / x.shape[-1]) ** (2.5)
+        ) - t29 / (2 * x.shape[-1] * (eps + t3 / x.shape[-1]) ** (1.5))
         t31 = 2 * t30
     if gg_g is not None and need_x_bar:
         t35 = tf.einsum("...d,d->...", t7, gg_g)
@@ -1205,9 +1205,9 @@ def _layer_norm_one_pass_backward_backward(
         t32 = 2 * t29
         t33 = -t32 / (2 * x.shape[-1] * (eps + t5 / x.shape[-1]) ** (1.5))
     if gg_x is not None and need_x_bar:
-        t35 = -t31 / (
-            2 * x.shape[-1] * (eps + t5 / x.shape[-1]) ** (1.5)
-        ) + 3 * t10 * t32 / (4 * x.shape[-1] ** 2 * (eps + t5 / x.shape[-1]) ** (2.5))
+        t35 = 3 * t10 * t32 / (
+            4 * x.shape[-1] ** 2 * (eps + t5 / x.shape[-1]) ** (2.5)
+        ) - t31 / (2 * x.shape[-1] * (eps + t5 / x.shape[-1]) ** (1.5))
         t36 = 2 * t35
         t37 = grad * t33[..., None] + t12[..., None] * t27 + t3 * t36[..., None]
         t38 = tf.reduce_sum(t37, axis=-1)
@@ -2021,7 +2021,7 @@ def _l2_normalize_backward_backward(x, t2, grad, gg_x, need_x_bar, need_grad_bar
         t21 = 2 * t20
         t22 = -t21 / (2 * t2 ** (1.5))
     if gg_x is not None and need_x_bar:
-        t24 = -t18 / (2 * t2 ** (1.5)) + 3 * t21 * t7 / (4 * t2 ** (2.5))
+        t24 = 3 * t21 * t7 / (4 * t2 ** (2.5)) - t18 / (2 * t2 ** (1.5))
         t25 = 2 * t24
         x_bar = gg_x * t9[..., None] + grad * t22[..., None] + t25[..., None] * x
     if gg_x is not None and need_grad_bar:
@@ -2083,7 +2083,7 @@ def _l2_normalize_grad(x, t2, grad):
 def _cross_entropy_class_index_forward(logits, label):
     t1 = tf.reduce_logsumexp(logits, axis=-1)
     t3 = tf.gather(logits, label, axis=-1, batch_dims=label.shape.rank)
-    t4 = -t1 + t3
+    t4 = t3 - t1
     t5 = tf.reduce_sum(t4, axis=-1)
     return -t5 / logits.shape[-2]
 
@@ -2121,7 +2121,7 @@ def _cross_entropy_class_index_backward_backward(
         t25 = t11 * t24
         t26 = tf.reduce_sum(t25, axis=-1)
     if gg_logits is not None and need_grad_bar:
-        t27 = -t22 + t23
+        t27 = t23 - t22
     if gg_logits is not None and need_logits_bar:
         t30 = -t26
         logits_bar = t11 * (t24 + t30[:, None])
@@ -2488,7 +2488,7 @@ def _conv1x1_bn_backward_backward(
     if gg_x is not None and need_x_bar:
         x_bar = tf.einsum("nhwc->nchw", t53 + t56)
     if gg_x is not None and need_wt_bar:
-        wt_bar = t19[:, None] * t36 + t21 * t55[:, None] + t38 + t54
+        wt_bar = t38 + t54 + t19[:, None] * t36 + t21 * t55[:, None]
     if gg_x is not None and need_grad_bar:
         grad_bar = t41 * t8[:, None, None] + t47[:, None, None] * t5
     if gg_wt is not None and need_x_bar:
@@ -2499,9 +2499,9 @@ def _conv1x1_bn_backward_backward(
         )
     if gg_wt is not None and need_wt_bar:
         wt_bar = (
-            t21 * t79[:, None] + t78
+            t78 + t21 * t79[:, None]
             if wt_bar is None
-            else wt_bar + t21 * t79[:, None] + t78
+            else wt_bar + t78 + t21 * t79[:, None]
         )
     if gg_wt is not None and need_grad_bar:
         grad_bar = (

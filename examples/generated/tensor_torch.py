@@ -1158,7 +1158,7 @@ def _softmax_cross_entropy_backward(logits, target, grad, need_logits):
         t9 = torch.softmax(logits, -1)
         t10 = t8.sum(-1)
         t11 = -t10
-        grad_logits = t11[:, None] * t9 + t8
+        grad_logits = t8 + t11[:, None] * t9
     return (grad_logits,)
 
 
@@ -1298,7 +1298,7 @@ def softmax_cross_entropy(logits: torch.Tensor, target: torch.Tensor) -> torch.T
 
 
 def _bce_logits_mean_forward(z, y):
-    t2 = -y * z + torch.nn.functional.softplus(z, threshold=40.0)
+    t2 = torch.nn.functional.softplus(z, threshold=40.0) - y * z
     t3 = t2.sum((-2, -1))
     return t3 / (z.shape[-1] * z.shape[-2])
 
@@ -1307,12 +1307,12 @@ def _bce_logits_mean_backward(z, y, grad, need_z):
     grad_z = None
     if need_z:
         t6 = grad / (z.shape[-1] * z.shape[-2])
-        grad_z = t6 * (-y + torch.sigmoid(z))
+        grad_z = t6 * (torch.sigmoid(z) - y)
     return (grad_z,)
 
 
 def _bce_logits_mean_jvp(z, y, z_t):
-    t10 = z_t * (-y + torch.sigmoid(z))
+    t10 = z_t * (torch.sigmoid(z) - y)
     t11 = t10.sum((-2, -1))
     return t11 / (z.shape[-1] * z.shape[-2])
 
@@ -1322,7 +1322,7 @@ def _bce_logits_mean_backward_backward(z, y, grad, gg_z, need_z_bar, need_grad_b
     if gg_z is not None and need_z_bar:
         t6 = grad / (z.shape[-1] * z.shape[-2])
     if gg_z is not None and need_grad_bar:
-        t14 = gg_z * (-y + torch.sigmoid(z))
+        t14 = gg_z * (torch.sigmoid(z) - y)
         t15 = t14.sum((-2, -1))
     if gg_z is not None and need_z_bar:
         z_bar = gg_z * t6 * torch.sigmoid(-z) * torch.sigmoid(z)
@@ -1491,9 +1491,9 @@ def _layer_norm_backward_backward(
         t32 = 2 * t29
         t33 = -0.5 * t32 / (x.shape[-1] * (eps + t5 / x.shape[-1]) ** (1.5))
     if gg_x is not None and need_x_bar:
-        t35 = -0.5 * t31 / (x.shape[-1] * (eps + t5 / x.shape[-1]) ** (1.5)) + 0.75 * (
+        t35 = 0.75 * (
             t10 * t32 / (x.shape[-1] ** 2 * (eps + t5 / x.shape[-1]) ** (2.5))
-        )
+        ) - t31 / (2 * x.shape[-1] * (eps + t5 / x.shape[-1]) ** (1.5))
         t36 = 2 * t35
         t37 = grad * t33[..., None] + t12[..., None] * t27 + t3 * t36[..., None]
         t38 = t37.sum(-1)
@@ -1636,10 +1636,10 @@ def _rms_norm_jvp(x, g, eps, x_t, g_t):
     t16 = x * x_t
     t17 = t16.sum(-1)
     return t4 * x_t + x * (
-        -g
+        g_t / torch.sqrt(eps + t3[..., None] / x.shape[-1])
+        - g
         * t17[..., None]
         / (x.shape[-1] * (eps + t3[..., None] / x.shape[-1]) ** (1.5))
-        + g_t / torch.sqrt(eps + t3[..., None] / x.shape[-1])
     )
 
 
@@ -1684,9 +1684,9 @@ def _rms_norm_backward_backward(
         t28 = torch.einsum("...,...d->d", t8, t27)
     if gg_x is not None and need_x_bar:
         t29 = torch.einsum("d,...d->...", g, t27)
-        t30 = -0.5 * t29 / (x.shape[-1] * (eps + t3 / x.shape[-1]) ** (1.5)) + 0.75 * (
+        t30 = 0.75 * (
             t10 * t22 / (x.shape[-1] ** 2 * (eps + t3 / x.shape[-1]) ** (2.5))
-        )
+        ) - t29 / (2 * x.shape[-1] * (eps + t3 / x.shape[-1]) ** (1.5))
         t31 = 2 * t30
     if gg_g is not None and need_x_bar:
         t35 = torch.einsum("...d,d->...", t7, gg_g)
@@ -1888,9 +1888,9 @@ def _layer_norm_one_pass_backward_backward(
         t32 = 2 * t29
         t33 = -0.5 * t32 / (x.shape[-1] * (eps + t5 / x.shape[-1]) ** (1.5))
     if gg_x is not None and need_x_bar:
-        t35 = -0.5 * t31 / (x.shape[-1] * (eps + t5 / x.shape[-1]) ** (1.5)) + 0.75 * (
+        t35 = 0.75 * (
             t10 * t32 / (x.shape[-1] ** 2 * (eps + t5 / x.shape[-1]) ** (2.5))
-        )
+        ) - t31 / (2 * x.shape[-1] * (eps + t5 / x.shape[-1]) ** (1.5))
         t36 = 2 * t35
         t37 = grad * t33[..., None] + t12[..., None] * t27 + t3 * t36[..., None]
         t38 = t37.sum(-1)
@@ -2329,8 +2329,8 @@ def _linear_bn_folded_jvp(
     t27 = torch.einsum("ok,nk->no", w, x_t)
     t28 = torch.einsum("nk,ok->no", x, w_t)
     t29 = gamma_t / torch.sqrt(eps + running_var)
-    t30 = b_t * t9 + beta_t
-    return t29 * (t7 + t8) + t30 + t9 * (t27 + t28)
+    t30 = beta_t + b_t * t9
+    return t30 + t29 * (t7 + t8) + t9 * (t27 + t28)
 
 
 def _linear_bn_folded_backward_backward(
@@ -2707,7 +2707,7 @@ def _attention_jvp(q, k, v, scale, q_t, k_t, v_t):
     t23 = t22.sum(-1)
     t24 = torch.einsum("...st,...td->...sd", t5, v_t)
     t25 = -scale * t23
-    t26 = t5 * (scale * (t20 + t21) + t25[..., None])
+    t26 = t5 * (t25[..., None] + scale * (t20 + t21))
     t27 = torch.einsum("...td,...st->...sd", v, t26)
     return t24 + t27
 
@@ -3020,7 +3020,7 @@ def _l2_normalize_backward_backward(x, t2, grad, gg_x, need_x_bar, need_grad_bar
         t21 = 2 * t20
         t22 = -0.5 * t21 / t2 ** (1.5)
     if gg_x is not None and need_x_bar:
-        t24 = -0.5 * t18 / t2 ** (1.5) + 0.75 * (t21 * t7 / t2 ** (2.5))
+        t24 = 0.75 * (t21 * t7 / t2 ** (2.5)) - t18 / (2 * t2 ** (1.5))
         t25 = 2 * t24
         x_bar = gg_x * t9[..., None] + grad * t22[..., None] + t25[..., None] * x
     if gg_x is not None and need_grad_bar:
@@ -3122,7 +3122,7 @@ def l2_normalize(x: torch.Tensor) -> torch.Tensor:
 def _cross_entropy_class_index_forward(logits, label):
     t1 = torch.logsumexp(logits, -1)
     t3 = logits.gather(-1, label.unsqueeze(-1)).squeeze(-1)
-    t4 = -t1 + t3
+    t4 = t3 - t1
     t5 = t4.sum(-1)
     return -t5 / logits.shape[-2]
 
@@ -3144,7 +3144,7 @@ def _cross_entropy_class_index_jvp(logits, label, logits_t):
     t14 = logits_t * t11
     t15 = t14.sum(-1)
     t16 = logits_t.gather(-1, label.unsqueeze(-1)).squeeze(-1)
-    t17 = -t15 + t16
+    t17 = t16 - t15
     t18 = t17.sum(-1)
     return -t18 / logits.shape[-2]
 
@@ -3171,7 +3171,7 @@ def _cross_entropy_class_index_backward_backward(
         t25 = t11 * t24
         t26 = t25.sum(-1)
     if gg_logits is not None and need_grad_bar:
-        t27 = -t22 + t23
+        t27 = t23 - t22
     if gg_logits is not None and need_logits_bar:
         t30 = -t26
         logits_bar = t11 * (t24 + t30[:, None])
@@ -3607,7 +3607,7 @@ def _conv1x1_bn_backward_backward(
     if gg_x is not None and need_x_bar:
         x_bar = torch.einsum("nhwc->nchw", t53 + t56)
     if gg_x is not None and need_wt_bar:
-        wt_bar = t19[:, None] * t36 + t21 * t55[:, None] + t38 + t54
+        wt_bar = t38 + t54 + t19[:, None] * t36 + t21 * t55[:, None]
     if gg_x is not None and need_grad_bar:
         grad_bar = t41 * t8[:, None, None] + t47[:, None, None] * t5
     if gg_wt is not None and need_x_bar:
@@ -3618,9 +3618,9 @@ def _conv1x1_bn_backward_backward(
         )
     if gg_wt is not None and need_wt_bar:
         wt_bar = (
-            t21 * t79[:, None] + t78
+            t78 + t21 * t79[:, None]
             if wt_bar is None
-            else wt_bar + t21 * t79[:, None] + t78
+            else wt_bar + t78 + t21 * t79[:, None]
         )
     if gg_wt is not None and need_grad_bar:
         grad_bar = (

@@ -27,6 +27,19 @@ def _dividing(printer_cls: type) -> type:
     autograd's step-by-step chain rule does."""
 
     class Printer(printer_cls):
+        def _print_Add(self, expr, order=None):
+            # positive terms first: `a - b` is one subtraction, `-b + a` a negation too
+            terms = sorted(expr.args, key=lambda t: t.could_extract_minus_sign())
+            if not terms[0].could_extract_minus_sign() and len(terms) > 1:
+                text = self.parenthesize(terms[0], PRECEDENCE["Add"])
+                for term in terms[1:]:
+                    if term.could_extract_minus_sign():
+                        text += " - " + self.parenthesize(-term, PRECEDENCE["Add"], strict=True)
+                    else:
+                        text += " + " + self.parenthesize(term, PRECEDENCE["Add"])
+                return text
+            return super()._print_Add(expr, order)
+
         def _print_Mul(self, expr):
             coeff, factors = expr.as_coeff_mul()
             den = [
