@@ -32,8 +32,8 @@ DEVICES = [
 # below tiny/eps (1e-292 in float64, 1e-31 in float32) may pass through subnormal numbers
 # (torch.sigmoid(-710) is 0, not 4.5e-309): there an absolute error of that size is allowed.
 BENIGN_RTOL = 1e-9
-DOUBLE = torch.float64
 EXTREME_RTOL = {torch.float64: 1e-6, torch.float32: 1e-3}
+DOUBLE = torch.float64
 ATOL = {
     t: torch.finfo(t).tiny / torch.finfo(t).eps for t in (torch.float64, torch.float32)
 }

@@ -7,14 +7,12 @@ Do not edit: change the spec and run `symgrad gen`.
 
 from __future__ import annotations
 
-import contextlib
 import math
 
 import pytest
 import tensor_torch as generated
 import torch
 from torch.autograd import gradcheck, gradgradcheck
-from torch.utils._python_dispatch import TorchDispatchMode
 
 DEVICES = [
     "cpu",
@@ -25,207 +23,11 @@ DEVICES = [
         ),
     ),
 ]
-# Benign points: float64 results within 1e-9 of the exact value (a few hundred ulps of slack
-# for the libm/SLEEF functions torch calls). Extreme points: finite wherever the exact value
-# is finite in the dtype, and within 1e-6 (float64) / 1e-3 (float32) of it, which catches
-# overflow, NaN and catastrophic cancellation while allowing ill-conditioned ends. Values
-# below tiny/eps (1e-292 in float64, 1e-31 in float32) may pass through subnormal numbers
-# (torch.sigmoid(-710) is 0, not 4.5e-309): there an absolute error of that size is allowed.
-BENIGN_RTOL = 1e-9
 DOUBLE = torch.float64
-EXTREME_RTOL = {torch.float64: 1e-6, torch.float32: 1e-3}
+# Values below tiny/eps may pass through subnormal numbers: that much absolute slack.
 ATOL = {
     t: torch.finfo(t).tiny / torch.finfo(t).eps for t in (torch.float64, torch.float32)
 }
-
-
-def _outputs(result):
-    return result if isinstance(result, tuple) else (result,)
-
-
-def _assert_matches(actual, expected, dtype, rtol, what):
-    """``actual`` is finite wherever the exact value is finite in ``dtype``, and close to it."""
-    if actual is None:
-        actual = torch.zeros(len(expected), dtype=torch.float64)
-    actual = actual.detach().to("cpu", torch.float64).reshape(-1)
-    for k, exact in enumerate(expected):
-        if exact is None:
-            continue  # undefined there (e.g. log of 0): nothing to compare
-        rounded = torch.tensor(exact, dtype=torch.float64).to(dtype).double().item()
-        got = actual[k].item()
-        if math.isinf(
-            rounded
-        ):  # the exact value overflows this dtype: so must the result
-            assert got == rounded, (
-                f"{what}[{k}]: got {got!r}, exact {exact!r} (overflows)"
-            )
-            continue
-        assert math.isfinite(got), f"{what}[{k}]: got {got}, exact {exact!r}"
-        assert abs(got - rounded) <= rtol * abs(rounded) + ATOL[dtype], (
-            f"{what}[{k}]: got {got!r}, exact {exact!r}"
-        )
-
-
-def _check_cases(
-    fn,
-    cases,
-    tensors,
-    output_names,
-    differentiable,
-    diff,
-    scalars,
-    order,
-    dtype,
-    device,
-    rtol,
-):
-    """Values, gradients and second derivatives at the points of ``cases`` vs exact values.
-
-    ``differentiable``: the outputs of a differentiable input; each must require grad (an output
-    detached by mistake fails here), the others must not.
-    """
-    inputs = [
-        torch.tensor(
-            cases["inputs"][n], dtype=dtype, device=device, requires_grad=n in diff
-        )
-        for n in tensors
-    ]
-    outputs = _outputs(fn(*inputs, **scalars))
-    assert len(outputs) == len(output_names), (
-        f"{len(outputs)} outputs, not {len(output_names)}"
-    )
-    for out_name, out in zip(output_names, outputs):
-        assert out.requires_grad == (bool(diff) and out_name in differentiable), (
-            f"output {out_name}: requires_grad is {out.requires_grad}"
-        )
-    for k, out in enumerate(outputs):
-        _assert_matches(out, cases["outputs"][k], dtype, rtol, f"output {k}")
-    # Derivatives are checked where every output is finite in this dtype: beside an
-    # overflowing output its derivatives are meaningless (and overflow themselves).
-    keep = [
-        all(
-            v is not None
-            and math.isfinite(torch.tensor(v, dtype=torch.float64).to(dtype).item())
-            for v in point
-        )
-        for point in zip(*cases["outputs"])
-    ]
-    if not diff or not any(keep):
-        return
-    inputs = [
-        torch.tensor(
-            [v for v, k in zip(cases["inputs"][n], keep) if k],
-            dtype=dtype,
-            device=device,
-            requires_grad=n in diff,
-        )
-        for n in tensors
-    ]
-    cases = {
-        kind: {n: [v for v, k in zip(col, keep) if k] for n, col in cases[kind].items()}
-        for kind in ("grads", "second")
-    }
-    outputs = _outputs(fn(*inputs, **scalars))
-    wrt = [x for n, x in zip(tensors, inputs) if n in diff]
-    for out_name, out in zip(output_names, outputs):
-        if not out.requires_grad:
-            continue  # not differentiable: mark_non_differentiable (checked above)
-        grads = torch.autograd.grad(
-            out.sum(),
-            wrt,
-            create_graph=order >= 2,
-            retain_graph=True,
-            allow_unused=True,
-        )
-        for name, x, g in zip(diff, wrt, grads):
-            key = f"{out_name}:{name}"
-            _assert_matches(g, cases["grads"][key], dtype, rtol, f"d {key}")
-            if order >= 2:
-                h = None
-                if g is not None and g.requires_grad:
-                    (h,) = torch.autograd.grad(
-                        g.sum(), x, retain_graph=True, allow_unused=True
-                    )
-                _assert_matches(h, cases["second"][key], dtype, rtol, f"d2 {key}")
-
-
-#: Ops that copy a number from the host into a tensor, or read a tensor's value on the host.
-_HOST_OPS = {
-    "lift_fresh",
-    "lift_fresh_copy",
-    "_local_scalar_dense",
-    "nonzero",
-    "masked_select",
-}
-
-
-class _HostTransfers(TorchDispatchMode):
-    """Records the ops of ``_HOST_OPS`` that run under it."""
-
-    def __init__(self):
-        super().__init__()
-        self.seen = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func.overloadpacket.__name__ in _HOST_OPS:
-            self.seen.append(str(func))
-        return func(*args, **(kwargs or {}))
-
-
-@contextlib.contextmanager
-def _no_host_transfers(device, watch_ops=True):
-    """Fails if the code under it copies to or from the host: seen as ops on any device,
-    and on CUDA also by its sync debug mode (which raises at a synchronising call)."""
-    mode = _HostTransfers() if watch_ops else contextlib.nullcontext()
-    cuda = torch.device(device).type == "cuda"
-    previous = torch.cuda.get_sync_debug_mode() if cuda else None
-    if cuda:
-        torch.cuda.set_sync_debug_mode("error")
-    try:
-        with mode:
-            yield
-    finally:
-        if cuda:
-            torch.cuda.set_sync_debug_mode(previous)
-    if watch_ops:
-        assert not mode.seen, f"host transfers: {mode.seen}"
-
-
-def _all_orders(fn, inputs, scalars, order):
-    """Forward, backward and (order 2) double backward of ``fn`` at ``inputs``."""
-    outputs = _outputs(fn(*inputs, **scalars))
-    wrt = [x for x in inputs if x.requires_grad]
-    if not wrt or not any(o.requires_grad for o in outputs):
-        return
-    total = torch.stack([o.sum() for o in outputs if o.requires_grad]).sum()
-    torch.autograd.grad(total, wrt, retain_graph=True, allow_unused=True)
-    if order >= 2:
-        grads = torch.autograd.grad(total, wrt, create_graph=True, allow_unused=True)
-        second = [g.sum() for g in grads if g is not None and g.requires_grad]
-        if second:
-            torch.autograd.grad(torch.stack(second).sum(), wrt, allow_unused=True)
-
-
-def _fell_back():
-    """The math functions the fused path sent back to the eager code (a warning only)."""
-    return sorted(fn.__name__ for (fn, _), c in generated._compiled.items() if c is fn)
-
-
-def _ran_compiled(math_fn):
-    """Whether the fused path compiled ``math_fn`` (for some kind of call) and never fell
-    back to the eager code."""
-    compiled = [c for (fn, _), c in generated._compiled.items() if fn is math_fn]
-    return bool(compiled) and all(c is not math_fn for c in compiled)
-
-
-def _random_inputs(domains, shapes, diff, device):
-    gen = torch.Generator().manual_seed(0)
-    return [
-        (torch.rand(shapes[n], generator=gen, dtype=torch.float64) * (hi - lo) + lo)
-        .to(device)
-        .requires_grad_(n in diff)
-        for n, (lo, hi) in domains.items()
-    ]
 
 
 # --- tensor expressions -------------------------------------------------------------------

@@ -186,22 +186,22 @@ class Code:
         module = "torch" if self.framework == "torch" else "tf"
         return f'{module}.einsum("{spec}", {", ".join(operands)})'
 
+    def formula(self, node: Node, expr: sympy.Expr, axes: tuple[str, ...]) -> str:
+        """``expr`` (over ``node``'s operands) printed, its operands viewed against ``axes``."""
+        sizes = {s for s in expr.free_symbols if s in self.tape.formula.sizes}
+        names = {self.tape.symbol(a): self.align(a, axes) for a in node.args}
+        names.update({s: self.size(s) for s in sizes})
+        printer = _PRINTERS[self.framework](scalars=self.scalars | sizes, names=names)
+        return printer.doprint(expr)
+
     # ---------------------------------------------------------------- nodes
     def node(self, node: Node) -> str:
         torch = self.framework == "torch"
-        if node.op == "elem" and self.scatter(node) is not None:
-            return self.scatter(node)
         if node.op == "elem":
-            printer_cls = _PRINTERS[self.framework]
-            sizes = {s for s in node.expr.free_symbols if s in self.tape.formula.sizes}
-            names = {self.tape.symbol(a): self.align(a, node.axes) for a in node.args}
-            names.update({s: self.size(s) for s in sizes})
-            return printer_cls(scalars=self.scalars | sizes, names=names).doprint(node.expr)
+            return self.scatter(node) or self.formula(node, node.expr, node.axes)
         if node.op == "onehot":
             return self.onehot(node)
         (arg, *_) = node.args or (None,)
-        if node.op == "sum" and self.gather(node) is not None:
-            return self.gather(node)
         if node.op == "sum":
             if len(node.args) == 1:
                 a = self.tape.nodes[arg]
@@ -212,7 +212,7 @@ class Code:
                     if torch:
                         return f"{self.var(arg)}.sum({dims})"
                     return f"tf.reduce_sum({self.var(arg)}, axis={dims})"
-            return self.einsum(list(node.args), node.axes)
+            return self.gather(node) or self.einsum(list(node.args), node.axes)
         a = self.tape.nodes[arg]
         dims = self.dims(a, node.over)
         d = self._dims_text(dims)
@@ -260,7 +260,7 @@ class Code:
 
     def gather(self, node: Node) -> str | None:
         """``sum(x * onehot(label), c)`` with c x's last axis: ``x[..., label]``."""
-        if len(node.args) != 2:
+        if node.op != "sum" or len(node.args) != 2:
             return None
         a, b = (self.tape.nodes[n] for n in node.args)
         if a.op == "onehot":
@@ -292,17 +292,8 @@ class Code:
             others = node.expr - term
             if self.tape.axes(others) != set(node.axes):
                 continue
-            printer = _PRINTERS["torch"](scalars=self.scalars, names={})
-            names = {self.tape.symbol(a): self.align(a, node.axes) for a in node.args}
-            small = {self.tape.symbol(a): self.align(a, oh.axes[:-1]) for a in node.args}
-            sizes = {
-                s: self.size(s) for s in node.expr.free_symbols if s in self.tape.formula.sizes
-            }
-            printer.names = {**names, **sizes}
-            printer.scalars = self.scalars | set(sizes)
-            base = printer.doprint(others)
-            printer.names = {**small, **sizes}
-            value = printer.doprint(rest)
+            base = self.formula(node, others, node.axes)
+            value = self.formula(node, rest, oh.axes[:-1])
             label = self.names.get(oh.input, oh.input)
             value = value if value.isidentifier() else f"({value})"
             if self.tape.axes(rest) != set(oh.axes[:-1]):
@@ -315,11 +306,8 @@ class Code:
         """The value of ``out``: its parts in the layout of the tensor it is like."""
         like = self.names.get(out.like, out.like)
         if not out.parts:
-            return (
-                f"torch.zeros_like({like})"
-                if self.framework == "torch"
-                else (f"tf.zeros_like({like})")
-            )
+            module = "torch" if self.framework == "torch" else "tf"
+            return f"{module}.zeros_like({like})"
         layout = out.parts[0][1]
         texts = [self.align(node, layout) for node, layout in out.parts]
         text = " + ".join(texts)
@@ -343,16 +331,8 @@ class Code:
         for name in list(uses):
             if self.tape.nodes[name].op != "onehot":
                 continue
-            consumers = [n for n in uses if name in self.tape.nodes[n].args]
-            if (
-                consumers
-                and all(
-                    self.gather(self.tape.nodes[n]) or self.scatter(self.tape.nodes[n])
-                    for n in consumers
-                    if self.tape.nodes[n].op in ("sum", "elem")
-                )
-                and all(self.tape.nodes[n].op in ("sum", "elem") for n in consumers)
-            ):
+            consumers = [self.tape.nodes[n] for n in uses if name in self.tape.nodes[n].args]
+            if consumers and all(self.gather(c) or self.scatter(c) for c in consumers):
                 del uses[name]
         # a node that only one result reads, and nothing else: written in that result
         readers: dict[str, int] = {}

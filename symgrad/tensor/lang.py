@@ -157,7 +157,6 @@ class _TensorBuilder(_Builder):
         self.lets: dict[str, Let] = {}
         self.formula = formula
         self.env: dict[str, str] = {}  # bound axis (as written) -> its canonical name
-        self.used: set[str] = set()
         self.root: ast.AST = ast.Constant(0)
 
     # -- scanning the AST for axes, before building ---------------------------------
@@ -328,7 +327,6 @@ class _TensorBuilder(_Builder):
         text = inp.name + (f"[{','.join(names)}]" if names else "")
         symbol = sympy.Symbol(text, real=True)
         self.formula.leaves[symbol] = Leaf(inp.name, layout)
-        self.used.update(names)
         return symbol
 
     def _dim_anywhere(self, name: str) -> str | None:
@@ -672,7 +670,6 @@ __all__ = [
     "ELLIPSIS",
     "RLSE",
     "Leaf",
-    "Location",
     "RLogSoftmax",
     "RMax",
     "RMin",
