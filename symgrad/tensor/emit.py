@@ -281,7 +281,7 @@ class Code:
             return None
         for term in node.expr.args:
             factors = sympy.Mul.make_args(term)
-            hot = [f for f in factors if self.tape._is_onehot(f)]
+            hot = [f for f in factors if self.tape.is_onehot(f)]
             if len(hot) != 1:
                 continue
             oh = self.tape.nodes[hot[0].name]

@@ -72,8 +72,7 @@ class Tape:
         """A node's symbol: real, and nonnegative where the node is (a sum of squares, a
         softmax), so that SymPy writes sqrt(v)/v as 1/sqrt(v): v*sqrt(v)**2 overflows
         float32 where the variance is 1e19, 1/sqrt(v) does not."""
-        node = self.nodes.get(name)
-        if node is not None and name in self._nonnegative:
+        if name in self._nonnegative:
             return sympy.Symbol(name, real=True, nonnegative=True)
         return sympy.Symbol(name, real=True)
 
@@ -124,7 +123,7 @@ class Tape:
     def leaf(self, input: str, layout: tuple[str, ...]) -> sympy.Symbol:
         return self._add("leaf", layout, input=input)
 
-    def _is_onehot(self, expr: sympy.Expr) -> bool:
+    def is_onehot(self, expr: sympy.Expr) -> bool:
         node = self.nodes.get(getattr(expr, "name", None))
         return node is not None and node.op == "onehot"
 
@@ -178,7 +177,7 @@ class Tape:
             axes = self.axes(factor)
             if not axes & present:
                 outside.append(factor)
-            elif self._is_onehot(factor):  # its own operand: a gather, not a product
+            elif self.is_onehot(factor):  # its own operand: a gather, not a product
                 groups[factor] = [factor]
             else:
                 groups.setdefault(axes, []).append(factor)
