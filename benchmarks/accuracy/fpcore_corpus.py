@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import itertools
 import math
 import re
 import subprocess
@@ -79,17 +80,46 @@ class Unsupported(Exception):
 
 
 _UNARY = {
-    "sqrt": "sqrt", "exp": "exp", "log": "log", "sin": "sin", "cos": "cos", "tan": "tan",
-    "asin": "asin", "acos": "acos", "atan": "atan", "sinh": "sinh", "cosh": "cosh",
-    "tanh": "tanh", "asinh": "asinh", "acosh": "acosh", "atanh": "atanh", "fabs": "Abs",
-    "expm1": "expm1", "log1p": "log1p", "erf": "erf", "erfc": "erfc", "lgamma": "loggamma",
-    "tgamma": "gamma", "log2": "log2",
-}  # fmt: skip
+    "sqrt": "sqrt",
+    "exp": "exp",
+    "log": "log",
+    "sin": "sin",
+    "cos": "cos",
+    "tan": "tan",
+    "asin": "asin",
+    "acos": "acos",
+    "atan": "atan",
+    "sinh": "sinh",
+    "cosh": "cosh",
+    "tanh": "tanh",
+    "asinh": "asinh",
+    "acosh": "acosh",
+    "atanh": "atanh",
+    "fabs": "Abs",
+    "expm1": "expm1",
+    "log1p": "log1p",
+    "erf": "erf",
+    "erfc": "erfc",
+    "lgamma": "loggamma",
+    "tgamma": "gamma",
+    "log2": "log2",
+}
 _BINARY = {"atan2": "atan2", "hypot": "hypot", "fmax": "Max", "fmin": "Min"}
-_CONSTANTS = {"PI": "pi", "E": "E", "PI_2": "(pi/2)", "PI_4": "(pi/4)", "M_1_PI": "(1/pi)",
-              "M_2_PI": "(2/pi)", "SQRT2": "sqrt(2)", "SQRT1_2": "sqrt(1/2)",
-              "LN2": "log(2)", "LN10": "log(10)", "LOG2E": "(1/log(2))",
-              "LOG10E": "(1/log(10))", "M_2_SQRTPI": "(2/sqrt(pi))"}  # fmt: skip
+_CONSTANTS = {
+    "PI": "pi",
+    "E": "E",
+    "PI_2": "(pi/2)",
+    "PI_4": "(pi/4)",
+    "M_1_PI": "(1/pi)",
+    "M_2_PI": "(2/pi)",
+    "SQRT2": "sqrt(2)",
+    "SQRT1_2": "sqrt(1/2)",
+    "LN2": "log(2)",
+    "LN10": "log(10)",
+    "LOG2E": "(1/log(2))",
+    "LOG10E": "(1/log(10))",
+    "M_2_SQRTPI": "(2/sqrt(pi))",
+}
 _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 _RATIONAL = re.compile(r"[+-]?\d+/\d+$")
 
@@ -173,7 +203,7 @@ def bounds(pre, args: list[str]) -> dict[str, list[float]]:
         if p[0] not in ("<", "<=", ">", ">="):
             return
         terms = p[1:] if p[0] in ("<", "<=") else p[1:][::-1]  # ascending chain
-        for lo, hi in zip(terms, terms[1:], strict=False):
+        for lo, hi in itertools.pairwise(terms):
             lo, hi = _strip(lo), _strip(hi)
             if isinstance(hi, str) and hi in out and (v := _number(lo)) is not None:
                 out[hi][0] = max(out[hi][0], v)
@@ -199,9 +229,33 @@ class Formula:
 
 
 _SAFE = re.compile(r"[^A-Za-z0-9_]")
-_TAKEN = {"E", "I", "N", "S", "O", "Q", "pi", "gamma", "beta", "lambda", "grad", "ctx", "out",
-          "torch", "tf", "math", "self", "inputs", "output", "where", "sign", "erf", "exp",
-          "log", "e"}  # fmt: skip
+_TAKEN = {
+    "E",
+    "I",
+    "N",
+    "S",
+    "O",
+    "Q",
+    "pi",
+    "gamma",
+    "beta",
+    "lambda",
+    "grad",
+    "ctx",
+    "out",
+    "torch",
+    "tf",
+    "math",
+    "self",
+    "inputs",
+    "output",
+    "where",
+    "sign",
+    "erf",
+    "exp",
+    "log",
+    "e",
+}
 
 
 def input_name(arg: str, taken: set[str]) -> str:
@@ -261,11 +315,15 @@ def read_fpcores(path: Path, source: str) -> tuple[list[Formula], dict[str, int]
         dom = bounds(pre, args) if pre is not None else {a: [-math.inf, math.inf] for a in args}
         found.append(
             Formula(
-                source=source, fpname=fpname, args=args, names=names, formula=formula,
+                source=source,
+                fpname=fpname,
+                args=args,
+                names=names,
+                formula=formula,
                 pre=show(pre) if pre is not None else None,
                 domains={n: dom[a] for a, n in zip(args, names, strict=True)},
             )
-        )  # fmt: skip
+        )
     return found, skipped
 
 
@@ -350,8 +408,9 @@ def _commit(repo: Path) -> str:
     git = ["git", "-C", str(repo)]
     if (repo / "HEAD").exists() and not (repo / ".git").exists():
         git = ["git", f"--git-dir={repo}"]
-    return subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True,
-                          check=True).stdout.strip()  # fmt: skip
+    return subprocess.run(
+        [*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
 def _files(repo: Path, pattern: str) -> list[tuple[str, str]]:
@@ -359,12 +418,17 @@ def _files(repo: Path, pattern: str) -> list[tuple[str, str]]:
     if (repo / ".git").exists() or not (repo / "HEAD").exists():
         return [(str(p.relative_to(repo)), p.read_text()) for p in sorted(repo.glob(pattern))]
     git = ["git", f"--git-dir={repo}"]
-    listing = subprocess.run([*git, "ls-tree", "-r", "--name-only", "HEAD"], capture_output=True,
-                             text=True, check=True).stdout.split()  # fmt: skip
+    listing = subprocess.run(
+        [*git, "ls-tree", "-r", "--name-only", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.split()
     paths = sorted(p for p in listing if Path(p).match(pattern))
     return [
-        (p, subprocess.run([*git, "show", f"HEAD:{p}"], capture_output=True, text=True,
-                           check=True).stdout)  # fmt: skip
+        (
+            p,
+            subprocess.run(
+                [*git, "show", f"HEAD:{p}"], capture_output=True, text=True, check=True
+            ).stdout,
+        )
         for p in paths
     ]
 
@@ -404,8 +468,10 @@ def main(fpbench: Path, herbie: Path) -> None:
         halves[half].append(f)
     for half, fs in halves.items():
         (HERE / f"public_{half}.yaml").write_text(render(fs, half, commits))
-    print(f"{len(formulas)} formulas ({duplicates} duplicates dropped): "
-          f"{len(halves['tuning'])} tuning, {len(halves['heldout'])} held out")  # fmt: skip
+    print(
+        f"{len(formulas)} formulas ({duplicates} duplicates dropped): "
+        f"{len(halves['tuning'])} tuning, {len(halves['heldout'])} held out"
+    )
     for why, n in sorted(skipped.items(), key=lambda kv: -kv[1]):
         print(f"  left out: {n:4d} {why}")
 
