@@ -1,0 +1,131 @@
+"""Measure the public corpus: ``symgrad accuracy`` per function, each in its own process.
+
+    python benchmarks/accuracy/measure_corpus.py                      # both halves, both dtypes
+    python benchmarks/accuracy/measure_corpus.py --half heldout --dtypes float32
+
+Each function is derived and measured in a subprocess with a time limit (``--timeout``):
+a formula that SymPy takes too long on is a row with an error, not a stalled report. Two
+run at once by default (``--jobs``). Prints, per half and dtype, the per-row table
+(``symgrad accuracy``'s) and a summary line; ``--out DIR`` also writes them to
+``DIR/public-<half>-<dtype>.txt``. The settings (points, budget, seed) are printed in each
+file's header, so that a before/after comparison uses the same ones.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+HALVES = {"tuning": HERE / "public_tuning.yaml", "heldout": HERE / "public_heldout.yaml"}
+
+
+def _worker(spec_path: str, name: str, dtype: str, points: int, budget: float) -> None:
+    """Print the accuracy rows of one function as JSON lines (run in a subprocess)."""
+    from symgrad.report.measure import measure_spec
+    from symgrad.spec import load_spec
+
+    rows = measure_spec(load_spec(spec_path), dtype, points, budget=budget, functions=[name])
+    for r in rows:
+        row = {f.name: getattr(r, f.name) for f in dataclasses.fields(r)}
+        row.pop("samples")
+        row.pop("input_names")
+        print(json.dumps(row))
+
+
+def _row(fields: dict):
+    from symgrad.report.measure import Row
+
+    return Row(**fields)
+
+
+def _failed_row(name: str, dtype: str, error: str):
+    return _row(
+        dict(
+            function=name, quantity="derive", dtype=dtype, points=0,
+            symgrad_mean_bits=math.nan, symgrad_max_bits=math.nan, symgrad_nonfinite=0,
+            naive_mean_bits=None, naive_max_bits=None, naive_nonfinite=None, error=error,
+        )
+    )  # fmt: skip
+
+
+def measure(spec: Path, names: list[str], dtype: str, args) -> list:
+    def one(name: str) -> list:
+        cmd = [sys.executable, __file__, "--worker", str(spec), name, dtype]
+        cmd += [str(args.points), str(args.budget)]
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+        except subprocess.TimeoutExpired:
+            return [_failed_row(name, dtype, f"timeout: more than {args.timeout:g} s")]
+        if done.returncode != 0:
+            last = (done.stderr.strip().splitlines() or ["?"])[-1]
+            return [_failed_row(name, dtype, f"crash: {last[:200]}")]
+        return [_row(json.loads(line)) for line in done.stdout.splitlines() if line.strip()]
+
+    with ThreadPoolExecutor(args.jobs) as pool:
+        return [row for rows in pool.map(one, names) for row in rows]
+
+
+def formula_summary(rows: list) -> str:
+    """Per-formula counts: formulas measured, with an error, with a non-finite or a worse row."""
+    by_fn: dict[str, list] = {}
+    for r in rows:
+        by_fn.setdefault(r.function, []).append(r)
+    failed = sum(1 for rs in by_fn.values() if any(not r.ok for r in rs))
+    nonfin = sum(1 for rs in by_fn.values() if any(r.ok and r.symgrad_nonfinite for r in rs))
+    worse = sum(1 for rs in by_fn.values() if any(r.worse_than_naive for r in rs))
+    return (
+        f"{len(by_fn)} formulas: {failed} with a row without numbers, {nonfin} with a "
+        f"non-finite row, {worse} with a row worse than naive."
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--half", choices=[*HALVES, "both"], default="both")
+    parser.add_argument("--dtypes", nargs="+", default=["float64", "float32"])
+    parser.add_argument("--points", type=int, default=64)
+    parser.add_argument("--budget", type=float, default=5.0)
+    parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--functions", nargs="+", help="only these functions")
+    parser.add_argument("--out", type=Path, help="write public-<half>-<dtype>.txt here")
+    args = parser.parse_args()
+
+    from symgrad.report.table import format_table
+    from symgrad.spec import load_spec
+
+    halves = list(HALVES) if args.half == "both" else [args.half]
+    for half in halves:
+        spec = HALVES[half]
+        names = [f.name for f in load_spec(spec).functions]
+        if args.functions:
+            names = [n for n in names if n in args.functions]
+        for dtype in args.dtypes:
+            start = time.monotonic()
+            rows = measure(spec, names, dtype, args)
+            header = (
+                f"# public corpus, {half} half, {dtype}: {len(names)} formulas, "
+                f"--points {args.points} --budget {args.budget:g} --timeout {args.timeout:g} "
+                f"({time.monotonic() - start:.0f} s)\n"
+            )
+            text = header + format_table(rows) + formula_summary(rows) + "\n"
+            print(text)
+            if args.out:
+                args.out.mkdir(parents=True, exist_ok=True)
+                (args.out / f"public-{half}-{dtype}.txt").write_text(text)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
+        spec_path, name, dtype, points, budget = sys.argv[2:7]
+        _worker(spec_path, name, dtype, int(points), float(budget))
+    else:
+        main()
