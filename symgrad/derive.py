@@ -19,7 +19,14 @@ from symgrad.cost import eager_cost, op_cost
 from symgrad.derived import Accuracy, Derived
 from symgrad.errors import DerivationError, SpecError, raise_all
 from symgrad.expr import parse_formula
-from symgrad.functions import dsigmoid, heaviside_as_piecewise, hypot, hypot_ratio, sigmoid
+from symgrad.functions import (
+    dsigmoid,
+    heaviside_as_piecewise,
+    hypot,
+    hypot_ratio,
+    known_functions,
+    sigmoid,
+)
 from symgrad.rewrite.phases import phase
 from symgrad.rewrite.regimes import split_regimes
 from symgrad.rewrite.rules import stabilize
@@ -83,10 +90,10 @@ def _simplify(expr: sympy.Expr) -> sympy.Expr:
     that branch 0 instead of the one-sided mean at a tie.
     """
     if not expr.has(sympy.Piecewise):
-        return sympy.simplify(expr)
+        return known_functions(sympy.simplify(expr))
     return expr.replace(
         lambda e: isinstance(e, sympy.Piecewise),
-        lambda e: sympy.Piecewise(*((sympy.simplify(v), c) for v, c in e.args)),
+        lambda e: sympy.Piecewise(*((known_functions(sympy.simplify(v)), c) for v, c in e.args)),
     )
 
 

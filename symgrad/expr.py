@@ -258,4 +258,4 @@ def parse_formula(text: str, symbols: Mapping[str, sympy.Basic], where: Location
     if isinstance(result, sympy.Tuple) or not isinstance(result, sympy.Expr):
         raise SpecError(where, f"formula must be a number-valued expression: {text.strip()!r}")
     # Min(Max(e, 0), 1) is torch.clamp (its gradient and one op), whichever way it is written
-    return F.as_clamps(result)
+    return F.known_functions(F.as_clamps(result))

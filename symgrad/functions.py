@@ -851,3 +851,27 @@ def hypot_power_parts(expr: sympy.Expr):
                 k -= int(m)
         return sympy.Mul(*rest), h, k, pairs
     return None
+
+
+#: Functions SymPy's simplify writes that symgrad has no op for, as the ones it has.
+_RECIPROCALS = {
+    sympy.cot: lambda u: 1 / sympy.tan(u),
+    sympy.sec: lambda u: 1 / sympy.cos(u),
+    sympy.csc: lambda u: 1 / sympy.sin(u),
+    sympy.coth: lambda u: 1 / sympy.tanh(u),
+    sympy.sech: lambda u: 1 / sympy.cosh(u),
+    sympy.csch: lambda u: 1 / sympy.sinh(u),
+    sympy.acot: lambda u: sympy.atan(1 / u),
+}
+
+
+def known_functions(expr: sympy.Expr) -> sympy.Expr:
+    """cot, sec, csc (and the hyperbolic ones, acot) that simplify brings in, as 1/tan,
+    1/cos, ...: symgrad's ops, mpmath and the frameworks have those (tan(pi/2 - x) is cot(x) to
+    SymPy, and simplify writes tan(pi/4 - x/2) as cot(x/2 + pi/4))."""
+    for cls, form in _RECIPROCALS.items():
+        if expr.has(cls):
+            expr = expr.replace(
+                lambda e, cls=cls: isinstance(e, cls), lambda e, f=form: f(e.args[0])
+            )
+    return expr

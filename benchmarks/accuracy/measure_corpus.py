@@ -25,6 +25,56 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 HALVES = {"tuning": HERE / "public_tuning.yaml", "heldout": HERE / "public_heldout.yaml"}
+#: The CI-sized check (tests/test_public_corpus.py): every CI_STRIDE-th formula of each
+#: half in file order, CI_POINTS random points (and the extremes), no time budget (the
+#: same points on every machine), both dtypes.
+CI_STRIDE = 8
+CI_POINTS = 16
+CI_BASELINE = HERE.parent.parent / "tests" / "data" / "public_corpus_baseline.json"
+
+
+def ci_subset(half: str) -> list[str]:
+    """The formulas of ``half`` that the CI-sized check measures."""
+    from symgrad.spec import load_spec
+
+    return [f.name for f in load_spec(HALVES[half]).functions][::CI_STRIDE]
+
+
+def ci_rows(half: str, dtype: str, names: list[str] | None = None) -> list:
+    """The CI-sized measurement of ``half`` in ``dtype`` (in this process)."""
+    from symgrad.report.measure import measure_spec
+    from symgrad.spec import load_spec
+
+    names = ci_subset(half) if names is None else names
+    spec = load_spec(HALVES[half])
+    return measure_spec(spec, dtype, CI_POINTS, budget=None, functions=names)
+
+
+def baseline_entry(row) -> dict:
+    """What the CI baseline keeps of a row: symgrad's mean bits and non-finite count, and
+    whether it was worse than naive autograd."""
+    return {
+        "mean_bits": round(row.symgrad_mean_bits, 3),
+        "nonfinite": row.symgrad_nonfinite,
+        "worse": row.worse_than_naive,
+    }
+
+
+def write_ci_baseline() -> None:
+    """Measure the CI subsets and write them as the baseline the tests compare with."""
+    data: dict = {}
+    for half in HALVES:
+        for dtype in ("float64", "float32"):
+            rows = ci_rows(half, dtype)
+            bad = [r for r in rows if not r.ok]
+            if bad:
+                raise SystemExit(f"{half} {dtype}: rows without numbers: {bad}")
+            data.setdefault(half, {})[dtype] = {
+                f"{r.function} | {r.quantity}": baseline_entry(r) for r in rows
+            }
+    CI_BASELINE.parent.mkdir(parents=True, exist_ok=True)
+    CI_BASELINE.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    print(f"wrote {CI_BASELINE}")
 
 
 def _worker(spec_path: str, name: str, dtype: str, points: int, budget: float) -> None:
@@ -97,7 +147,15 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--functions", nargs="+", help="only these functions")
     parser.add_argument("--out", type=Path, help="write public-<half>-<dtype>.txt here")
+    parser.add_argument(
+        "--write-ci-baseline",
+        action="store_true",
+        help="measure the CI subsets and write tests/data/public_corpus_baseline.json",
+    )
     args = parser.parse_args()
+    if args.write_ci_baseline:
+        write_ci_baseline()
+        return
 
     from symgrad.report.table import format_table
     from symgrad.spec import load_spec

@@ -16,6 +16,7 @@ from sympy.printing.numpy import NumPyPrinter
 from symgrad import functions as F
 from symgrad.functions import hypot_power_parts
 from symgrad.ops import LIBM, OPS, REGIMES, libm
+from symgrad.printers.base import print_interleaved
 
 
 @functools.cache
@@ -68,7 +69,9 @@ class _NumPyPrinter(NumPyPrinter):
         return " * ".join(texts)
 
     def _print_Mul(self, expr):
-        return self._hypot_ratios(expr) or super()._print_Mul(expr)
+        # the framework printers' order of a product with powers, so that the accuracy
+        # choice measures the overflow the generated code has (or has not)
+        return self._hypot_ratios(expr) or print_interleaved(self, expr) or super()._print_Mul(expr)
 
     def _print_Pow(self, expr, rational=False):
         return self._hypot_ratios(expr) or super()._print_Pow(expr, rational)

@@ -1,0 +1,102 @@
+"""The public corpus (benchmarks/accuracy/public_*.yaml: FPBench and Herbie formulas), CI-sized.
+
+The corpus is what it says (sources cited, split by its fixed rule), and a fixed subset of
+each half is measured with ``symgrad accuracy``'s machinery against the committed baseline
+(tests/data/public_corpus_baseline.json): a rewrite or printing change that makes a
+formula of either half less accurate, or non-finite where it was finite, fails here. An
+improvement passes; ``python benchmarks/accuracy/measure_corpus.py --write-ci-baseline``
+then records it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+
+from symgrad.spec import load_spec
+
+ACCURACY = Path(__file__).resolve().parent.parent / "benchmarks" / "accuracy"
+
+
+def _module(name: str):
+    spec = importlib.util.spec_from_file_location(name, ACCURACY / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+corpus = _module("fpcore_corpus")
+measure = _module("measure_corpus")
+BASELINE = json.loads(measure.CI_BASELINE.read_text())
+#: A row may lose this many bits of mean error over the baseline (its 16 random points
+#: are the same on every machine; the slack is for libm differences between machines).
+SLACK_BITS = 1.0
+
+
+@pytest.fixture(scope="module")
+def halves():
+    return {half: load_spec(path) for half, path in measure.HALVES.items()}
+
+
+def test_the_corpus_has_over_100_formulas_that_cite_their_sources(halves):
+    functions = [f for spec in halves.values() for f in spec.functions]
+    assert len(functions) >= 100
+    for half, path in measure.HALVES.items():
+        text = path.read_text()
+        for fn in halves[half].functions:
+            block = text.split(f"\n  {fn.name}:\n", 1)[1]
+            assert re.match(r'    # (FPBench|Herbie) \S+\.fpcore: ".+"\n', block), fn.name
+
+
+def test_the_split_follows_its_fixed_rule(halves):
+    studied = corpus.old_corpus_names()
+    for half, spec in halves.items():
+        text = measure.HALVES[half].read_text()
+        for fn in spec.functions:
+            fpname = re.search(rf'\n  {fn.name}:\n    # \S+ \S+: "(.+)"\n', text).group(1)
+            goes_out = corpus.held_out(fn.name) and fpname not in studied
+            assert goes_out == (half == "heldout"), fn.name
+    assert len(halves["heldout"].functions) >= 40  # the rule gave 86 of 193
+
+
+def test_the_baseline_covers_exactly_the_ci_subset():
+    for half in measure.HALVES:
+        names = set(measure.ci_subset(half))
+        for dtype in ("float64", "float32"):
+            recorded = {key.split(" | ")[0] for key in BASELINE[half][dtype]}
+            assert recorded == names, (half, dtype)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("half", ["tuning", "heldout"])
+def test_no_formula_of_the_ci_subset_gets_less_accurate(half, dtype):
+    baseline = BASELINE[half][dtype]
+    rows = measure.ci_rows(half, dtype)
+    seen = set()
+    problems = []
+    for row in rows:
+        key = f"{row.function} | {row.quantity}"
+        seen.add(key)
+        if not row.ok:
+            problems.append(f"{key}: no numbers ({row.error})")
+            continue
+        was = baseline.get(key)
+        if was is None:
+            problems.append(f"{key}: not in the baseline")
+            continue
+        if row.symgrad_nonfinite > was["nonfinite"]:
+            problems.append(f"{key}: {row.symgrad_nonfinite} non-finite, was {was['nonfinite']}")
+        if not math.isfinite(row.symgrad_mean_bits) or (
+            row.symgrad_mean_bits > was["mean_bits"] + SLACK_BITS
+        ):
+            problems.append(f"{key}: {row.symgrad_mean_bits:.2f} bits, was {was['mean_bits']}")
+        if row.worse_than_naive and not was["worse"]:
+            problems.append(f"{key}: now worse than naive autograd")
+    missing = set(baseline) - seen
+    problems += [f"{key}: no longer measured" for key in sorted(missing)]
+    assert not problems, "\n".join(problems)
