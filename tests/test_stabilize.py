@@ -172,8 +172,9 @@ PHASE_CASES: dict[str, dict[str, Case]] = {
         "erfcx_inv_tail": Case(F.erfcx_inv(x) - sympy.sqrt(sympy.pi) * x, {"x": 1e10}),
     },
     "limits": {
-        # 2 sin(x/2)**2 / x**2 (1 - cos(x) stabilised) at 1e-200: 0/0
-        "removable_regime": Case(2 * sympy.sin(x / 2) ** 2 / x**2, {"x": 1e-200}),
+        # (x - sin(x)) / x**3 at 1e-200: 0/0 (2 sin(x/2)**2 / x**2, the stabilised
+        # 1 - cos(x), is no case since products are printed interleaved: sin/x * sin/x)
+        "removable_regime": Case((x - sympy.sin(x)) / x**3, {"x": 1e-200}),
     },
     "regimes": {
         # x + hypot(x, 1) cancels to 0 at x = -1e10
@@ -182,8 +183,9 @@ PHASE_CASES: dict[str, dict[str, Case]] = {
         "series_regime": Case(x - sympy.sin(x), {"x": 1e-5}),
         # x**2 is inf, exp 0 at 1e200: NaN
         "gaussian_tail": Case((2 - x**2) * sympy.exp(-(x**2) / 2), {"x": 1e200}),
-        # x**3 is inf, sigmoid 0 at 1e200: NaN
-        "sigmoid_tail": Case(x**3 * F.sigmoid(-(x**3)), {"x": 1e200}),
+        # x**3 + 1 is inf, sigmoid 0 at 1e200: NaN (a lone x**3 is printed after the
+        # sigmoid: sigmoid(-x**3) * x * x * x is 0)
+        "sigmoid_tail": Case((x**3 + 1) * F.sigmoid(-(x**3)), {"x": 1e200}),
         # x**2 overflows at 1e200: log1p(inf)
         "log1p_tail": Case(F.log1p(x**2 / nu), {"x": 1e200, "nu": 3.0}, frozenset({nu})),
         # hypot(1e-10, 1) rounds to 1: 0
@@ -196,10 +198,16 @@ PHASE_CASES: dict[str, dict[str, Case]] = {
     "candidates": {
         "exp_rational": Case(sympy.diff(x * sympy.tanh(F.softplus(x)), x)),
         "rational_scaled": Case(-grad * x * (nu_positive + 1) / (nu_positive + x**2)),
+        # 1.7e308*x - 1.7e308 overflows at x = 1.01
+        "common_factor_out": Case(sympy.Rational(17, 10) * 10**308 * (x - 1)),
+        # (1 + x/y)**y - 1: 1 + x/y rounds x/y away
+        "power_through_log1p": Case((1 + x / y) ** y - 1),
+        # x*y overflows at x = y = 1e200
+        "sqrt_of_product": Case(sympy.sqrt(x * y)),
     },
     "tails": {
         # z**2 overflows at -1e200 before it meets sigmoid(z) = 0: NaN
-        "guard_tails": Case(z**2 * F.sigmoid(z), {"z": -1e200}),
+        "guard_tails": Case((z**2 + 1) * F.sigmoid(z), {"z": -1e200}),
         "tails_as_clamps": Case(split_regimes(x**3 * F.sigmoid(-(x**3)))),
         "prune_branches": Case(
             sympy.Piecewise((z, (z > 1600) & (z < -1600)), (z**2, z > 1600), (1, True))
@@ -449,15 +457,16 @@ def test_powers_of_hypot_print_as_ratios():
 
 
 def test_sigmoid_tail_is_zero_where_the_sigmoid_underflows():
-    """x**3 * sigmoid(-x**3) at x = 1e200: x**3 is inf, sigmoid 0; the exact value is 0."""
+    """(x**3 + 1) * sigmoid(-x**3) at x = 1e200: x**3 is inf, sigmoid 0; the exact value
+    is 0."""
     from symgrad.rewrite.regimes import split_regimes
 
-    expr = x**3 * F.sigmoid(-(x**3))
+    expr = (x**3 + 1) * F.sigmoid(-(x**3))
     stable = split_regimes(expr)
     assert stable.has(sympy.Piecewise)
     assert math.isnan(run_torch(expr, {"x": 1e200}))
     assert run_torch(stable, {"x": 1e200}) == 0.0
-    assert run_torch(stable, {"x": 2.0}) == pytest.approx(8 * float(F.sigmoid.mp(-8)), rel=1e-15)
+    assert run_torch(stable, {"x": 2.0}) == pytest.approx(9 * float(F.sigmoid.mp(-8)), rel=1e-15)
 
 
 def _exact(expr, at: float) -> float:

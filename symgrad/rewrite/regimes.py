@@ -681,6 +681,71 @@ def rational_scaled(expr: sympy.Expr) -> sympy.Expr | None:
 _NONE: frozenset = frozenset()
 
 
+@register("candidates")
+def common_factor_out(expr: sympy.Expr) -> sympy.Expr | None:
+    """a*b - a*c -> a*(b - c): the common factors of a sum's terms taken out front
+    (Herbie's distribute-lft-out), so that a large factor multiplies once, after the
+    cancellation: 1.7e308*t - 1.7e308 overflows at t = 1.01, 1.7e308*(t - 1) does not.
+    ``None`` where no sum has a common factor."""
+    factored = sympy.factor_terms(expr)
+    if factored == expr:
+        return None
+    from symgrad.rewrite.rules import stabilize
+
+    return stabilize(factored)
+
+
+def _no_integer(e: sympy.Expr) -> bool:
+    """``e`` is not an integer constant (a symbol, or a non-integer number)."""
+    return not (e.is_number and e.is_integer)
+
+
+@register("candidates")
+def power_through_log1p(expr: sympy.Expr) -> sympy.Expr | None:
+    """(c + u)**v -> exp(v*log(c) + v*log1p(u/c)), for an exponent v that is not an
+    integer constant: the compound-interest form, (1 + i/n)**n - 1 = expm1(n*log1p(i/n))
+    (Herbie's pow-to-exp with log1p), where 1 + i/n rounds i/n away and the power
+    overflows long before the result does. ``None`` where no such power has a number
+    term c > 0 in its base."""
+
+    def through(node: sympy.Expr) -> sympy.Expr:
+        base, e = node.args
+        c, u = base.as_coeff_Add()
+        if not (c.is_number and c.is_positive) or not u.free_symbols or not _no_integer(e):
+            return node
+        return exp(e * log(c) + e * log1p(u / c))
+
+    rewritten = expr.replace(
+        lambda n: isinstance(n, Pow) and n.args[0].is_Add and _no_integer(n.args[1]), through
+    )
+    if rewritten == expr:
+        return None
+    from symgrad.rewrite.rules import stabilize
+
+    return stabilize(rewritten)
+
+
+@register("candidates")
+def sqrt_of_product(expr: sympy.Expr) -> sympy.Expr | None:
+    """sqrt(a*b) -> sqrt(|a|)*sqrt(|b|): equal wherever the square root is defined
+    (a*b >= 0), and a*b overflows (or underflows) where the result does not:
+    sqrt(mu*p) at mu = p = 1e200. ``None`` where no square root has a product of two
+    factors that are not numbers."""
+
+    def split(node: sympy.Expr) -> sympy.Expr:
+        factors = [f for f in Mul.make_args(node.args[0]) if not f.is_number]
+        if len(factors) < 2:
+            return node
+        number = sympy.Mul(*(f for f in Mul.make_args(node.args[0]) if f.is_number))
+        parts = [sympy.sqrt(f if f.is_nonnegative else sympy.Abs(f)) for f in factors]
+        return sympy.sqrt(abs(number)) * sympy.Mul(*parts)
+
+    rewritten = expr.replace(
+        lambda n: isinstance(n, Pow) and n.args[1] == sympy.S.Half and n.args[0].is_Mul, split
+    )
+    return None if rewritten == expr else rewritten
+
+
 @register("tails")
 def guard_tails(expr: sympy.Expr) -> sympy.Expr:
     """q(x) * sigmoid(p(x)) -> Piecewise((0, p(x) < -800), (q(x) * sigmoid(p(x)), True))
