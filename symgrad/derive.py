@@ -404,9 +404,18 @@ def derive_function(fn: Function, measure: bool = True) -> Derived:
             if i in overrides:
                 vjps[i] = overrides[i]
             else:
+                # The chain rule as SymPy writes it (what autograd computes, through the
+                # chosen forward), not its cheapest simplified form: simplify can bring in
+                # a cancellation (1 + e*cos(f) as e + 1 - 2*e*sin(f/2)**2) that the chain
+                # rule does not have. finish offers both, and the measured choice decides.
                 vjps[i] = chosen(
                     f"grad_{i}",
-                    sympy.Add(*(g * plain[name][i] for (name, _), g in zip(outputs, grads))),
+                    sympy.Add(
+                        *(
+                            g * sympy.diff(unsplit[name], symbols[i])
+                            for (name, _), g in zip(outputs, grads)
+                        )
+                    ),
                 )
         second: dict[str, dict[str, sympy.Expr]] = {}
         if fn.order >= 2:

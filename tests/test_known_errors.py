@@ -1,0 +1,62 @@
+"""Generated tests record the error of a form that gen warned about instead of failing
+(symgrad.testgen.known_errors; the templates' ``known`` argument)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import sympy
+
+from symgrad.cases import reference
+from symgrad.derive import derive_function
+from symgrad.spec import load_spec
+from symgrad.testgen import EXTREME_RTOL, _measured_error, _neighbours, known_errors
+
+
+def test_measured_error_mirrors_the_tests_check():
+    assert _measured_error(1.0 + 1e-12, 1.0, "float64", 1e-9) is None
+    assert _measured_error(1.1, 1.0, "float64", 1e-9) == pytest_approx(0.1)
+    assert _measured_error(math.nan, 1.0, "float64", 1e-9) == math.inf
+    assert _measured_error(math.inf, 1.0, "float64", 1e-9) == math.inf
+    assert _measured_error(math.inf, 1e300, "float32", 1e-3) is None  # overflows: inf is right
+    assert _measured_error(3.0e38, 1e300, "float32", 1e-3) == math.inf
+    assert _measured_error(0.5, None, "float64", 1e-9) is None  # undefined: nothing checked
+    assert _measured_error(1e-300, 0.0, "float64", 1e-9) is None  # within the subnormal slack
+    assert _measured_error(1e-10, 0.0, "float64", 1e-9) == math.inf
+
+
+def pytest_approx(value):
+    import pytest
+
+    return pytest.approx(value, rel=1e-9)
+
+
+def test_neighbours_move_each_argument_by_one_ulp():
+    import numpy as np
+
+    points = _neighbours([1.0, 2.0], np.float64)
+    assert len(points) == 9 and [1.0, 2.0] in points
+    assert [float(np.nextafter(1.0, 2.0)), float(np.nextafter(2.0, 0.0))] in points
+
+
+def test_a_warned_form_records_its_error_and_a_stable_form_records_none(tmp_path):
+    path = tmp_path / "spec.yaml"
+    path.write_text(
+        "module: m\ntargets: [torch]\nfunctions:\n  em1:\n    inputs: {x: {}}\n"
+        "    output: exp(x) - 1\n"
+    )
+    (fn,) = load_spec(path).functions
+    derived = derive_function(fn)  # expm1(x): meets every tolerance
+    cases = reference(derived).extreme32
+    assert known_errors(derived, cases, "float32", EXTREME_RTOL["float32"]) is None
+    # exp(x) - 1 in float32 is 0 at x = 1e-8: relative error 1 there, recorded
+    x = derived.symbols["x"]
+    naive = dataclasses.replace(derived, outputs=(("out", sympy.exp(x) - 1),))
+    known = known_errors(naive, cases, "float32", EXTREME_RTOL["float32"])
+    assert known is not None
+    column = known["outputs"]["0"]
+    at = [k for k, c in enumerate(cases) if 0 < abs(c.inputs["x"]) < 1e-7]
+    assert at and all(column[k] is not None and column[k] >= 0.5 for k in at)
+    far = [k for k, c in enumerate(cases) if 1 <= abs(c.inputs["x"]) <= 30]
+    assert far and all(column[k] is None for k in far)  # accurate there: checked as usual
