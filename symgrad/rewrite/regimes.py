@@ -702,17 +702,20 @@ def _no_integer(e: sympy.Expr) -> bool:
 
 @register("candidates")
 def power_through_log1p(expr: sympy.Expr) -> sympy.Expr | None:
-    """(c + u)**v -> exp(v*log(c) + v*log1p(u/c)), for an exponent v that is not an
-    integer constant: the compound-interest form, (1 + i/n)**n - 1 = expm1(n*log1p(i/n))
+    """(c + u)**v -> exp(v*log(c) + v*log1p(u/c)) where u/c > -1 (the formula as written
+    elsewhere), for an exponent v that is not an integer constant: the compound-interest form, (1 + i/n)**n - 1 = expm1(n*log1p(i/n))
     (Herbie's pow-to-exp with log1p), where 1 + i/n rounds i/n away and the power
     overflows long before the result does. ``None`` where no such power has a number
     term c > 0 in its base."""
+
+    conditions = []
 
     def through(node: sympy.Expr) -> sympy.Expr:
         base, e = node.args
         c, u = base.as_coeff_Add()
         if not (c.is_number and c.is_positive) or not u.free_symbols or not _no_integer(e):
             return node
+        conditions.append(u / c > -1)
         return exp(e * log(c) + e * log1p(u / c))
 
     rewritten = expr.replace(
@@ -722,7 +725,9 @@ def power_through_log1p(expr: sympy.Expr) -> sympy.Expr | None:
         return None
     from symgrad.rewrite.rules import stabilize
 
-    return stabilize(rewritten)
+    # where a base is not positive the power is defined only for integer v (floats past
+    # 2**53 are all integers): the formula as written there
+    return sympy.Piecewise((stabilize(rewritten), sympy.And(*conditions)), (expr, True))
 
 
 @register("candidates")
