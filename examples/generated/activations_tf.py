@@ -401,7 +401,7 @@ def log_ratio(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
         grad_x, grad_y, d grad_x / d y, d grad_x / d grad, d grad_y / d x,
             d grad_y / d grad: 0.0 bits mean, 0 max over 72 points
         d grad_x / d x: 0.3 bits mean, 1 max over 62 points
-        d grad_y / d y: 0.9 bits mean, 46 max over 59 points
+        d grad_y / d y: 0.1 bits mean, 1 max over 59 points
     """
 
     @tf.custom_gradient
@@ -437,7 +437,7 @@ def _log_ratio_grad_x(x, grad):
         grad_x = grad / x
 
         def backward(grad_grad_x):
-            x_bar = -grad * grad_grad_x / tf.math.square(x)
+            x_bar = -grad / x * grad_grad_x / x
             x_bar = _reduce_to(x_bar, x)
             grad_bar = grad_grad_x / x
             grad_bar = _reduce_to(grad_bar, grad)
@@ -456,7 +456,7 @@ def _log_ratio_grad_y(y, grad):
         grad_y = -grad / y
 
         def backward(grad_grad_y):
-            y_bar = grad * grad_grad_y / tf.math.square(y)
+            y_bar = grad / y * grad_grad_y / y
             y_bar = _reduce_to(y_bar, y)
             grad_bar = -grad_grad_y / y
             grad_bar = _reduce_to(grad_bar, grad)
@@ -478,7 +478,7 @@ def weighted_bce(z: tf.Tensor, target: tf.Tensor) -> tf.Tensor:
         out = target*softplus(-z) + (1 - target)*softplus(z)
         grad_z = -grad*(target*sigmoid(-z) + (target - 1)*sigmoid(z))
         d grad_z / d z = grad*sigmoid(-z)*sigmoid(z)
-        d grad_z / d grad = -target*sigmoid(-z) - (target - 1)*sigmoid(z)
+        d grad_z / d grad = -(target*sigmoid(-z) + (target - 1)*sigmoid(z))
 
     Measured float64 error of the chosen forms vs mpmath::
 
@@ -517,8 +517,8 @@ def _weighted_bce_grad_z(z, target, grad):
         def backward(grad_grad_z):
             z_bar = grad * grad_grad_z * tf.math.sigmoid(-z) * tf.math.sigmoid(z)
             z_bar = _reduce_to(z_bar, z)
-            grad_bar = grad_grad_z * (
-                -target * tf.math.sigmoid(-z) - (target - 1) * tf.math.sigmoid(z)
+            grad_bar = -grad_grad_z * (
+                target * tf.math.sigmoid(-z) + (target - 1) * tf.math.sigmoid(z)
             )
             grad_bar = _reduce_to(grad_bar, grad)
             return z_bar, None, grad_bar
@@ -628,7 +628,8 @@ def tanh_shrink_order1(x: tf.Tensor) -> tf.Tensor:
         )
 
         def backward(grad):
-            grad_x = grad * tf.math.square(tf.math.tanh(x))
+            t0 = tf.math.tanh(x)
+            grad_x = grad * t0 * t0
             return grad_x
 
         return out, backward

@@ -1491,9 +1491,9 @@ def _layer_norm_backward_backward(
         t32 = 2 * t29
         t33 = -0.5 * t32 / (x.shape[-1] * (eps + t5 / x.shape[-1]) ** (1.5))
     if gg_x is not None and need_x_bar:
-        t35 = 0.75 * (
-            t10 * t32 / (x.shape[-1] ** 2 * (eps + t5 / x.shape[-1]) ** (2.5))
-        ) - t31 / (2 * x.shape[-1] * (eps + t5 / x.shape[-1]) ** (1.5))
+        t35 = 0.75 * t10 / x.shape[-1] * t32 / x.shape[-1] * (
+            eps + t5 / x.shape[-1]
+        ) ** (-2.5) - t31 / (2 * x.shape[-1] * (eps + t5 / x.shape[-1]) ** (1.5))
         t36 = 2 * t35
         t37 = grad * t33[..., None] + t12[..., None] * t27 + t3 * t36[..., None]
         t38 = t37.sum(-1)
@@ -1684,9 +1684,9 @@ def _rms_norm_backward_backward(
         t28 = torch.einsum("...,...d->d", t8, t27)
     if gg_x is not None and need_x_bar:
         t29 = torch.einsum("d,...d->...", g, t27)
-        t30 = 0.75 * (
-            t10 * t22 / (x.shape[-1] ** 2 * (eps + t3 / x.shape[-1]) ** (2.5))
-        ) - t29 / (2 * x.shape[-1] * (eps + t3 / x.shape[-1]) ** (1.5))
+        t30 = 0.75 * t10 / x.shape[-1] * t22 / x.shape[-1] * (
+            eps + t3 / x.shape[-1]
+        ) ** (-2.5) - t29 / (2 * x.shape[-1] * (eps + t3 / x.shape[-1]) ** (1.5))
         t31 = 2 * t30
     if gg_g is not None and need_x_bar:
         t35 = torch.einsum("...d,d->...", t7, gg_g)
@@ -1888,9 +1888,9 @@ def _layer_norm_one_pass_backward_backward(
         t32 = 2 * t29
         t33 = -0.5 * t32 / (x.shape[-1] * (eps + t5 / x.shape[-1]) ** (1.5))
     if gg_x is not None and need_x_bar:
-        t35 = 0.75 * (
-            t10 * t32 / (x.shape[-1] ** 2 * (eps + t5 / x.shape[-1]) ** (2.5))
-        ) - t31 / (2 * x.shape[-1] * (eps + t5 / x.shape[-1]) ** (1.5))
+        t35 = 0.75 * t10 / x.shape[-1] * t32 / x.shape[-1] * (
+            eps + t5 / x.shape[-1]
+        ) ** (-2.5) - t31 / (2 * x.shape[-1] * (eps + t5 / x.shape[-1]) ** (1.5))
         t36 = 2 * t35
         t37 = grad * t33[..., None] + t12[..., None] * t27 + t3 * t36[..., None]
         t38 = t37.sum(-1)
