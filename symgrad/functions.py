@@ -16,6 +16,7 @@ import mpmath
 import sympy
 from sympy import Heaviside, exp, log, sqrt
 from sympy.core.function import ArgumentIndexError
+from sympy.printing.precedence import PRECEDENCE
 
 
 def heaviside_as_piecewise(x: sympy.Expr, h0: sympy.Expr = sympy.S.Half) -> sympy.Piecewise:
@@ -875,3 +876,98 @@ def known_functions(expr: sympy.Expr) -> sympy.Expr:
                 lambda e, cls=cls: isinstance(e, cls), lambda e, f=form: f(e.args[0])
             )
     return expr
+
+
+#: A product is printed in interleaved order (:func:`interleaved_product`) only where that
+#: costs at most this many operations more than its power form.
+INTERLEAVE_EXTRA_OPS = 1
+#: ... and has at most this many factors, powers counted by their exponent.
+INTERLEAVE_MAX_FACTORS = 8
+
+
+def interleaved_product(expr: sympy.Expr) -> tuple[sympy.Expr, list[tuple[str, sympy.Expr]]] | None:
+    """A product with integer powers as (coefficient, [(op, factor), ...]), to be evaluated
+    left to right: numerator factors round-robin by base, each followed by a denominator
+    factor (``op`` is ``"*"`` or ``"/"``); None where the product has no power to spread
+    out, or where spreading it would cost too many operations.
+
+    SymPy merges repeated factors into powers, and a power overflows (or underflows) long
+    before the product does: D**2 * sin(g)**2 at D = 1e200, sin(g) = 1e-201 is inf * 0,
+    though (D * sin(g))**2 = 0.01; m * (m - 1)**2 / v**2 overflows at m = 1e103, v = 1e200.
+    Evaluated as D * sin(g) * D * sin(g) and m / v * (m - 1) / v * (m - 1), each partial
+    product stays near the size of the result, as in the order the user wrote.
+    """
+    coeff = sympy.S.One
+    num: dict[sympy.Expr, int] = {}
+    den: dict[sympy.Expr, int] = {}
+    powers = 0
+    for factor in sympy.Mul.make_args(expr):
+        for f in sympy.Mul.make_args(factor):
+            if f.is_number:
+                coeff *= f
+                continue
+            base, e = f.as_base_exp()
+            if e.is_Integer and e != 0:
+                side = num if e > 0 else den
+                side[base] = side.get(base, 0) + abs(int(e))
+                powers += abs(int(e)) >= 2
+            else:
+                num[f] = num.get(f, 0) + 1
+    total = sum(num.values()) + sum(den.values())
+    if len(num) + len(den) < 2 or not powers or total > INTERLEAVE_MAX_FACTORS:
+        return None
+    default_ops = len(num) - 1 + (not num) + len(den) + powers
+    ops = total - 1 + (not num)
+    if ops > default_ops + INTERLEAVE_EXTRA_OPS:
+        return None
+
+    def round_robin(counts: dict[sympy.Expr, int]) -> list[sympy.Expr]:
+        left = dict(counts)
+        order = []
+        while left:
+            for base in list(left):
+                order.append(base)
+                left[base] -= 1
+                if not left[base]:
+                    del left[base]
+        return order
+
+    # factors bounded by 1 first: where one underflows to 0 and another overflows, 0 * inf
+    # is NaN, but 0 * x / s * ... stays 0 (sigmoid(-x/s) * x / s**2 at x/s = inf)
+    tops = round_robin(dict(sorted(num.items(), key=lambda kv: not _bounded(kv[0]))))
+    bottoms = round_robin(den)
+    steps: list[tuple[str, sympy.Expr]] = []
+    while tops or bottoms:
+        if tops:
+            steps.append(("*", tops.pop(0)))
+        if bottoms:
+            steps.append(("/", bottoms.pop(0)))
+    return coeff, steps
+
+
+def _bounded(expr: sympy.Expr) -> bool:
+    """``expr`` is at most 1 in magnitude for every real argument."""
+    return isinstance(expr, (sigmoid, dsigmoid, sympy.sin, sympy.cos, sympy.tanh, sympy.erf))
+
+
+def print_interleaved(printer, expr: sympy.Expr) -> str | None:
+    """``expr`` printed by ``printer`` as an interleaved product, or None (see
+    :func:`interleaved_product`)."""
+    plan = interleaved_product(expr)
+    if plan is None:
+        return None
+    coeff, steps = plan
+    level = PRECEDENCE["Mul"]
+    op, first = steps[0]
+    text = (
+        printer.parenthesize(first, level)
+        if op == "*"
+        else f"1 / {printer.parenthesize(first, level, strict=True)}"
+    )
+    for op, factor in steps[1:]:
+        text += f" {op} {printer.parenthesize(factor, level, strict=op == '/')}"
+    if coeff == 1:
+        return text
+    if coeff == -1:
+        return f"-{text}"
+    return f"{printer.parenthesize(coeff, level)} * {text}"

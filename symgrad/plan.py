@@ -17,11 +17,16 @@ import sympy
 
 from symgrad.derived import Derived
 from symgrad.docstrings import formula_doc, one_line
-from symgrad.functions import StableFunction, hypot, hypot_ratio, tan_half_atan
+from symgrad.functions import (
+    StableFunction,
+    hypot,
+    hypot_ratio,
+    interleaved_product,
+    tan_half_atan,
+)
 from symgrad.ir import Node, Role, Tape, Value, parse_expr
 from symgrad.ops import OPS, TORCH_ARITHMETIC, spelled
 from symgrad.printers import PRINTERS, FrameworkPrinter
-from symgrad.printers.base import interleaved_product
 from symgrad.rewrite.rules import hypot_power_ratio, stabilize
 
 

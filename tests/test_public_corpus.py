@@ -14,6 +14,7 @@ import importlib.util
 import json
 import math
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,7 @@ ACCURACY = Path(__file__).resolve().parent.parent / "benchmarks" / "accuracy"
 def _module(name: str):
     spec = importlib.util.spec_from_file_location(name, ACCURACY / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 

@@ -14,9 +14,8 @@ import sympy
 from sympy.printing.numpy import NumPyPrinter
 
 from symgrad import functions as F
-from symgrad.functions import hypot_power_parts
+from symgrad.functions import hypot_power_parts, print_interleaved
 from symgrad.ops import LIBM, OPS, REGIMES, libm
-from symgrad.printers.base import print_interleaved
 
 
 @functools.cache
