@@ -98,13 +98,24 @@ def _point_text(point: Mapping[sympy.Symbol, float], symbols: Sequence[sympy.Sym
 
 
 def most_accurate(
-    candidates: Sequence[sympy.Expr], points: Sequence[Mapping[sympy.Symbol, float]]
+    candidates: Sequence[sympy.Expr],
+    points: Sequence[Mapping[sympy.Symbol, float]],
+    fallbacks: Sequence[sympy.Expr] = (),
 ) -> list[tuple[sympy.Expr, Accuracy]]:
     """The candidates as accurate as the best (fewest non-finite results, then mean bits
     within 1/2 bit), with their measured accuracy, in the given order. The first
-    candidate is the reference; [] where none can be evaluated with NumPy."""
+    candidate is the reference; where its exact value is unknown at a point, the first of
+    ``fallbacks`` (other forms of the same formula) that has one. [] where none can be
+    evaluated with NumPy."""
     reference_expr = candidates[0]
-    references = [_reference(reference_expr, p) for p in points]
+    references = []
+    for p in points:
+        value = _reference(reference_expr, p)
+        for other in fallbacks:
+            if value is not None:
+                break
+            value = _reference(other, p)
+        references.append(value)
     scored = []
     for candidate in candidates:
         try:

@@ -128,6 +128,7 @@ def finish(
     unsplit: list | None = None,
     positive: frozenset = frozenset(),
     fused: list | None = None,
+    also: tuple[sympy.Expr, ...] = (),
 ) -> sympy.Expr:
     """Clean up, stabilise and simplify one formula; pick the most accurate candidate.
 
@@ -143,7 +144,9 @@ def finish(
     Without points, the cheapest stable form for both.
     ``unsplit`` gets the chosen form before its regime branches (what to differentiate:
     the branches are float tricks, and their conditions have no derivative). ``params``:
-    the scalar inputs' symbols; ``positive``: those known to be positive.
+    the scalar inputs' symbols; ``positive``: those known to be positive. ``also``: other
+    forms of the same formula, stabilised and offered beside its own (with their regime
+    branches); ``expr`` stays the reference the others are measured against.
     """
     expr = _drop_dirac(expr)
     if expr.has(sympy.Heaviside):
@@ -180,6 +183,10 @@ def finish(
                         stable.append(through)
         except TimeoutError:
             pass
+    for other in also:
+        other = stabilize(sympy.piecewise_fold(other) if other.has(sympy.Piecewise) else other)
+        if other not in stable:
+            stable.append(other)
     stable.sort(key=op_cost)
     candidates = []
     sources = {expr: expr}
@@ -224,12 +231,12 @@ def finish(
                 eager_only.append(product)
                 sources.setdefault(product, sources[c])
         # The formula as written is the reference and a candidate in its own right.
-        close = most_accurate([expr, *candidates, *eager_only], points)
+        close = most_accurate([expr, *candidates, *eager_only], points, also)
         if close:
             best, accuracy = min(close, key=lambda c: eager_cost(c[0]))
             compiled = [c for c in close if c[0] not in eager_only]
             if not compiled:  # only products are close: measured again without them
-                compiled = most_accurate([expr, *candidates], points)
+                compiled = most_accurate([expr, *candidates], points, also)
             fused_best = min(compiled or close, key=lambda c: op_cost(c[0]))[0]
         else:  # nothing measurable: the formula as written
             best, accuracy = expr, Accuracy(math.nan, math.nan, 0, 0)
@@ -368,11 +375,11 @@ def derive_function(fn: Function, measure: bool = True) -> Derived:
 
     fused: dict[str, sympy.Expr] = {}
 
-    def chosen(label: str, expr: sympy.Expr) -> sympy.Expr:
+    def chosen(label: str, expr: sympy.Expr, also: tuple[sympy.Expr, ...] = ()) -> sympy.Expr:
         record: list[Accuracy] = []
         before: list[sympy.Expr] = []
         compiled: list[sympy.Expr] = []
-        result = finish(expr, points, record, params, before, positive, compiled)
+        result = finish(expr, points, record, params, before, positive, compiled, also)
         if record:
             accuracy[label] = record[0]
         unsplit[label] = before[0]
@@ -405,9 +412,10 @@ def derive_function(fn: Function, measure: bool = True) -> Derived:
                 vjps[i] = overrides[i]
             else:
                 # The chain rule as SymPy writes it (what autograd computes, through the
-                # chosen forward), not its cheapest simplified form: simplify can bring in
-                # a cancellation (1 + e*cos(f) as e + 1 - 2*e*sin(f/2)**2) that the chain
-                # rule does not have. finish offers both, and the measured choice decides.
+                # chosen forward), and the Jacobian's cheapest simplified form: simplify
+                # can bring in a cancellation (1 + e*cos(f) as e + 1 - 2*e*sin(f/2)**2)
+                # that the chain rule does not have, and the chain rule can miss a stable
+                # form (erfcx_inv) that simplify finds. The measured choice decides.
                 vjps[i] = chosen(
                     f"grad_{i}",
                     sympy.Add(
@@ -415,6 +423,9 @@ def derive_function(fn: Function, measure: bool = True) -> Derived:
                             g * sympy.diff(unsplit[name], symbols[i])
                             for (name, _), g in zip(outputs, grads)
                         )
+                    ),
+                    also=(
+                        sympy.Add(*(g * plain[name][i] for (name, _), g in zip(outputs, grads))),
                     ),
                 )
         second: dict[str, dict[str, sympy.Expr]] = {}
