@@ -416,12 +416,16 @@ def derive_function(fn: Function, measure: bool = True) -> Derived:
                 # can bring in a cancellation (1 + e*cos(f) as e + 1 - 2*e*sin(f/2)**2)
                 # that the chain rule does not have, and the chain rule can miss a stable
                 # form (erfcx_inv) that simplify finds. The measured choice decides.
+                # (stabilised first: sigmoid(x)*sigmoid(-x) as dsigmoid(x), whose product
+                # form is for the eager code only)
                 vjps[i] = chosen(
                     f"grad_{i}",
-                    sympy.Add(
-                        *(
-                            g * sympy.diff(unsplit[name], symbols[i])
-                            for (name, _), g in zip(outputs, grads)
+                    stabilize(
+                        sympy.Add(
+                            *(
+                                g * sympy.diff(unsplit[name], symbols[i])
+                                for (name, _), g in zip(outputs, grads)
+                            )
                         )
                     ),
                     also=(
