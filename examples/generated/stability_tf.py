@@ -341,14 +341,18 @@ def _log1mexp_grad_x(x, grad):
 
 
 def mish(x: tf.Tensor) -> tf.Tensor:
-    r"""mish: x*tanh(log(exp(x) + 1)).
+    """mish: x*tanh(log(exp(x) + 1)).
 
     Forward, gradients (VJP) and second order (d grad_<input> / d <w>)::
 
         out = x*tanh(softplus(x))
 
-                      /  /        2             \                               \
-        grad_x = grad*\x*\1 - tanh (softplus(x))/*sigmoid(x) + tanh(softplus(x))/
+        grad_x = grad*(((4 + exp(-Abs(x)))*exp(-Abs(x)) + 4*Min(745.2, Max(-745.2, x)) +
+            6)*exp(-Abs(x)) + 4*Min(745.2, Max(-745.2, x)) + 4)*exp(-Abs(x))/((((4 +
+            exp(-Abs(x)))*exp(-Abs(x)) + 8)*exp(-Abs(x)) + 8)*exp(-Abs(x)) + 4) if x <=
+            0 else grad*((((4*Min(745.2, Max(-745.2, x)) + 4)*exp(-Abs(x)) +
+            4*Min(745.2, Max(-745.2, x)) + 6)*exp(-Abs(x)) + 4)*exp(-Abs(x)) + 1)/((((8
+            + 4*exp(-Abs(x)))*exp(-Abs(x)) + 8)*exp(-Abs(x)) + 4)*exp(-Abs(x)) + 1)
 
         d grad_x / d x =
             8*grad*sigmoid(x)*sigmoid(-2*softplus(x))*sigmoid(2*softplus(x)) if (x <
@@ -363,13 +367,17 @@ def mish(x: tf.Tensor) -> tf.Tensor:
             + 4*x*sigmoid(-x)*sigmoid(x)*sigmoid(-2*softplus(x))*sigmoid(2*softplus(x))
             + 8*sigmoid(x)*sigmoid(-2*softplus(x))*sigmoid(2*softplus(x)))
 
-                              /        2             \
-        d grad_x / d grad = x*\1 - tanh (softplus(x))/*sigmoid(x) + tanh(softplus(x))
+        d grad_x / d grad = (((4 + exp(-Abs(x)))*exp(-Abs(x)) + 4*Min(745.2, Max(-745.2,
+            x)) + 6)*exp(-Abs(x)) + 4*Min(745.2, Max(-745.2, x)) + 4)*exp(-Abs(x))/((((4
+            + exp(-Abs(x)))*exp(-Abs(x)) + 8)*exp(-Abs(x)) + 8)*exp(-Abs(x)) + 4) if x
+            <= 0 else ((((4*Min(745.2, Max(-745.2, x)) + 4)*exp(-Abs(x)) + 4*Min(745.2,
+            Max(-745.2, x)) + 6)*exp(-Abs(x)) + 4)*exp(-Abs(x)) + 1)/((((8 +
+            4*exp(-Abs(x)))*exp(-Abs(x)) + 8)*exp(-Abs(x)) + 4)*exp(-Abs(x)) + 1)
 
     Measured float64 error of the chosen forms vs mpmath::
 
         out: 0.1 bits mean, 1 max over 73 points
-        grad_x, d grad_x / d grad: 0.1 bits mean, 3 max over 73 points
+        grad_x, d grad_x / d grad: 0.0 bits mean, 2 max over 73 points
         d grad_x / d x: 0.4 bits mean, 4 max over 73 points
     """
 
@@ -391,8 +399,18 @@ def _mish_grad_x(x, grad):
 
     @tf.custom_gradient
     def forward(x, grad):
-        t0 = tf.math.tanh(tf.math.softplus(x))
-        grad_x = grad * (t0 + x * (1 - tf.math.square(t0)) * tf.math.sigmoid(x))
+        t0 = tf.math.exp(-tf.math.abs(x))
+        t1 = t0 * (t0 + 4)
+        t2 = 4 * tf.math.minimum(tf.math.maximum(x, -745.2), 745.2)
+        t3 = t2 + 6
+        t4 = t2 + 4
+        grad_x = tf.where(
+            x <= 0,
+            grad * t0 * (t0 * (t1 + t3) + t4) / (t0 * (t0 * (t1 + 8) + 8) + 4),
+            grad
+            * (t0 * (t0 * (t0 * t4 + t3) + 4) + 1)
+            / (t0 * (t0 * (t0 * (4 * t0 + 8) + 8) + 4) + 1),
+        )
 
         def backward(grad_grad_x):
             t0 = tf.math.sigmoid(x)
@@ -415,9 +433,16 @@ def _mish_grad_x(x, grad):
                     tf.where(t8, grad * (8 * t0 * t3 * t4 - t10), grad * (-t10 + t9)),
                 ),
             )
-            t0 = tf.math.tanh(tf.math.softplus(x))
-            grad_bar = grad_grad_x * (
-                t0 + x * (1 - tf.math.square(t0)) * tf.math.sigmoid(x)
+            t0 = tf.math.exp(-tf.math.abs(x))
+            t1 = t0 * (t0 + 4)
+            t2 = 4 * tf.math.minimum(tf.math.maximum(x, -745.2), 745.2)
+            t3 = t2 + 6
+            t4 = t2 + 4
+            grad_bar = grad_grad_x * tf.where(
+                x <= 0,
+                t0 * (t0 * (t1 + t3) + t4) / (t0 * (t0 * (t1 + 8) + 8) + 4),
+                (t0 * (t0 * (t0 * t4 + t3) + 4) + 1)
+                / (t0 * (t0 * (t0 * (4 * t0 + 8) + 8) + 4) + 1),
             )
             return x_bar, grad_bar
 
