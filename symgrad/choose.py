@@ -112,9 +112,7 @@ def most_accurate(
     for p in points:
         value = _reference(reference_expr, p)
         for other in fallbacks:
-            if value is not None:
-                break
-            value = _reference(other, p)
+            value = _reference(other, p) if value is None else value
         references.append(value)
     scored = []
     for candidate in candidates:

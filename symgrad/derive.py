@@ -418,20 +418,10 @@ def derive_function(fn: Function, measure: bool = True) -> Derived:
                 # form (erfcx_inv) that simplify finds. The measured choice decides.
                 # (stabilised first: sigmoid(x)*sigmoid(-x) as dsigmoid(x), whose product
                 # form is for the eager code only)
-                vjps[i] = chosen(
-                    f"grad_{i}",
-                    stabilize(
-                        sympy.Add(
-                            *(
-                                g * sympy.diff(unsplit[name], symbols[i])
-                                for (name, _), g in zip(outputs, grads)
-                            )
-                        )
-                    ),
-                    also=(
-                        sympy.Add(*(g * plain[name][i] for (name, _), g in zip(outputs, grads))),
-                    ),
-                )
+                terms = list(zip(outputs, grads))
+                chain = sympy.Add(*(g * sympy.diff(unsplit[o], symbols[i]) for (o, _), g in terms))
+                simplified = sympy.Add(*(g * plain[o][i] for (o, _), g in terms))
+                vjps[i] = chosen(f"grad_{i}", stabilize(chain), also=(simplified,))
         second: dict[str, dict[str, sympy.Expr]] = {}
         if fn.order >= 2:
             wrt = [symbols[i] for i in diff_names] + list(grads)

@@ -9,6 +9,7 @@ row in :mod:`symgrad.ops` maps it to the best framework op.
 from __future__ import annotations
 
 import builtins
+import itertools
 import math
 from fractions import Fraction
 
@@ -922,26 +923,20 @@ def interleaved_product(expr: sympy.Expr) -> tuple[sympy.Expr, list[tuple[str, s
         return None
 
     def round_robin(counts: dict[sympy.Expr, int]) -> list[sympy.Expr]:
-        left = dict(counts)
-        order = []
-        while left:
-            for base in list(left):
-                order.append(base)
-                left[base] -= 1
-                if not left[base]:
-                    del left[base]
-        return order
+        return [
+            b for k in range(max(counts.values(), default=0)) for b, n in counts.items() if n > k
+        ]
 
     # factors bounded by 1 first: where one underflows to 0 and another overflows, 0 * inf
     # is NaN, but 0 * x / s * ... stays 0 (sigmoid(-x/s) * x / s**2 at x/s = inf)
     tops = round_robin(dict(sorted(num.items(), key=lambda kv: not _bounded(kv[0]))))
     bottoms = round_robin(den)
-    steps: list[tuple[str, sympy.Expr]] = []
-    while tops or bottoms:
-        if tops:
-            steps.append(("*", tops.pop(0)))
-        if bottoms:
-            steps.append(("/", bottoms.pop(0)))
+    steps = [
+        (op, factor)
+        for pair in itertools.zip_longest(tops, bottoms)
+        for op, factor in zip("*/", pair)
+        if factor is not None
+    ]
     return coeff, steps
 
 

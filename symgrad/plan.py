@@ -91,7 +91,7 @@ def emit(
 
 def _name_spread_bases(replacements, reduced, temps):
     """CSE's output with each compound base of a power that the printers spread out
-    (:func:`~symgrad.printers.base.interleaved_product`: (t0 + 1)**2 * x as
+    (:func:`~symgrad.functions.interleaved_product`: (t0 + 1)**2 * x as
     x / (t0 + 1) / (t0 + 1)... ) named by a temporary first, so that it is computed once."""
 
     def name_bases(expr, out):

@@ -30,6 +30,7 @@ def literal(value: float | None) -> str:
 #: there is recorded in the test data (``known``) instead.
 BENIGN_RTOL = 1e-9
 EXTREME_RTOL = {"float64": 1e-6, "float32": 1e-3}
+#: Below tiny/eps a result may pass through subnormal numbers (the template's ATOL).
 _TINY_OVER_EPS = {"float64": 2.0**-1022 / 2.0**-52, "float32": 2.0**-126 / 2.0**-23}
 
 
@@ -75,41 +76,51 @@ def _worst(errors) -> float | None:
     return max(found) if found else None
 
 
-def known_errors(
-    derived: Derived, cases: tuple[Case, ...], dtype: str, rtol: float
-) -> dict[str, dict[str, list[float | None]]] | None:
-    """Per quantity and point, the relative error of symgrad's chosen form (evaluated with
-    NumPy as the frameworks compute it) where it misses ``rtol``; None where it meets it
-    everywhere. These are the points where gen warns that the stable rewrites did not
-    reach the formula: the tests record the error there instead of failing."""
-    import numpy as np
+def _stable_forms(derived: Derived) -> list[tuple[str, str, object, list]]:
+    """(kind, key, NumPy evaluator, its symbols) of every quantity's chosen form: built once
+    per function, for :func:`known_errors` on each set of cases."""
+    from symgrad.numerics.native import evaluator
 
-    from symgrad.numerics.native import call, evaluator
-
-    if not cases:
-        return None
     names = [name for name, _ in derived.naive_outputs]
-    syms = derived.symbols
-    found: dict[str, dict[str, list[float | None]]] = {"outputs": {}, "grads": {}, "second": {}}
-    any_found = False
+    kinds = {"forward": "outputs", "grad": "grads", "second": "second"}
+    forms = []
     for q in quantities(derived):
         if q.stable is None:
             continue
-        if q.kind == "forward":
-            kind, key = "outputs", str(q.output)
-            exacts = [c.values[q.output] for c in cases]
-        else:
-            kind, key = q.kind if q.kind == "second" else "grads", f"{names[q.output]}:{q.input}"
-            exacts = [(c.grads if q.kind == "grad" else c.second)[key] for c in cases]
+        key = str(q.output) if q.kind == "forward" else f"{names[q.output]}:{q.input}"
         symbols = sorted(q.stable.free_symbols, key=lambda s: s.name)
-        by_name = {s: n for n, s in syms.items()}
         try:
             fn = evaluator(q.stable, symbols)
         except Exception:  # noqa: BLE001 - not evaluable with NumPy: nothing recorded
             continue
-        npdtype = getattr(np, dtype)
+        forms.append((kinds[q.kind], key, fn, symbols))
+    return forms
+
+
+def known_errors(
+    derived: Derived, cases: tuple[Case, ...], dtype: str, rtol: float, forms=None
+) -> dict[str, dict[str, list[float | None]]] | None:
+    """Per quantity and point, the relative error of symgrad's chosen form (evaluated with
+    NumPy as the frameworks compute it) where it misses ``rtol``; None where it meets it
+    everywhere. These are the points where gen warns that the stable rewrites did not
+    reach the formula: the tests record the error there instead of failing. ``forms``:
+    :func:`_stable_forms` of ``derived``, if already built."""
+    import numpy as np
+
+    from symgrad.numerics.native import call
+
+    if not cases:
+        return None
+    by_name = {s: n for n, s in derived.symbols.items()}
+    npdtype = getattr(np, dtype)
+    found: dict[str, dict[str, list[float | None]]] = {"outputs": {}, "grads": {}, "second": {}}
+    for kind, key, fn, symbols in _stable_forms(derived) if forms is None else forms:
+        if kind == "outputs":
+            exacts = [c.values[int(key)] for c in cases]
+        else:
+            exacts = [(c.grads if kind == "grads" else c.second)[key] for c in cases]
+        points = [[case.inputs.get(by_name.get(s, ""), 1.0) for s in symbols] for case in cases]
         with np.errstate(all="ignore"):
-            points = [[case.inputs.get(by_name.get(s, ""), 1.0) for s in symbols] for case in cases]
             column = [
                 _measured_error(call(fn, args, npdtype), ex, dtype, rtol)
                 for args, ex in zip(points, exacts)
@@ -131,8 +142,7 @@ def known_errors(
                 ]
         if any(v is not None for v in column):
             found[kind][key] = column
-            any_found = True
-    return found if any_found else None
+    return found if any(found.values()) else None
 
 
 def _columns(
@@ -201,6 +211,7 @@ class FunctionTests:
 def function_tests(derived: Derived) -> FunctionTests:
     fn = derived.function
     ref = reference(derived)
+    forms = _stable_forms(derived)
     tensors = [i.name for i in fn.inputs if i.is_tensor]
     scalars = {i.name: scalar_value(i) for i in fn.inputs if not i.is_tensor}
     shapes = [(3, 1), (4,), (3, 4), (1, 4), (3, 1), (4,)]
@@ -227,17 +238,17 @@ def function_tests(derived: Derived) -> FunctionTests:
         naive=_naive_torch(derived),
         params=", ".join(i.name for i in fn.inputs),
         benign=_columns(
-            ref.benign, derived, known_errors(derived, ref.benign, "float64", BENIGN_RTOL)
+            ref.benign, derived, known_errors(derived, ref.benign, "float64", BENIGN_RTOL, forms)
         ),
         extreme=_columns(
             ref.extreme,
             derived,
-            known_errors(derived, ref.extreme, "float64", EXTREME_RTOL["float64"]),
+            known_errors(derived, ref.extreme, "float64", EXTREME_RTOL["float64"], forms),
         ),
         extreme32=_columns(
             ref.extreme32,
             derived,
-            known_errors(derived, ref.extreme32, "float32", EXTREME_RTOL["float32"]),
+            known_errors(derived, ref.extreme32, "float32", EXTREME_RTOL["float32"], forms),
         ),
         jumps=any(e.has(*_JUMPS) for _, e in derived.naive_outputs),
     )

@@ -277,10 +277,10 @@ def spec_name(fpname: str, taken: set[str]) -> str:
     return name
 
 
-def read_fpcores(path: Path, source: str) -> tuple[list[Formula], dict[str, int]]:
+def read_fpcores(text: str, source: str) -> tuple[list[Formula], dict[str, int]]:
     found: list[Formula] = []
     skipped: dict[str, int] = {}
-    for form in parse_sexprs(path.read_text()):
+    for form in parse_sexprs(text):
         if not isinstance(form, list) or not form or form[0] != "FPCore":
             continue
         rest = form[1:]
@@ -442,9 +442,7 @@ def main(fpbench: Path, herbie: Path) -> None:
     seen: set[str] = set()
     duplicates = 0
     for who, path, text in sources:
-        tmp = Path("/tmp/_fpcore_corpus.fpcore")
-        tmp.write_text(text)
-        found, why = read_fpcores(tmp, f"{who} {path}")
+        found, why = read_fpcores(text, f"{who} {path}")
         for k, v in why.items():
             skipped[k] = skipped.get(k, 0) + v
         for f in found:

@@ -168,11 +168,8 @@ class FrameworkPrinter(StrPrinter):
             rest = sympy.Mul(*(f for f in expr.args if f.free_symbols))
             folded = sympy.Float(value.evalf(20), 17)
             expr = sympy.Mul(folded, rest, evaluate=False)
-        return self._interleaved(expr) or super()._print_Mul(expr)
-
-    def _interleaved(self, expr: sympy.Expr) -> str | None:
-        """``expr`` as an interleaved product (:func:`interleaved_product`), or None."""
-        return print_interleaved(self, expr)
+        # a product with powers interleaved (functions.interleaved_product): no overflow
+        return print_interleaved(self, expr) or super()._print_Mul(expr)
 
     def _hypot_ratios(self, expr: sympy.Expr) -> str | None:
         parts = hypot_power_parts(expr)

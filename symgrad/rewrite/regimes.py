@@ -703,10 +703,10 @@ def _no_integer(e: sympy.Expr) -> bool:
 @register("candidates")
 def power_through_log1p(expr: sympy.Expr) -> sympy.Expr | None:
     """(c + u)**v -> exp(v*log(c) + v*log1p(u/c)) where u/c > -1 (the formula as written
-    elsewhere), for an exponent v that is not an integer constant: the compound-interest form, (1 + i/n)**n - 1 = expm1(n*log1p(i/n))
-    (Herbie's pow-to-exp with log1p), where 1 + i/n rounds i/n away and the power
-    overflows long before the result does. ``None`` where no such power has a number
-    term c > 0 in its base."""
+    elsewhere), for an exponent v that is not an integer constant: the compound-interest
+    form, (1 + i/n)**n - 1 = expm1(n*log1p(i/n)) (Herbie's pow-to-exp with log1p), where
+    1 + i/n rounds i/n away and the power overflows long before the result does. ``None``
+    where no such power has a number term c > 0 in its base."""
 
     conditions = []
 
