@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import sympy
 
 from symgrad.derived import Derived
+from symgrad.functions import real_diff
 from symgrad.numerics.mp import Unresolved, exact
 from symgrad.numerics.points import extreme_points, sample_points, scalar_value
 
@@ -54,7 +55,7 @@ def quantities(derived: Derived) -> list[Quantity]:
             if overridden:
                 d = derived.vjps[name].xreplace(only_this)
             else:
-                d = sympy.diff(expr, syms[name])
+                d = real_diff(expr, syms[name])
             stable = derived.jacobian[out][name]
             result.append(Quantity(f"d {out}/d {name}", "grad", k, name, d, stable, not overridden))
             if fn.order >= 2:
@@ -65,7 +66,7 @@ def quantities(derived: Derived) -> list[Quantity]:
                         "second",
                         k,
                         name,
-                        sympy.diff(d, syms[name]),
+                        real_diff(d, syms[name]),
                         second.xreplace(only_this) if second is not None else None,
                         not overridden,
                     )

@@ -25,6 +25,7 @@ from symgrad.functions import (
     hypot,
     hypot_ratio,
     known_functions,
+    real_diff,
     sigmoid,
 )
 from symgrad.rewrite.phases import phase
@@ -89,12 +90,52 @@ def _simplify(expr: sympy.Expr) -> sympy.Expr:
     (exp(x) -> 1 where x == 0), which is right for the value but makes the derivative of
     that branch 0 instead of the one-sided mean at a tie.
     """
+    expr, restore = _opaque_number_powers(expr)
     if not expr.has(sympy.Piecewise):
-        return known_functions(sympy.simplify(expr))
-    return expr.replace(
-        lambda e: isinstance(e, sympy.Piecewise),
-        lambda e: sympy.Piecewise(*((known_functions(sympy.simplify(v)), c) for v, c in e.args)),
+        return restore(known_functions(sympy.simplify(expr)))
+    return restore(
+        expr.replace(
+            lambda e: isinstance(e, sympy.Piecewise),
+            lambda e: sympy.Piecewise(
+                *((known_functions(sympy.simplify(v)), c) for v, c in e.args)
+            ),
+        )
     )
+
+
+def _opaque_number_powers(expr: sympy.Expr):
+    """``expr`` with each power of a number to a variable exponent (``10**(p(x))``) as an
+    opaque function of its exponent, and the function that puts the powers back.
+
+    simplify splits ``10**(c + ...)`` into ``10**c * ...``; for a polynomial exponent with
+    decimal coefficients, expanded, ``c`` is a rational of fifty digits, and factoring
+    ``10**(p/q)`` then computes ``10**p`` (minutes, for nothing: the split is never
+    cheaper or more accurate than the power).
+    """
+    bases = sorted(
+        {
+            e.base
+            for e in expr.atoms(sympy.Pow)
+            if e.base.is_Number and e.base.is_positive and not e.exp.is_number
+        },
+        key=sympy.default_sort_key,
+    )
+    powers = {b: sympy.Function(f"symgrad_pow_{k}") for k, b in enumerate(bases)}
+    if not powers:
+        return expr, lambda e: e
+    opaque = expr.replace(
+        lambda e: e.is_Pow and e.base in powers and not e.exp.is_number,
+        lambda e: powers[e.base](e.exp),
+    )
+    back = {f: b for b, f in powers.items()}
+
+    def restore(e: sympy.Expr) -> sympy.Expr:
+        return e.replace(
+            lambda a: isinstance(a, sympy.core.function.AppliedUndef) and a.func in back,
+            lambda a: back[a.func] ** a.args[0],
+        )
+
+    return opaque, restore
 
 
 def _abs_free(expr: sympy.Expr) -> sympy.Expr | None:
@@ -269,7 +310,7 @@ def _finished(best: sympy.Expr) -> sympy.Expr:
 
 def differentiate(expr: sympy.Expr, wrt: sympy.Symbol, points=None, record=None) -> sympy.Expr:
     """d expr / d wrt, finished (stable and simplified)."""
-    return finish(sympy.diff(expr, wrt), points, record)
+    return finish(real_diff(expr, wrt), points, record)
 
 
 def _symbol(inp) -> sympy.Symbol:
@@ -402,9 +443,9 @@ def derive_function(fn: Function, measure: bool = True) -> Derived:
                 before: list[sympy.Expr] = []
                 if i in overrides:
                     # Forward mode follows the user's VJP: its coefficient of this output's grad.
-                    jacobian[name][i] = finish(sympy.diff(overrides[i], grad), unsplit=before)
+                    jacobian[name][i] = finish(real_diff(overrides[i], grad), unsplit=before)
                 else:
-                    jacobian[name][i] = finish(sympy.diff(expr, symbols[i]), unsplit=before)
+                    jacobian[name][i] = finish(real_diff(expr, symbols[i]), unsplit=before)
                 plain[name][i] = before[0]
         vjps: dict[str, sympy.Expr] = {}
         for i in diff_names:
@@ -419,7 +460,7 @@ def derive_function(fn: Function, measure: bool = True) -> Derived:
                 # (stabilised first: sigmoid(x)*sigmoid(-x) as dsigmoid(x), whose product
                 # form is for the eager code only)
                 terms = list(zip(outputs, grads))
-                chain = sympy.Add(*(g * sympy.diff(unsplit[o], symbols[i]) for (o, _), g in terms))
+                chain = sympy.Add(*(g * real_diff(unsplit[o], symbols[i]) for (o, _), g in terms))
                 simplified = sympy.Add(*(g * plain[o][i] for (o, _), g in terms))
                 vjps[i] = chosen(f"grad_{i}", stabilize(chain), also=(simplified,))
         second: dict[str, dict[str, sympy.Expr]] = {}
@@ -429,7 +470,7 @@ def derive_function(fn: Function, measure: bool = True) -> Derived:
                 # differentiate the VJP before its regime branches (see finish's ``unsplit``)
                 vjp = unsplit.get(f"grad_{i}", vjps[i])
                 second[i] = {
-                    w.name: chosen(f"d grad_{i} / d {w.name}", sympy.diff(vjp, w)) for w in wrt
+                    w.name: chosen(f"d grad_{i} / d {w.name}", real_diff(vjp, w)) for w in wrt
                 }
     except SpecError:
         raise

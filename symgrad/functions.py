@@ -879,6 +879,35 @@ def known_functions(expr: sympy.Expr) -> sympy.Expr:
     return expr
 
 
+def real_diff(expr: sympy.Expr, wrt: sympy.Symbol) -> sympy.Expr:
+    """d expr / d wrt for real inputs, as autograd takes it.
+
+    SymPy leaves ``Derivative(sign(u), x)`` and ``Derivative(Abs(u), x)`` unevaluated where
+    it cannot prove ``u`` real (``1 - b**2/a**2`` is ``zoo`` at ``a = 0``). Every input is
+    real, so ``|u|' = sign(u)*u'``, and sign has derivative 0 (PyTorch's convention, and the
+    value almost everywhere).
+    """
+    result = sympy.diff(expr, wrt)
+    if result.has(sympy.Derivative):
+        result = result.replace(lambda e: isinstance(e, sympy.Derivative), _real_derivative)
+    return result
+
+
+def _real_derivative(d: sympy.Derivative) -> sympy.Expr:
+    if not isinstance(d.expr, (sympy.sign, sympy.Abs)):
+        return d
+    result = d.expr
+    for var, count in d.variable_count:
+        for _ in range(count):
+            if isinstance(result, sympy.sign):
+                return sympy.S.Zero
+            if isinstance(result, sympy.Abs):
+                result = sympy.sign(result.args[0]) * real_diff(result.args[0], var)
+            else:
+                result = real_diff(result, var)
+    return result
+
+
 #: A product is printed in interleaved order (:func:`interleaved_product`) only where that
 #: costs at most this many operations more than its power form.
 INTERLEAVE_EXTRA_OPS = 1

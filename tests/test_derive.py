@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 import sympy
 
 from symgrad.derive import derive_function
 from symgrad.derived import Derived
+from symgrad.functions import real_diff
 from symgrad.spec import load_spec
 
 SPEC = """\
@@ -84,3 +86,44 @@ def test_every_derivative_the_planner_may_need_is_derived_here(tmp_path):
         reading = d.vjps["x"].xreplace({expr: symbol})
         assert reading == grad * out
         assert d.second_partials[reading] == {"grad": out, "out": grad}
+
+
+def test_abs_of_what_sympy_cannot_prove_real_is_differentiated():
+    """``1 - y**2/x**2`` is ``zoo`` at x = 0, so SymPy will not call it real and leaves
+    ``Derivative(sign(...), x)`` unevaluated in the second order; every input is real, so
+    ``|u|' = sign(u)*u'`` and ``sign' = 0`` (autograd's convention)."""
+    u = 1 - y**2 / x**2
+    first = real_diff(sympy.sqrt(sympy.Abs(u)), x)
+    second = real_diff(first, x)
+    assert not first.has(sympy.Derivative) and not second.has(sympy.Derivative)
+    assert sympy.diff(sympy.sqrt(sympy.Abs(u)), x, 2).has(sympy.Derivative)  # what SymPy does
+    at = {x: sympy.Rational(3, 2), y: 1}  # u > 0: |u| = u, sign(u) = 1
+    assert sympy.simplify((second - sympy.diff(sympy.sqrt(u), x, 2)).subs(at)) == 0
+    assert real_diff(sympy.sign(u) * x, x) == sympy.sign(u)
+
+
+def test_a_function_with_abs_of_a_ratio_derives_to_second_order(tmp_path):
+    path = tmp_path / "m.yaml"
+    path.write_text(
+        "module: m\nfunctions:\n  f:\n    inputs: {a: {}, b: {}}\n"
+        "    output: sqrt(Abs((b * b - a * a) / (b * b)))\n"
+    )
+    d = derive_function(load_spec(path).functions[0], measure=False)
+    assert not any(e.has(sympy.Derivative) for row in d.second.values() for e in row.values())
+
+
+def test_powers_of_numbers_are_opaque_to_simplify():
+    """simplify would split 2**(c + ...) with c a fifty-digit rational from the expanded
+    decimal polynomial and compute 2**p on the way (a minute per formula); the power goes
+    through simplify whole, and the result is still the derivative."""
+    from symgrad.derive import _opaque_number_powers, _simplify
+
+    u = (x - sympy.Rational("31.5")) / sympy.Rational("17.25")
+    p = sympy.Rational("0.25") * u**6 - sympy.Rational("0.75") * u**5 - sympy.Rational("2.125") * u
+    d = sympy.diff(2**p * sympy.exp(x) + 3**x, x)
+    opaque, restore = _opaque_number_powers(d)
+    assert not any(e.base.is_Number and not e.exp.is_number for e in opaque.atoms(sympy.Pow))
+    assert restore(opaque) == d
+    simple = _simplify(d)
+    at = {x: sympy.Rational(40)}
+    assert sympy.N((simple - d).subs(at) / d.subs(at), 30) == pytest.approx(0, abs=1e-25)
