@@ -23,6 +23,12 @@ from symgrad.numerics.points import RANGE_ENDS, sample, scalar_ends
 from symgrad.spec import Input
 
 POINTS = 48
+#: What a non-finite result (where the exact value is finite) costs in the choice's score,
+#: in bits. Herbie counts it as 64 (as bad as a result with no correct digit); a NaN
+#: gradient is worse than that, as it poisons every sum it enters (the batch's gradient,
+#: then the weights), but not infinitely worse: a form that is finite garbage at half the
+#: points must not win over one that overflows at one.
+NON_FINITE_BITS = 128.0
 
 
 _F32_MAX = float(np.finfo(np.float32).max)
@@ -62,7 +68,7 @@ def measure(
     fn = evaluator(expr, symbols)
     if references is None:
         references = [_reference(reference_expr, p) for p in points]
-    errors, non_finite, non_finite64 = [], 0, 0
+    errors, scores, non_finite, non_finite64 = [], [], 0, 0
     worst, worst_key = "", (-1, -1.0)
     with np.errstate(all="ignore"):
         for point, ref in zip(points, references):
@@ -72,11 +78,14 @@ def measure(
             value = call(fn, args, np.float64)
             bad = not math.isfinite(value)
             errors.append(bits_of_error(value, ref))
+            scores.append(NON_FINITE_BITS if bad else errors[-1])
             # float32: only non-finite results count (the error is measured in float64)
             if _finite_in_float32(ref, args):
                 bad32 = not math.isfinite(call(fn, args, np.float32))
                 non_finite += bad32
                 bad = bad or bad32
+                if bad32:
+                    scores[-1] = NON_FINITE_BITS
             non_finite += not math.isfinite(value)
             non_finite64 += not math.isfinite(value)
             if (bad, errors[-1]) > worst_key:
@@ -85,7 +94,8 @@ def measure(
     if not errors:
         return Accuracy(0.0, 0.0, 0, 0)
     mean = sum(errors) / len(errors)
-    return Accuracy(mean, max(errors), non_finite, len(errors), worst, non_finite64)
+    score = sum(scores) / len(scores)
+    return Accuracy(mean, max(errors), non_finite, len(errors), worst, non_finite64, score)
 
 
 def _point_text(point: Mapping[sympy.Symbol, float], symbols: Sequence[sympy.Symbol]) -> str:
@@ -102,8 +112,9 @@ def most_accurate(
     points: Sequence[Mapping[sympy.Symbol, float]],
     fallbacks: Sequence[sympy.Expr] = (),
 ) -> list[tuple[sympy.Expr, Accuracy]]:
-    """The candidates as accurate as the best (fewest non-finite results, then mean bits
-    within 1/2 bit), with their measured accuracy, in the given order. The first
+    """The candidates as accurate as the best, with their measured accuracy, in the given
+    order: within 1/2 bit of the best score (mean bits of error, a non-finite result
+    counted as :data:`NON_FINITE_BITS`), and of those the fewest non-finite results. The first
     candidate is the reference; where its exact value is unknown at a point, the first of
     ``fallbacks`` (other forms of the same formula) that has one. [] where none can be
     evaluated with NumPy."""
@@ -123,12 +134,12 @@ def most_accurate(
         scored.append((candidate, accuracy))
     if not scored:
         return []
-    best = min(scored, key=lambda c: (c[1].non_finite, c[1].mean_bits))[1]
-    return [
-        c
-        for c in scored
-        if c[1].non_finite == best.non_finite and c[1].mean_bits <= best.mean_bits + 0.5
-    ]
+    # Not fewest non-finite first: a form that is exact wherever it does not overflow
+    # beats one that is finite garbage at half the points (see NON_FINITE_BITS).
+    best = min(c[1].score for c in scored)
+    close = [c for c in scored if c[1].score <= best + 0.5]
+    fewest = min(c[1].non_finite for c in close)
+    return [c for c in close if c[1].non_finite == fewest]
 
 
 def symbol_points(

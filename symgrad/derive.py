@@ -177,9 +177,10 @@ def finish(
     simplify (also one per sign of x where it has |x|, and one through hypot's naive form),
     and each with its regime branches (:func:`~symgrad.rewrite.regimes.split_regimes`). With
     ``points``, also the forms of the whole formula that the ``candidates`` phase makes
-    (:mod:`symgrad.rewrite.phases`), and the choice is by measured error (fewest
-    non-finite results in float64 and float32, then float64 bits; ties to the
-    cheaper for eager code by :func:`~symgrad.cost.eager_cost`); ``record`` gets the
+    (:mod:`symgrad.rewrite.phases`), and the choice is by measured error
+    (:func:`~symgrad.choose.most_accurate`: mean bits, a non-finite result in float64 or
+    float32 counted as 128; ties to the cheaper for eager code by
+    :func:`~symgrad.cost.eager_cost`); ``record`` gets the
     chosen form's :class:`~symgrad.choose.Accuracy`, ``fused`` the tie's cheapest for
     compiled code (:func:`~symgrad.cost.op_cost`: arithmetic only, the passes fuse).
     Without points, the cheapest stable form for both.

@@ -27,6 +27,10 @@ class Accuracy:
     #: of ``non_finite``, the float64 results (float32's may come from a point that float32
     #: rounds onto a pole or to 0)
     non_finite64: int = field(default=0, compare=False)
+    #: the choice's score: the mean bits with a point whose result is non-finite (in
+    #: float64, or in float32 where the exact value fits) counted as
+    #: :data:`symgrad.choose.NON_FINITE_BITS`
+    score: float = field(default=0.0, compare=False)
 
     def __str__(self) -> str:
         text = f"{self.mean_bits:.1f} bits mean, {self.max_bits:.0f} max over {self.points} points"

@@ -194,7 +194,8 @@ class FunctionTests:
     tensors: list[str]
     diff: list[str]
     scalars: str  # source of a dict of scalar keyword values
-    domains: str  # source of {name: (lo, hi)} benign sampling ranges
+    domains: str  # source of {name: (lo, hi)}: where random inputs are drawn
+    fd_eps: float | None  # gradcheck's finite-difference step, None for its default
     shapes: str  # source of {name: shape} for the broadcasting gradcheck
     order: int
     overridden: bool
@@ -210,6 +211,7 @@ class FunctionTests:
 
 def function_tests(derived: Derived) -> FunctionTests:
     fn = derived.function
+    domains = random_domains(derived)
     ref = reference(derived)
     forms = _stable_forms(derived)
     tensors = [i.name for i in fn.inputs if i.is_tensor]
@@ -223,11 +225,10 @@ def function_tests(derived: Derived) -> FunctionTests:
         scalars="{" + ", ".join(f'"{k}": {literal(v)}' for k, v in scalars.items()) + "}",
         domains="{"
         + ", ".join(
-            f'"{i.name}": ({literal(domain_interior(i)[0])}, {literal(domain_interior(i)[1])})'
-            for i in fn.inputs
-            if i.is_tensor
+            f'"{name}": ({literal(lo)}, {literal(hi)})' for name, (lo, hi) in domains.items()
         )
         + "}",
+        fd_eps=finite_difference_step(domains),
         shapes="{"
         + ", ".join(f'"{n}": {shapes[k % len(shapes)]}' for k, n in enumerate(tensors))
         + "}",
@@ -252,6 +253,100 @@ def function_tests(derived: Derived) -> FunctionTests:
         ),
         jumps=any(e.has(*_JUMPS) for _, e in derived.naive_outputs),
     )
+
+
+#: Random-input tests (gradcheck, vmap, compile, ...) need every value and derivative
+#: finite, and small enough that a finite difference of it does not overflow.
+_RANDOM_MAX = 1e100
+#: Cells per input of the grid the random-input box is chosen on (by number of inputs),
+#: and the points sampled over the benign box to judge them.
+_RANDOM_CELLS = {1: 32, 2: 16, 3: 6}
+_RANDOM_SAMPLES = 4096
+
+
+def random_domains(derived: Derived) -> dict[str, tuple[float, float]]:
+    """The box the random-input tests draw each tensor input from.
+
+    It is the inputs' benign intervals (:func:`~symgrad.numerics.points.domain_interior`)
+    where the forward and every derivative the tests take are finite and below 1e100 at
+    4096 points sampled over them. Where the formula is undefined on part of that box
+    (``asin(sin(a)/d)`` for ``|d| < 1``: a precondition that relates inputs is no
+    ``domain:``), the box is cut into a grid of cells (32 for one input, 16 per input for
+    two, 6 for three, 2 for more), and the largest box of cells whose sampled points all
+    pass is kept, less a quarter cell at each end (the sampled points never reach a cell's
+    edges). Where no cell passes, the benign intervals (the tests will say where).
+    """
+    import itertools
+
+    import numpy as np
+
+    from symgrad.numerics.native import evaluator
+
+    fn = derived.function
+    tensors = [i for i in fn.inputs if i.is_tensor]
+    full = {i.name: domain_interior(i) for i in tensors}
+    if not tensors:
+        return full
+    exprs = [e for q in quantities(derived) for e in (q.reference, q.stable) if e is not None]
+    exprs += [e for row in derived.second.values() for e in row.values()]
+    scalars = {derived.symbols[i.name]: scalar_value(i) for i in fn.inputs if not i.is_tensor}
+    column = {derived.symbols[i.name]: k for k, i in enumerate(tensors)}
+    lows = np.array([lo for lo, _ in full.values()])
+    widths = np.array([hi - lo for lo, hi in full.values()])
+    unit = np.random.default_rng(0).random((_RANDOM_SAMPLES, len(tensors)))
+    points = lows + widths * unit
+    valid = np.ones(_RANDOM_SAMPLES, dtype=bool)
+    with np.errstate(all="ignore"):
+        for expr in exprs:
+            symbols = sorted(expr.free_symbols, key=lambda s: s.name)
+            args = [
+                points[:, column[s]] if s in column else np.full(len(points), scalars.get(s, 1.0))
+                for s in symbols
+            ]
+            try:
+                result = np.broadcast_to(evaluator(expr, symbols)(*args), valid.shape)
+                valid &= np.abs(result.astype(np.float64)) <= _RANDOM_MAX  # NaN fails too
+            except Exception:  # noqa: BLE001 - not evaluable with NumPy: not checked
+                continue
+    if valid.all():
+        return full
+    n = _RANDOM_CELLS.get(len(tensors), 2)
+    cells = np.minimum((unit * n).astype(int), n - 1)
+    bad = np.zeros((n,) * len(tensors), dtype=int)
+    np.add.at(bad, tuple(cells[~valid].T), 1)
+    # bad cells in each box [a, b) by inclusion-exclusion on the summed-area table
+    table = np.pad(bad, [(1, 0)] * len(tensors))
+    for axis in range(len(tensors)):
+        table = table.cumsum(axis=axis)
+    best, best_size = None, 0
+    spans = [(a, b) for a in range(n) for b in range(a + 1, n + 1)]
+    for box in itertools.product(spans, repeat=len(tensors)):
+        size = math.prod(b - a for a, b in box)
+        if size <= best_size:
+            continue
+        count = sum(
+            (-1) ** sum(corner) * table[tuple(ab[1 - c] for ab, c in zip(box, corner))]
+            for corner in itertools.product((0, 1), repeat=len(tensors))
+        )
+        if count == 0:
+            best, best_size = box, size
+    if best is None:
+        return full
+    return {
+        name: (float(lo + w * (a + 0.25) / n), float(lo + w * (b - 0.25) / n))
+        for (name, (lo, _)), (a, b), w in zip(full.items(), best, widths)
+    }
+
+
+#: gradcheck's finite-difference step is absolute (1e-6): past inputs of this size it is
+#: scaled with them, as rounding in f(x + h) - f(x - h) would swamp the difference.
+_FD_SCALE_FROM = 100.0
+
+
+def finite_difference_step(domains: dict[str, tuple[float, float]]) -> float | None:
+    """gradcheck's ``eps`` for inputs drawn from ``domains``; None for its default."""
+    scale = max((abs(v) for box in domains.values() for v in box), default=0.0)
+    return 1e-6 * scale if scale > _FD_SCALE_FROM else None
 
 
 #: symgrad's primitives with jumps or kinks, whose numeric derivative is checked with a
