@@ -195,7 +195,7 @@ class FunctionTests:
     diff: list[str]
     scalars: str  # source of a dict of scalar keyword values
     domains: str  # source of {name: (lo, hi)}: where random inputs are drawn
-    fd_eps: float | None  # gradcheck's finite-difference step, None for its default
+    fd_eps: dict[str, float] | None  # finite-difference step per input, None: the default
     shapes: str  # source of {name: shape} for the broadcasting gradcheck
     order: int
     overridden: bool
@@ -343,10 +343,13 @@ def random_domains(derived: Derived) -> dict[str, tuple[float, float]]:
 _FD_SCALE_FROM = 100.0
 
 
-def finite_difference_step(domains: dict[str, tuple[float, float]]) -> float | None:
-    """gradcheck's ``eps`` for inputs drawn from ``domains``; None for its default."""
-    scale = max((abs(v) for box in domains.values() for v in box), default=0.0)
-    return 1e-6 * scale if scale > _FD_SCALE_FROM else None
+def finite_difference_step(domains: dict[str, tuple[float, float]]) -> dict[str, float] | None:
+    """gradcheck's ``eps`` per input drawn from ``domains`` (1e-6 times the input's scale
+    past 100); None where every input takes gradcheck's default."""
+    scales = {name: max(abs(lo), abs(hi)) for name, (lo, hi) in domains.items()}
+    if all(scale <= _FD_SCALE_FROM for scale in scales.values()):
+        return None
+    return {name: 1e-6 * max(scale, 1.0) for name, scale in scales.items()}
 
 
 #: symgrad's primitives with jumps or kinks, whose numeric derivative is checked with a

@@ -48,7 +48,7 @@ def test_a_box_where_the_formula_and_its_derivatives_are_defined(derived):
 def test_a_valid_interval_inside_the_benign_one(derived):
     # (1 - 5v^2)/(v^2 - 1) is in [-1, 1] only for |v| <= 1/sqrt(3)
     lo, hi = random_domains(derived["inner"])["v"]
-    assert -3**-0.5 < lo < -0.4 and 0.4 < hi < 3**-0.5
+    assert -(3**-0.5) < lo < -0.4 and 0.4 < hi < 3**-0.5
 
 
 def test_finite_difference_step_follows_the_inputs_scale():
