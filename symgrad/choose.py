@@ -78,14 +78,12 @@ def measure(
             value = call(fn, args, np.float64)
             bad = not math.isfinite(value)
             errors.append(bits_of_error(value, ref))
-            scores.append(NON_FINITE_BITS if bad else errors[-1])
             # float32: only non-finite results count (the error is measured in float64)
             if _finite_in_float32(ref, args):
                 bad32 = not math.isfinite(call(fn, args, np.float32))
                 non_finite += bad32
                 bad = bad or bad32
-                if bad32:
-                    scores[-1] = NON_FINITE_BITS
+            scores.append(NON_FINITE_BITS if bad else errors[-1])
             non_finite += not math.isfinite(value)
             non_finite64 += not math.isfinite(value)
             if (bad, errors[-1]) > worst_key:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -76,15 +77,16 @@ def _worst(errors) -> float | None:
     return max(found) if found else None
 
 
-def _stable_forms(derived: Derived) -> list[tuple[str, str, object, list]]:
+def _stable_forms(derived: Derived, measured=None) -> list[tuple[str, str, object, list]]:
     """(kind, key, NumPy evaluator, its symbols) of every quantity's chosen form: built once
-    per function, for :func:`known_errors` on each set of cases."""
+    per function, for :func:`known_errors` on each set of cases. ``measured``: the
+    function's :func:`~symgrad.cases.quantities`, if already derived."""
     from symgrad.numerics.native import evaluator
 
     names = [name for name, _ in derived.naive_outputs]
     kinds = {"forward": "outputs", "grad": "grads", "second": "second"}
     forms = []
-    for q in quantities(derived):
+    for q in quantities(derived) if measured is None else measured:
         if q.stable is None:
             continue
         key = str(q.output) if q.kind == "forward" else f"{names[q.output]}:{q.input}"
@@ -211,9 +213,10 @@ class FunctionTests:
 
 def function_tests(derived: Derived) -> FunctionTests:
     fn = derived.function
-    domains = random_domains(derived)
+    measured = quantities(derived)
+    domains = random_domains(derived, measured)
     ref = reference(derived)
-    forms = _stable_forms(derived)
+    forms = _stable_forms(derived, measured)
     tensors = [i.name for i in fn.inputs if i.is_tensor]
     scalars = {i.name: scalar_value(i) for i in fn.inputs if not i.is_tensor}
     shapes = [(3, 1), (4,), (3, 4), (1, 4), (3, 1), (4,)]
@@ -264,7 +267,7 @@ _RANDOM_CELLS = {1: 32, 2: 16, 3: 6}
 _RANDOM_SAMPLES = 4096
 
 
-def random_domains(derived: Derived) -> dict[str, tuple[float, float]]:
+def random_domains(derived: Derived, measured=None) -> dict[str, tuple[float, float]]:
     """The box the random-input tests draw each tensor input from.
 
     It is the inputs' benign intervals (:func:`~symgrad.numerics.points.domain_interior`)
@@ -275,9 +278,8 @@ def random_domains(derived: Derived) -> dict[str, tuple[float, float]]:
     two, 6 for three, 2 for more), and the largest box of cells whose sampled points all
     pass is kept, less a quarter cell at each end (the sampled points never reach a cell's
     edges). Where no cell passes, the benign intervals (the tests will say where).
+    ``measured``: the function's :func:`~symgrad.cases.quantities`, if already derived.
     """
-    import itertools
-
     import numpy as np
 
     from symgrad.numerics.native import evaluator
@@ -287,7 +289,8 @@ def random_domains(derived: Derived) -> dict[str, tuple[float, float]]:
     full = {i.name: domain_interior(i) for i in tensors}
     if not tensors:
         return full
-    exprs = [e for q in quantities(derived) for e in (q.reference, q.stable) if e is not None]
+    measured = quantities(derived) if measured is None else measured
+    exprs = [e for q in measured for e in (q.reference, q.stable) if e is not None]
     exprs += [e for row in derived.second.values() for e in row.values()]
     scalars = {derived.symbols[i.name]: scalar_value(i) for i in fn.inputs if not i.is_tensor}
     column = {derived.symbols[i.name]: k for k, i in enumerate(tensors)}
