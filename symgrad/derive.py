@@ -328,12 +328,18 @@ def _mask_unused_outputs(vjp: sympy.Expr, grads: tuple[sympy.Symbol, ...]) -> sy
     was not used), its term is dropped, not computed: 0 * inf is NaN where the output's
     derivative overflows although the used output's does not (sinh_cosh past |x| = 710.5).
 
+    A formula of one upstream gradient is branched too where its factor can overflow
+    (``grad_c*cosh(x)``, the second derivative of ``s = sinh(x)`` where only ``c`` is
+    used), not where it is a polynomial of the inputs (``grad_b*y``).
+
     Only values are branched (VJPs, second-order formulas); derivatives are taken of the
     unbranched formulas.
     """
     present = [g for g in grads if vjp.has(g)]
-    if not 1 < len(present) <= MASK_MAX_OUTPUTS:
+    if len(grads) < 2 or not 0 < len(present) <= MASK_MAX_OUTPUTS:
         return vjp
+    if len(present) == 1 and vjp.xreplace({present[0]: sympy.S.One}).is_polynomial():
+        return vjp  # (linear in its upstream gradient: the factor is the rest)
     branches = []
     for k in range(len(present), 0, -1):
         for zero in itertools.combinations(present, k):

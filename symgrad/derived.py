@@ -98,10 +98,17 @@ class Derived:
 
     def outputs_requiring_grad(self) -> tuple[str, ...]:
         """Outputs of some differentiable input: they require grad (one with derivative 0,
-        round(x), gets zero gradients, as in torch); the others are marked
-        non-differentiable."""
+        round(x), gets zero gradients, as in torch); so does an output of no tensor input
+        where some input is differentiable (``x - x + 3``, a number once SymPy parsed it,
+        as ``x * 0 + 3`` in torch). The others, of ``differentiable: false`` tensors only,
+        are marked non-differentiable."""
         diff = {self.symbols[i] for i in self.diff_inputs}
-        return tuple(name for name, naive in self.naive_outputs if naive.free_symbols & diff)
+        tensors = {self.symbols[i.name] for i in self.function.inputs if i.is_tensor}
+        return tuple(
+            name
+            for name, naive in self.naive_outputs
+            if naive.free_symbols & diff or (diff and not naive.free_symbols & tensors)
+        )
 
     def differentiable_outputs(self) -> tuple[str, ...]:
         """Outputs with a nonzero derivative w.r.t. some input (others are marked so)."""

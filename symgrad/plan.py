@@ -783,6 +783,22 @@ def _returns(n_outputs: int, tensor: str) -> str:
     return tensor if n_outputs == 1 else f"tuple[{', '.join([tensor] * n_outputs)}]"
 
 
+def _spread_outputs(derived: Derived) -> list[str]:
+    """The outputs whose formula does not read every tensor input (``cosh(y)`` for
+    ``sin(x)**2 + cos(x)**2 + cosh(y)``, a number for ``x - x``): the forward broadcasts
+    them to the inputs' shape and dtype, which the formula as written has."""
+    tensors = {derived.symbols[i.name] for i in derived.function.inputs if i.is_tensor}
+    return [
+        name for name, expr in derived.outputs if not tensors <= sympy.sympify(expr).free_symbols
+    ]
+
+
+def _spread_lines(derived: Derived, spread: list[str]) -> list[str]:
+    """``out = _broadcast_result(out, x, y)`` for each output of :func:`_spread_outputs`."""
+    tensors = ", ".join(i.name for i in derived.function.inputs if i.is_tensor)
+    return [f"{o} = _broadcast_result({o}, {tensors})" for o in spread]
+
+
 def _broadcasts(derived: Derived) -> bool:
     return sum(1 for i in derived.function.inputs if i.is_tensor) > 1
 
@@ -918,10 +934,12 @@ class _TorchPlanner:
         d, fn = self.d, self.fn
         inputs = [i.name for i in fn.inputs]
         out_names = [name for name, _ in d.outputs]
+        spread = _spread_outputs(d)
         forward = Method(
             inputs,
             [
                 *self.body(d.outputs, copy_inputs=True, in_place=True),
+                *_spread_lines(d, spread),
                 f"return {', '.join(out_names)}",
             ],
         )
@@ -946,6 +964,9 @@ class _TorchPlanner:
         non_diff = self.non_differentiable_outputs()
         zero_outs = [o for o in out_names if o not in d.differentiable_outputs()]
         jvp_needs |= {self.out_syms[o] for o in zero_outs if o not in non_diff}
+        # a tangent of an output spread to the inputs' shape is spread to the output's
+        spread_tangents = [o for o in spread if o not in zero_outs]
+        jvp_needs |= {self.out_syms[o] for o in spread_tangents}
         saved = self.ordered(backward_needs | jvp_needs)
 
         setup = [unpack_line(inputs, "inputs")]
@@ -1041,6 +1062,7 @@ class _TorchPlanner:
             jvp_assign.append((f"{o}_t", sympy.Add(*terms)))
         jvp_lines = self._unpack_saved(saved) + self._unpack_scalars([e for _, e in jvp_assign])
         jvp_lines += self.body([(o, e) for o, e in jvp_assign if not is_zero(e)])
+        jvp_lines += [f"{o}_t = _broadcast_result({o}_t, {o})" for o in spread_tangents]
         for o in zero_outs:
             # a marked output has no tangent
             jvp_lines.append(f"{o}_t = None" if o in non_diff else f"{o}_t = torch.zeros_like({o})")
@@ -1271,7 +1293,7 @@ def plan_tensorflow(derived: Derived) -> FunctionPlan:
     order2 = fn.order >= 2
 
     # The outer custom_gradient: forward, and a grad_fn calling one function per input.
-    lines = body(d.outputs)
+    lines = body(d.outputs) + _spread_lines(d, _spread_outputs(d))
     lines += ["", f"def backward({', '.join(grad_names)}):"]
     results = []
     for inp in fn.inputs:

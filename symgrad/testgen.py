@@ -6,6 +6,8 @@ import itertools
 import math
 from dataclasses import dataclass
 
+import sympy
+
 from symgrad import functions as F
 from symgrad.cases import Case, quantities, reference
 from symgrad.derived import Derived
@@ -195,6 +197,7 @@ class FunctionTests:
     upper: str
     tensors: list[str]
     diff: list[str]
+    second_diff: list[str]  # the differentiable inputs whose gradient is not 0 everywhere
     scalars: str  # source of a dict of scalar keyword values
     domains: str  # source of {name: (lo, hi)}: where random inputs are drawn
     fd_eps: dict[str, float] | None  # finite-difference step per input, None: the default
@@ -225,6 +228,7 @@ def function_tests(derived: Derived) -> FunctionTests:
         upper=fn.name.upper(),
         tensors=tensors,
         diff=list(derived.diff_inputs),
+        second_diff=[i for i in derived.diff_inputs if sympy.sympify(derived.vjps[i]) != 0],
         scalars="{" + ", ".join(f'"{k}": {literal(v)}' for k, v in scalars.items()) + "}",
         domains="{"
         + ", ".join(
@@ -363,8 +367,18 @@ _JUMPS = (F.round, F.floor, F.ceil, F.trunc, F.clamp)
 def _naive_torch(derived: Derived) -> list[str]:
     """The user's formula printed as plain torch ops, nothing rewritten."""
     printer = TorchPrinter(scalars=derived.scalars)
+    tensors = [derived.symbols[i.name] for i in derived.function.inputs if i.is_tensor]
     try:
-        return [printer.doprint(expr) for _, expr in derived.naive_outputs]
+        # SymPy simplifies x - x + y to y as it parses: a zeros_like(x) per input the
+        # formula lost gives the written formula's shape and dtype
+        lines = []
+        for _, expr in derived.naive_outputs:
+            code = printer.doprint(expr)
+            lost = [f"torch.zeros_like({s.name})" for s in tensors if s not in expr.free_symbols]
+            if lost and expr.has(sympy.Piecewise):
+                code = f"({code})"  # (a Python conditional binds looser than +)
+            lines.append(" + ".join([code, *lost]))
+        return lines
     except DerivationError:
         return []
 

@@ -249,3 +249,114 @@ def test_inputs_that_do_not_broadcast_get_an_error_naming_function_and_shapes(
     assert "elementwise" in str(info.value)
     out = m.affine(make((4, 8)), make((4, 8)), make((8,)))  # these broadcast: no error
     assert tuple(out.shape) == (4, 8)
+
+
+LOST_INPUTS = """\
+module: lost
+order: 2
+functions:
+  identity_plus:
+    doc: the formula simplifies to cosh(y) + 1; its result is still broadcast over x
+    inputs: {x: {}, y: {}}
+    output: sin(x)**2 + cos(x)**2 + cosh(y)
+  constant:
+    inputs: {x: {}, y: {}}
+    output: x - x + y - y + 3
+  pair:
+    inputs: {x: {}, y: {}}
+    outputs: {a: cosh(y), b: x*y}
+"""
+
+
+@pytest.mark.parametrize("target", ["torch", "tensorflow"])
+def test_a_formula_that_loses_an_input_keeps_the_broadcast_shape(generate_module, target):
+    """sin(x)**2 + cos(x)**2 + cosh(y) is cosh(y) + 1 to SymPy, x - x + y - y + 3 is 3: the
+    results still have the shape of x and y broadcast together, as the formula as written."""
+    m = generate_module(LOST_INPUTS, target)
+    if target == "tensorflow":
+        tf = pytest.importorskip("tensorflow")
+        x = tf.constant([[0.5], [1.0], [2.0]], tf.float64)
+        y = tf.constant([0.1, 0.2, 0.3, 0.4], tf.float64)
+        with tf.GradientTape(persistent=True) as tape:
+            tape.watch([x, y])
+            out = m.identity_plus(x, y)
+            const = m.constant(x, y)
+            a, _ = m.pair(x, y)
+        assert out.shape == (3, 4) and const.shape == (3, 4) and a.shape == (3, 4)
+        assert const.dtype == tf.float64
+        np = pytest.importorskip("numpy")
+        np.testing.assert_allclose(const.numpy(), np.full((3, 4), 3.0))
+        grad_y = tape.gradient(out, y)
+        np.testing.assert_allclose(grad_y.numpy(), 3 * np.sinh(y.numpy()))  # summed over x
+        return
+    x = torch.tensor([[0.5], [1.0], [2.0]], dtype=torch.float64, requires_grad=True)
+    y = torch.tensor([0.1, 0.2, 0.3, 0.4], dtype=torch.float64, requires_grad=True)
+    out = m.identity_plus(x, y)
+    const = m.constant(x, y)
+    a, b = m.pair(x, y)
+    for result in (out, const, a, b):
+        assert result.shape == (3, 4) and result.dtype == torch.float64
+        assert result.is_contiguous()
+    torch.testing.assert_close(const, torch.full((3, 4), 3.0, dtype=torch.float64))
+    # a number of differentiable inputs requires grad, with zero gradients (x * 0 + 3)
+    assert const.requires_grad
+    assert not torch.autograd.grad(const.sum(), x)[0].any()
+    grad_x, grad_y = torch.autograd.grad(out.sum(), (x, y), create_graph=True)
+    assert grad_x.shape == (3, 1) and not grad_x.any()
+    torch.testing.assert_close(grad_y, 3 * torch.sinh(y))  # summed over x's 3 rows
+    (second,) = torch.autograd.grad(grad_y.sum(), y)
+    torch.testing.assert_close(second, 3 * torch.cosh(y.detach()))
+    # forward mode: the tangent has the output's shape
+    with torch.autograd.forward_ad.dual_level():
+        dual = torch.autograd.forward_ad.make_dual(y.detach(), torch.ones(4, dtype=torch.float64))
+        tangent = torch.autograd.forward_ad.unpack_dual(m.identity_plus(x.detach(), dual)).tangent
+    assert tangent.shape == (3, 4)
+    torch.testing.assert_close(tangent, torch.sinh(y.detach()).expand(3, 4))
+    # dtypes promote as the formula as written would: float32 x, float64 y
+    assert m.constant(x.detach().float(), y.detach()).dtype == torch.float64
+    assert m.identity_plus(x.detach(), y.detach().float()).dtype == torch.float64
+    assert torch.autograd.gradgradcheck(m.identity_plus, (x, y))
+    assert torch.autograd.gradcheck(m.pair, (x, y), check_forward_ad=True)
+
+
+def test_an_unused_output_is_masked_in_the_second_derivative_too(generate_module):
+    """a = cosh(y), b = x*y with only b used: d grad_y / d y is grad_a*cosh(y), and
+    autograd's zero for grad_a times cosh(1e4) = inf would make it NaN."""
+    m = generate_module(LOST_INPUTS)
+    x = torch.tensor([2.0], dtype=torch.float64, requires_grad=True)
+    y = torch.tensor([1e4], dtype=torch.float64, requires_grad=True)
+    _, b = m.pair(x, y)
+    _, grad_y = torch.autograd.grad(b.sum(), (x, y), create_graph=True)
+    assert grad_y.tolist() == [2.0]
+    (second,) = torch.autograd.grad(grad_y.sum(), y)
+    assert second.tolist() == [0.0]
+
+
+@pytest.mark.parametrize("target", ["torch", "tensorflow"])
+def test_a_formula_that_loses_an_input_passes_its_generated_tests(tmp_path, target):
+    """The generated suite of LOST_INPUTS: its naive reference keeps the written shape
+    (3 + zeros_like(x) + zeros_like(y)), gradgradcheck takes the input whose gradient is 0
+    everywhere as a constant, and none is emitted where every gradient is 0."""
+    pytest.importorskip(target)
+    from symgrad.generate import generate
+    from symgrad.spec import load_spec
+
+    (tmp_path / "lost.yaml").write_text(LOST_INPUTS)
+    files = {f.name: f.text for f in generate(load_spec(tmp_path / "lost.yaml"), targets=(target,))}
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    suffix = "torch" if target == "torch" else "tf"
+    if target == "torch":
+        tests = files["test_lost_torch.py"]
+        assert "def test_constant_gradgradcheck" not in tests
+        assert 'x.detach() if n not in ["y"] else x' in tests
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"test_lost_{suffix}.py"]
+        + (["-k", "not compile and not fused"] if target == "torch" else []),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert " passed" in proc.stdout and "failed" not in proc.stdout

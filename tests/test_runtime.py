@@ -470,6 +470,22 @@ def test_eager_forms_update_an_owned_tensor_in_place():
             assert out.data_ptr() == t.data_ptr()
 
 
+def test_broadcast_result_has_the_shape_and_dtype_of_the_formula_as_written():
+    """The result of a formula that lost an input is what ``x * 0 + value`` would be."""
+    x = torch.ones(3, 1, dtype=torch.float32)
+    y = torch.ones(4, dtype=torch.float64)
+    out = rt._broadcast_result(torch.full((4,), 2.0, dtype=torch.float64), x, y)
+    assert out.shape == (3, 4) and out.dtype == torch.float64 and out.is_contiguous()
+    number = rt._broadcast_result(3, x, y)
+    assert number.shape == (3, 4) and number.dtype == torch.float64 and bool((number == 3).all())
+    # torch's 0-dim rule: a 0-dim float64 does not widen a float32 tensor
+    scalar = torch.tensor(2.0, dtype=torch.float64)
+    assert rt._broadcast_result(1.0, x, scalar).dtype == torch.float32
+    assert rt._broadcast_result(1.0, x, scalar).dtype == (x * 0 + scalar).dtype
+    same = torch.zeros(3, 4, dtype=torch.float64)
+    assert rt._broadcast_result(same, same) is same  # already right: no copy
+
+
 # ----------------------------------------------------------------------------- TensorFlow
 def test_tf_helpers():
     tf = pytest.importorskip("tensorflow")
@@ -481,3 +497,6 @@ def test_tf_helpers():
     tf_helpers._check_broadcast("f", x=tf.ones(3), y=tf.ones(1))
     with pytest.raises(ValueError, match=r"f\(\): the inputs do not broadcast: x \(3,\), y \(4,\)"):
         tf_helpers._check_broadcast("f", x=tf.ones(3), y=tf.ones(4))
+    spread = tf_helpers._broadcast_result(3, tf.ones((3, 1), tf.float64), tf.ones(4, tf.float64))
+    assert spread.shape == (3, 4) and spread.dtype == tf.float64
+    assert float(tf.reduce_sum(spread)) == 36.0

@@ -17,6 +17,19 @@ def _reduce_to(grad: tf.Tensor, like: tf.Tensor) -> tf.Tensor:
     return tf.reshape(tf.reduce_sum(grad, axis=axes), shape)
 
 
+def _broadcast_result(value, *inputs: tf.Tensor) -> tf.Tensor:
+    """``value`` (a tensor or a number) at the shape of ``inputs`` broadcast together, in
+    their floating dtype: the result of a formula that no longer reads every input
+    (``sin(x)**2 + cos(x)**2 + cosh(y)`` simplified to ``cosh(y)``, or to a number) has the
+    shape that the formula as written would have."""
+    shape = tf.shape(inputs[0])
+    for t in inputs[1:]:
+        shape = tf.broadcast_dynamic_shape(shape, tf.shape(t))
+    floats = [t.dtype for t in inputs if t.dtype.is_floating]
+    value = tf.cast(value, floats[0] if floats else inputs[0].dtype)
+    return tf.broadcast_to(value, shape)
+
+
 def _check_axis(name: str, axis: str, *uses) -> None:
     """Raise an error naming the function, the axis and the shapes where inputs that share
     a named axis disagree on its size (static shapes; unknown sizes are not checked)."""

@@ -206,6 +206,25 @@ def _size_hinted(args: tuple) -> tuple:
     return tuple(hinted)
 
 
+def _broadcast_result(value, *inputs: torch.Tensor) -> torch.Tensor:
+    """``value`` (a tensor or a number) at the shape, dtype and device of ``inputs``
+    broadcast together: the result of a formula that no longer reads every input
+    (``sin(x)**2 + cos(x)**2 + cosh(y)`` simplified to ``cosh(y)``, or to a number) has the
+    shape and dtype that the formula as written would have."""
+    shape = torch.broadcast_shapes(*(t.shape for t in inputs))
+    # torch's type promotion, 0-dim rule included, on empty stand-ins of the inputs
+    stand_ins = [torch.empty((0,) * min(t.dim(), 1), dtype=t.dtype) for t in inputs]
+    if isinstance(value, torch.Tensor):
+        stand_ins.append(torch.empty((0,) * min(value.dim(), 1), dtype=value.dtype))
+    dtype = sum(stand_ins[1:], stand_ins[0]).dtype
+    if not isinstance(value, torch.Tensor):
+        return torch.full(shape, value, dtype=dtype, device=inputs[0].device)
+    if value.shape == shape and value.dtype == dtype:
+        return value
+    # a tensor of its own, not a view: the caller may write into it
+    return value.to(dtype).expand(shape).contiguous()
+
+
 def _check_broadcast(name: str, **tensors) -> None:
     """Raise an error naming the function and the shapes where the inputs of an
     elementwise function do not broadcast (torch's own says only which sizes differ)."""
