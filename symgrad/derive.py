@@ -470,6 +470,14 @@ def derive_function(fn: Function, measure: bool = True) -> Derived:
                 chain = sympy.Add(*(g * real_diff(unsplit[o], symbols[i]) for (o, _), g in terms))
                 simplified = sympy.Add(*(g * plain[o][i] for (o, _), g in terms))
                 vjps[i] = chosen(f"grad_{i}", stabilize(chain), also=(simplified,))
+                # Forward mode computes the chosen (measured) form too, the VJP's
+                # coefficient of each output's gradient: jvp and backward agree, and
+                # neither is the unmeasured cheapest form.
+                for (o, _), g in terms:
+                    only = {h: sympy.S.One if h == g else sympy.S.Zero for h in grads}
+                    coefficient = vjps[i].xreplace(only)
+                    if not coefficient.has(sympy.nan, sympy.zoo, *grads):
+                        jacobian[o][i] = coefficient
         second: dict[str, dict[str, sympy.Expr]] = {}
         if fn.order >= 2:
             wrt = [symbols[i] for i in diff_names] + list(grads)

@@ -1322,7 +1322,7 @@ class WeightedBce(_Function):
     @staticmethod
     def jvp(ctx, z_t, _target_t):
         z, target = ctx.saved_tensors
-        return z_t * (-target * torch.sigmoid(-z) + (1 - target) * torch.sigmoid(z))
+        return z_t * (-target * torch.sigmoid(-z) - (target - 1) * torch.sigmoid(z))
 
 
 _WeightedBce = _without_jvp(WeightedBce)

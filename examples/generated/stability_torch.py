@@ -826,7 +826,7 @@ class BceSigmoid(_Function):
     @staticmethod
     def jvp(ctx, z_t, _target_t):
         z, target = ctx.saved_tensors
-        return z_t * (-target * torch.sigmoid(-z) + (1 - target) * torch.sigmoid(z))
+        return z_t * (-target * torch.sigmoid(-z) - (target - 1) * torch.sigmoid(z))
 
 
 _BceSigmoid = _without_jvp(BceSigmoid)
@@ -1288,12 +1288,16 @@ class Mish(_Function):
     @staticmethod
     def jvp(ctx, x_t):
         (x,) = ctx.saved_tensors
-        t0 = torch.nn.functional.softplus(x, threshold=40.0)
-        t1 = torch.tanh(t0)
-        t2 = torch.exp(-2 * torch.abs(t0))
-        t3 = t2 + 1
+        t0 = torch.exp(-torch.abs(x))
+        t1 = t0 * (t0 + 4)
+        t2 = 4 * torch.clamp(x, min=-745.2, max=745.2)
+        t3 = t2 + 6
+        t4 = t2 + 4
         return x_t * torch.where(
-            x < -1600.0, t1, t1 + 4 * torch.sigmoid(x) / t3 * t2 / t3 * x
+            x <= 0,
+            t0 * (t0 * (t1 + t3) + t4) / (t0 * (t0 * (t1 + 8) + 8) + 4),
+            (t0 * (t0 * (t0 * t4 + t3) + 4) + 1)
+            / (t0 * (t0 * (t0 * (4 * t0 + 8) + 8) + 4) + 1),
         )
 
 
@@ -1661,11 +1665,8 @@ class Gelu(_Function):
     def jvp(ctx, x_t):
         (x,) = ctx.saved_tensors
         t0 = 0.7071067811865476 * x
-        t1 = torch.erfc(-t0) / 2
-        return x_t * torch.where(
-            (x < 40.0) & (x > -40.0),
-            t0 * torch.exp(-0.5 * x**2) / math.sqrt(math.pi) + t1,
-            t1,
+        return x_t * (
+            t0 * torch.exp(-0.5 * x**2) / math.sqrt(math.pi) + torch.erfc(-t0) / 2
         )
 
 
@@ -1848,8 +1849,17 @@ class Swish(_Function):
         beta = ctx.beta
         t0 = beta * x
         t1 = torch.exp(-torch.abs(t0))
-        t2 = t1 + 1
-        return x_t * (t0 / t2 * t1 / t2 + torch.sigmoid(t0))
+        t2 = t0 + 1
+        t3 = 1 / (t1 * (t1 + 2) + 1)
+        return x_t * torch.where(
+            t0 < -745.2,
+            0.0,
+            torch.where(
+                t0 > 745.2,
+                1.0,
+                torch.where(t0 <= 0, t1 * t3 * (t1 + t2), t3 * (t1 * t2 + 1)),
+            ),
+        )
 
 
 _Swish = _without_jvp(Swish)
@@ -2677,12 +2687,7 @@ class StudentTLogpdf(_Function):
         (x,) = ctx.saved_tensors
         nu = ctx.nu
         t0 = -nu - 1
-        t1 = -nu
-        t2 = x**2
-        t3 = 1 / x
-        return x_t * torch.where(
-            (x < 1) & (x > -1), t0 * x / (nu + t2), (t1 * t3 - t3) / (nu / t2 + 1)
-        )
+        return t0 * x_t / (nu / x + x)
 
 
 _StudentTLogpdf = _without_jvp(StudentTLogpdf)
@@ -2982,7 +2987,7 @@ class SqrtDiff(_Function):
     @staticmethod
     def jvp(ctx, x_t):
         (x,) = ctx.saved_tensors
-        return -x_t / (2 * x**1.5 + 2 * torch.sqrt(x) + 2 * x * torch.sqrt(x + 1))
+        return -0.5 * x_t / (x**1.5 + torch.sqrt(x) + x * torch.sqrt(x + 1))
 
 
 _SqrtDiff = _without_jvp(SqrtDiff)
