@@ -957,8 +957,14 @@ def interleaved_product(expr: sympy.Expr) -> tuple[sympy.Expr, list[tuple[str, s
         ]
 
     # factors bounded by 1 first: where one underflows to 0 and another overflows, 0 * inf
-    # is NaN, but 0 * x / s * ... stays 0 (sigmoid(-x/s) * x / s**2 at x/s = inf)
-    tops = round_robin(dict(sorted(num.items(), key=lambda kv: not _bounded(kv[0]))))
+    # is NaN, but 0 * x / s * ... stays 0 (sigmoid(-x/s) * x / s**2 at x/s = inf). Upstream
+    # gradients last: the partial products are then those of the value the accuracy choice
+    # measured (with the gradient 1), which the gradient scales once at the end (where it
+    # came first, grad / t * (w*exp(w) - x) / t overflows at w = -710, t = (1 + w)*exp(w),
+    # though the value is 1.6e305).
+    tops = round_robin(
+        dict(sorted(num.items(), key=lambda kv: (not _bounded(kv[0]), _upstream(kv[0]))))
+    )
     bottoms = round_robin(den)
     steps = [
         (op, factor)
@@ -967,6 +973,12 @@ def interleaved_product(expr: sympy.Expr) -> tuple[sympy.Expr, list[tuple[str, s
         if factor is not None
     ]
     return coeff, steps
+
+
+def _upstream(expr: sympy.Expr) -> bool:
+    """``expr`` is an upstream gradient (``grad``, ``grad_<output>``, ``grad_grad_<input>``;
+    an input may be named ``grad_<name>`` too: it is then ordered as one, to no harm)."""
+    return isinstance(expr, sympy.Symbol) and (expr.name == "grad" or expr.name.startswith("grad_"))
 
 
 def _bounded(expr: sympy.Expr) -> bool:

@@ -219,3 +219,23 @@ def test_constant_factors_are_folded_into_one_literal():
     x = sympy.Symbol("x", real=True)
     expr = sympy.sqrt(2) * x / sympy.sqrt(sympy.pi)
     assert TorchPrinter().doprint(expr) == "0.7978845608028654*x"
+
+
+def test_an_interleaved_product_scales_by_the_upstream_gradient_last():
+    """The partial products are those of the value the choice measured with grad = 1: at
+    w = -710, grad / t * (w*exp(w) - x) / t overflows (1 / t = 3e305) though the product,
+    -1.6e305, does not; (w*exp(w) - x) / t * (...) / t * grad stays finite."""
+    w, grad = sympy.symbols("w grad", real=True)
+    t = sympy.exp(w) + w * sympy.exp(w)
+    expr = -grad * (w * sympy.exp(w) - x) * (-2 * sympy.exp(w) - w * sympy.exp(w)) / t**2
+    src = TorchPrinter().doprint(expr)
+    assert src.endswith("* grad"), src
+    env = {
+        "torch": torch,
+        "w": torch.tensor([-710.0], dtype=torch.float64),
+        "x": torch.tensor([-0.51417], dtype=torch.float64),
+        "grad": torch.tensor([1.0], dtype=torch.float64),
+    }
+    got = eval(src, env).item()
+    exact = float(expr.subs({w: -710, x: sympy.Rational(-51417, 100000), grad: 1}).evalf(30))
+    assert got == pytest.approx(exact, rel=1e-12)

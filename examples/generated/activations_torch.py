@@ -1205,7 +1205,7 @@ class LogRatioGradX(_Function):
     @staticmethod
     def jvp(ctx, x_t, grad_t):
         x, grad = ctx.saved_tensors
-        return -grad / x * x_t / x + grad_t / x
+        return -x_t / x * grad / x + grad_t / x
 
 
 _LogRatioGradX = _without_jvp(LogRatioGradX)
@@ -1254,7 +1254,7 @@ class LogRatioGradY(_Function):
     @staticmethod
     def jvp(ctx, y_t, grad_t):
         y, grad = ctx.saved_tensors
-        return grad / y * y_t / y - grad_t / y
+        return y_t / y * grad / y - grad_t / y
 
 
 _LogRatioGradY = _without_jvp(LogRatioGradY)
@@ -1360,8 +1360,8 @@ def _weighted_bce_grad_z_backward_fused(
     if need_z_bar:
         t0 = torch.abs(z).neg_().exp_()
         t1 = t0 + 1
-        t2 = grad / t1
-        z_bar = _mul_into(t2, grad_grad_z).div_(t1).mul_(t0)
+        t2 = t0.div_(t1)
+        z_bar = _mul_into(_mul_into(t2, grad).div_(t1), grad_grad_z)
     if need_grad_bar:
         grad_bar = _mul_into(
             -grad_grad_z,
@@ -1558,7 +1558,7 @@ def _tanh_shrink_order1_forward(x):
 
 def _tanh_shrink_order1_backward(x, grad):
     t0 = torch.tanh(x)
-    t1 = grad * t0
+    t1 = t0 * grad
     return t1.mul_(t0)
 
 

@@ -751,7 +751,7 @@ _Cube = _without_jvp(Cube)
 
 
 def _cube_grad_x(x, grad):
-    return _mul_into(3 * grad, x).mul_(x)
+    return _mul_into(3 * x, grad).mul_(x)
 
 
 def _cube_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
@@ -759,7 +759,7 @@ def _cube_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
     if need_x_bar:
         x_bar = _mul_into(_mul_into(6 * grad, grad_grad_x), x)
     if need_grad_bar:
-        grad_bar = _mul_into(3 * grad_grad_x, x).mul_(x)
+        grad_bar = _mul_into(3 * x, grad_grad_x).mul_(x)
     return x_bar, grad_bar
 
 
@@ -786,13 +786,13 @@ class CubeGrad(_Function):
         if ctx.needs_input_grad[0]:
             x_bar = 6 * grad * grad_grad_x * x
         if ctx.needs_input_grad[1]:
-            grad_bar = 3 * grad_grad_x * x * x
+            grad_bar = 3 * x * grad_grad_x * x
         return x_bar, grad_bar
 
     @staticmethod
     def jvp(ctx, x_t, grad_t):
         x, grad = ctx.saved_tensors
-        return 6 * grad * x * x_t + 3 * grad_t * x * x
+        return 6 * grad * x * x_t + 3 * x * grad_t * x
 
 
 _CubeGrad = _without_jvp(CubeGrad)
