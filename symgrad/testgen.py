@@ -281,21 +281,55 @@ def random_domains(derived: Derived, measured=None) -> dict[str, tuple[float, fl
     ``domain:``), the box is cut into a grid of cells (32 for one input, 16 per input for
     two, 6 for three, 2 for more), and the largest box of cells whose sampled points all
     pass is kept, less a quarter cell at each end (the sampled points never reach a cell's
-    edges). Where no cell passes, the benign intervals (the tests will say where).
+    edges); where no cell passes, the largest box where the generated forms are finite at
+    all (``1.7e308 * (t - 1)``; the formula as written overflows everywhere), else the
+    benign intervals (the tests will say where).
+
+    The benign intervals are first cut to [-100, 100] where they reach into it (the uncut
+    ones are searched only where nothing passes there): these tests check structure
+    (broadcasting, batching, second order, compilation) against finite differences and
+    plain autograd, which cancel where a small input is added to one at 1e8
+    ((x + e)**2 - x**2: a step of 1e-6 in e moves x + e by 16 ulps); the extremes are
+    checked against exact values (``stable_at_extremes``).
     ``measured``: the function's :func:`~symgrad.cases.quantities`, if already derived.
     """
+    tensors = [i for i in derived.function.inputs if i.is_tensor]
+    benign = {i.name: domain_interior(i) for i in tensors}
+    moderate = {name: _moderate(lo, hi) for name, (lo, hi) in benign.items()}
+    measured = quantities(derived) if measured is None else measured
+    for intervals in (moderate, benign) if moderate != benign else (benign,):
+        box = _defined_box(derived, measured, intervals)
+        if box is not None:
+            return box
+    return benign
+
+
+#: Random-input tests draw from inside this interval where the box reaches into it.
+_MODERATE = 100.0
+
+
+def _moderate(lo: float, hi: float) -> tuple[float, float]:
+    """``[lo, hi]`` cut to ``[-_MODERATE, _MODERATE]`` where they overlap."""
+    cut = (max(lo, -_MODERATE), min(hi, _MODERATE))
+    return cut if cut[0] < cut[1] else (lo, hi)
+
+
+def _defined_box(
+    derived: Derived, measured, full: dict[str, tuple[float, float]]
+) -> dict[str, tuple[float, float]] | None:
+    """The box of :func:`random_domains` inside the intervals ``full``; None where no
+    cell passes."""
     import numpy as np
 
     from symgrad.numerics.native import evaluator
 
     fn = derived.function
     tensors = [i for i in fn.inputs if i.is_tensor]
-    full = {i.name: domain_interior(i) for i in tensors}
     if not tensors:
         return full
-    measured = quantities(derived) if measured is None else measured
-    exprs = [e for q in measured for e in (q.reference, q.stable) if e is not None]
-    exprs += [e for row in derived.second.values() for e in row.values()]
+    ours = [q.stable for q in measured if q.stable is not None]
+    ours += [e for row in derived.second.values() for e in row.values()]
+    exprs = [(q.reference, False) for q in measured] + [(e, True) for e in ours]
     scalars = {derived.symbols[i.name]: scalar_value(i) for i in fn.inputs if not i.is_tensor}
     column = {derived.symbols[i.name]: k for k, i in enumerate(tensors)}
     lows = np.array([lo for lo, _ in full.values()])
@@ -303,8 +337,9 @@ def random_domains(derived: Derived, measured=None) -> dict[str, tuple[float, fl
     unit = np.random.default_rng(0).random((_RANDOM_SAMPLES, len(tensors)))
     points = lows + widths * unit
     valid = np.ones(_RANDOM_SAMPLES, dtype=bool)
+    finite = np.ones(_RANDOM_SAMPLES, dtype=bool)
     with np.errstate(all="ignore"):
-        for expr in exprs:
+        for expr, generated in exprs:
             symbols = sorted(expr.free_symbols, key=lambda s: s.name)
             args = [
                 points[:, column[s]] if s in column else np.full(len(points), scalars.get(s, 1.0))
@@ -313,10 +348,25 @@ def random_domains(derived: Derived, measured=None) -> dict[str, tuple[float, fl
             try:
                 result = np.broadcast_to(evaluator(expr, symbols)(*args), valid.shape)
                 valid &= np.abs(result.astype(np.float64)) <= _RANDOM_MAX  # NaN fails too
+                if generated:  # (the formula as written may overflow everywhere)
+                    finite &= np.isfinite(result.astype(np.float64))
             except Exception:  # noqa: BLE001 - not evaluable with NumPy: not checked
                 continue
     if valid.all():
         return full
+    for passing in (valid, finite):
+        box = _largest_box(unit, passing, full, widths)
+        if box is not None:
+            return box
+    return None
+
+
+def _largest_box(unit, valid, full, widths) -> dict[str, tuple[float, float]] | None:
+    """The largest box of grid cells where every sampled point (``unit``: in the unit
+    cube) is ``valid``, less a quarter cell at each end; None where no cell is."""
+    import numpy as np
+
+    tensors = list(full)
     n = _RANDOM_CELLS.get(len(tensors), 2)
     cells = np.minimum((unit * n).astype(int), n - 1)
     bad = np.zeros((n,) * len(tensors), dtype=int)
@@ -338,7 +388,7 @@ def random_domains(derived: Derived, measured=None) -> dict[str, tuple[float, fl
         if count == 0:
             best, best_size = box, size
     if best is None:
-        return full
+        return None
     return {
         name: (float(lo + w * (a + 0.25) / n), float(lo + w * (b - 0.25) / n))
         for (name, (lo, _)), (a, b), w in zip(full.items(), best, widths)

@@ -22,6 +22,12 @@ functions:
   inner:
     inputs: {v: {}}
     output: acos((1 - 5 * (v * v)) / (v * v - 1))
+  wide:
+    inputs: {x: {domain: [-1e9, 1e9]}, e: {domain: [-1, 1]}, far: {domain: [1e6, 1e9]}}
+    output: (x + e)**2 - x**2 + log(far)
+  huge:
+    inputs: {t: {domain: [1.9, 2.1]}}
+    output: 1.7e308 * t - 1.7e308
 """
 
 
@@ -56,3 +62,23 @@ def test_finite_difference_step_follows_the_inputs_scale():
     # per input: a step of 800 is right for x at 8e8 and no derivative at all for e
     steps = finite_difference_step({"x": (-8e8, 8e8), "e": (-0.8, 0.8)})
     assert steps == pytest.approx({"x": 800.0, "e": 1e-6})
+
+
+def test_random_inputs_are_moderate_where_the_domain_allows(derived):
+    """(x + e)**2 - x**2 at x = 8e8: a finite difference in e cancels in x + e, and plain
+    autograd's 2(x + e) - 2x too; x is drawn from [-100, 100], an input whose domain does
+    not reach there from its own benign interval."""
+    box = random_domains(derived["wide"])
+    assert box["x"] == (-100.0, 100.0)
+    assert box["e"] == pytest.approx((-0.8, 0.8))
+    assert box["far"] == pytest.approx((1e6 + 0.1 * (1e9 - 1e6), 1e9 - 0.1 * (1e9 - 1e6)))
+
+
+def test_where_nothing_is_below_1e100_the_box_where_it_is_finite(tmp_path):
+    """1.7e308 * (t - 1) overflows past t = 2.057 (its values are all past 1e100; as
+    written, 1.7e308 * t - 1.7e308, it overflows everywhere there)."""
+    path = tmp_path / "m.yaml"
+    path.write_text(SPEC)
+    huge = next(f for f in load_spec(path).functions if f.name == "huge")
+    lo, hi = random_domains(derive_function(huge))["t"]
+    assert lo == pytest.approx(1.92, abs=0.01) and 2.0 < hi < 1 + np.finfo(np.float64).max / 1.7e308
