@@ -834,3 +834,25 @@ def test_register_names_a_phase_and_the_module_its_rewrites_live_in():
         phases.register("stabilize")(rule)
     assert "rule" not in phase("stabilize").names()
     assert [p.name for p in PHASES] == list(dict.fromkeys(p.name for p in PHASES))
+
+
+@pytest.mark.parametrize("w", [-700.0, -30.0, -2.0, 0.5, 30.0, 720.0])
+def test_exp_rational_takes_one_exponential_in_several_places(w):
+    """w - (w*exp(w) - x)/(exp(w) + w*exp(w)) is a rational function of exp(w) alone (one
+    call, three places): as P(t)/Q(t), t = exp(-|w|), nothing overflows at w = 720, where
+    each exp(w) does. (At w = -710 it multiplies by exp(710) = inf, where the value is
+    1.6e305: the measured choice weighs that.) The limit past exp's underflow, x / 0, is a
+    pole: no branch of its own (it was zoo)."""
+    from symgrad.numerics.floats import bits_of_error
+    from symgrad.numerics.mp import exact as reference_exact
+    from symgrad.numerics.native import evaluator as _evaluator
+    from symgrad.rewrite.regimes import exp_rational
+
+    wj = sympy.Symbol("wj", real=True)
+    step = wj - (wj * sympy.exp(wj) - x) / (sympy.exp(wj) + wj * sympy.exp(wj))
+    rational = exp_rational(step)
+    assert rational is not None and not rational.has(sympy.zoo, sympy.nan)
+    got = float(_evaluator(rational, [wj, x])(w, -0.51417))
+    exact = reference_exact(step, {wj: w, x: -0.51417})
+    assert math.isfinite(got)
+    assert bits_of_error(got, exact) <= 12, (got, exact)

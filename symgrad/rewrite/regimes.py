@@ -560,8 +560,10 @@ def exp_rational(expr: sympy.Expr) -> sympy.Expr | None:
     accurate (the polynomials may cancel) is for the measured choice to say.
     """
     calls = {f for f in expr.atoms(sympy.Function) if not isinstance(f, sympy.Abs)}
-    if expr.has(sympy.Piecewise) or len(calls) < 2:
-        return None  # one call (sigmoid(x)) is best left to the framework's op
+    if expr.has(sympy.Piecewise) or sum(expr.count(c) for c in calls) < 2:
+        # one call (sigmoid(x)) is best left to the framework's op; the same call in
+        # several places (w*exp(w) / (exp(w) + w*exp(w))) is a rational function of it
+        return None
     naive = expr.rewrite("naive").rewrite(exp)
     exps = naive.atoms(exp)
     if not exps:
@@ -630,11 +632,13 @@ def exp_rational(expr: sympy.Expr) -> sympy.Expr | None:
     small = exp(-sympy.Abs(base))
     branches = [(at(small, True), base >= 0), (at(small, False), True)]
     if limits:
-        branches = [
+        ends = [
             (at(sympy.S.Zero, True), base > _EXP_UNDERFLOW),
             (at(sympy.S.Zero, False), base < -_EXP_UNDERFLOW),
-            *branches,
         ]
+        # (a limit that is a pole, x / 0, is left to the branches below: inf there too)
+        finite = [(v, c) for v, c in ends if not v.has(sympy.zoo, sympy.nan, sympy.oo)]
+        branches = [*finite, *branches]
     return factor * sympy.Piecewise(*branches)
 
 
