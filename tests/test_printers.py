@@ -239,3 +239,29 @@ def test_an_interleaved_product_scales_by_the_upstream_gradient_last():
     got = eval(src, env).item()
     exact = float(expr.subs({w: -710, x: sympy.Rational(-51417, 100000), grad: 1}).evalf(30))
     assert got == pytest.approx(exact, rel=1e-12)
+
+
+@pytest.mark.parametrize("printer", [TorchPrinter, TensorFlowPrinter])
+def test_an_exponent_that_is_a_division_is_parenthesised(printer):
+    """1/n is a power to SymPy and a division in print: x**(1/n) must not read x**1 / n."""
+    n = sympy.Symbol("n", real=True)
+    for expr in (x ** (1 / n), (x + 1) ** (1 / n), x ** (1 / (n + 1)), x ** (n**-2)):
+        for scalars in (set(), {n}):
+            src = printer(scalars=scalars).doprint(expr)
+            value = float(expr.subs({x: 2.5, n: 3.0}))
+            env = {"x": 2.5, "n": 3.0, "math": math, "torch": torch}
+            if printer is TensorFlowPrinter:
+                tf = pytest.importorskip("tensorflow")
+                env = {
+                    "x": tf.constant(2.5, tf.float64),
+                    "n": tf.constant(3.0, tf.float64),
+                    "tf": tf,
+                    "math": math,
+                }
+                if scalars:
+                    env["n"] = 3.0
+            else:
+                env["x"] = torch.tensor(2.5, dtype=torch.float64)
+                if not scalars:
+                    env["n"] = torch.tensor(3.0, dtype=torch.float64)
+            assert float(eval(src, env)) == pytest.approx(value, rel=1e-12), src

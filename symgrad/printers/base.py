@@ -148,6 +148,10 @@ class FrameworkPrinter(StrPrinter):
             return f"1 / {self.parenthesize(base, PRECEDENCE['Mul'], strict=True)}"
         b = self.parenthesize(base, PRECEDENCE["Pow"], strict=True)
         ee = self.parenthesize(e, PRECEDENCE["Pow"], strict=True)
+        if isinstance(e, sympy.Pow) and e.exp.is_negative and not ee.startswith("("):
+            # printed as a division (1 / n), which binds looser than ** (SymPy ranks it
+            # as a power): x**1 / n would be x / n
+            ee = f"({ee})"
         return f"{b}**{ee}"
 
     def _print_Mul(self, expr):
