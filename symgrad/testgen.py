@@ -355,15 +355,16 @@ def _defined_box(
     if valid.all():
         return full
     for passing in (valid, finite):
-        box = _largest_box(unit, passing, full, widths)
+        box = _largest_box(unit, passing, full)
         if box is not None:
             return box
     return None
 
 
-def _largest_box(unit, valid, full, widths) -> dict[str, tuple[float, float]] | None:
-    """The largest box of grid cells where every sampled point (``unit``: in the unit
-    cube) is ``valid``, less a quarter cell at each end; None where no cell is."""
+def _largest_box(unit, valid, full) -> dict[str, tuple[float, float]] | None:
+    """The largest box of grid cells of the intervals ``full`` where every sampled point
+    (``unit``: in the unit cube) is ``valid``, less a quarter cell at each end; None where
+    no cell is."""
     import numpy as np
 
     tensors = list(full)
@@ -390,8 +391,8 @@ def _largest_box(unit, valid, full, widths) -> dict[str, tuple[float, float]] | 
     if best is None:
         return None
     return {
-        name: (float(lo + w * (a + 0.25) / n), float(lo + w * (b - 0.25) / n))
-        for (name, (lo, _)), (a, b), w in zip(full.items(), best, widths)
+        name: (float(lo + (hi - lo) * (a + 0.25) / n), float(lo + (hi - lo) * (b - 0.25) / n))
+        for (name, (lo, hi)), (a, b) in zip(full.items(), best)
     }
 
 

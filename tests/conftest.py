@@ -36,6 +36,36 @@ def generate_module(tmp_path):
     return _generate
 
 
+def run_generated_suite(tmp_path: Path, spec_text: str, target: str, *pytest_args: str):
+    """Generate ``spec_text``'s modules and tests for ``target`` into ``tmp_path`` and run
+    the generated test file in a fresh process; returns {file name: source}. Fails the
+    calling test unless the suite passed."""
+    import subprocess
+    import sys
+
+    from symgrad.generate import generate
+    from symgrad.spec import load_spec
+
+    path = tmp_path / "spec.yaml"
+    path.write_text(spec_text)
+    spec = load_spec(path)
+    files = {f.name: f.text for f in generate(spec, targets=(target,))}
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    suffix = "torch" if target == "torch" else "tf"
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    proc = subprocess.run(
+        [*command, f"test_{spec.module}_{suffix}.py", *pytest_args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert " passed" in proc.stdout and "failed" not in proc.stdout
+    return files
+
+
 def _global_state() -> dict[str, object]:
     """Process-wide settings a test could change and leave behind."""
     if importlib.util.find_spec("torch") is None:

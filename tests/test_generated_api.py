@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import run_generated_suite
 
 torch = pytest.importorskip("torch")
 
@@ -338,25 +339,9 @@ def test_a_formula_that_loses_an_input_passes_its_generated_tests(tmp_path, targ
     (3 + zeros_like(x) + zeros_like(y)), gradgradcheck takes the input whose gradient is 0
     everywhere as a constant, and none is emitted where every gradient is 0."""
     pytest.importorskip(target)
-    from symgrad.generate import generate
-    from symgrad.spec import load_spec
-
-    (tmp_path / "lost.yaml").write_text(LOST_INPUTS)
-    files = {f.name: f.text for f in generate(load_spec(tmp_path / "lost.yaml"), targets=(target,))}
-    for name, text in files.items():
-        (tmp_path / name).write_text(text)
-    suffix = "torch" if target == "torch" else "tf"
+    extra = ["-k", "not compile and not fused"] if target == "torch" else []
+    files = run_generated_suite(tmp_path, LOST_INPUTS, target, *extra)
     if target == "torch":
         tests = files["test_lost_torch.py"]
         assert "def test_constant_gradgradcheck" not in tests
         assert 'x.detach() if n not in ["y"] else x' in tests
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"test_lost_{suffix}.py"]
-        + (["-k", "not compile and not fused"] if target == "torch" else []),
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    assert " passed" in proc.stdout and "failed" not in proc.stdout

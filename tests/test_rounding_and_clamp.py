@@ -10,14 +10,12 @@ the closed interval lo <= x <= hi (F.hardsigmoid's own backward uses the open on
 from __future__ import annotations
 
 import inspect
-import subprocess
-import sys
 
 import mpmath
 import numpy as np
 import pytest
 import sympy
-from conftest import ROOT, import_file
+from conftest import ROOT, import_file, run_generated_suite
 
 from symgrad import functions as F
 from symgrad.cost import OP_COST
@@ -444,19 +442,4 @@ def test_straight_through_spec_passes_its_generated_tests(tmp_path, target):
     step of a jump: torch's gradcheck steps 1e-6, and TF's check does so too for these
     functions (at its default 1e-3, x*round(x/0.001) straddles a jump at most points)."""
     pytest.importorskip(target)
-    from symgrad.generate import generate
-    from symgrad.spec import load_spec
-
-    (tmp_path / "ste.yaml").write_text(STE_SPEC)
-    for f in generate(load_spec(tmp_path / "ste.yaml"), targets=(target,)):
-        (tmp_path / f.name).write_text(f.text)
-    suffix = "torch" if target == "torch" else "tf"
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"test_ste_{suffix}.py"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    assert " passed" in proc.stdout and "failed" not in proc.stdout
+    run_generated_suite(tmp_path, STE_SPEC, target)
