@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 
 import sympy
 
+from symgrad.cse import common_subexpressions
 from symgrad.derived import Derived
 from symgrad.docstrings import formula_doc, one_line
 from symgrad.functions import (
     StableFunction,
     hypot,
     hypot_ratio,
-    interleaved_product,
     tan_half_atan,
 )
 from symgrad.ir import Node, Role, Tape, Value, parse_expr
@@ -65,8 +65,7 @@ def emit(
         names = {d: next(temps) for d, _ in groups}
         replacements = [(names[d], value.xreplace(names)) for d, value in groups]
         exprs = [e.xreplace(names) for e in exprs]
-    cse_replacements, reduced = sympy.cse(exprs, symbols=temps)
-    cse_replacements, reduced = _name_spread_bases(cse_replacements, reduced, temps)
+    cse_replacements, reduced = common_subexpressions(exprs, temps)
     replacements += cse_replacements
     tape = Tape(dict(values or {}))
     tape.values |= {s.name: Value(s.name, Role.NUMBER, "other") for s in printer.scalars}
@@ -87,37 +86,6 @@ def emit(
     if in_place:
         tape = update_in_place(tape)
     return tape
-
-
-def _name_spread_bases(replacements, reduced, temps):
-    """CSE's output with each compound base of a power that the printers spread out
-    (:func:`~symgrad.functions.interleaved_product`: (t0 + 1)**2 * x as
-    x / (t0 + 1) / (t0 + 1)... ) named by a temporary first, so that it is computed once."""
-
-    def name_bases(expr, out):
-        def spread(node):
-            if not isinstance(node, sympy.Mul) or interleaved_product(node) is None:
-                return node
-            factors = []
-            for f in node.args:
-                base, e = f.as_base_exp()
-                if e.is_Integer and abs(e) >= 2 and not base.is_Symbol and not base.is_number:
-                    temp = next(temps)
-                    out.append((temp, base))
-                    f = temp**e
-                factors.append(f)
-            return sympy.Mul(*factors)
-
-        return expr.replace(lambda e: isinstance(e, sympy.Mul), spread)
-
-    named = []
-    for temp, value in replacements:
-        extra = []
-        value = name_bases(value, extra)
-        named += [*extra, (temp, value)]
-    extra = []
-    reduced = [name_bases(e, extra) for e in reduced]
-    return named + extra, reduced
 
 
 def _expand_regimes(expr: sympy.Expr) -> sympy.Expr:

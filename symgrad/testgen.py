@@ -37,10 +37,14 @@ EXTREME_RTOL = {"float64": 1e-6, "float32": 1e-3}
 _TINY_OVER_EPS = {"float64": 2.0**-1022 / 2.0**-52, "float32": 2.0**-126 / 2.0**-23}
 
 
-def _measured_error(value: float, exact: float | None, dtype: str, rtol: float) -> float | None:
+def _measured_error(
+    value: float, exact: float | None, dtype: str, rtol: float, atol: float | None = None
+) -> float | None:
     """The relative error the test would see at a point where ``value`` misses the test's
     tolerance (``math.inf``: not finite, or finite where the exact value overflows), else
-    None; the exact value and the check are as in the template's ``_assert_matches``."""
+    None; the exact value and the check are as in the template's ``_assert_matches``.
+    ``atol``: at an exact 0, the absolute error allowed (:func:`_zero_slack`); the error
+    there is absolute too."""
     if exact is None:
         return None
     rounded = round_to(exact, dtype)
@@ -48,6 +52,8 @@ def _measured_error(value: float, exact: float | None, dtype: str, rtol: float) 
         return None if value == rounded else math.inf
     if not math.isfinite(value):
         return math.inf
+    if exact == 0 and atol is not None:
+        return None if abs(value) <= atol else abs(value)
     miss = abs(value - rounded) - _TINY_OVER_EPS[dtype]
     if miss <= rtol * abs(rounded):
         return None
@@ -79,10 +85,10 @@ def _worst(errors) -> float | None:
     return max(found) if found else None
 
 
-def _stable_forms(derived: Derived, measured=None) -> list[tuple[str, str, object, list]]:
-    """(kind, key, NumPy evaluator, its symbols) of every quantity's chosen form: built once
-    per function, for :func:`known_errors` on each set of cases. ``measured``: the
-    function's :func:`~symgrad.cases.quantities`, if already derived."""
+def _stable_forms(derived: Derived, measured=None) -> list[tuple[str, str, object, list, object]]:
+    """(kind, key, NumPy evaluator, its symbols, reference formula) of every quantity's
+    chosen form: built once per function, for :func:`known_errors` on each set of cases.
+    ``measured``: the function's :func:`~symgrad.cases.quantities`, if already derived."""
     from symgrad.numerics.native import evaluator
 
     names = [name for name, _ in derived.naive_outputs]
@@ -97,7 +103,7 @@ def _stable_forms(derived: Derived, measured=None) -> list[tuple[str, str, objec
             fn = evaluator(q.stable, symbols)
         except Exception:  # noqa: BLE001 - not evaluable with NumPy: nothing recorded
             continue
-        forms.append((kinds[q.kind], key, fn, symbols))
+        forms.append((kinds[q.kind], key, fn, symbols, q.reference))
     return forms
 
 
@@ -108,7 +114,11 @@ def known_errors(
     NumPy as the frameworks compute it) where it misses ``rtol``; None where it meets it
     everywhere. These are the points where gen warns that the stable rewrites did not
     reach the formula: the tests record the error there instead of failing. ``forms``:
-    :func:`_stable_forms` of ``derived``, if already built."""
+    :func:`_stable_forms` of ``derived``, if already built.
+
+    At a point whose exact value is 0 no relative error is defined: the entry there is an
+    absolute one, :func:`_zero_slack` (or the form's own, if larger).
+    """
     import numpy as np
 
     from symgrad.numerics.native import call
@@ -118,16 +128,20 @@ def known_errors(
     by_name = {s: n for n, s in derived.symbols.items()}
     npdtype = getattr(np, dtype)
     found: dict[str, dict[str, list[float | None]]] = {"outputs": {}, "grads": {}, "second": {}}
-    for kind, key, fn, symbols in _stable_forms(derived) if forms is None else forms:
+    for kind, key, fn, symbols, ref in _stable_forms(derived) if forms is None else forms:
         if kind == "outputs":
             exacts = [c.values[int(key)] for c in cases]
         else:
             exacts = [(c.grads if kind == "grads" else c.second)[key] for c in cases]
         points = [[case.inputs.get(by_name.get(s, ""), 1.0) for s in symbols] for case in cases]
+        slack = [
+            _zero_slack(derived, ref, case, dtype) if ex == 0 else None
+            for case, ex in zip(cases, exacts)
+        ]
         with np.errstate(all="ignore"):
             column = [
-                _measured_error(call(fn, args, npdtype), ex, dtype, rtol)
-                for args, ex in zip(points, exacts)
+                _measured_error(call(fn, args, npdtype), ex, dtype, rtol, atol)
+                for args, ex, atol in zip(points, exacts, slack)
             ]
             if any(v is not None for v in column):
                 # The form misses here: rounding noise decides how much, and the
@@ -139,14 +153,47 @@ def known_errors(
                     math.inf
                     if ex is not None and math.isinf(round_to(ex, dtype))
                     else _worst(
-                        _measured_error(call(fn, moved, npdtype), ex, dtype, rtol)
+                        _measured_error(call(fn, moved, npdtype), ex, dtype, rtol, atol)
                         for moved in _neighbours(args, npdtype)
                     )
-                    for args, ex in zip(points, exacts)
+                    for args, ex, atol in zip(points, exacts, slack)
                 ]
+        # an exact zero is held to its slack even where the form computes 0 itself:
+        # the frameworks' libm need not cancel the same way
+        column = [v if v is not None else a for v, a in zip(column, slack)]
         if any(v is not None for v in column):
             found[kind][key] = column
     return found if any(found.values()) else None
+
+
+def _zero_slack(derived: Derived, reference, case: Case, dtype: str) -> float | None:
+    """The absolute error allowed where the exact value is 0: the most the exact value
+    moves with the inputs moved by one ``dtype`` ulp (a result that rounding of the inputs
+    explains). Terms that cancel to 0 exactly (``(x - 1)**3`` at x = 1, ``a*b - c`` on
+    whole numbers) leave a few ulps of themselves in floating point, which no relative
+    tolerance accepts; None where the exact value stays 0 (``x - x``) or moves less than
+    the tests' subnormal slack, and where the formula may step (``relu'(0) = 0`` stays
+    exact: the value beside the step is no measure of rounding)."""
+    import numpy as np
+
+    from symgrad.numerics.mp import Unresolved, exact
+
+    if reference.has(*_DISCONTINUOUS):
+        return None  # a step at the point (relu'(0)): its neighbours say nothing of rounding
+    npdtype = getattr(np, dtype)
+    tensors = [i.name for i in derived.function.inputs if i.is_tensor]
+    args = [case.inputs[n] for n in tensors]
+    env = {derived.symbols[n]: v for n, v in case.inputs.items()}
+    largest = 0.0
+    for moved in _neighbours(args, npdtype):
+        env |= {derived.symbols[n]: v for n, v in zip(tensors, moved)}
+        try:
+            value = exact(reference, env)
+        except Unresolved:
+            continue
+        if value is not None and math.isfinite(value):
+            largest = max(largest, abs(value))
+    return largest if largest > _TINY_OVER_EPS[dtype] else None
 
 
 def _columns(
@@ -413,6 +460,17 @@ def finite_difference_step(domains: dict[str, tuple[float, float]]) -> dict[str,
 #: symgrad's primitives with jumps or kinks, whose numeric derivative is checked with a
 #: step small enough to straddle one only at points that close to it
 _JUMPS = (F.round, F.floor, F.ceil, F.trunc, F.clamp)
+#: Where a formula may step: no slack at its exact zeros (:func:`_zero_slack`).
+_DISCONTINUOUS = (
+    F.round,
+    F.floor,
+    F.ceil,
+    F.trunc,
+    sympy.sign,
+    sympy.Heaviside,
+    sympy.DiracDelta,
+    sympy.Piecewise,
+)
 
 
 def _naive_torch(derived: Derived) -> list[str]:

@@ -9,7 +9,7 @@ import math
 import pytest
 import sympy
 
-from symgrad.cases import reference
+from symgrad.cases import Case, reference
 from symgrad.derive import derive_function
 from symgrad.spec import load_spec
 from symgrad.testgen import EXTREME_RTOL, _measured_error, _neighbours, known_errors
@@ -55,3 +55,38 @@ def test_a_warned_form_records_its_error_and_a_stable_form_records_none(tmp_path
     assert at and all(column[k] is not None and column[k] >= 0.5 for k in at)
     far = [k for k, c in enumerate(cases) if 1 <= abs(c.inputs["x"]) <= 30]
     assert far and all(column[k] is None for k in far)  # accurate there: checked as usual
+
+
+def test_an_exact_zero_is_held_to_the_exact_values_change_over_one_ulp(tmp_path):
+    """x**(1/3) - 2 at x = 8 is exactly 0, but pow(8, 1/3) is 2 - 2**-52 in float64: no
+    relative tolerance accepts the -2.2e-16 that the code computes there. The recorded
+    entry is absolute: what moving x by one ulp moves the exact value by."""
+    path = tmp_path / "spec.yaml"
+    path.write_text(
+        "module: m\ntargets: [torch]\nfunctions:\n  root:\n"
+        "    inputs: {x: {domain: [0, inf]}}\n    output: x**(1/3) - 2\n"
+    )
+    (fn,) = load_spec(path).functions
+    derived = derive_function(fn)
+    zero = Case(
+        inputs={"x": 8.0}, values=(0.0,), grads={"out:x": 1 / 12}, second={"out:x": -1 / 144}
+    )
+    away = Case(
+        inputs={"x": 27.0}, values=(1.0,), grads={"out:x": 1 / 27}, second={"out:x": -2 / 2187}
+    )
+    known = known_errors(derived, (zero, away), "float64", EXTREME_RTOL["float64"])
+    assert known is not None
+    slack, elsewhere = known["outputs"]["0"]
+    # d/dx x**(1/3) = 1/12 at 8, and one ulp of 8 is 2**-49
+    assert slack == pytest.approx(2.0**-49 / 12, rel=1e-6)
+    assert elsewhere is None  # not an exact zero: the relative check as usual
+    assert 4 * slack > 2.0**-52  # the template's bound accepts pow's rounding
+    # the error at an exact zero is absolute, held to the slack
+    assert _measured_error(-(2.0**-53), 0.0, "float64", 1e-6, atol=slack) is None
+    assert _measured_error(-(2.0**-52), 0.0, "float64", 1e-6, atol=slack) == 2.0**-52
+    assert _measured_error(math.nan, 0.0, "float64", 1e-6, atol=slack) == math.inf
+    # a constant zero moves with no input: no slack
+    const = dataclasses.replace(derived, outputs=(("out", sympy.S.Zero),))
+    x = derived.symbols["x"]
+    flat = dataclasses.replace(const, naive_outputs=(("out", x - x),))
+    assert known_errors(flat, (zero,), "float64", EXTREME_RTOL["float64"]) is None

@@ -265,3 +265,23 @@ def test_an_exponent_that_is_a_division_is_parenthesised(printer):
                 if not scalars:
                     env["n"] = torch.tensor(3.0, dtype=torch.float64)
             assert float(eval(src, env)) == pytest.approx(value, rel=1e-12), src
+
+
+@pytest.mark.parametrize("printer", [TorchPrinter, TensorFlowPrinter])
+def test_a_literal_coefficient_scales_first(printer):
+    """3e-30*x*y at x = y = 1e20 is 3e10 in float32, but scaling last, 3e-30*(x*y),
+    overflows in x*y: the accuracy choice measured the literal first."""
+    y = sympy.Symbol("y", real=True)
+    for expr in (
+        sympy.Rational(3, 10**30) * x * y,
+        sympy.sqrt(2) * sympy.Rational(3, 10**30) * x * y,
+    ):
+        src = printer().doprint(expr)
+        if printer is TensorFlowPrinter:
+            tf = pytest.importorskip("tensorflow")
+            big = tf.constant([1e20], tf.float32)
+            got = float(eval(src, {"x": big, "y": big, "tf": tf, "math": math}).numpy()[0])
+        else:
+            big = torch.tensor([1e20], dtype=torch.float32)
+            got = eval(src, {"x": big, "y": big, "torch": torch, "math": math}).item()
+        assert got == pytest.approx(float(expr.subs({x: 1e20, y: 1e20})), rel=1e-6), src

@@ -240,7 +240,7 @@ def logit(p: tf.Tensor) -> tf.Tensor:
 
         out: 0.0 bits mean, 0 max over 50 points, 44 non-finite
         grad_p, d grad_p / d grad: 0.0 bits mean, 1 max over 49 points, 1 non-finite
-        d grad_p / d p: 0.5 bits mean, 1 max over 22 points, 1 non-finite
+        d grad_p / d p: 0.4 bits mean, 1 max over 22 points, 1 non-finite
     """
 
     @tf.custom_gradient
@@ -355,14 +355,9 @@ def mish(x: tf.Tensor) -> tf.Tensor:
             + 4*exp(-Abs(x)))*exp(-Abs(x)) + 8)*exp(-Abs(x)) + 4)*exp(-Abs(x)) + 1)
 
         d grad_x / d x =
-            8*grad*sigmoid(x)*sigmoid(-2*softplus(x))*sigmoid(2*softplus(x)) if (x <
-            -1.6e+3) & ((x > 1.6e+3) | (x < -1.6e+3)) else
             grad*(4*x*sigmoid(-x)*sigmoid(x)*sigmoid(-2*softplus(x))*sigmoid(2*softplus(x))
             + 8*sigmoid(x)*sigmoid(-2*softplus(x))*sigmoid(2*softplus(x))) if x <
             -1.6e+3 else
-            grad*(-8*x*tanh(softplus(x))*sigmoid(x)**2*sigmoid(-2*softplus(x))*sigmoid(2*softplus(x))
-            + 8*sigmoid(x)*sigmoid(-2*softplus(x))*sigmoid(2*softplus(x))) if (x >
-            1.6e+3) | (x < -1.6e+3) else
             grad*(-8*x*tanh(softplus(x))*sigmoid(x)**2*sigmoid(-2*softplus(x))*sigmoid(2*softplus(x))
             + 4*x*sigmoid(-x)*sigmoid(x)*sigmoid(-2*softplus(x))*sigmoid(2*softplus(x))
             + 8*sigmoid(x)*sigmoid(-2*softplus(x))*sigmoid(2*softplus(x)))
@@ -419,19 +414,11 @@ def _mish_grad_x(x, grad):
             t3 = tf.math.sigmoid(-t2)
             t4 = tf.math.sigmoid(t2)
             t5 = t0 * t3 * t4
-            t6 = 8 * t5
-            t7 = x < -1600.0
-            t8 = t7 | (x > 1600.0)
-            t9 = 4 * t5 * x * tf.math.sigmoid(-x) + t6
-            t10 = 8 * tf.math.tanh(t1) * t3 * t4 * x * t0 * t0
+            t6 = 4 * t5 * x * tf.math.sigmoid(-x) + 8 * t5
             x_bar = grad_grad_x * tf.where(
-                t7 & t8,
+                x < -1600.0,
                 grad * t6,
-                tf.where(
-                    t7,
-                    grad * t9,
-                    tf.where(t8, grad * (8 * t0 * t3 * t4 - t10), grad * (-t10 + t9)),
-                ),
+                grad * (-8 * tf.math.tanh(t1) * t3 * t4 * x * t0 * t0 + t6),
             )
             t0 = tf.math.exp(-tf.math.abs(x))
             t1 = t0 * (t0 + 4)
@@ -467,40 +454,41 @@ def gelu(x: tf.Tensor) -> tf.Tensor:
                          2
 
                       /           2                         \
-                      |         -x                 /  ___  \|
-                      |         ----               |\/ 2 *x||
-                      |  ___     2     one_plus_erf|-------||
-                      |\/ 2 *x*e                   \   2   /|
-        grad_x = grad*|------------- + ---------------------|
-                      |      ____                2          |
-                      \  2*\/ pi                            /
+                      |         -x                          |
+                      |         ----                        |
+                      |  ___     2                 /  ___  \|
+                      |\/ 2 *x*e                   |\/ 2 *x||
+                 grad*|------------- + one_plus_erf|-------||
+                      |     ____                   \   2   /|
+                      \   \/ pi                             /
+        grad_x = --------------------------------------------
+                                      2
 
-                         /                       2
-                         |                     -x
-                         |                     ----
-                         |  ___      /     2\   2
-                         |\/ 2 *grad*\2 - x /*e
-        d grad_x / d x = <-------------------------  for |x| < 40.0
-                         |            ____
-                         |        2*\/ pi
-                         |
-                         |            0                otherwise
-                         \
+                              /              2             2 \
+                              |            -x            -x  |
+                              |            ----          ----|
+                              |    ___  2   2       ___   2  |
+                              |  \/ 2 *x *e       \/ 2 *e    |
+        d grad_x / d x = grad*|- -------------- + -----------|
+                              |         ____          ____   |
+                              \     2*\/ pi         \/ pi    /
 
                                        2
-                                     -x                 /  ___  \
-                                     ----               |\/ 2 *x|
-                              ___     2     one_plus_erf|-------|
-                            \/ 2 *x*e                   \   2   /
-        d grad_x / d grad = ------------- + ---------------------
-                                  ____                2
-                              2*\/ pi
+                                     -x
+                                     ----
+                              ___     2                 /  ___  \
+                            \/ 2 *x*e                   |\/ 2 *x|
+                            ------------- + one_plus_erf|-------|
+                                 ____                   \   2   /
+                               \/ pi
+        d grad_x / d grad = -------------------------------------
+                                              2
 
     Measured float64 error of the chosen forms vs mpmath::
 
         out: 0.1 bits mean, 8 max over 73 points
-        grad_x, d grad_x / d grad: 0.0 bits mean, 3 max over 65 points
-        d grad_x / d x: 0.4 bits mean, 2 max over 73 points
+        grad_x, d grad_x / d grad: 0.0 bits mean, 2 max over 65 points
+        d grad_x / d x: 0.1 bits mean, 1 max over 73 points
     """
 
     @tf.custom_gradient
@@ -522,23 +510,30 @@ def _gelu_grad_x(x, grad):
 
     @tf.custom_gradient
     def forward(x, grad):
-        t0 = 0.7071067811865476 * x
-        grad_x = grad * (
-            t0 * tf.math.exp(-tf.math.square(x) / 2) / math.sqrt(math.pi)
-            + tf.math.erfc(-t0) / 2
+        t0 = math.sqrt(2) * x
+        grad_x = (
+            grad
+            * (
+                t0 * tf.math.exp(-tf.math.square(x) / 2) / math.sqrt(math.pi)
+                + tf.math.erfc(-t0 / 2)
+            )
+            / 2
         )
 
         def backward(grad_grad_x):
-            t0 = tf.math.square(x)
-            x_bar = grad_grad_x * tf.where(
-                tf.math.abs(x) < 40.0,
-                0.3989422804014327 * (grad * (2 - t0) * tf.math.exp(-t0 / 2)),
-                tf.constant(0.0, grad.dtype),
-            )
-            t0 = 0.7071067811865476 * x
-            grad_bar = grad_grad_x * (
-                t0 * tf.math.exp(-tf.math.square(x) / 2) / math.sqrt(math.pi)
-                + tf.math.erfc(-t0) / 2
+            t0 = math.sqrt(2)
+            t1 = 1 / math.sqrt(math.pi)
+            t2 = tf.math.square(x) / 2
+            t3 = tf.math.exp(-t2)
+            x_bar = grad * grad_grad_x * (-t0 * t1 * t2 * t3 + t0 * t1 * t3)
+            t0 = math.sqrt(2) * x
+            grad_bar = (
+                grad_grad_x
+                * (
+                    t0 * tf.math.exp(-tf.math.square(x) / 2) / math.sqrt(math.pi)
+                    + tf.math.erfc(-t0 / 2)
+                )
+                / 2
             )
             return x_bar, grad_bar
 
@@ -793,7 +788,6 @@ def _focal_loss_grad_z(z, target, grad, gamma):
         )
 
         def backward(grad_grad_z):
-            t0 = gamma**2
             t1 = tf.math.sigmoid(z)
             t2 = -z
             t3 = tf.math.softplus(t2)
@@ -805,13 +799,13 @@ def _focal_loss_grad_z(z, target, grad, gamma):
             t9 = t6 * t8
             t10 = 2 * gamma
             t11 = t10 * t7 + t10 * t9 + t7 + t9
-            t12 = t0 * t3 * t5 * t1 * t1 + t11
+            t12 = t3 * t5 * gamma * t1 * gamma * t1 + t11
             t13 = z > 1600.0
             t14 = z < -1600.0
             t15 = t13 | t14
             t16 = tf.math.softplus(z)
             t17 = -gamma * t16 * t9 - gamma * t3 * t7
-            t18 = t0 * t16 * t8 * t4 * t4
+            t18 = t16 * t8 * gamma * t4 * gamma * t4
             t19 = t11 + t18
             t20 = t12 + t18
             z_bar = grad_grad_z * tf.where(
@@ -966,11 +960,11 @@ def _student_t_logpdf_grad_x(x, grad, nu):
             t1 = 1 / t0
             t2 = 1 / tf.math.square(tf.math.square(x))
             t3 = t2 * nu * nu
-            t4 = nu + t0
+            t4 = nu + tf.math.square(x)
             x_bar = grad_grad_x * tf.where(
                 tf.math.abs(x) < 1,
-                (nu + 1) / t4 * (-nu + t0) / t4 * grad,
-                (grad * nu * t1 - grad * nu * t2 + grad * t1 - grad * t3)
+                (nu + 1) / t4 * (-nu + tf.math.square(x)) / t4 * grad,
+                (-t2 * nu * grad * nu + grad * nu * t1 - grad * nu * t2 + grad * t1)
                 / (2 * nu * t1 + t3 + 1),
             )
             grad_bar = grad_grad_x * (-nu - 1) / (nu / x + x)
@@ -1071,7 +1065,7 @@ def sqrt_diff(x: tf.Tensor) -> tf.Tensor:
 
         out: 0.2 bits mean, 1 max over 61 points
         grad_x, d grad_x / d grad: 0.2 bits mean, 1 max over 60 points, 4 non-finite
-        d grad_x / d x: 0.5 bits mean, 2 max over 52 points
+        d grad_x / d x: 0.6 bits mean, 2 max over 52 points
     """
 
     @tf.custom_gradient
@@ -1670,8 +1664,8 @@ def scaled_erfc(x: tf.Tensor) -> tf.Tensor:
     Measured float64 error of the chosen forms vs mpmath::
 
         out: 0.3 bits mean, 1 max over 41 points
-        grad_x, d grad_x / d grad: 0.2 bits mean, 1 max over 49 points
-        d grad_x / d x: 0.1 bits mean, 1 max over 49 points
+        grad_x, d grad_x / d grad: 0.1 bits mean, 2 max over 49 points
+        d grad_x / d x: 0.2 bits mean, 2 max over 49 points
     """
 
     @tf.custom_gradient
@@ -1764,7 +1758,6 @@ def _scaled_erfc_grad_x(x, grad):
     @tf.custom_gradient
     def forward(x, grad):
         t0 = 1 / math.sqrt(math.pi)
-        t1 = 1 / tf.math.square(x)
         grad_x = tf.where(
             x < 9,
             grad
@@ -1848,34 +1841,7 @@ def _scaled_erfc_grad_x(x, grad):
             ),
             grad
             * (
-                -t0
-                * t1
-                * (
-                    -t1 / 2
-                    + 1
-                    + 3 / (4 * tf.math.square(tf.math.square(x)))
-                    - 15 / (8 * tf.math.square(tf.math.square(x) * x))
-                    + 105 / (16 * tf.math.square(tf.math.square(tf.math.square(x))))
-                    - 945 / (32 * tf.math.square(tf.math.square(tf.math.square(x)) * x))
-                    + 10395
-                    / (64 * tf.math.square(tf.math.square(tf.math.square(x) * x)))
-                    - 135135
-                    / (128 * tf.math.square(tf.math.square(tf.math.square(x) * x) * x))
-                    + 7918.06640625
-                    / tf.math.square(tf.math.square(tf.math.square(tf.math.square(x))))
-                    - 67303.564453125 / x**18
-                    + 639383.8623046875 / x**20
-                    - 6713530.554199219 / x**22
-                    + 77205601.37329102 / x**24
-                    - 965070017.1661377 / x**26
-                    + 13028445231.742859 / x**28
-                    - 188912455860.27145 / x**30
-                    + 2928143065834.2075 / x**32
-                    - 48314360586264.42 / x**34
-                    + 845501310259627.4 / x**36
-                    - 1.5641774239803108e16 / x**38
-                )
-                + t0
+                t0
                 * (
                     1 / (tf.math.square(x) * x)
                     - 3 / (tf.math.square(tf.math.square(x)) * x)
@@ -1906,6 +1872,34 @@ def _scaled_erfc_grad_x(x, grad):
                     + 1642688259932990.5 / x**35
                     - 3.0438047169346588e16 / x**37
                     + 5.943874211125181e17 / x**39
+                )
+                / x
+                - t0
+                / x
+                * (
+                    1
+                    - 1 / (2 * tf.math.square(x))
+                    + 3 / (4 * tf.math.square(tf.math.square(x)))
+                    - 15 / (8 * tf.math.square(tf.math.square(x) * x))
+                    + 105 / (16 * tf.math.square(tf.math.square(tf.math.square(x))))
+                    - 945 / (32 * tf.math.square(tf.math.square(tf.math.square(x)) * x))
+                    + 10395
+                    / (64 * tf.math.square(tf.math.square(tf.math.square(x) * x)))
+                    - 135135
+                    / (128 * tf.math.square(tf.math.square(tf.math.square(x) * x) * x))
+                    + 7918.06640625
+                    / tf.math.square(tf.math.square(tf.math.square(tf.math.square(x))))
+                    - 67303.564453125 / x**18
+                    + 639383.8623046875 / x**20
+                    - 6713530.554199219 / x**22
+                    + 77205601.37329102 / x**24
+                    - 965070017.1661377 / x**26
+                    + 13028445231.742859 / x**28
+                    - 188912455860.27145 / x**30
+                    + 2928143065834.2075 / x**32
+                    - 48314360586264.42 / x**34
+                    + 845501310259627.4 / x**36
+                    - 1.5641774239803108e16 / x**38
                 )
                 / x
             ),
@@ -1986,8 +1980,6 @@ def _scaled_erfc_grad_x(x, grad):
             )
             t1 = 1 / math.sqrt(math.pi)
             t2 = 2 * t1
-            t3 = 1 / tf.math.square(x)
-            t4 = 1 / (tf.math.square(x) * x)
             t5 = x ** (-38)
             t6 = x ** (-36)
             t7 = x ** (-34)
@@ -2035,9 +2027,9 @@ def _scaled_erfc_grad_x(x, grad):
                     )
                     / x
                     - t2
-                    * t3
+                    / x
                     * (
-                        t4
+                        1 / (tf.math.square(x) * x)
                         - 3 / (tf.math.square(tf.math.square(x)) * x)
                         + 45 / (4 * (tf.math.square(tf.math.square(x) * x) * x))
                         - 105
@@ -2081,34 +2073,45 @@ def _scaled_erfc_grad_x(x, grad):
                         - 3.0438047169346588e16 / x**37
                         + 5.943874211125181e17 / x**39
                     )
+                    / x
                     + t2
-                    * t4
+                    / x
                     * (
-                        13028445231.742859 * t10
-                        - 965070017.1661377 * t11
-                        + 77205601.37329102 * t12
-                        - 6713530.554199219 * t13
-                        + 639383.8623046875 * t14
-                        - 67303.564453125 * t15
-                        + 7918.06640625 * t16
-                        - 135135 * t17 / 128
-                        + 10395 * t18 / 64
-                        - 945 * t19 / 32
-                        + 105 * t20 / 16
-                        - 15 * t21 / 8
-                        + 3 * t22 / 4
-                        - t3 / 2
-                        - 1.5641774239803108e16 * t5
-                        + 845501310259627.4 * t6
-                        - 48314360586264.42 * t7
-                        + 2928143065834.2075 * t8
-                        - 188912455860.27145 * t9
-                        + 1
+                        1
+                        - 1 / (2 * tf.math.square(x))
+                        + 3 / (4 * tf.math.square(tf.math.square(x)))
+                        - 15 / (8 * tf.math.square(tf.math.square(x) * x))
+                        + 105 / (16 * tf.math.square(tf.math.square(tf.math.square(x))))
+                        - 945
+                        / (32 * tf.math.square(tf.math.square(tf.math.square(x)) * x))
+                        + 10395
+                        / (64 * tf.math.square(tf.math.square(tf.math.square(x) * x)))
+                        - 135135
+                        / (
+                            128
+                            * tf.math.square(tf.math.square(tf.math.square(x) * x) * x)
+                        )
+                        + 7918.06640625
+                        / tf.math.square(
+                            tf.math.square(tf.math.square(tf.math.square(x)))
+                        )
+                        - 67303.564453125 / x**18
+                        + 639383.8623046875 / x**20
+                        - 6713530.554199219 / x**22
+                        + 77205601.37329102 / x**24
+                        - 965070017.1661377 / x**26
+                        + 13028445231.742859 / x**28
+                        - 188912455860.27145 / x**30
+                        + 2928143065834.2075 / x**32
+                        - 48314360586264.42 / x**34
+                        + 845501310259627.4 / x**36
+                        - 1.5641774239803108e16 / x**38
                     )
+                    / x
+                    / x
                 ),
             )
             t0 = 1 / math.sqrt(math.pi)
-            t1 = 1 / tf.math.square(x)
             grad_bar = grad_grad_x * tf.where(
                 x < 9,
                 -2 * t0
@@ -2187,34 +2190,7 @@ def _scaled_erfc_grad_x(x, grad):
                     )
                     / (math.sqrt(math.pi) * tf.math.maximum(x, 9.0)),
                 ),
-                -t0
-                * t1
-                * (
-                    -t1 / 2
-                    + 1
-                    + 3 / (4 * tf.math.square(tf.math.square(x)))
-                    - 15 / (8 * tf.math.square(tf.math.square(x) * x))
-                    + 105 / (16 * tf.math.square(tf.math.square(tf.math.square(x))))
-                    - 945 / (32 * tf.math.square(tf.math.square(tf.math.square(x)) * x))
-                    + 10395
-                    / (64 * tf.math.square(tf.math.square(tf.math.square(x) * x)))
-                    - 135135
-                    / (128 * tf.math.square(tf.math.square(tf.math.square(x) * x) * x))
-                    + 7918.06640625
-                    / tf.math.square(tf.math.square(tf.math.square(tf.math.square(x))))
-                    - 67303.564453125 / x**18
-                    + 639383.8623046875 / x**20
-                    - 6713530.554199219 / x**22
-                    + 77205601.37329102 / x**24
-                    - 965070017.1661377 / x**26
-                    + 13028445231.742859 / x**28
-                    - 188912455860.27145 / x**30
-                    + 2928143065834.2075 / x**32
-                    - 48314360586264.42 / x**34
-                    + 845501310259627.4 / x**36
-                    - 1.5641774239803108e16 / x**38
-                )
-                + t0
+                t0
                 * (
                     1 / (tf.math.square(x) * x)
                     - 3 / (tf.math.square(tf.math.square(x)) * x)
@@ -2245,6 +2221,34 @@ def _scaled_erfc_grad_x(x, grad):
                     + 1642688259932990.5 / x**35
                     - 3.0438047169346588e16 / x**37
                     + 5.943874211125181e17 / x**39
+                )
+                / x
+                - t0
+                / x
+                * (
+                    1
+                    - 1 / (2 * tf.math.square(x))
+                    + 3 / (4 * tf.math.square(tf.math.square(x)))
+                    - 15 / (8 * tf.math.square(tf.math.square(x) * x))
+                    + 105 / (16 * tf.math.square(tf.math.square(tf.math.square(x))))
+                    - 945 / (32 * tf.math.square(tf.math.square(tf.math.square(x)) * x))
+                    + 10395
+                    / (64 * tf.math.square(tf.math.square(tf.math.square(x) * x)))
+                    - 135135
+                    / (128 * tf.math.square(tf.math.square(tf.math.square(x) * x) * x))
+                    + 7918.06640625
+                    / tf.math.square(tf.math.square(tf.math.square(tf.math.square(x))))
+                    - 67303.564453125 / x**18
+                    + 639383.8623046875 / x**20
+                    - 6713530.554199219 / x**22
+                    + 77205601.37329102 / x**24
+                    - 965070017.1661377 / x**26
+                    + 13028445231.742859 / x**28
+                    - 188912455860.27145 / x**30
+                    + 2928143065834.2075 / x**32
+                    - 48314360586264.42 / x**34
+                    + 845501310259627.4 / x**36
+                    - 1.5641774239803108e16 / x**38
                 )
                 / x,
             )

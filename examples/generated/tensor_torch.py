@@ -3020,7 +3020,7 @@ def _l2_normalize_backward_backward(x, t2, grad, gg_x, need_x_bar, need_grad_bar
         t21 = 2 * t20
         t22 = -0.5 * t21 / t2 ** (1.5)
     if gg_x is not None and need_x_bar:
-        t24 = 0.75 * (t21 * t7 / t2 ** (2.5)) - t18 / (2 * t2 ** (1.5))
+        t24 = 0.75 * t21 * t7 / t2 ** (2.5) - t18 / (2 * t2 ** (1.5))
         t25 = 2 * t24
         x_bar = gg_x * t9[..., None] + grad * t22[..., None] + t25[..., None] * x
     if gg_x is not None and need_grad_bar:

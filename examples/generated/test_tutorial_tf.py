@@ -43,7 +43,8 @@ def _assert_matches(actual, expected, dtype, rtol, what, known=None):
     ``known``: per point, the relative error symgrad's own form was measured to have there
     at generation (None where it met ``rtol``, ``math.inf`` where it was not finite): held
     to 4x that instead of failing (to being finite where it was 1/2 or more), unchecked
-    where not finite (gen warned of both).
+    where not finite (gen warned of both). Where the exact value is 0 the entry is an
+    absolute error: at least what moving the inputs by one ulp moves the exact value by.
     """
     actual = (
         np.zeros(len(expected))
@@ -53,13 +54,18 @@ def _assert_matches(actual, expected, dtype, rtol, what, known=None):
     for k, exact in enumerate(expected):
         if exact is None:
             continue  # undefined there (e.g. log of 0): nothing to compare
-        tol = rtol
+        tol, slack = rtol, 0.0
         if known is not None and known[k] is not None:
             if math.isinf(known[k]):
                 continue  # recorded at generation: not finite here (gen's warning)
-            # no digit right at generation (half the value or more off): what is left is
-            # rounding noise, which the frameworks' libm moves: checked to be finite only
-            tol = math.inf if known[k] >= 0.5 else max(rtol, 4 * known[k])
+            if exact == 0:
+                # no relative error at an exact zero: the recorded one is absolute (what
+                # moving the inputs by one ulp moves the exact value by, or more)
+                slack = 4 * known[k]
+            else:
+                # no digit right at generation (half the value or more off): what is left
+                # is rounding noise, which the frameworks' libm moves: only finite
+                tol = math.inf if known[k] >= 0.5 else max(rtol, 4 * known[k])
         rounded = _in_dtype(exact, dtype)
         got = float(actual[k])
         if math.isinf(
@@ -70,7 +76,7 @@ def _assert_matches(actual, expected, dtype, rtol, what, known=None):
             )
             continue
         assert math.isfinite(got), f"{what}[{k}]: got {got}, exact {exact!r}"
-        assert abs(got - rounded) <= tol * abs(rounded) + ATOL[dtype], (
+        assert abs(got - rounded) <= tol * abs(rounded) + slack + ATOL[dtype], (
             f"{what}[{k}]: got {got!r}, exact {exact!r}"
         )
 

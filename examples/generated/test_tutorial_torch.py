@@ -50,7 +50,9 @@ def _assert_matches(actual, expected, dtype, rtol, what, known=None):
     when the module was generated (None where it met ``rtol``; ``math.inf`` where it was not
     finite), for a formula that gen warned the stable rewrites did not reach. Such a point
     is held to 4x its recorded error instead of failing (to being finite where that error
-    was 1/2 or more), and left unchecked where the recorded result was not finite.
+    was 1/2 or more), and left unchecked where the recorded result was not finite. Where
+    the exact value is 0 the entry is an absolute error: at least what moving the inputs by
+    one ulp moves the exact value by (terms that cancel exactly leave ulps of themselves).
     """
     if actual is None:
         actual = torch.zeros(len(expected), dtype=torch.float64)
@@ -58,13 +60,18 @@ def _assert_matches(actual, expected, dtype, rtol, what, known=None):
     for k, exact in enumerate(expected):
         if exact is None:
             continue  # undefined there (e.g. log of 0): nothing to compare
-        tol = rtol
+        tol, slack = rtol, 0.0
         if known is not None and known[k] is not None:
             if math.isinf(known[k]):
                 continue  # recorded at generation: not finite here (gen's warning)
-            # no digit right at generation (half the value or more off): what is left is
-            # rounding noise, which the frameworks' libm moves: checked to be finite only
-            tol = math.inf if known[k] >= 0.5 else max(rtol, 4 * known[k])
+            if exact == 0:
+                # no relative error at an exact zero: the recorded one is absolute (what
+                # moving the inputs by one ulp moves the exact value by, or more)
+                slack = 4 * known[k]
+            else:
+                # no digit right at generation (half the value or more off): what is left
+                # is rounding noise, which the frameworks' libm moves: only finite
+                tol = math.inf if known[k] >= 0.5 else max(rtol, 4 * known[k])
         rounded = torch.tensor(exact, dtype=torch.float64).to(dtype).double().item()
         got = actual[k].item()
         if math.isinf(
@@ -75,7 +82,7 @@ def _assert_matches(actual, expected, dtype, rtol, what, known=None):
             )
             continue
         assert math.isfinite(got), f"{what}[{k}]: got {got}, exact {exact!r}"
-        assert abs(got - rounded) <= tol * abs(rounded) + ATOL[dtype], (
+        assert abs(got - rounded) <= tol * abs(rounded) + slack + ATOL[dtype], (
             f"{what}[{k}]: got {got!r}, exact {exact!r}"
         )
 

@@ -7,6 +7,7 @@ accuracy choice and the generated files, do not depend on the CPU's SIMD loops.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from collections.abc import Sequence
 
@@ -14,6 +15,7 @@ import sympy
 from sympy.printing.numpy import NumPyPrinter
 
 from symgrad import functions as F
+from symgrad.cse import common_subexpressions
 from symgrad.functions import hypot_power_parts, print_interleaved
 from symgrad.ops import LIBM, OPS, REGIMES, libm
 
@@ -25,7 +27,8 @@ def _regimes_numpy(cls: type[F.StableFunction], fixed: tuple[int | None, ...]):
     symbols = [sympy.Symbol(f"a{k}", real=True) for k in range(len(fixed))]
     args = [s if f is None else f for f, s in zip(fixed, symbols)]
     free = [s for f, s in zip(fixed, symbols) if f is None]
-    return sympy.lambdify(free, cls(*args, evaluate=False).regimes(), modules=_numpy_modules())
+    regimes = _python_constants(cls(*args, evaluate=False).regimes())
+    return sympy.lambdify(free, regimes, modules=_numpy_modules())
 
 
 def _by_regimes(cls: type[F.StableFunction]):
@@ -82,9 +85,47 @@ def evaluator(expr: sympy.Expr, symbols: Sequence[sympy.Symbol]):
     printer = _NumPyPrinter(
         {"fully_qualified_modules": False, "inline": True, "allow_unknown_functions": True}
     )
-    # cse=True: the same common subexpressions, so the same order of operations, as the
-    # generated code (plan.emit), where an intermediate product may overflow first
-    return sympy.lambdify(symbols, expr, modules=modules, printer=printer, cse=True)
+    # the same common subexpressions, so the same order of operations, as the generated
+    # code (plan.emit), where an intermediate product may overflow first
+    return sympy.lambdify(
+        symbols, _python_constants(expr), modules=modules, printer=printer, cse=_shared
+    )
+
+
+def _python_constants(expr: sympy.Expr) -> sympy.Expr:
+    """``expr`` with each constant that NumPy would compute (sqrt(2), log(13/2)) as its
+    value, a Float: printed as a Python number, as the frameworks' code has it.
+
+    NumPy's ``sqrt(2)`` is a float64 scalar, which makes ``sqrt(2) * x`` float64 for a
+    float32 ``x``: the whole float32 evaluation would run in float64 and miss every
+    float32 overflow. A Python float leaves ``x``'s dtype alone (NEP 50), as in torch
+    and TF."""
+
+    def constant(e: sympy.Basic) -> bool:
+        return (
+            isinstance(e, sympy.Expr)
+            and not e.is_Atom
+            and not e.free_symbols
+            and not e.is_Rational
+            and e.is_extended_real is True
+        )
+
+    def value(e: sympy.Expr) -> sympy.Expr:
+        folded = e.evalf(20)
+        return sympy.Float(folded, 17) if folded.is_Float else e
+
+    return expr.replace(constant, value)
+
+
+def _shared(expr):
+    """lambdify's ``cse`` hook: :func:`~symgrad.cse.common_subexpressions` of one
+    expression or a tuple of them."""
+    several = isinstance(expr, (tuple, list))
+    exprs = list(expr) if several else [expr]
+    taken = {s.name for e in exprs for s in e.free_symbols}
+    temps = (sympy.Symbol(f"_t{k}") for k in itertools.count() if f"_t{k}" not in taken)
+    replacements, reduced = common_subexpressions(exprs, temps)
+    return replacements, (type(expr)(reduced) if several else reduced[0])
 
 
 def call(fn, args: Sequence[float], dtype) -> float:

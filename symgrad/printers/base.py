@@ -171,7 +171,8 @@ class FrameworkPrinter(StrPrinter):
             value = sympy.Mul(*constants)
             rest = sympy.Mul(*(f for f in expr.args if f.free_symbols))
             folded = sympy.Float(value.evalf(20), 17)
-            expr = sympy.Mul(folded, rest, evaluate=False)
+            # flat, the literal first: scaled first, as the accuracy choice measured it
+            expr = sympy.Mul(folded, *sympy.Mul.make_args(rest), evaluate=False)
         # a product with powers interleaved (functions.interleaved_product): no overflow
         return print_interleaved(self, expr) or super()._print_Mul(expr)
 

@@ -24,7 +24,9 @@ class TorchPrinter(FrameworkPrinter):
         # p*x/q is two passes over a tensor, -x/q too: one float factor instead.
         c, rest = expr.as_coeff_Mul()
         if c.is_Rational and not c.is_Integer and (c.p != 1) and not self.is_scalar(rest):
-            expr = sympy.Mul(sympy.Float(c, 17), rest, evaluate=False)
+            # flat, the literal first: c*(a*b) would scale the product last, where it
+            # may have overflowed (the accuracy choice measured c*a*b)
+            expr = sympy.Mul(sympy.Float(c, 17), *sympy.Mul.make_args(rest), evaluate=False)
         return super()._print_Mul(expr)
 
     def _print_Relational(self, expr):

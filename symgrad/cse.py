@@ -1,0 +1,102 @@
+"""Common subexpressions as the generated code computes them, for the code and its model.
+
+The generated code (:func:`symgrad.plan.emit`) and the NumPy evaluation that the accuracy
+choice and the generated tests' known errors are measured on
+(:func:`symgrad.numerics.native.evaluator`) share their temporaries through
+:func:`common_subexpressions`, so that both compute the same partial products: where one
+overflows, so does the other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import sympy
+
+from symgrad.functions import interleaved_product
+
+
+def common_subexpressions(
+    exprs: Sequence[sympy.Expr], temps: Iterator[sympy.Symbol]
+) -> tuple[list[tuple[sympy.Symbol, sympy.Expr]], list[sympy.Expr]]:
+    """SymPy's CSE of ``exprs`` (new names from ``temps``), with the powers that the
+    printers spread out (:func:`~symgrad.functions.interleaved_product`) kept in the
+    products they belong to, and each compound base of such a power named first.
+
+    A power shared by two products is a common subexpression to SymPy: ``t = s**-2``, then
+    ``a*t`` and ``b*t``. But the power alone underflows where the product does not: at
+    ``s = 2.8e25`` in float32, ``s**-2`` is 0 although ``a / s / s`` is 1e-14 for
+    ``a = 1e37``. So the power goes back into each product that is spread out, which then
+    divides by ``s`` twice; it stays shared where nothing spreads it. The same for a
+    shared part of such products (``g * s**-2``, then ``a*t`` and ``b*t``).
+    """
+    replacements, reduced = sympy.cse(list(exprs), symbols=temps)
+    replacements, reduced = _unshare_spread_powers(replacements, reduced)
+    return _name_spread_bases(replacements, reduced, temps)
+
+
+def _spread(value: sympy.Expr) -> bool:
+    """``value`` is an integer power that a product spreads out (x**2, (1 + t)**-3), or a
+    product that is spread out itself (a * b**-2)."""
+    if isinstance(value, sympy.Mul):
+        return interleaved_product(value) is not None
+    return (
+        isinstance(value, sympy.Pow)
+        and value.exp.is_Integer
+        and abs(value.exp) >= 2
+        and not value.base.is_number
+    )
+
+
+def _unshare_spread_powers(replacements, reduced):
+    powers = {temp: value for temp, value in replacements if _spread(value)}
+    if not powers:
+        return replacements, reduced
+
+    def inline(expr: sympy.Expr) -> sympy.Expr:
+        def product(node: sympy.Mul) -> sympy.Expr:
+            if not node.free_symbols & powers.keys():
+                return node
+            inlined = node.xreplace(powers)
+            return inlined if interleaved_product(inlined) is not None else node
+
+        return expr.replace(lambda e: isinstance(e, sympy.Mul), product)
+
+    replacements = [(temp, inline(value)) for temp, value in replacements]
+    reduced = [inline(e) for e in reduced]
+    # a power that every product took back is no longer read
+    read = set().union(
+        *(v.free_symbols for _, v in replacements), *(e.free_symbols for e in reduced)
+    )
+    return [(t, v) for t, v in replacements if t not in powers or t in read], reduced
+
+
+def _name_spread_bases(replacements, reduced, temps):
+    """CSE's output with each compound base of a power that the printers spread out
+    (:func:`~symgrad.functions.interleaved_product`: (t0 + 1)**2 * x as
+    x / (t0 + 1) / (t0 + 1)... ) named by a temporary first, so that it is computed once."""
+
+    def name_bases(expr, out):
+        def spread(node):
+            if not isinstance(node, sympy.Mul) or interleaved_product(node) is None:
+                return node
+            factors = []
+            for f in node.args:
+                base, e = f.as_base_exp()
+                if e.is_Integer and abs(e) >= 2 and not base.is_Symbol and not base.is_number:
+                    temp = next(temps)
+                    out.append((temp, base))
+                    f = temp**e
+                factors.append(f)
+            return sympy.Mul(*factors)
+
+        return expr.replace(lambda e: isinstance(e, sympy.Mul), spread)
+
+    named = []
+    for temp, value in replacements:
+        extra = []
+        value = name_bases(value, extra)
+        named += [*extra, (temp, value)]
+    extra = []
+    reduced = [name_bases(e, extra) for e in reduced]
+    return named + extra, reduced

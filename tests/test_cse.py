@@ -1,0 +1,66 @@
+"""Shared subexpressions as the generated code and its NumPy model compute them
+(symgrad.cse): a power or product that a printer spreads out is not shared alone."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import sympy
+import torch
+
+from symgrad.cse import common_subexpressions
+from symgrad.numerics.native import call, evaluator
+from symgrad.plan import emit
+from symgrad.printers import TorchPrinter
+
+a, b, g, s, x = sympy.symbols("a b g s x", real=True)
+
+
+def _temps():
+    return sympy.numbered_symbols("t", real=True)
+
+
+def test_a_shared_power_stays_in_each_product_that_spreads_it():
+    exprs = [a * s**-2 * (s + 1), b * s**-2 * (s - 1)]
+    replacements, reduced = common_subexpressions(exprs, _temps())
+    assert all(not isinstance(v, sympy.Pow) for _, v in replacements), replacements
+    assert all(e.has(s**-2) for e in reduced)
+
+
+def test_a_shared_spread_product_stays_in_each_product():
+    exprs = [a * g * s**-2 * (s + 1), b * g * s**-2 * (s - 1)]
+    replacements, _ = common_subexpressions(exprs, _temps())
+    assert all(not v.has(s**-2) for _, v in replacements), replacements
+
+
+def test_a_power_read_by_a_sum_stays_shared_there():
+    exprs = [a * s**-2 * (s + 1), s**-2 + b]
+    replacements, reduced = common_subexpressions(exprs, _temps())
+    temp = next(t for t, v in replacements if v == s**-2)
+    assert reduced[1].has(temp) and not reduced[0].has(temp)
+
+
+def test_the_code_and_its_model_keep_a_shared_power_from_underflowing():
+    """a / s / s at s = 2.8e25, a = 1e37 is 1.3e-14 in float32; s**-2 alone is 0."""
+    exprs = [a * s**-2 * (s + 1), b * s**-2 * (s - 1)]
+    tape = emit([("p", exprs[0]), ("q", exprs[1])], TorchPrinter())
+    env = {"torch": torch}
+    env |= {
+        n: torch.tensor([v], dtype=torch.float32)
+        for n, v in (("a", 1e37), ("b", 1e37), ("s", 2.8e25))
+    }
+    exec("\n".join(tape.lines()), env)
+    for name, expr in zip("pq", exprs):
+        exact = float(expr.subs({a: 1e37, b: 1e37, s: 2.8e25}))
+        assert env[name].item() == pytest.approx(exact, rel=1e-5)
+        model = call(evaluator(expr, [a, b, s]), [1e37, 1e37, 2.8e25], np.float32)
+        assert model == pytest.approx(exact, rel=1e-5)
+
+
+def test_the_model_computes_float32_in_float32():
+    """NumPy's sqrt(2) is a float64 scalar: sqrt(2)*x*x would run in float64 and miss the
+    overflow that torch's float32 has at x = 2e19; constants are Python floats instead."""
+    f = evaluator(sympy.sqrt(2) * sympy.log(3) * x * x, [x])
+    assert isinstance(f(np.float32(2.0)), np.float32)
+    assert call(f, [2e19], np.float32) == np.inf
+    assert np.isfinite(call(f, [2e19], np.float64))
