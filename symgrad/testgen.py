@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import sympy
 
@@ -85,10 +86,21 @@ def _worst(errors) -> float | None:
     return max(found) if found else None
 
 
-def _stable_forms(derived: Derived, measured=None) -> list[tuple[str, str, object, list, object]]:
-    """(kind, key, NumPy evaluator, its symbols, reference formula) of every quantity's
-    chosen form: built once per function, for :func:`known_errors` on each set of cases.
-    ``measured``: the function's :func:`~symgrad.cases.quantities`, if already derived."""
+class _Form(NamedTuple):
+    """One quantity's chosen form, for :func:`known_errors`."""
+
+    kind: str  # "outputs", "grads" or "second": the test data's table
+    key: str  # the table's key
+    fn: object  # NumPy evaluator of ``stable``
+    symbols: list  # its arguments
+    stable: sympy.Expr  # the chosen form
+    reference: sympy.Expr  # the naive formula (or its derivative)
+
+
+def _stable_forms(derived: Derived, measured=None) -> list[_Form]:
+    """Every quantity's chosen form with its NumPy evaluator: built once per function, for
+    :func:`known_errors` on each set of cases. ``measured``: the function's
+    :func:`~symgrad.cases.quantities`, if already derived."""
     from symgrad.numerics.native import evaluator
 
     names = [name for name, _ in derived.naive_outputs]
@@ -103,7 +115,7 @@ def _stable_forms(derived: Derived, measured=None) -> list[tuple[str, str, objec
             fn = evaluator(q.stable, symbols)
         except Exception:  # noqa: BLE001 - not evaluable with NumPy: nothing recorded
             continue
-        forms.append((kinds[q.kind], key, fn, symbols, q.reference))
+        forms.append(_Form(kinds[q.kind], key, fn, symbols, q.stable, q.reference))
     return forms
 
 
@@ -128,17 +140,17 @@ def known_errors(
     by_name = {s: n for n, s in derived.symbols.items()}
     npdtype = getattr(np, dtype)
     found: dict[str, dict[str, list[float | None]]] = {"outputs": {}, "grads": {}, "second": {}}
-    for kind, key, fn, symbols, ref in _stable_forms(derived) if forms is None else forms:
+    for kind, key, fn, symbols, stable, ref in _stable_forms(derived) if forms is None else forms:
         if kind == "outputs":
             exacts = [c.values[int(key)] for c in cases]
         else:
             exacts = [(c.grads if kind == "grads" else c.second)[key] for c in cases]
         points = [[case.inputs.get(by_name.get(s, ""), 1.0) for s in symbols] for case in cases]
-        slack = [
-            _zero_slack(derived, ref, case, dtype) if ex == 0 else None
-            for case, ex in zip(cases, exacts)
-        ]
         with np.errstate(all="ignore"):
+            slack = [
+                _zero_slack(derived, (stable, ref), case, dtype, (fn, args)) if ex == 0 else None
+                for case, ex, args in zip(cases, exacts, points)
+            ]
             column = [
                 _measured_error(call(fn, args, npdtype), ex, dtype, rtol, atol)
                 for args, ex, atol in zip(points, exacts, slack)
@@ -166,33 +178,42 @@ def known_errors(
     return found if any(found.values()) else None
 
 
-def _zero_slack(derived: Derived, reference, case: Case, dtype: str) -> float | None:
-    """The absolute error allowed where the exact value is 0: the most the exact value
-    moves with the inputs moved by one ``dtype`` ulp (a result that rounding of the inputs
-    explains). Terms that cancel to 0 exactly (``(x - 1)**3`` at x = 1, ``a*b - c`` on
-    whole numbers) leave a few ulps of themselves in floating point, which no relative
-    tolerance accepts; None where the exact value stays 0 (``x - x``) or moves less than
-    the tests' subnormal slack, and where the formula may step (``relu'(0) = 0`` stays
-    exact: the value beside the step is no measure of rounding)."""
+def _zero_slack(derived: Derived, formulas, case: Case, dtype: str, model=None) -> float | None:
+    """The absolute error allowed where the exact value is 0: the larger of a bound on
+    the rounding error of symgrad's form there (:func:`~symgrad.numerics.mp.rounding_bound`;
+    of the naive formula where the form has none) and what the form computes with its
+    inputs moved by one ulp. ``formulas``: (the chosen form, the naive formula);
+    ``model``: the form's NumPy evaluator and its arguments at ``case``.
+
+    Terms that cancel to 0 exactly (``sin(x)*cos(y) - cos(x)*sin(y)`` at x = y, or
+    ``log(tan(x + pi/4))`` at x = 0, where pi/4 is a float) leave a few ulps of themselves,
+    which no relative tolerance accepts, and how many depends on the libm: NumPy's may
+    cancel to 0 where torch's leaves 2e-16. None where both are below the tests'
+    subnormal slack (``expm1(0)`` is exactly 0), and where the formula may step
+    (``relu'(0) = 0`` stays exact: the value beside the step is no measure of rounding).
+    """
     import numpy as np
 
-    from symgrad.numerics.mp import Unresolved, exact
+    from symgrad.numerics.mp import rounding_bound
+    from symgrad.numerics.native import call
 
+    stable, reference = formulas
     if reference.has(*_DISCONTINUOUS):
-        return None  # a step at the point (relu'(0)): its neighbours say nothing of rounding
+        return None
     npdtype = getattr(np, dtype)
-    tensors = [i.name for i in derived.function.inputs if i.is_tensor]
-    args = [case.inputs[n] for n in tensors]
     env = {derived.symbols[n]: v for n, v in case.inputs.items()}
-    largest = 0.0
-    for moved in _neighbours(args, npdtype):
-        env |= {derived.symbols[n]: v for n, v in zip(tensors, moved)}
-        try:
-            value = exact(reference, env)
-        except Unresolved:
-            continue
-        if value is not None and math.isfinite(value):
-            largest = max(largest, abs(value))
+    eps = float(np.finfo(npdtype).eps)
+    largest = rounding_bound(stable, env, eps)
+    if largest is None:
+        largest = rounding_bound(reference, env, eps)
+    if largest is None:
+        return None  # no bound: the exact 0 is checked as it is
+    if model is not None:
+        fn, form_args = model
+        for moved in _neighbours(form_args, npdtype):
+            value = call(fn, moved, npdtype)
+            if math.isfinite(value):
+                largest = max(largest, abs(value))
     return largest if largest > _TINY_OVER_EPS[dtype] else None
 
 

@@ -6,6 +6,7 @@ import math
 import random
 
 import pytest
+import sympy
 
 from symgrad.numerics import floats, points
 from symgrad.spec import Input
@@ -101,3 +102,18 @@ def test_range_ends_are_float32_points_where_they_fit():
     fits = [v for v in points.RANGE_ENDS if abs(v) <= floats.FLOAT_MAX["float32"]]
     assert len(fits) == 6
     assert all(floats.round_to(v, "float32") == v for v in fits if abs(v) != 1e38)
+
+
+def test_the_rounding_bound_of_a_cancellation_is_the_size_of_its_terms():
+    """sin(x)cos(y) - cos(x)sin(y) at x = y is 0, but each product is 0.45: a correct
+    evaluation may land a few ulps of 0.45 away; a product with an exact 0 may not."""
+    from symgrad.numerics.mp import rounding_bound
+
+    x, y = sympy.symbols("x y", real=True)
+    eps = 2.0**-52
+    cancel = sympy.sin(x) * sympy.cos(y) - sympy.cos(x) * sympy.sin(y)
+    bound = rounding_bound(cancel, {x: 1.0, y: 1.0}, eps)
+    assert 0.45 * eps < bound < 8 * 0.45 * 2 * eps
+    assert rounding_bound(x * sympy.sin(y), {x: 0.0, y: 1.0}, eps) == 0.0
+    assert rounding_bound((x - 1) ** 3, {x: 1.0}, eps) < 1e-40  # (2 eps)**3
+    assert rounding_bound(1 / (x - 1), {x: 1.0}, eps) is None  # a pole: no bound

@@ -277,3 +277,93 @@ def exact(expr: sympy.Basic, point: Mapping[sympy.Symbol, float]) -> float | Non
             past = int(lost) + 2 * TRUSTED_BITS if math.isfinite(lost) else 0
             prec = max(4 * prec, min(past, MAX_PREC_BITS))
     raise Unresolved(f"no value settles up to {MAX_PREC_BITS} bits")
+
+
+def rounding_bound(
+    expr: sympy.Expr, point: Mapping[sympy.Symbol, float], eps: float
+) -> float | None:
+    """A first-order bound on the error of ``expr`` evaluated at ``point`` in floating
+    point with machine epsilon ``eps``, as written (running error analysis): inputs exact,
+    each constant, sum, product and function value rounded once, libm functions within an
+    ulp, and each rounding carried to the result by the derivative of what follows.
+
+    A sum of n terms may be off by (n - 1) * eps * (the sum of their sizes) however small
+    the sum is: at an exact 0 (``a - b`` where a = b) this bound, not a relative one, says
+    how far from 0 a correct evaluation may land. None where a value or derivative has no
+    exact value there.
+    """
+    memo: dict[sympy.Basic, tuple[float, float]] = {}
+
+    def value(e: sympy.Basic, env) -> float:
+        v = exact(e, env)
+        if v is None or not math.isfinite(v):
+            raise Undefined(str(e))
+        return v
+
+    def bound(e: sympy.Expr) -> tuple[float, float]:
+        if e in memo:
+            return memo[e]
+        if e.is_Symbol:
+            result = (value(e, point), 0.0)
+        elif e.is_number:
+            v = value(e, point)
+            exact_float = e.is_Integer or (e.is_Rational and e.q & (e.q - 1) == 0)
+            result = (v, 0.0 if exact_float else eps * abs(v))
+        elif isinstance(e, (sympy.Add, sympy.Mul)):
+            parts = [bound(a) for a in e.args]
+            values = [v for v, _ in parts]
+            if isinstance(e, sympy.Add):
+                v = math.fsum(values)
+                err = sum(b for _, b in parts) + (len(parts) - 1) * eps * sum(map(abs, values))
+            else:
+                v = math.prod(values)
+                err = sum(
+                    b * math.prod(abs(w) for j, w in enumerate(values) if j != i)
+                    for i, (_, b) in enumerate(parts)
+                ) + (len(parts) - 1) * eps * abs(v)
+            result = (v, err)
+        elif isinstance(e, sympy.Piecewise):  # the branch taken there
+            result = next(bound(b) for b, c in e.args if _holds(c, point))
+        elif isinstance(e, sympy.Pow) and e.exp.is_Integer:
+            v, b = bound(e.base)
+            n = int(e.exp)
+            if v == 0:  # 0**n, n > 0: the base's error to the n-th power (n < 0: a pole)
+                if n < 0:
+                    raise Undefined(str(e))
+                result = (0.0, b**n)
+            else:  # |n| - 1 products (and a division for n < 0), each rounded
+                result = (v**n, abs(n * v ** (n - 1)) * b + abs(n) * eps * abs(v**n))
+        else:  # a function of its arguments (a power too): its derivatives carry their errors
+            parts = [bound(a) for a in e.args]
+            dummies = [sympy.Dummy(real=True) for _ in e.args]
+            at = dict(zip(dummies, (v for v, _ in parts)))
+            call = e.func(*dummies)
+            v = value(call, at)
+            err = eps * abs(v) + sum(
+                abs(value(sympy.diff(call, s), at)) * b for s, (_, b) in zip(dummies, parts) if b
+            )
+            result = (v, err)
+        memo[e] = result
+        return result
+
+    try:
+        return bound(expr)[1]
+    except (Undefined, Unresolved, TypeError, ValueError, ZeroDivisionError, OverflowError):
+        return None
+
+
+def _holds(cond: sympy.Basic, point: Mapping[sympy.Symbol, float]) -> bool:
+    """A Piecewise condition at ``point`` (its sides compared exactly)."""
+    if cond in (sympy.true, sympy.false):
+        return bool(cond)
+    if isinstance(cond, (sympy.And, sympy.Or, sympy.Not)):
+        parts = [_holds(c, point) for c in cond.args]
+        if isinstance(cond, sympy.Not):
+            return not parts[0]
+        return all(parts) if isinstance(cond, sympy.And) else any(parts)
+    if isinstance(cond, sympy.core.relational.Relational):
+        lhs, rhs = (exact(side, point) for side in (cond.lhs, cond.rhs))
+        if lhs is None or rhs is None:
+            raise Undefined(str(cond))
+        return bool(cond.func(lhs, rhs))
+    raise Undefined(str(cond))
