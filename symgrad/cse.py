@@ -31,7 +31,7 @@ def common_subexpressions(
     shared part of such products (``g * s**-2``, then ``a*t`` and ``b*t``).
     """
     replacements, reduced = sympy.cse(list(exprs), symbols=temps)
-    replacements, reduced = _unshare_spread_powers(replacements, reduced)
+    replacements, reduced = _unshare_spread_powers(replacements, reduced, temps)
     return _name_spread_bases(replacements, reduced, temps)
 
 
@@ -48,10 +48,8 @@ def _spread(value: sympy.Expr) -> bool:
     )
 
 
-def _unshare_spread_powers(replacements, reduced):
-    powers = {temp: value for temp, value in replacements if _spread(value)}
-    if not powers:
-        return replacements, reduced
+def _unshare_spread_powers(replacements, reduced, temps):
+    powers: dict[sympy.Symbol, sympy.Expr] = {}  # the temporaries that go back, as values
 
     def inline(expr: sympy.Expr) -> sympy.Expr:
         def product(node: sympy.Mul) -> sympy.Expr:
@@ -62,13 +60,30 @@ def _unshare_spread_powers(replacements, reduced):
 
         return expr.replace(lambda e: isinstance(e, sympy.Mul), product)
 
-    replacements = [(temp, inline(value)) for temp, value in replacements]
+    def named_factors(value: sympy.Expr) -> sympy.Expr:
+        """``value`` with each compound factor (or base) a temporary of its own: what
+        goes back into the products is then multiplications of names alone."""
+        factors = []
+        for f in sympy.Mul.make_args(value):
+            base, e = f.as_base_exp()
+            if not (base.is_Symbol or base.is_number):
+                temp = next(temps)
+                kept.append((temp, base))
+                f = temp**e
+            factors.append(f)
+        return sympy.Mul(*factors)
+
+    kept = []
+    for temp, value in replacements:  # in order: g*t, with t = s**-2, is spread too
+        value = inline(value)
+        if _spread(value):
+            value = named_factors(value)
+            powers[temp] = value
+        kept.append((temp, value))
     reduced = [inline(e) for e in reduced]
-    # a power that every product took back is no longer read
-    read = set().union(
-        *(v.free_symbols for _, v in replacements), *(e.free_symbols for e in reduced)
-    )
-    return [(t, v) for t, v in replacements if t not in powers or t in read], reduced
+    # a temporary that every product took back is no longer read
+    read = set().union(*(v.free_symbols for _, v in kept), *(e.free_symbols for e in reduced))
+    return [(t, v) for t, v in kept if t not in powers or t in read], reduced
 
 
 def _name_spread_bases(replacements, reduced, temps):

@@ -909,10 +909,13 @@ def _real_derivative(d: sympy.Derivative) -> sympy.Expr:
 
 
 #: A product is printed in interleaved order (:func:`interleaved_product`) only where that
-#: costs at most this many operations more than its power form.
-INTERLEAVE_EXTRA_OPS = 1
+#: costs at most this many operations more than its power form (elementwise multiplies and
+#: divides, cheap beside the transcendental calls around them: the second derivative of
+#: sigmoid(x/s) in s, g*x*(2*s - x*tanh(x/2s))*sigmoid(x/s)*sigmoid(-x/s)/s**4, is two
+#: more, and its s**4 underflows at s = 1e-80 where the value is 0, not 0 * inf)
+INTERLEAVE_EXTRA_OPS = 3
 #: ... and has at most this many factors, powers counted by their exponent.
-INTERLEAVE_MAX_FACTORS = 8
+INTERLEAVE_MAX_FACTORS = 12
 
 
 def interleaved_product(expr: sympy.Expr) -> tuple[sympy.Expr, list[tuple[str, sympy.Expr]]] | None:
@@ -983,7 +986,32 @@ def _upstream(expr: sympy.Expr) -> bool:
 
 def _bounded(expr: sympy.Expr) -> bool:
     """``expr`` is at most 1 in magnitude for every real argument."""
+    if isinstance(expr, grouped):
+        return expr.args[1] == 1
     return isinstance(expr, (sigmoid, dsigmoid, sympy.sin, sympy.cos, sympy.tanh, sympy.erf))
+
+
+class grouped(sympy.Function):
+    """A primitive's elementary form (``args[0]``) kept as one factor; ``args[1]`` is 1
+    where the primitive is bounded by 1 (dsigmoid), else 0: :func:`of` builds it.
+
+    The generated code writes primitives without a framework op (dsigmoid) in their
+    elementary form before sharing subexpressions, so that their pieces (|x|, exp(-|x|))
+    are computed once. But SymPy merges a product into the product around it: dsigmoid(u)
+    * x / s**2 would become exp(-|u|) * x / (s**2 * (1 + exp(-|u|))**2), a product of
+    more factors than is spread out (:data:`INTERLEAVE_MAX_FACTORS`), whose s**2
+    underflows where the spread dsigmoid(u) / s * x / s does not. Printed as its form in
+    parentheses; a factor bounded by 1 where the primitive is.
+    """
+
+    nargs = 2
+
+    @classmethod
+    def of(cls, primitive: sympy.Expr, form: sympy.Expr) -> grouped:
+        return cls(form, sympy.S.One if _bounded(primitive) else sympy.S.Zero)
+
+    def _eval_is_extended_real(self):
+        return self.args[0].is_extended_real
 
 
 def print_interleaved(printer, expr: sympy.Expr) -> str | None:

@@ -20,6 +20,7 @@ from symgrad.derived import Derived
 from symgrad.docstrings import formula_doc, one_line
 from symgrad.functions import (
     StableFunction,
+    grouped,
     hypot,
     hypot_ratio,
     tan_half_atan,
@@ -98,13 +99,18 @@ def _expand_regimes(expr: sympy.Expr) -> sympy.Expr:
     hypot(x, y)**3 overflows where the ratios the printer writes do not; tan_half_atan
     likewise (q * tan_half_atan(q) would become q**2 / (1 + hypot(q, 1)), whose q**2
     overflows)."""
+    def expanded(node: StableFunction) -> sympy.Expr:
+        form = _regime_form(node)
+        # a product stays one factor of the product around it (functions.grouped)
+        return grouped.of(node, form) if isinstance(form, (sympy.Mul, sympy.Pow)) else form
+
     return expr.replace(
         lambda e: (
             isinstance(e, StableFunction)
             and not isinstance(e, (hypot_ratio, tan_half_atan))
             and _regime_form(e) is not None
         ),
-        _regime_form,
+        expanded,
     )
 
 

@@ -18,7 +18,13 @@ PACKAGE = Path(__file__).resolve().parents[1] / "symgrad"
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("symgrad", "symgrad.errors", "symgrad.series", "symgrad.numerics", "symgrad.numerics.floats"),
     ("symgrad.spec", "symgrad.functions", "symgrad.ops", "symgrad.cost"),
-    ("symgrad.expr", "symgrad.numerics.mp", "symgrad.numerics.native", "symgrad.numerics.points"),
+    (
+        "symgrad.expr",
+        "symgrad.cse",
+        "symgrad.numerics.mp",
+        "symgrad.numerics.native",
+        "symgrad.numerics.points",
+    ),
     ("symgrad.rewrite", "symgrad.derived"),
     ("symgrad.choose",),
     ("symgrad.derive", "symgrad.tensor", "symgrad.tensor.lang", "symgrad.tensor.tape"),

@@ -64,3 +64,33 @@ def test_the_model_computes_float32_in_float32():
     assert isinstance(f(np.float32(2.0)), np.float32)
     assert call(f, [2e19], np.float32) == np.inf
     assert np.isfinite(call(f, [2e19], np.float64))
+
+
+def test_a_product_of_a_spread_product_is_spread_too_and_keeps_its_pieces_shared():
+    """t0 = tanh(u)/s**2, t1 = g*t0: t1 goes back into its products as well, and tanh(u)
+    stays one temporary rather than one call per product."""
+    t = sympy.tanh(x / s / 2)
+    exprs = [g * t / s**2 * sympy.exp(x) + g * t / s**2 * sympy.cos(x), -t / s**2 * sympy.sin(x)]
+    replacements, reduced = common_subexpressions(exprs, _temps())
+    assert [v for _, v in replacements] == [t]
+    assert all(e.has(s**-2) for e in reduced)  # each product divides by s twice itself
+    assert not any(v.has(s**-2) for _, v in replacements)
+
+
+def test_a_primitive_written_out_stays_one_factor_of_its_product():
+    """dsigmoid(u) is exp(-|u|)/(1 + exp(-|u|))**2 in the code; merged into
+    dsigmoid(u) * grad * x * tanh(u) / (s**2 * |x|) it made a product of too many factors
+    to spread, whose s**2 underflows at s = 2e-173: 0 * inf, NaN, where the value is 0."""
+    from symgrad import functions as F
+
+    u = sympy.Abs(x) / s
+    expr = -g * x * sympy.tanh(u / 2) * F.dsigmoid(u) / (s**2 * sympy.Abs(x))
+    tape = emit([("out", expr)], TorchPrinter())
+    code = "\n".join(tape.lines())
+    assert "s**2" not in code, code
+    env = {"torch": torch} | {
+        n: torch.tensor([v], dtype=torch.float64)
+        for n, v in (("x", 1.647e55), ("s", 2.142e-173), ("g", 1.0))
+    }
+    exec(code, env)
+    assert env["out"].item() == 0.0

@@ -1361,7 +1361,7 @@ def _weighted_bce_grad_z_backward_fused(
         t0 = torch.abs(z).neg_().exp_()
         t1 = t0 + 1
         t2 = t0.div_(t1)
-        z_bar = _mul_into(_mul_into(t2, grad).div_(t1), grad_grad_z)
+        z_bar = _mul_into(grad * grad_grad_z, t2.div_(t1))
     if need_grad_bar:
         grad_bar = _mul_into(
             -grad_grad_z,

@@ -909,29 +909,31 @@ def student_t_logpdf(x: tf.Tensor, nu: float = 3.0) -> tf.Tensor:
         t1 = t0 + 0.5
         t2 = x * math.sqrt(1 / nu)
         out = (
-            -2
-            * t1
-            * tf.math.log1p(
-                t2
-                * tf.where(
-                    tf.math.is_inf(t2),
-                    tf.math.sign(t2),
+            -t1
+            * (
+                2
+                * tf.math.log1p(
                     t2
-                    / (
-                        tf.where(
-                            tf.math.maximum(tf.math.abs(t2), 1.0) > 0,
-                            tf.math.maximum(tf.math.abs(t2), 1.0)
-                            * tf.math.sqrt(
-                                1
-                                + tf.math.square(
-                                    tf.math.minimum(tf.math.abs(t2), 1.0)
-                                    / tf.math.maximum(tf.math.abs(t2), 1.0)
-                                )
-                            ),
-                            tf.math.maximum(tf.math.abs(t2), 1.0),
-                        )
-                        + 1
-                    ),
+                    * tf.where(
+                        tf.math.is_inf(t2),
+                        tf.math.sign(t2),
+                        t2
+                        / (
+                            tf.where(
+                                tf.math.maximum(tf.math.abs(t2), 1.0) > 0,
+                                tf.math.maximum(tf.math.abs(t2), 1.0)
+                                * tf.math.sqrt(
+                                    1
+                                    + tf.math.square(
+                                        tf.math.minimum(tf.math.abs(t2), 1.0)
+                                        / tf.math.maximum(tf.math.abs(t2), 1.0)
+                                    )
+                                ),
+                                tf.math.maximum(tf.math.abs(t2), 1.0),
+                            )
+                            + 1
+                        ),
+                    )
                 )
             )
             - math.log(math.pi * nu) / 2
@@ -958,13 +960,17 @@ def _student_t_logpdf_grad_x(x, grad, nu):
         def backward(grad_grad_x):
             t0 = tf.math.square(x)
             t1 = 1 / t0
-            t2 = 1 / tf.math.square(tf.math.square(x))
-            t3 = t2 * nu * nu
+            t3 = nu / x * nu / x / x / x
             t4 = nu + tf.math.square(x)
             x_bar = grad_grad_x * tf.where(
                 tf.math.abs(x) < 1,
                 (nu + 1) / t4 * (-nu + tf.math.square(x)) / t4 * grad,
-                (-t2 * nu * grad * nu + grad * nu * t1 - grad * nu * t2 + grad * t1)
+                (
+                    -nu / x * grad / x * nu / x / x
+                    + grad * nu * t1
+                    - nu / x * grad / x / x / x
+                    + grad * t1
+                )
                 / (2 * nu * t1 + t3 + 1),
             )
             grad_bar = grad_grad_x * (-nu - 1) / (nu / x + x)

@@ -865,7 +865,7 @@ def _bce_sigmoid_grad_z_backward_fused(
         t0 = torch.abs(z).neg_().exp_()
         t1 = t0 + 1
         t2 = t0.div_(t1)
-        z_bar = _mul_into(_mul_into(t2, grad).div_(t1), grad_grad_z)
+        z_bar = _mul_into(grad * grad_grad_z, t2.div_(t1))
     if need_grad_bar:
         grad_bar = _mul_into(
             -grad_grad_z,
@@ -1373,41 +1373,41 @@ def _mish_grad_x_backward_fused(x, grad, grad_grad_x, need_x_bar, need_grad_bar)
         t0 = _sigmoid(x)
         t1 = _softplus(x, threshold=40.0)
         t2 = torch.abs(t1).mul_(-2).exp_()
-        t12 = t2 + 1
-        t3 = (8 * t2).div_(t12)
-        t4 = t3.div_(t12)
+        t11 = t2 + 1
+        t13 = t2.div_(t11)
+        t3 = t13.div_(t11)
+        t4 = 8 * t3
     t5 = torch.abs(x).neg_().exp_()
-    t6 = 4 * t5
     if need_x_bar:
-        t13 = t2 + 1
-        t14 = t5 + 1
-        t15 = t2.div_(t13)
-        t16 = t15.mul_(t6).div_(t14)
-        t7 = (t0 * t4).add_(t16.mul_(x).div_(t13).div_(t14))
+        t12 = t5 + 1
+        t14 = t5 / t12
+        t6 = (t0 * t4).add_(t3.mul_(4).mul_(x).mul_(t14.div_(t12)))
     if need_grad_bar:
-        t8 = (t5 + 4).mul_(t5)
-        t9 = torch.clamp(x, min=-745.2, max=745.2).mul_(4)
-        t10 = t9 + 6
-        t11 = t9.add_(4)
+        t7 = (t5 + 4).mul_(t5)
+        t8 = torch.clamp(x, min=-745.2, max=745.2).mul_(4)
+        t9 = t8 + 6
+        t10 = t8.add_(4)
     if need_x_bar:
-        t17 = t1.tanh_().neg_().mul_(t4).mul_(x).mul_(t0)
+        t15 = t1.tanh_().neg_().mul_(t4).mul_(x).mul_(t0)
         x_bar = _mul_into(
             grad * grad_grad_x,
-            _where(x < -1600.0, t7, t17.mul_(t0).add_(t7), overwrite="b"),
+            _where(x < -1600.0, t6, t15.mul_(t0).add_(t6), overwrite="b"),
         )
     if need_grad_bar:
-        t18 = t10 + t8
-        t19 = t18.mul_(t5).add_(t11)
+        t16 = (t7 + t9).mul_(t5).add_(t10)
         grad_bar = _mul_into(
             _where(
                 x <= 0,
-                t19.mul_(t5).div_(t8.add_(8).mul_(t5).add_(8).mul_(t5).add_(4)),
-                t10.add_(t11.mul_(t5))
+                t16.mul_(t5).div_(t7.add_(8).mul_(t5).add_(8).mul_(t5).add_(4)),
+                t10.mul_(t5)
+                .add_(t9)
                 .mul_(t5)
                 .add_(4)
                 .mul_(t5)
                 .add_(1)
-                .div_(t6.add_(8).mul_(t5).add_(8).mul_(t5).add_(4).mul_(t5).add_(1)),
+                .div_(
+                    (4 * t5).add_(8).mul_(t5).add_(8).mul_(t5).add_(4).mul_(t5).add_(1)
+                ),
                 overwrite="a",
             ),
             grad_grad_x,
@@ -1855,32 +1855,31 @@ def _swish_grad_x_backward_fused(x, grad, grad_grad_x, beta, need_x_bar, need_gr
     t3 = beta * x
     t4 = torch.abs(t3).neg_().exp_()
     t5 = t4 + 1
+    if need_x_bar:
+        t6 = (t4 / t5).div_(t5)
     if need_grad_bar:
         t7 = (t4 + 2).mul_(t4).add_(1).reciprocal_()
     if need_x_bar:
+        t8 = t0 * t6
         x_bar = _mul_into(
-            grad * grad_grad_x,
-            (t0 / t5)
-            .mul_(t4)
-            .div_(t5)
-            .add_((t1 * x).tanh_().div_(t5).mul_(t2).div_(t5).mul_(t4).mul_(x)),
+            grad * grad_grad_x, t8.add_(t6.mul_(t2).mul_(x).mul_((t1 * x).tanh_()))
         )
     if need_grad_bar:
-        t6 = t3 < -745.2
-        t8 = t3 > 745.2
-        t9 = t3 <= 0
-        t10 = t5.add_(t3)
-        t11 = t4 * t7
+        t9 = t3 < -745.2
+        t10 = t3 > 745.2
+        t11 = t3 <= 0
+        t12 = t5.add_(t3)
+        t13 = t4 * t7
         grad_bar = _mul_into(
             _where(
-                t6,
+                t9,
                 0.0,
                 _where(
-                    t8,
+                    t10,
                     1.0,
                     _where(
-                        t9,
-                        t11.mul_(t10),
+                        t11,
+                        t13.mul_(t12),
                         t7.mul_(t4.mul_(t3.add_(1)).add_(1)),
                         overwrite="a",
                     ),
@@ -2384,10 +2383,10 @@ def focal_loss(
 
 
 def _student_t_logpdf_forward(x, nu):
-    t0 = -nu - 1
+    t0 = -nu / 2 - 0.5
     t1 = -math.log(math.pi * nu) / 2 - math.lgamma(nu / 2) + math.lgamma(nu / 2 + 0.5)
     t2 = x * math.sqrt(1 / nu)
-    return _log1p(t2 * _tan_half_atan(t2), overwrite=True).mul_(t0).add_(t1)
+    return _log1p(t2 * _tan_half_atan(t2), overwrite=True).mul_(2).mul_(t0).add_(t1)
 
 
 class StudentTLogpdf(_Function):
@@ -2489,21 +2488,24 @@ def _student_t_logpdf_grad_x_backward(
     if need_x_bar:
         t4 = x**2
         t5 = t4.reciprocal_()
-        t6 = x ** (-4)
         t7 = grad * t5
-        t8 = grad * t6
         t9 = (x**2).add_(nu)
-        t10 = nu * t7
-        t11 = t1 * t8
-        t12 = t3 / t9
+        t6 = nu * t7
+        t8 = t3 / t9
         x_bar = _mul_into(
             _where(
                 (x < 1) & (x > -1),
-                _mul_into(t12.mul_((x**2).add_(-nu)).div_(t9), grad),
-                t10.add_(t11)
-                .add_(t8.mul_(t2))
+                _mul_into(t8.mul_((x**2).add_(-nu)).div_(t9), grad),
+                _mul_into(t1 / x, grad)
+                .div_(x)
+                .div_(x)
+                .div_(x)
+                .add_(_mul_into(t2 / x, grad).div_(x).div_(x).div_(x))
+                .add_(t6)
                 .add_(t7)
-                .div_(t6.mul_(nu).mul_(nu).add_(t5.mul_(t0)).add_(1)),
+                .div_(
+                    (nu / x).mul_(nu).div_(x).div_(x).div_(x).add_(t5.mul_(t0)).add_(1)
+                ),
                 overwrite="a",
             ),
             grad_grad_x,
@@ -2548,14 +2550,13 @@ class StudentTLogpdfGrad(_Function):
             t2 = -(nu**2)
             t3 = x**2
             t4 = 1 / t3
-            t5 = x ** (-4)
             t6 = grad * t4
-            t7 = grad * t5
             t8 = nu + x**2
             x_bar = grad_grad_x * torch.where(
                 (x < 1) & (x > -1),
                 (nu + 1) / t8 * (-nu + x**2) / t8 * grad,
-                (nu * t6 + t1 * t7 + t2 * t7 + t6) / (t5 * nu * nu + t0 * t4 + 1),
+                (t1 / x * grad / x / x / x + t2 / x * grad / x / x / x + nu * t6 + t6)
+                / (nu / x * nu / x / x / x + t0 * t4 + 1),
             )
         if ctx.needs_input_grad[1]:
             grad_bar = grad_grad_x * (-nu - 1) / (nu / x + x)
@@ -2571,14 +2572,13 @@ class StudentTLogpdfGrad(_Function):
         t3 = nu + 1
         t4 = x**2
         t5 = 1 / t4
-        t6 = x ** (-4)
         t7 = grad * t5
-        t8 = grad * t6
         t9 = nu + x**2
         return -grad_t * t3 / (nu / x + x) + x_t * torch.where(
             (x < 1) & (x > -1),
             t3 / t9 * (-nu + x**2) / t9 * grad,
-            (nu * t7 + t1 * t8 + t2 * t8 + t7) / (t6 * nu * nu + t0 * t5 + 1),
+            (t1 / x * grad / x / x / x + t2 / x * grad / x / x / x + nu * t7 + t7)
+            / (nu / x * nu / x / x / x + t0 * t5 + 1),
         )
 
 

@@ -190,6 +190,9 @@ class FrameworkPrinter(StrPrinter):
         return " * ".join(texts)
 
     # ------------------------------------------------------------------ functions
+    def _print_grouped(self, expr):
+        return f"({self._print(expr.args[0])})"  # one factor of the product around it
+
     def _print_Function(self, expr):
         regimes = expr.regimes() if isinstance(expr, StableFunction) else None
         if regimes is not None:
