@@ -49,6 +49,7 @@ def _spread(value: sympy.Expr) -> bool:
 
 
 def _unshare_spread_powers(replacements, reduced, temps):
+    """See :func:`common_subexpressions`: the spread temporaries put back."""
     powers: dict[sympy.Symbol, sympy.Expr] = {}  # the temporaries that go back, as values
 
     def inline(expr: sympy.Expr) -> sympy.Expr:
@@ -81,9 +82,14 @@ def _unshare_spread_powers(replacements, reduced, temps):
             powers[temp] = value
         kept.append((temp, value))
     reduced = [inline(e) for e in reduced]
-    # a temporary that every product took back is no longer read
-    read = set().union(*(v.free_symbols for _, v in kept), *(e.free_symbols for e in reduced))
-    return [(t, v) for t, v in kept if t not in powers or t in read], reduced
+    # a temporary that every product took back is no longer read (nor, then, what only
+    # it read)
+    while True:
+        read = set().union(*(v.free_symbols for _, v in kept), *(e.free_symbols for e in reduced))
+        unread = [(t, v) for t, v in kept if t in powers and t not in read]
+        if not unread:
+            return kept, reduced
+        kept = [pair for pair in kept if pair not in unread]
 
 
 def _name_spread_bases(replacements, reduced, temps):
