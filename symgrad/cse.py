@@ -9,11 +9,22 @@ overflows, so does the other.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Sequence
 
 import sympy
 
 from symgrad.functions import interleaved_product
+
+
+def fresh_symbols(exprs: Sequence[sympy.Expr], prefix: str) -> Iterator[sympy.Symbol]:
+    """``prefix0``, ``prefix1``, ... (real), skipping the names ``exprs`` already use."""
+    taken = {s.name for e in exprs for s in e.free_symbols}
+    return (
+        sympy.Symbol(f"{prefix}{k}", real=True)
+        for k in itertools.count()
+        if f"{prefix}{k}" not in taken
+    )
 
 
 def common_subexpressions(

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import sympy
 
-from symgrad.cse import common_subexpressions
+from symgrad.cse import common_subexpressions, fresh_symbols
 from symgrad.derived import Derived
 from symgrad.docstrings import formula_doc, one_line
 from symgrad.functions import (
@@ -54,12 +54,7 @@ def emit(
         _expand_regimes(_paired_hypot_powers(_select_then_scale(sympy.sympify(e), upstream)))
         for _, e in assignments
     ]
-    taken = {s.name for e in exprs for s in e.free_symbols}
-    temps = (
-        sympy.Symbol(f"{temp_prefix}{k}", real=True)
-        for k in range(10**6)
-        if f"{temp_prefix}{k}" not in taken
-    )
+    temps = fresh_symbols(exprs, temp_prefix)
     replacements = []
     if group_scalars:
         groups, exprs = _group_scalars(exprs, printer.scalars)
@@ -99,6 +94,7 @@ def _expand_regimes(expr: sympy.Expr) -> sympy.Expr:
     hypot(x, y)**3 overflows where the ratios the printer writes do not; tan_half_atan
     likewise (q * tan_half_atan(q) would become q**2 / (1 + hypot(q, 1)), whose q**2
     overflows)."""
+
     def expanded(node: StableFunction) -> sympy.Expr:
         form = _regime_form(node)
         # a product stays one factor of the product around it (functions.grouped)

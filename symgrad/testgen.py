@@ -178,7 +178,7 @@ def known_errors(
     return found if any(found.values()) else None
 
 
-def _zero_slack(derived: Derived, formulas, case: Case, dtype: str, model=None) -> float | None:
+def _zero_slack(derived: Derived, formulas, case: Case, dtype: str, model) -> float | None:
     """The absolute error allowed where the exact value is 0: the larger of a bound on
     the rounding error of symgrad's form there (:func:`~symgrad.numerics.mp.rounding_bound`;
     of the naive formula where the form has none) and what the form computes with its
@@ -208,12 +208,11 @@ def _zero_slack(derived: Derived, formulas, case: Case, dtype: str, model=None) 
         largest = rounding_bound(reference, env, eps)
     if largest is None:
         return None  # no bound: the exact 0 is checked as it is
-    if model is not None:
-        fn, form_args = model
-        for moved in _neighbours(form_args, npdtype):
-            value = call(fn, moved, npdtype)
-            if math.isfinite(value):
-                largest = max(largest, abs(value))
+    fn, form_args = model
+    for moved in _neighbours(form_args, npdtype):
+        value = call(fn, moved, npdtype)
+        if math.isfinite(value):
+            largest = max(largest, abs(value))
     return largest if largest > _TINY_OVER_EPS[dtype] else None
 
 
@@ -480,18 +479,10 @@ def finite_difference_step(domains: dict[str, tuple[float, float]]) -> dict[str,
 
 #: symgrad's primitives with jumps or kinks, whose numeric derivative is checked with a
 #: step small enough to straddle one only at points that close to it
-_JUMPS = (F.round, F.floor, F.ceil, F.trunc, F.clamp)
+_ROUNDING = (F.round, F.floor, F.ceil, F.trunc)
+_JUMPS = (*_ROUNDING, F.clamp)
 #: Where a formula may step: no slack at its exact zeros (:func:`_zero_slack`).
-_DISCONTINUOUS = (
-    F.round,
-    F.floor,
-    F.ceil,
-    F.trunc,
-    sympy.sign,
-    sympy.Heaviside,
-    sympy.DiracDelta,
-    sympy.Piecewise,
-)
+_DISCONTINUOUS = (*_ROUNDING, sympy.sign, sympy.Heaviside, sympy.DiracDelta, sympy.Piecewise)
 
 
 def _naive_torch(derived: Derived) -> list[str]:

@@ -44,7 +44,7 @@ def _assert_matches(actual, expected, dtype, rtol, what, known=None):
     at generation (None where it met ``rtol``, ``math.inf`` where it was not finite): held
     to 4x that instead of failing (to being finite where it was 1/2 or more), unchecked
     where not finite (gen warned of both). Where the exact value is 0 the entry is an
-    absolute error: at least what moving the inputs by one ulp moves the exact value by.
+    absolute error: a bound on the rounding error of symgrad's form there.
     """
     actual = (
         np.zeros(len(expected))
@@ -59,8 +59,8 @@ def _assert_matches(actual, expected, dtype, rtol, what, known=None):
             if math.isinf(known[k]):
                 continue  # recorded at generation: not finite here (gen's warning)
             if exact == 0:
-                # no relative error at an exact zero: the recorded one is absolute (what
-                # moving the inputs by one ulp moves the exact value by, or more)
+                # no relative error at an exact zero: the recorded one is absolute (a
+                # bound on the rounding error of symgrad's form there)
                 slack = 4 * known[k]
             else:
                 # no digit right at generation (half the value or more off): what is left

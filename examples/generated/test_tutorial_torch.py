@@ -51,8 +51,8 @@ def _assert_matches(actual, expected, dtype, rtol, what, known=None):
     finite), for a formula that gen warned the stable rewrites did not reach. Such a point
     is held to 4x its recorded error instead of failing (to being finite where that error
     was 1/2 or more), and left unchecked where the recorded result was not finite. Where
-    the exact value is 0 the entry is an absolute error: at least what moving the inputs by
-    one ulp moves the exact value by (terms that cancel exactly leave ulps of themselves).
+    the exact value is 0 the entry is an absolute error: a bound on the rounding error of
+    symgrad's form there (terms that cancel exactly leave ulps of themselves).
     """
     if actual is None:
         actual = torch.zeros(len(expected), dtype=torch.float64)
@@ -65,8 +65,8 @@ def _assert_matches(actual, expected, dtype, rtol, what, known=None):
             if math.isinf(known[k]):
                 continue  # recorded at generation: not finite here (gen's warning)
             if exact == 0:
-                # no relative error at an exact zero: the recorded one is absolute (what
-                # moving the inputs by one ulp moves the exact value by, or more)
+                # no relative error at an exact zero: the recorded one is absolute (a
+                # bound on the rounding error of symgrad's form there)
                 slack = 4 * known[k]
             else:
                 # no digit right at generation (half the value or more off): what is left

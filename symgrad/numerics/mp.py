@@ -56,6 +56,13 @@ class Trace:
         self.lost = max(self.lost, lost)
 
 
+def _binary_fraction(r: sympy.Rational) -> bool:
+    """``r`` is a binary fraction (its denominator a power of 2): a float holds it exactly
+    (given the bits)."""
+    q = int(r.q)
+    return q & (q - 1) == 0
+
+
 def _exact_node(expr: sympy.Basic, env: Mapping[sympy.Symbol, mpmath.mpf]) -> bool:
     """``expr`` at ``env`` is exact at the working precision: inputs, dyadic rationals, and
     sums, products and integer powers of them that need no more bits than the precision.
@@ -67,8 +74,7 @@ def _exact_node(expr: sympy.Basic, env: Mapping[sympy.Symbol, mpmath.mpf]) -> bo
     if expr.is_Float:
         return True  # a binary float: exact
     if expr.is_Rational:
-        q = int(expr.q)
-        return q & (q - 1) == 0
+        return _binary_fraction(expr)
     if isinstance(expr, sympy.Pow):
         e = expr.args[1]
         if not (e.is_Integer and 0 < e <= 8 and _exact_node(expr.args[0], env)):
@@ -307,7 +313,7 @@ def rounding_bound(
             result = (value(e, point), 0.0)
         elif e.is_number:
             v = value(e, point)
-            exact_float = e.is_Integer or (e.is_Rational and e.q & (e.q - 1) == 0)
+            exact_float = e.is_Rational and _binary_fraction(e)
             result = (v, 0.0 if exact_float else eps * abs(v))
         elif isinstance(e, (sympy.Add, sympy.Mul)):
             parts = [bound(a) for a in e.args]
@@ -333,7 +339,8 @@ def rounding_bound(
                 result = (0.0, b**n)
             else:  # |n| - 1 products (and a division for n < 0), each rounded
                 result = (v**n, abs(n * v ** (n - 1)) * b + abs(n) * eps * abs(v**n))
-        else:  # a function of its arguments (a power too): its derivatives carry their errors
+        else:  # a function of its arguments (or a non-integer power): its derivatives
+            # carry their errors
             parts = [bound(a) for a in e.args]
             dummies = [sympy.Dummy(real=True) for _ in e.args]
             at = dict(zip(dummies, (v for v, _ in parts)))

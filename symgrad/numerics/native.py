@@ -7,7 +7,6 @@ accuracy choice and the generated files, do not depend on the CPU's SIMD loops.
 from __future__ import annotations
 
 import functools
-import itertools
 import math
 from collections.abc import Sequence
 
@@ -15,7 +14,7 @@ import sympy
 from sympy.printing.numpy import NumPyPrinter
 
 from symgrad import functions as F
-from symgrad.cse import common_subexpressions
+from symgrad.cse import common_subexpressions, fresh_symbols
 from symgrad.functions import hypot_power_parts, print_interleaved
 from symgrad.ops import LIBM, OPS, REGIMES, libm
 
@@ -122,9 +121,7 @@ def _shared(expr):
     expression or a tuple of them."""
     several = isinstance(expr, (tuple, list))
     exprs = list(expr) if several else [expr]
-    taken = {s.name for e in exprs for s in e.free_symbols}
-    temps = (sympy.Symbol(f"_t{k}") for k in itertools.count() if f"_t{k}" not in taken)
-    replacements, reduced = common_subexpressions(exprs, temps)
+    replacements, reduced = common_subexpressions(exprs, fresh_symbols(exprs, "_t"))
     return replacements, (type(expr)(reduced) if several else reduced[0])
 
 
