@@ -611,6 +611,41 @@ def test_log_ratio_where_the_quotient_overflows():
     assert run_torch(stable, near) == pytest.approx(math.log1p(2**-40), rel=1e-15)
 
 
+@pytest.mark.parametrize(
+    "naive, at, exact",
+    [
+        # (1 + x)/(1 - x) rounds to 1 + 2e-10 with the error of its last bit: 7 digits
+        (sympy.log((1 + x) / (1 - x)), {"x": 1e-10}, 2 * mpmath.atanh(mpmath.mpf("1e-10"))),
+        # a sum with its own scalar: 1 + x*y - (1 - x*y) cancels to 2*x*y
+        (
+            sympy.log((1 + x * y) / (1 - x * y)),
+            {"x": 3e-9, "y": 0.5},
+            2 * mpmath.atanh(mpmath.mpf(3e-9) * mpmath.mpf(0.5)),
+        ),
+        # far from 1 the quotient's log is kept
+        (sympy.log((1 + x) / (1 - x)), {"x": -0.999}, 2 * mpmath.atanh(mpmath.mpf(-0.999))),
+    ],
+)
+def test_log_ratio_near_one_is_log1p_of_the_cancelled_difference(naive, at, exact):
+    """log(x/y) where x - y cancels symbolically: log1p((x - y)/y) near x/y = 1."""
+    from symgrad.rewrite.regimes import split_regimes
+
+    stable = split_regimes(naive)
+    assert stable.has(F.log1p)
+    got = run_torch(stable, at)
+    assert got == pytest.approx(float(exact), rel=4e-16, abs=0)
+    if abs(at["x"]) < 1e-3:  # the naive quotient loses the digits the branch keeps
+        assert run_torch(naive, at) != pytest.approx(float(exact), rel=1e-9, abs=0)
+
+
+def test_log_ratio_without_cancellation_keeps_the_quotient():
+    """x/y with nothing to cancel between x and y: no log1p branch."""
+    from symgrad.rewrite.regimes import split_regimes
+
+    assert not split_regimes(sympy.log((1 + x) / (2 + y))).has(F.log1p)
+    assert split_regimes(sympy.log((2 + x) / (2 - x))).has(F.log1p)
+
+
 def test_guard_tails_zeroes_overflowing_cofactors_of_underflowing_sigmoids():
     """gamma**2 * softplus(-z) * sigmoid(z)**2 at z = -3e38 in float32: the cofactor overflows
     (4 * 3e38) before it meets sigmoid(z)**2 = 0 unless the tail is zero by construction."""

@@ -467,11 +467,22 @@ def log_erfc_tail(node: sympy.Basic, params: frozenset, positive: frozenset) -> 
     )
 
 
+#: Largest numerator or denominator (SymPy op count) whose difference :func:`log_ratio`
+#: expands.
+_LOG_RATIO_MAX_OPS = 30
+
+
 @register("regimes")
 def log_ratio(node: sympy.Basic, params: frozenset, positive: frozenset) -> sympy.Basic | None:
-    """log(x/y) -> log(x) - log(y) where x/y over- or underflows (outside [2**-100, 2**100],
-    inside every dtype's normal range): there |log(x/y)| > 69 and the difference of the logs
-    cannot cancel much. Inside, log(x/y) is exact where the difference of logs would cancel."""
+    """log(x/y) -> log1p((x - y)/y) where x/y is near 1 and x - y cancels symbolically;
+    log(x) - log(y) where x/y over- or underflows (outside [2**-100, 2**100]); log(x/y)
+    between.
+
+    Near 1 the rounding of x/y is all log(x/y) keeps: log((1 + u)/(1 - u)) at u = 1e-10 has
+    6 correct digits, log1p(2u/(1 - u)) all of them. Where |x/y - 1| >= 1/2, |log(x/y)| >
+    0.4 and the quotient's rounding costs a few ulps at most. Where x/y over- or
+    underflows, |log(x/y)| > 69 and the difference of the logs cannot cancel much.
+    """
     if not isinstance(node, log) or not isinstance(node.args[0], Mul):
         return None
     q = node.args[0]
@@ -479,7 +490,24 @@ def log_ratio(node: sympy.Basic, params: frozenset, positive: frozenset) -> symp
     if not (numerator.free_symbols and denominator.free_symbols):
         return None
     inside = sympy.And(q > sympy.Float(2.0**-100), q < sympy.Float(2.0**100))
-    return sympy.Piecewise((node, inside), (log(numerator) - log(denominator), True))
+    branches = [(node, inside), (log(numerator) - log(denominator), True)]
+    difference = _cancelled_difference(numerator, denominator)
+    if difference is not None:
+        w = difference / denominator
+        branches.insert(0, (log1p(w), sympy.Abs(w) < sympy.Rational(1, 2)))
+    return sympy.Piecewise(*branches)
+
+
+def _cancelled_difference(x: sympy.Expr, y: sympy.Expr) -> sympy.Expr | None:
+    """x - y where x and y share a term, which cancels in it (1 + u - (1 - u) = 2u);
+    else None."""
+    if sympy.count_ops(x) > _LOG_RATIO_MAX_OPS or sympy.count_ops(y) > _LOG_RATIO_MAX_OPS:
+        return None
+    x, y = sympy.expand(x), sympy.expand(y)
+    if not set(Add.make_args(x)) & set(Add.make_args(y)):
+        return None
+    difference = sympy.expand(x - y)
+    return None if difference == 0 else sympy.factor_terms(difference)
 
 
 def split_regimes(

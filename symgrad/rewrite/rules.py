@@ -209,14 +209,17 @@ def one_minus_sigmoid(node):
 
 @register("stabilize")
 def one_minus_two_sigmoid(node):
-    """1 - 2 sigmoid(u) -> -tanh(u/2): no cancellation for small u."""
-    rest = _split_add(node, sympy.S.One)
-    if rest is None:
+    """c - 2c sigmoid(u) -> -c tanh(u/2) (c a number: 1 - 2 sigmoid(u), 2 sigmoid(u) - 1):
+    no cancellation for small u."""
+    if not isinstance(node, Add):
         return None
-    for term in Add.make_args(rest):
-        coeff, factor = term.as_coeff_Mul()
-        if coeff == -2 and isinstance(factor, sigmoid):
-            return -sympy.tanh(factor.args[0] / 2) + (rest - term)
+    for c in node.args:
+        if not c.is_Number:
+            continue
+        for term in node.args:
+            coeff, factor = term.as_coeff_Mul()
+            if coeff == -2 * c and isinstance(factor, sigmoid):
+                return -c * sympy.tanh(factor.args[0] / 2) + _drop(node, c, term)
     return None
 
 
