@@ -117,3 +117,28 @@ def test_the_rounding_bound_of_a_cancellation_is_the_size_of_its_terms():
     assert rounding_bound(x * sympy.sin(y), {x: 0.0, y: 1.0}, eps) == 0.0
     assert rounding_bound((x - 1) ** 3, {x: 1.0}, eps) < 1e-40  # (2 eps)**3
     assert rounding_bound(1 / (x - 1), {x: 1.0}, eps) is None  # a pole: no bound
+
+
+@pytest.mark.parametrize(
+    "f, expanded",
+    [
+        (sympy.sin, lambda a, b: sympy.sin(a) * sympy.cos(b) + sympy.cos(a) * sympy.sin(b)),
+        (sympy.cos, lambda a, b: sympy.cos(a) * sympy.cos(b) - sympy.sin(a) * sympy.sin(b)),
+        (
+            sympy.tan,
+            lambda a, b: (sympy.tan(a) + sympy.tan(b)) / (1 - sympy.tan(a) * sympy.tan(b)),
+        ),
+    ],
+)
+def test_the_exact_value_of_a_periodic_function_of_a_rounded_sum(f, expanded):
+    """sin(x + e) at x = 30, e = -3.8e131: x + e needs 440 bits, so at 256 bits it is e and
+    sin(x + e) is sin(e); the reduction of the rounded argument counts as cancellation, and
+    the precision rises until the sum is exact. The expanded form, whose arguments are
+    exact, is the check."""
+    from symgrad.numerics.mp import exact
+
+    x, e = sympy.symbols("x e", real=True)
+    at = {x: 30.0, e: -3.810949309114015e131}
+    want = exact(expanded(x, e), at)
+    assert exact(f(x + e), at) == want
+    assert want != exact(f(e), at)  # x is not lost

@@ -22,6 +22,14 @@ MAX_PREC_BITS = 65536
 _MP_FUNCS = {op.sympy: op.mp for op in OPS if op.mp is not None}
 #: Where an argument near 1 cancels inside the function (log).
 _CANCELS_NEAR_ONE = frozenset(op.sympy for op in OPS if op.cancels_near_one)
+#: Periodic functions and their derivatives: the error of an argument that is not exact
+#: becomes an error of the value times the condition number |a f'(a) / f(a)|, without
+#: bound as |a| grows (sin(x + e) at x = 30, e = 1e131 is sin(e) at 256 bits).
+_PERIODIC = {
+    sympy.sin: mpmath.cos,
+    sympy.cos: lambda a: -mpmath.sin(a),
+    sympy.tan: lambda a: mpmath.sec(a) ** 2,
+}
 
 
 class Undefined(ArithmeticError):
@@ -43,7 +51,8 @@ def _real(value) -> mpmath.mpf:
 
 class Trace:
     """What an evaluation lost to cancellation: the most bits of a sum's terms that its
-    value cancelled (inf where rounded terms summed to exactly 0)."""
+    value cancelled (inf where rounded terms summed to exactly 0), of log's argument near
+    1, or of a periodic function's rounded argument in its reduction."""
 
     def __init__(self) -> None:
         self.lost = 0.0
@@ -199,6 +208,9 @@ def _node(expr: sympy.Basic, env, trace: Trace | None, memo: dict):
         value = _real(func(*values))
     except (ValueError, ZeroDivisionError) as exc:
         raise Undefined(str(exc)) from None
+    if trace is not None and type(expr) in _PERIODIC and not _exact_node(args[0], env):
+        # argument reduction cancels the rounded argument against multiples of the period
+        trace.cancelled(abs(values[0] * _PERIODIC[type(expr)](values[0])), value)
     if (
         trace is not None
         and type(expr) in _CANCELS_NEAR_ONE
