@@ -206,6 +206,8 @@ PHASE_CASES: dict[str, dict[str, Case]] = {
         "sqrt_of_product": Case(sympy.sqrt(x * y)),
         # the fifth powers agree in their first 40 bits at x = 1e8, y = 0.1
         "expanded_powers": Case((x + y) ** 5 - x**5),
+        # x + y rounds to x at x = 1e17, y = 1: sin(x + y) - sin(x) is 0
+        "trig_addition": Case(sympy.sin(x + y) - sympy.sin(x)),
     },
     "tails": {
         # z**2 overflows at -1e200 before it meets sigmoid(z) = 0: NaN
@@ -644,6 +646,33 @@ def test_log_ratio_without_cancellation_keeps_the_quotient():
 
     assert not split_regimes(sympy.log((1 + x) / (2 + y))).has(F.log1p)
     assert split_regimes(sympy.log((2 + x) / (2 - x))).has(F.log1p)
+
+
+@pytest.mark.parametrize("f", [sympy.sin, sympy.cos, sympy.tan])
+def test_trig_addition_keeps_what_the_rounded_sum_loses(f):
+    """f(x + y) - f(x) at x = 1e17, y = 1: x + y rounds to x, so the naive difference is 0;
+    the expanded form has only exact arguments (and no cos(y) - 1 left to cancel)."""
+    from symgrad.rewrite.regimes import trig_addition
+
+    naive = f(x + y) - f(x)
+    expanded = trig_addition(naive)
+    assert not any(g.args[0].is_Add for g in expanded.atoms(sympy.sin, sympy.cos, sympy.tan))
+    at = {"x": 1e17, "y": 1.0}
+    exact = mp_exact(naive, {sympy.Symbol(k, real=True): v for k, v in at.items()})
+    assert run_torch(naive, at) == 0.0 != exact
+    assert run_torch(expanded, at) == pytest.approx(exact, rel=1e-14, abs=0)
+    # small y: 1 - cos(y) is 0 at y = 1e-10, the stabilised 2 sin(y/2)**2 is not
+    at = {"x": 0.5, "y": 1e-10}
+    exact = mp_exact(naive, {sympy.Symbol(k, real=True): v for k, v in at.items()})
+    assert run_torch(expanded, at) == pytest.approx(exact, rel=1e-14, abs=0)
+
+
+def test_trig_addition_leaves_sums_with_one_input_alone():
+    """sin(x + 1) has one input in its argument: no expansion (sin(x)cos(1) + cos(x)sin(1)
+    cancels near its zeros)."""
+    from symgrad.rewrite.regimes import trig_addition
+
+    assert trig_addition(sympy.sin(x + 1) - sympy.sin(x)) is None
 
 
 def test_guard_tails_zeroes_overflowing_cofactors_of_underflowing_sigmoids():
