@@ -194,6 +194,10 @@ PHASE_CASES: dict[str, dict[str, Case]] = {
         "log_erfc_tail": Case(sympy.log(sympy.erfc(x)), {"x": 30.0}),
         # 1e300/1e-300 overflows: log(inf)
         "log_ratio": Case(sympy.log(x / y), {"x": 1e300, "y": 1e-300}),
+        # the cube roots of 1e15 + 1 and 1e15 agree in 11 digits of their 16
+        "power_difference": Case(
+            (x + 1) ** sympy.Rational(1, 3) - x ** sympy.Rational(1, 3), {"x": 1e15}
+        ),
     },
     "candidates": {
         "exp_rational": Case(sympy.diff(x * sympy.tanh(F.softplus(x)), x)),
@@ -673,6 +677,36 @@ def test_trig_addition_leaves_sums_with_one_input_alone():
     from symgrad.rewrite.regimes import trig_addition
 
     assert trig_addition(sympy.sin(x + 1) - sympy.sin(x)) is None
+
+
+def test_power_difference_with_a_symbolic_exponent_and_its_far_branch():
+    """(x + 1)**(1/n) - x**(1/n): the same rule for an exponent that is an input; far
+    from a/b = 1 (x = 0.25: a/b = 5) the difference as written."""
+    from symgrad.rewrite.regimes import split_regimes
+
+    n = sympy.Symbol("n", positive=True)
+    naive = (x + 1) ** (1 / n) - x ** (1 / n)
+    stable = split_regimes(naive)
+    assert stable.has(F.expm1, F.log1p)
+    for at in ({"x": 1e12, "n": 3.0}, {"x": 0.25, "n": 3.0}, {"x": 1e30, "n": 0.5}):
+        exact = mp_exact(naive, {x: at["x"], n: at["n"]})
+        namespace = {
+            "torch": torch,
+            "math": math,
+            "x": torch.tensor(at["x"], dtype=torch.float64),
+            "n": at["n"],
+        }
+        got = float(eval(TorchPrinter().doprint(stable), namespace))
+        assert got == pytest.approx(exact, rel=1e-14, abs=0), at
+
+
+def test_power_difference_needs_a_shared_term_and_equal_coefficients():
+    from symgrad.rewrite.regimes import power_difference
+
+    third = sympy.Rational(1, 3)
+    assert power_difference((x + 1) ** third - y**third, frozenset(), frozenset()) is None
+    assert power_difference((x + 1) ** third - 2 * x**third, frozenset(), frozenset()) is None
+    assert power_difference((x + 1) ** 3 - x**3, frozenset(), frozenset()) is None  # integer
 
 
 def test_guard_tails_zeroes_overflowing_cofactors_of_underflowing_sigmoids():
