@@ -681,6 +681,80 @@ class logcosh(StableFunction):
         )
 
 
+def _half_turns(x: sympy.Expr) -> sympy.Expr:
+    """x - 2*round(x/2), in [-1, 1]: x reduced modulo 2 without rounding (x/2, its
+    rounding and the difference are exact in binary floating point)."""
+    return x - 2 * round(x / 2)
+
+
+class sinpi(StableFunction):
+    """sin(pi*x) with the argument reduced before pi multiplies it: 0 at every integer x
+    (sin(pi*x) is 1.2e-16 at x = 1, and sin(pi*1e17) any value in [-1, 1]), and all the
+    digits of x - n near an integer n, which sin(pi*x) loses to pi's rounding."""
+
+    nargs = 1
+
+    @classmethod
+    def eval(cls, x):
+        if x.is_integer:
+            return sympy.S.Zero
+        return None
+
+    def fdiff(self, argindex=1):
+        if argindex != 1:
+            raise ArgumentIndexError(self, argindex)
+        return sympy.pi * cospi(self.args[0])
+
+    @staticmethod
+    def mp(x):
+        return mpmath.sinpi(x)
+
+    @classmethod
+    def naive(cls, x):
+        return sympy.sin(sympy.pi * x)
+
+    def regimes(self) -> sympy.Expr:
+        """sin(pi*t) with t = r, or sign(r) - r where |r| > 1/2 (r = x mod 2 in [-1, 1]):
+        t in [-1/2, 1/2], exact (Sterbenz), 0 at every integer."""
+        r = _half_turns(self.args[0])
+        t = sympy.Piecewise((sympy.sign(r) - r, sympy.Abs(r) > sympy.S.Half), (r, True))
+        return sympy.sin(sympy.pi * t)
+
+
+class cospi(StableFunction):
+    """cos(pi*x) with the argument reduced before pi multiplies it: 0 at every half
+    integer, +-1 at every integer (see :class:`sinpi`)."""
+
+    nargs = 1
+
+    @classmethod
+    def eval(cls, x):
+        if x.is_integer:
+            return sympy.S.NegativeOne ** x
+        if (x - sympy.S.Half).is_integer:
+            return sympy.S.Zero
+        return None
+
+    def fdiff(self, argindex=1):
+        if argindex != 1:
+            raise ArgumentIndexError(self, argindex)
+        return -sympy.pi * sinpi(self.args[0])
+
+    @staticmethod
+    def mp(x):
+        return mpmath.cospi(x)
+
+    @classmethod
+    def naive(cls, x):
+        return sympy.cos(sympy.pi * x)
+
+    def regimes(self) -> sympy.Expr:
+        """sin(pi*(1/2 - |r|)) (r = x mod 2 in [-1, 1]): 1/2 - |r| is exact for |r| >= 1/4
+        (Sterbenz) and rounds only where the cosine is near 1."""
+        r = _half_turns(self.args[0])
+        return sympy.sin(sympy.pi * (sympy.S.Half - sympy.Abs(r)))
+
+
 class _Rounding(StableFunction):
     """A rounding function: piecewise constant, so its derivative is 0 everywhere (the
     gradient torch.round, floor, ceil and trunc give; a straight-through estimator says

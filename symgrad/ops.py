@@ -383,6 +383,10 @@ OPS: tuple[Op, ...] = (
        torch=REGIMES, tf=REGIMES, cost=25, passes=12, why_not={"spelled": _DERIVED}),
     Op(F.logcosh, mp=F.logcosh.mp, numpy=REGIMES, python=REGIMES, torch=REGIMES,
        tf=REGIMES, cost=25, passes=10, why_not={"spelled": _DERIVED}),
+    Op(F.sinpi, mp=F.sinpi.mp, numpy=REGIMES, python=REGIMES, torch=REGIMES, tf=REGIMES,
+       cost=20, passes=8, why_not={"spelled": _DERIVED}),
+    Op(F.cospi, mp=F.cospi.mp, numpy=REGIMES, python=REGIMES, torch=REGIMES, tf=REGIMES,
+       cost=18, passes=7, why_not={"spelled": _DERIVED}),
 )  # fmt: skip
 
 #: torch functions the printers and the planner write for arithmetic and branches (a

@@ -102,3 +102,25 @@ def test_a_step_gets_no_slack_at_its_exact_zero(tmp_path):
     derived = derive_function(fn)
     at_zero = Case(inputs={"x": 0.0}, values=(0.0,), grads={"out:x": 0.0}, second={"out:x": 0.0})
     assert known_errors(derived, (at_zero,), "float64", EXTREME_RTOL["float64"]) is None
+
+
+def test_a_point_the_model_passed_by_luck_gets_the_rounding_bound():
+    """(exp(x) - 1 - x)/x**2 at x = 1e-4 cancels 8 digits: NumPy's model is off by 1e-8,
+    another libm may be off by up to the rounding bound, 2.2e-7. With a tolerance of 1e-8
+    the bound is the entry; with 1e-3 nothing is fragile, nor where nothing cancels."""
+    import numpy as np
+
+    from symgrad.numerics.mp import exact
+    from symgrad.numerics.native import evaluator
+    from symgrad.testgen import _fragile
+
+    x = sympy.Symbol("x", real=True)
+    f = (sympy.exp(x) - 1 - x) / x**2
+    fn = evaluator(f, [x])
+    at = {x: 1e-4}
+    ex = exact(f, at)
+    bound = _fragile(f, at, "float64", 1e-8, ex, fn)
+    assert bound == pytest.approx(2.22e-7, rel=0.01)
+    assert abs(float(fn(np.float64(1e-4))) - ex) / ex < bound
+    assert _fragile(f, at, "float64", 1e-3, ex, fn) is None
+    assert _fragile(f, {x: 0.5}, "float64", 1e-8, exact(f, {x: 0.5}), fn) is None

@@ -709,6 +709,39 @@ def test_power_difference_needs_a_shared_term_and_equal_coefficients():
     assert power_difference((x + 1) ** 3 - x**3, frozenset(), frozenset()) is None  # integer
 
 
+@pytest.mark.parametrize(
+    "f, at",
+    [
+        (sympy.sin, 1.0),  # sin(pi) is 1.2e-16 in floating point
+        (sympy.sin, 1e17),  # an even integer: 0, where sin(pi*1e17) is anything
+        (sympy.sin, 3 + 2.0**-40),  # near a zero: x - 3 exactly
+        (sympy.sin, -2.75),
+        (sympy.cos, 0.5),  # cos(pi/2) is 6e-17
+        (sympy.cos, -1e6 - 0.5),
+        (sympy.cos, 7.0),
+        (sympy.cos, 0.1),
+        (sympy.tan, 0.25 + 2.0**-45),
+        (sympy.tan, 1e16 + 2),
+    ],
+)
+def test_trigonometric_functions_of_pi_times_a_formula_are_reduced_first(f, at):
+    """f(pi*x) -> sinpi/cospi: x reduced modulo 2 before pi multiplies it."""
+    naive = f(sympy.pi * x)
+    stable = stabilize(naive)
+    assert stable.has(F.sinpi) or stable.has(F.cospi)
+    exact = mp_exact(naive, {x: at})
+    assert run_torch(stable, {"x": at}) == pytest.approx(exact, rel=4e-16, abs=0)
+
+
+def test_half_turns_leave_trig_rules_their_forms():
+    """1 - cos(pi*x) is the rules' 2*sin(pi*x/2)**2 first, then reduced; a sum of pi and
+    a formula without a pi factor (pi/4 + x) is left alone."""
+    stable = stabilize(1 - sympy.cos(sympy.pi * x))
+    assert stable == 2 * F.sinpi(x / 2) ** 2
+    assert not stabilize(sympy.tan(sympy.pi / 4 + x)).has(F.sinpi, F.cospi)
+    assert sympy.diff(F.sinpi(x), x) == sympy.pi * F.cospi(x)
+
+
 def test_guard_tails_zeroes_overflowing_cofactors_of_underflowing_sigmoids():
     """gamma**2 * softplus(-z) * sigmoid(z)**2 at z = -3e38 in float32: the cofactor overflows
     (4 * 3e38) before it meets sigmoid(z)**2 = 0 unless the tail is zero by construction."""

@@ -31,6 +31,8 @@ from symgrad.functions import (
     one_plus_erf,
     sigmoid,
     softplus,
+    cospi,
+    sinpi,
     xlogy,
 )
 from symgrad.rewrite.phases import phase, register
@@ -654,5 +656,34 @@ def _rewrite(expr: sympy.Basic, rules: tuple[Rule, ...]) -> sympy.Basic:
 
 
 def stabilize(expr: sympy.Expr, rules: tuple[Rule, ...] | None = None) -> sympy.Expr:
-    """Apply ``rules`` (the stabilize phase's by default) bottom-up until none applies."""
-    return _rewrite(expr, phase("stabilize").rewrites if rules is None else rules)
+    """Apply ``rules`` (the stabilize phase's by default) bottom-up until none applies;
+    with the stabilize phase's, then write trigonometric functions of pi times a formula
+    with :func:`_half_turns`."""
+    if rules is not None:
+        return _rewrite(expr, rules)
+    return _half_turns(_rewrite(expr, phase("stabilize").rewrites))
+
+
+def _half_turns(expr: sympy.Expr) -> sympy.Expr:
+    """sin(pi*u) -> sinpi(u), cos(pi*u) -> cospi(u), tan(pi*u) -> sinpi(u)/cospi(u), for
+    u free of pi: u is reduced before pi multiplies it (0 at every integer u, where
+    sin(pi*u) is 1.2e-16 at u = 1; the digits of u - n near an integer n).
+
+    After the rules, not one of them: the trigonometric rules (1 - cos(a), sin(a) -
+    sin(b), the addition theorem) see sin and cos, and their results get the reduction
+    too (1 - cos(pi*u) -> 2*sin(pi*u/2)**2 -> 2*sinpi(u/2)**2)."""
+
+    def turns(node: sympy.Expr) -> sympy.Expr:
+        u = sympy.expand(node.args[0] / sympy.pi)
+        if u.has(sympy.pi) or not u.free_symbols:
+            return node
+        if isinstance(node, sympy.sin):
+            return sinpi(u)
+        if isinstance(node, sympy.cos):
+            return cospi(u)
+        return sinpi(u) / cospi(u)
+
+    return expr.replace(
+        lambda e: isinstance(e, (sympy.sin, sympy.cos, sympy.tan)) and e.args[0].has(sympy.pi),
+        turns,
+    )
