@@ -72,10 +72,18 @@ def measure(
     worst, worst_key = "", (-1, -1.0)
     with np.errstate(all="ignore"):
         for point, ref in zip(points, references):
-            if ref is None or not math.isfinite(ref):
+            if ref is None:
                 continue
             args = [point[s] for s in symbols]
             value = call(fn, args, np.float64)
+            if not math.isfinite(ref):
+                # the exact value overflows: right where the result does too; a NaN
+                # there (inf/inf) is as bad as anywhere, and counted (only) where it
+                # happens, so that forms right there are not diluted
+                if value != ref:
+                    errors.append(bits_of_error(value, ref))
+                    scores.append(NON_FINITE_BITS if math.isnan(value) else errors[-1])
+                continue
             bad = not math.isfinite(value)
             errors.append(bits_of_error(value, ref))
             # float32: only non-finite results count (the error is measured in float64)

@@ -83,6 +83,23 @@ def test_measure_counts_overflow_where_the_exact_value_is_finite():
     assert worse.points == better.points == len(points)
 
 
+def test_measure_counts_a_nan_where_the_exact_value_overflows():
+    """(16x**8 - 105)*exp(x**2)/x**8 at x = 1e40: inf/inf is NaN where the value is inf;
+    divided through (16 - 105/x**8)*exp(x**2) is inf. Counted only where it is wrong."""
+    import sympy
+
+    from symgrad.choose import measure
+
+    x = sympy.Symbol("x", real=True)
+    naive = (16 * x**8 - 105) * sympy.exp(x**2) / x**8
+    scaled = (16 - 105 / x**8) * sympy.exp(x**2)
+    points = [{x: v} for v in (2.0, 30.0, 1e40)]
+    worse, better = measure(naive, naive, points), measure(scaled, naive, points)
+    # x = 30: exp(900) is inf and so is each form; only 1e40 tells them apart
+    assert (worse.points, worse.max_bits) == (2, 64.0) and worse.score > 64
+    assert better.points == 1 and better.max_bits <= 1
+
+
 def test_the_most_accurate_candidates_keep_their_order_and_drop_the_worse():
     import sympy
 

@@ -742,6 +742,21 @@ def test_half_turns_leave_trig_rules_their_forms():
     assert sympy.diff(F.sinpi(x), x) == sympy.pi * F.cospi(x)
 
 
+def test_rational_tail_divides_the_rational_factors_of_a_product_through():
+    """(16x**8 - 105)*exp(x**2)/x**8: the rational factors divided through by x**8 for
+    |x| >= 1 (x**8 overflows at 1e39: inf/inf), exp(x**2) kept as a cofactor; a lone
+    power over a monomial is left alone (nothing overflows first)."""
+    from symgrad.rewrite.regimes import rational_tail
+
+    naive = grad * (16 * x**8 - 105) * sympy.exp(x**2) / x**8
+    split = rational_tail(naive, frozenset(), frozenset())
+    assert isinstance(split, sympy.Piecewise)
+    far = split.args[1][0]
+    assert sympy.expand(far - grad * (16 - 105 / x**8) * sympy.exp(x**2)) == 0
+    assert not far.has(x**8)
+    assert rational_tail(sympy.exp(x) / x**2, frozenset(), frozenset()) is None
+
+
 def test_guard_tails_zeroes_overflowing_cofactors_of_underflowing_sigmoids():
     """gamma**2 * softplus(-z) * sigmoid(z)**2 at z = -3e38 in float32: the cofactor overflows
     (4 * 3e38) before it meets sigmoid(z)**2 = 0 unless the tail is zero by construction."""

@@ -71,28 +71,41 @@ _REMOVABLE_ORDER = 10
 
 @register("whole")
 def rational_tail(node: sympy.Basic, params: frozenset, positive: frozenset) -> sympy.Basic | None:
-    """P(x)/Q(x) with deg Q >= 2 -> (P/x^k)/(Q/x^k) for |x| >= 1.
+    """P(x)/Q(x) with deg Q >= 2 -> (P/x^k)/(Q/x^k) for |x| >= 1; the same for the factors
+    of a product that are rational in x, its other factors (exp(x**2)) kept as they are.
 
     (nu - x**2)/(nu + x**2)**2 is inf/inf once x**2 overflows (|x| > 1e154, 1e19 in float32);
     divided through by x**k every power is at most 1. ``params`` are the scalar inputs, which
-    are coefficients here, never the variable.
+    are coefficients here, never the variable. In a product with other factors the
+    denominator may be a lone power: (16*x**8 - 105)*exp(x**2)/x**8 is NaN (inf/inf) from
+    x = 1e38 where the value is inf.
     """
     if not isinstance(node, (Mul, Pow)):
         return None
     for x in sorted(node.free_symbols - params, key=lambda s: s.name):
-        if not node.is_rational_function(x):
-            continue
-        numerator, denominator = sympy.fraction(sympy.together(node))
+        if node.is_rational_function(x):
+            cofactor, rational = sympy.S.One, node
+        else:
+            factors = Mul.make_args(node)
+            rational = Mul(*(f for f in factors if f.is_rational_function(x)))
+            cofactor = Mul(*(f for f in factors if not f.is_rational_function(x)))
+            if not rational.has(x):
+                continue
+        numerator, denominator = sympy.fraction(sympy.together(rational))
         if not denominator.is_polynomial(x) or not numerator.is_polynomial(x):
             continue
         k = sympy.degree(denominator, x)
-        if k < 2 or not sympy.expand(denominator).is_Add:
+        if k < 2:
+            continue
+        if not sympy.expand(denominator).is_Add and (
+            cofactor == 1 or not sympy.expand(numerator).is_Add
+        ):
             continue
         top = sympy.expand(numerator / x**k)
         if top.has(x) and not top.is_Add and sympy.degree(top.as_numer_denom()[1], x) > 1:
             # a lone x**-m (m > 1) would be printed as 1/(x**m * ...) and overflow again
             continue
-        scaled = top / sympy.expand(denominator / x**k)
+        scaled = cofactor * top / sympy.expand(denominator / x**k)
         return sympy.Piecewise((node, sympy.Abs(x) < 1), (scaled, True))
     return None
 
