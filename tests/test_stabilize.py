@@ -46,6 +46,8 @@ CASES = {
     "sqrt_difference": ("sqrt(x + 1) - sqrt(x)", {"x": 1e16}, sympy.Pow, False, None),
     # d2/dx2 log(1 - exp(x)) at x = -1000 is exp(1000)/expm1(1000)**2 = inf/inf naively.
     "exp_over_expm1_power": ("exp(x)/expm1(x)**2", {"x": 1000.0}, F.expm1, False, None),
+    # 2*atan(exp(1e-20)) - pi/2 rounds to 0; exact 1e-20 (the Gudermannian function).
+    "gudermannian": ("2*atan(exp(x)) - pi/2", {"x": 1e-20}, sympy.tanh, False, None),
     # 1 - 2*sigmoid(1e-20) rounds to 0; exact -5e-21.
     "one_minus_two_sigmoid": ("1 - 2/(1 + exp(-x))", {"x": 1e-20}, sympy.tanh, False, None),
     # exp(1000) overflows: inf / inf.
@@ -755,6 +757,17 @@ def test_rational_tail_divides_the_rational_factors_of_a_product_through():
     assert sympy.expand(far - grad * (16 - 105 / x**8) * sympy.exp(x**2)) == 0
     assert not far.has(x**8)
     assert rational_tail(sympy.exp(x) / x**2, frozenset(), frozenset()) is None
+
+
+def test_exp_times_sigmoid_of_twice_minus_its_exponent_is_a_hyperbolic_secant():
+    """exp(x)*sigmoid(-2x), the derivative of atan(exp(x)), at x = 800: inf * 0 = NaN as
+    written; 1/(2 cosh(x)) is 0, the value's float64 rounding (exact 1e-348)."""
+    naive = sympy.exp(x) * F.sigmoid(-2 * x)
+    stable = stabilize(naive)
+    assert stable == 1 / (2 * sympy.cosh(x))
+    assert math.isnan(run_torch(naive, {"x": 800.0}))
+    assert run_torch(stable, {"x": 800.0}) == 0.0
+    assert run_torch(stable, {"x": 0.5}) == pytest.approx(0.5 / math.cosh(0.5), rel=1e-15)
 
 
 def test_guard_tails_zeroes_overflowing_cofactors_of_underflowing_sigmoids():
