@@ -78,11 +78,12 @@ def measure(
             value = call(fn, args, np.float64)
             if not math.isfinite(ref):
                 # the exact value overflows: right where the result does too; a NaN
-                # there (inf/inf) is as bad as anywhere, and counted (only) where it
-                # happens, so that forms right there are not diluted
+                # or a finite value there (inf/inf) counts its bits of error, as in the
+                # tables (not NON_FINITE_BITS: no finite value is lost), and only where
+                # it happens, so that forms right there are not diluted
                 if value != ref:
                     errors.append(bits_of_error(value, ref))
-                    scores.append(NON_FINITE_BITS if math.isnan(value) else errors[-1])
+                    scores.append(errors[-1])
                 continue
             bad = not math.isfinite(value)
             errors.append(bits_of_error(value, ref))
