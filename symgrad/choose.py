@@ -68,7 +68,7 @@ def measure(
     fn = evaluator(expr, symbols)
     if references is None:
         references = [_reference(reference_expr, p) for p in points]
-    errors, scores, non_finite, non_finite64 = [], [], 0, 0
+    errors, scores, non_finite, non_finite64, overflow_misses = [], [], 0, 0, 0
     worst, worst_key = "", (-1, -1.0)
     with np.errstate(all="ignore"):
         for point, ref in zip(points, references):
@@ -77,13 +77,10 @@ def measure(
             args = [point[s] for s in symbols]
             value = call(fn, args, np.float64)
             if not math.isfinite(ref):
-                # the exact value overflows: right where the result does too; a NaN
-                # or a finite value there (inf/inf) counts its bits of error, as in the
-                # tables (not NON_FINITE_BITS: no finite value is lost), and only where
-                # it happens, so that forms right there are not diluted
-                if value != ref:
-                    errors.append(bits_of_error(value, ref))
-                    scores.append(errors[-1])
+                # the exact value overflows: right where the result does too. Counted
+                # apart, a tie-break (most_accurate): in the score, formulas whose
+                # points mostly overflow would be chosen by these points alone
+                overflow_misses += value != ref
                 continue
             bad = not math.isfinite(value)
             errors.append(bits_of_error(value, ref))
@@ -99,10 +96,12 @@ def measure(
                 worst_key = (bad, errors[-1])
                 worst = _point_text(point, symbols)
     if not errors:
-        return Accuracy(0.0, 0.0, 0, 0)
+        return Accuracy(0.0, 0.0, 0, 0, overflow_misses=overflow_misses)
     mean = sum(errors) / len(errors)
     score = sum(scores) / len(scores)
-    return Accuracy(mean, max(errors), non_finite, len(errors), worst, non_finite64, score)
+    return Accuracy(
+        mean, max(errors), non_finite, len(errors), worst, non_finite64, score, overflow_misses
+    )
 
 
 def _point_text(point: Mapping[sympy.Symbol, float], symbols: Sequence[sympy.Symbol]) -> str:
@@ -121,7 +120,8 @@ def most_accurate(
 ) -> list[tuple[sympy.Expr, Accuracy]]:
     """The candidates as accurate as the best, with their measured accuracy, in the given
     order: within 1/2 bit of the best score (mean bits of error, a non-finite result
-    counted as :data:`NON_FINITE_BITS`), and of those the fewest non-finite results. The first
+    counted as :data:`NON_FINITE_BITS`), of those the fewest non-finite results, and of
+    those the fewest that miss the infinity where the exact value overflows. The first
     candidate is the reference; where its exact value is unknown at a point, the first of
     ``fallbacks`` (other forms of the same formula) that has one. [] where none can be
     evaluated with NumPy."""
@@ -146,7 +146,11 @@ def most_accurate(
     best = min(c[1].score for c in scored)
     close = [c for c in scored if c[1].score <= best + 0.5]
     fewest = min(c[1].non_finite for c in close)
-    return [c for c in close if c[1].non_finite == fewest]
+    close = [c for c in close if c[1].non_finite == fewest]
+    # then the fewest results that are not the infinity where the exact value overflows
+    # ((16*x**8 - 105)*exp(x**2)/x**8 is inf/inf = NaN at x = 1e40)
+    fewest = min(c[1].overflow_misses for c in close)
+    return [c for c in close if c[1].overflow_misses == fewest]
 
 
 def symbol_points(

@@ -31,6 +31,9 @@ class Accuracy:
     #: float64, or in float32 where the exact value fits) counted as
     #: :data:`symgrad.choose.NON_FINITE_BITS`
     score: float = field(default=0.0, compare=False)
+    #: results that are not the infinity where the exact value overflows (NaN = inf/inf):
+    #: the choice's last tie-break, never part of the score
+    overflow_misses: int = field(default=0, compare=False)
 
     def __str__(self) -> str:
         text = f"{self.mean_bits:.1f} bits mean, {self.max_bits:.0f} max over {self.points} points"

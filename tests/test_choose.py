@@ -83,21 +83,25 @@ def test_measure_counts_overflow_where_the_exact_value_is_finite():
     assert worse.points == better.points == len(points)
 
 
-def test_measure_counts_a_nan_where_the_exact_value_overflows():
+def test_a_nan_where_the_exact_value_overflows_breaks_a_tie():
     """(16x**8 - 105)*exp(x**2)/x**8 at x = 1e40: inf/inf is NaN where the value is inf;
-    divided through (16 - 105/x**8)*exp(x**2) is inf. Counted only where it is wrong."""
+    divided through, (16 - 105/x**8)*exp(x**2) is inf. Such points are counted apart
+    (most of a formula's points may overflow: they would choose alone), and between forms
+    as accurate where the value is finite, the one right at them wins."""
     import sympy
 
-    from symgrad.choose import measure
+    from symgrad.choose import measure, most_accurate
 
     x = sympy.Symbol("x", real=True)
     naive = (16 * x**8 - 105) * sympy.exp(x**2) / x**8
     scaled = (16 - 105 / x**8) * sympy.exp(x**2)
-    points = [{x: v} for v in (2.0, 30.0, 1e40)]
+    points = [{x: v} for v in (2.0, 3.0, 30.0, 1e40)]
     worse, better = measure(naive, naive, points), measure(scaled, naive, points)
     # x = 30: exp(900) is inf and so is each form; only 1e40 tells them apart
-    assert (worse.points, worse.max_bits) == (2, 64.0) and worse.score > better.score + 30
-    assert better.points == 1 and better.max_bits <= 1
+    assert (worse.points, worse.overflow_misses) == (2, 1)
+    assert (better.points, better.overflow_misses) == (2, 0)
+    assert worse.max_bits <= 1 and better.max_bits <= 1
+    assert [form for form, _ in most_accurate([naive, scaled], points)] == [scaled]
 
 
 def test_the_most_accurate_candidates_keep_their_order_and_drop_the_worse():
