@@ -770,6 +770,21 @@ def test_exp_times_sigmoid_of_twice_minus_its_exponent_is_a_hyperbolic_secant():
     assert run_torch(stable, {"x": 0.5}) == pytest.approx(0.5 / math.cosh(0.5), rel=1e-15)
 
 
+@pytest.mark.parametrize("at", [1e-8, -1e-8, 3e-5, -3e-5])
+def test_removable_regime_keeps_the_side_of_zero(at):
+    """The derivative of acos((1 - 5x**2)/(x**2 - 1)) is -2*sqrt(2)*sign(x) near 0 (its
+    square root is of 8x**2(1 - 3x**2)/(x**2 - 1)**2): SymPy's series is the right side's,
+    which has the wrong sign for x < 0; each side gets its own polynomial. As written,
+    1 - u**2 cancels to 0 at x = 1e-8: inf."""
+    from symgrad.rewrite.regimes import split_regimes
+
+    naive = sympy.diff(sympy.acos((1 - 5 * x**2) / (x**2 - 1)), x)
+    stable = split_regimes(naive)
+    exact = mp_exact(naive, {x: at})
+    assert run_torch(stable, {"x": at}) == pytest.approx(exact, rel=1e-14, abs=0)
+    assert math.copysign(1, exact) == -math.copysign(1, at)
+
+
 def test_guard_tails_zeroes_overflowing_cofactors_of_underflowing_sigmoids():
     """gamma**2 * softplus(-z) * sigmoid(z)**2 at z = -3e38 in float32: the cofactor overflows
     (4 * 3e38) before it meets sigmoid(z)**2 = 0 unless the tail is zero by construction."""

@@ -57,6 +57,15 @@ def _cut(terms: list[sympy.Expr], x: sympy.Symbol) -> sympy.Float:
     return sympy.Float(float(f"{(_EPS * ratio) ** (1.0 / (n - k)):.3g}"), 3)
 
 
+def _two_sided_series(f: sympy.Expr, x: sympy.Symbol, order: int) -> tuple[sympy.Expr, sympy.Expr]:
+    """The Taylor polynomials of ``f`` at x = 0 to ``order`` from the right and from the
+    left: SymPy expands from the right, where sqrt(x**2) is x (a derivative of acos(u(x))
+    has |x|/x, whose two sides differ)."""
+    right = sympy.series(f, x, 0, order, dir="+").removeO()
+    left = sympy.series(f, x, 0, order, dir="-").removeO()
+    return right, left
+
+
 #: Largest formula (SymPy op count) expanded in series at a removable singularity: the
 #: bound is on size, so that the cost of a derivation is bounded by its formula's.
 _REMOVABLE_MAX_OPS = 60
@@ -183,13 +192,17 @@ def removable_regime(
         if not _bounded_near_zero(rest, x):
             return None  # a pole: nothing to remove
         try:
-            poly = sympy.series(rest, x, 0, _REMOVABLE_ORDER).removeO()
+            sides = _two_sided_series(rest, x, _REMOVABLE_ORDER)
         except Exception:  # noqa: BLE001 - SymPy cannot expand it: keep the formula
             return None
-        terms = _series_terms(poly, x)
-        if terms is None or sympy.degree(terms[0], x) < 0:
+        terms = [_series_terms(poly, x) for poly in sides]
+        if any(t is None or sympy.degree(t[0], x) < 0 for t in terms):
             return None
-        return factor * Add(*terms[:_SERIES_TERMS]), sympy.Abs(x) < _cut(terms, x)
+        right, left = (Add(*t[:_SERIES_TERMS]) for t in terms)
+        cut = min(_cut(t, x) for t in terms)
+        if sympy.expand(right - left) != 0:  # a polynomial for each side (|x|/x)
+            return factor * sympy.Piecewise((right, x >= 0), (left, True)), sympy.Abs(x) < cut
+        return factor * right, sympy.Abs(x) < cut
     return None
 
 
@@ -345,10 +358,12 @@ def series_regime(node: sympy.Basic, params: frozenset, positive: frozenset) -> 
     if node.has(sympy.Piecewise) or node.subs(x, 0) != 0:
         return None
     try:
-        poly = sympy.series(node, x, 0, 16).removeO()
+        right, left = _two_sided_series(node, x, 16)
     except Exception:  # noqa: BLE001 - SymPy cannot expand it: keep the formula
         return None
-    terms = _series_terms(poly, x)
+    if sympy.expand(right - left) != 0:
+        return None  # no one polynomial on both sides of 0
+    terms = _series_terms(right, x)
     if terms is None or sympy.degree(terms[0], x) < 2:
         return None
     return sympy.Piecewise(

@@ -17,6 +17,7 @@ import sympy
 from sympy import Add, Mul, Pow, exp, log
 
 from symgrad.functions import (
+    cospi,
     dsigmoid,
     erfcx,
     erfcx_inv,
@@ -30,9 +31,8 @@ from symgrad.functions import (
     logcosh,
     one_plus_erf,
     sigmoid,
-    softplus,
-    cospi,
     sinpi,
+    softplus,
     xlogy,
 )
 from symgrad.rewrite.phases import phase, register
