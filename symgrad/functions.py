@@ -730,7 +730,7 @@ class cospi(StableFunction):
     @classmethod
     def eval(cls, x):
         if x.is_integer:
-            return sympy.S.NegativeOne ** x
+            return sympy.S.NegativeOne**x
         if (x - sympy.S.Half).is_integer:
             return sympy.S.Zero
         return None

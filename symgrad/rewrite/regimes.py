@@ -890,45 +890,6 @@ def sqrt_of_product(expr: sympy.Expr) -> sympy.Expr | None:
     return None if rewritten == expr else rewritten
 
 
-_TRIG = (sympy.sin, sympy.cos, sympy.tan)
-
-
-@register("candidates")
-def trig_addition(expr: sympy.Expr) -> sympy.Expr | None:
-    """sin(a + b) -> sin(a)*cos(b) + cos(a)*sin(b) (cos and tan likewise) where a and b
-    both hold inputs, the terms that then cancel collected and stabilised:
-    sin(x + e) - sin(x) -> sin(e)*cos(x) - 2*sin(e/2)**2*sin(x) (Herbie's NMSE 3.3), and
-    tan(x + e) - tan(x) -> tan(e)*(1 + tan(x)**2)/(1 - tan(x)*tan(e)).
-
-    Where |a| >> |b|, a + b rounds by up to half an ulp of a, more than the period of the
-    sine once |a| > 2**53: sin(a + b) keeps nothing of b, the expanded form all of it.
-    Where a + b cancels, the expansion cancels instead, so it is a candidate for the
-    measured choice, not a rule. ``None`` where no sine, cosine or tangent has such an
-    argument, or the expanded form is too large (:data:`EXPAND_MAX_OPS`)."""
-    sums = {
-        f
-        for f in expr.atoms(*_TRIG)
-        if f.args[0].is_Add and sum(1 for t in f.args[0].args if t.free_symbols) >= 2
-    }
-    if not sums:
-        return None
-    expanded = expr.xreplace({f: sympy.expand_trig(f) for f in sums})
-    numerator, denominator = sympy.fraction(sympy.together(expanded))
-    # sines and tangents first: sin(x)*cos(e) - sin(x) is collected on sin(x), with
-    # cos(e) - 1 left for the stabilize rules (-2*sin(e/2)**2)
-    trig = sorted(
-        numerator.atoms(*_TRIG),
-        key=lambda f: (isinstance(f, sympy.cos), sympy.default_sort_key(f)),
-    )
-    numerator = sympy.factor_terms(sympy.collect(sympy.expand(numerator), trig))
-    rewritten = numerator / denominator
-    if sympy.count_ops(rewritten) > EXPAND_MAX_OPS:
-        return None
-    from symgrad.rewrite.rules import stabilize
-
-    return stabilize(rewritten)
-
-
 @register("tails")
 def guard_tails(expr: sympy.Expr) -> sympy.Expr:
     """q(x) * sigmoid(p(x)) -> Piecewise((0, p(x) < -800), (q(x) * sigmoid(p(x)), True))

@@ -145,9 +145,7 @@ def reciprocal_one_plus_exp(node):
 @register("stabilize")
 def exp_times_sigmoid(node):
     """exp(a) * sigmoid(-a)**k -> sigmoid(a) * sigmoid(-a)**(k-1) (what exp(a) / (1 + exp(a))
-    becomes, k = 1; its derivative has k = 2); exp(a) * sigmoid(-2a)**k ->
-    sigmoid(-2a)**(k-1) / (2 cosh(a)) (the derivative of atan(exp(a)), the Gudermannian's:
-    inf * 0 = NaN past a = 710 as written)."""
+    becomes, k = 1; its derivative has k = 2)."""
     if not isinstance(node, Mul):
         return None
     exps = [f for f in node.args if isinstance(f, exp)]
@@ -158,9 +156,6 @@ def exp_times_sigmoid(node):
                 continue
             if sympy.expand(base.args[0] + e.args[0]) == 0:
                 return _drop(node, e, f) * sigmoid(e.args[0]) * base ** (k - 1)
-            if sympy.expand(base.args[0] + 2 * e.args[0]) == 0:
-                # exp(a)/(1 + exp(2a)) = 1/(2 cosh(a)), which overflows only to 0
-                return _drop(node, e, f) * base ** (k - 1) / (2 * sympy.cosh(e.args[0]))
     return None
 
 
@@ -227,23 +222,6 @@ def one_minus_two_sigmoid(node):
             coeff, factor = term.as_coeff_Mul()
             if coeff == -2 * c and isinstance(factor, sigmoid):
                 return -c * sympy.tanh(factor.args[0] / 2) + _drop(node, c, term)
-    return None
-
-
-@register("stabilize")
-def gudermannian(node):
-    """c*atan(exp(a)) - c*pi/4 -> c*atan(tanh(a/2)) (2*atan(exp(a)) - pi/2 is the
-    Gudermannian function of a): no cancellation near a = 0."""
-    if not isinstance(node, Add):
-        return None
-    for term in node.args:
-        coeff, factor = term.as_coeff_Mul()
-        if not (isinstance(factor, sympy.atan) and isinstance(factor.args[0], exp)):
-            continue
-        shift = -coeff * sympy.pi / 4
-        if shift in node.args:
-            a = factor.args[0].args[0]
-            return coeff * sympy.atan(sympy.tanh(a / 2)) + _drop(node, term, shift)
     return None
 
 
