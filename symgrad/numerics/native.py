@@ -86,9 +86,7 @@ def evaluator(expr: sympy.Expr, symbols: Sequence[sympy.Symbol]):
     )
     # the same common subexpressions, so the same order of operations, as the generated
     # code (plan.emit), where an intermediate product may overflow first
-    return sympy.lambdify(
-        symbols, _python_constants(expr), modules=modules, printer=printer, cse=_shared
-    )
+    return sympy.lambdify(symbols, expr, modules=modules, printer=printer, cse=_shared)
 
 
 def _python_constants(expr: sympy.Expr) -> sympy.Expr:
@@ -122,6 +120,9 @@ def _shared(expr):
     several = isinstance(expr, (tuple, list))
     exprs = list(expr) if several else [expr]
     replacements, reduced = common_subexpressions(exprs, fresh_symbols(exprs, "_t"))
+    # constants as Python floats after the sharing, which sees them as the code's CSE does
+    replacements = [(t, _python_constants(v)) for t, v in replacements]
+    reduced = [_python_constants(e) for e in reduced]
     return replacements, (type(expr)(reduced) if several else reduced[0])
 
 
