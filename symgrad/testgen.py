@@ -238,9 +238,10 @@ def _fragile(
     where the NumPy model met ``rtol``: a cancellation that amplifies each libm's last
     bits, which NumPy's happened to survive (sin(x)*sin(t*x)/x**4 terms of the Lanczos
     kernel's second derivative at x = 1e-5 leave 1e-6 of the value to ulps). Only where
-    the model's error at the point or an ulp beside it is within :data:`_FRAGILE_WITHIN`
-    of ``rtol`` (the bound costs an exact evaluation per node); else None. ``fn``: the
-    form's NumPy evaluator, of ``at``'s symbols in order."""
+    the model's error at the point or an ulp beside it (for float32, also float64's there
+    times the ratio of the epsilons: float32's may be lucky too) is within
+    :data:`_FRAGILE_WITHIN` of ``rtol`` (the bound costs an exact evaluation per node);
+    else None. ``fn``: the form's NumPy evaluator, of ``at``'s symbols in order."""
     import numpy as np
 
     from symgrad.numerics.mp import rounding_bound
@@ -254,6 +255,14 @@ def _fragile(
     for moved in _neighbours(list(at.values()), npdtype):
         value = call(fn, moved, npdtype)
         worst = max(worst, abs(value - rounded) / abs(rounded) if math.isfinite(value) else 1.0)
+    if npdtype is not np.float64:
+        # a lower precision's luck: float64's error there, scaled by the ratio of the
+        # epsilons, is what the cancellation makes of float32's rounding
+        scale = float(np.finfo(npdtype).eps / np.finfo(np.float64).eps)
+        for moved in _neighbours(list(at.values()), np.float64):
+            value = call(fn, moved, np.float64)
+            if math.isfinite(value):
+                worst = max(worst, scale * abs(value - exact) / abs(exact))
     if worst * _FRAGILE_WITHIN <= rtol:
         return None
     bound = rounding_bound(stable, at, float(np.finfo(npdtype).eps))

@@ -124,3 +124,20 @@ def test_a_point_the_model_passed_by_luck_gets_the_rounding_bound():
     assert abs(float(fn(np.float64(1e-4))) - ex) / ex < bound
     assert _fragile(f, at, "float64", 1e-3, ex, fn) is None
     assert _fragile(f, {x: 0.5}, "float64", 1e-8, exact(f, {x: 0.5}), fn) is None
+
+
+def test_a_float32_point_gets_its_bound_where_float64_shows_the_cancellation():
+    """At x = 1e-3, (exp(x) - 1 - x)/x**2 cancels 6 digits: float32 keeps one, or none.
+    Whatever float32's model happened to compute, float64's error there times 2**29 says
+    so, and the entry is the float32 rounding bound."""
+    from symgrad.numerics.mp import exact, rounding_bound
+    from symgrad.numerics.native import evaluator
+    from symgrad.testgen import _fragile
+
+    x = sympy.Symbol("x", real=True)
+    f = (sympy.exp(x) - 1 - x) / x**2
+    at = {x: 1e-3}
+    ex = exact(f, at)
+    entry = _fragile(f, at, "float32", 1e-3, ex, evaluator(f, [x]))
+    assert entry == pytest.approx(rounding_bound(f, at, 2.0**-23) / ex, rel=1e-6)
+    assert entry > 1e-3
