@@ -704,7 +704,7 @@ def test_trigonometric_functions_of_pi_times_a_formula_are_reduced_first(f, at):
     assert run_torch(stable, {"x": at}) == pytest.approx(exact, rel=4e-16, abs=0)
 
 
-def test_half_turns_leave_trig_rules_their_forms():
+def test_pi_turns_leave_trig_rules_their_forms():
     """1 - cos(pi*x) is the rules' 2*sin(pi*x/2)**2 first, then reduced; a sum of pi and
     a formula without a pi factor (pi/4 + x) is left alone."""
     stable = stabilize(1 - sympy.cos(sympy.pi * x))

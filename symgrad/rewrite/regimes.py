@@ -290,16 +290,10 @@ def power_difference(
             pair = sympy.Piecewise(
                 (near, sympy.Abs(w) < sympy.Rational(1, 2)), (first + second, True)
             )
-            return _drop_terms(node, first, second) + pair
+            from symgrad.rewrite.rules import _drop
+
+            return _drop(node, first, second) + pair
     return None
-
-
-def _drop_terms(node: sympy.Add, *terms: sympy.Expr) -> sympy.Expr:
-    """The sum ``node`` without ``terms``."""
-    rest = list(node.args)
-    for t in terms:
-        rest.remove(t)
-    return Add(*rest)
 
 
 @register("regimes")
@@ -553,9 +547,9 @@ def log_erfc_tail(node: sympy.Basic, params: frozenset, positive: frozenset) -> 
     )
 
 
-#: Largest numerator or denominator (SymPy op count) whose difference :func:`log_ratio`
-#: expands.
-_LOG_RATIO_MAX_OPS = 30
+#: Largest formula (SymPy op count) whose difference with another
+#: :func:`_cancelled_difference` expands (:func:`log_ratio`, :func:`power_difference`).
+_DIFFERENCE_MAX_OPS = 30
 
 
 @register("regimes")
@@ -587,7 +581,7 @@ def log_ratio(node: sympy.Basic, params: frozenset, positive: frozenset) -> symp
 def _cancelled_difference(x: sympy.Expr, y: sympy.Expr) -> sympy.Expr | None:
     """x - y where x and y share a term, which cancels in it (1 + u - (1 - u) = 2u);
     else None."""
-    if sympy.count_ops(x) > _LOG_RATIO_MAX_OPS or sympy.count_ops(y) > _LOG_RATIO_MAX_OPS:
+    if sympy.count_ops(x) > _DIFFERENCE_MAX_OPS or sympy.count_ops(y) > _DIFFERENCE_MAX_OPS:
         return None
     x, y = sympy.expand(x), sympy.expand(y)
     if not set(Add.make_args(x)) & set(Add.make_args(y)):

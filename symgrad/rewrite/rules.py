@@ -658,13 +658,13 @@ def _rewrite(expr: sympy.Basic, rules: tuple[Rule, ...]) -> sympy.Basic:
 def stabilize(expr: sympy.Expr, rules: tuple[Rule, ...] | None = None) -> sympy.Expr:
     """Apply ``rules`` (the stabilize phase's by default) bottom-up until none applies;
     with the stabilize phase's, then write trigonometric functions of pi times a formula
-    with :func:`_half_turns`."""
+    with :func:`_pi_turns`."""
     if rules is not None:
         return _rewrite(expr, rules)
-    return _half_turns(_rewrite(expr, phase("stabilize").rewrites))
+    return _pi_turns(_rewrite(expr, phase("stabilize").rewrites))
 
 
-def _half_turns(expr: sympy.Expr) -> sympy.Expr:
+def _pi_turns(expr: sympy.Expr) -> sympy.Expr:
     """sin(pi*u) -> sinpi(u), cos(pi*u) -> cospi(u), tan(pi*u) -> sinpi(u)/cospi(u), for
     u free of pi: u is reduced before pi multiplies it (0 at every integer u, where
     sin(pi*u) is 1.2e-16 at u = 1; the digits of u - n near an integer n).
