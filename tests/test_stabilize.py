@@ -820,6 +820,30 @@ def test_exp_rational_declines_what_is_not_a_rational_function_of_one_exponentia
     assert exp_rational(grad * F.sigmoid(x)) is None
 
 
+@pytest.mark.parametrize(
+    "ce, cn",
+    [(-1e3, 0.3), (-40.0, 2.0), (-3.0, 1.0), (1e-8, 0.5), (5.0, 1.5), (30.0, 1e-3), (800.0, 4.0)],
+)
+def test_exp_rational_keeps_other_functions_as_coefficients(ce, cn):
+    """atan2(sinh(Ce), cos(Cn))'s gradient: cosh(Ce)/(cos(Cn)**2 + sinh(Ce)**2) is
+    inf/inf past |Ce| = 710. cos(Cn) is a coefficient of the polynomials in exp(-|Ce|),
+    not an exponential; near Ce = 0 the formula as written."""
+    from symgrad.numerics.floats import bits_of_error
+    from symgrad.numerics.mp import exact as reference_exact
+    from symgrad.numerics.native import evaluator as _evaluator
+    from symgrad.rewrite.regimes import exp_rational
+
+    Ce, Cn = sympy.symbols("Ce Cn", real=True)
+    grad = sympy.diff(sympy.atan2(sympy.sinh(Ce), sympy.cos(Cn)), Ce)
+    rational = exp_rational(grad)
+    assert rational is not None and rational.has(sympy.cos(Cn))
+    assert not rational.has(sympy.I)
+    got = float(_evaluator(rational, [Ce, Cn])(ce, cn))
+    exact = reference_exact(grad, {Ce: ce, Cn: cn})
+    assert math.isfinite(got)
+    assert bits_of_error(got, exact) <= 4, (got, exact)
+
+
 def test_op_cost_weighs_transcendentals_and_counts_shared_work_once():
     from symgrad.cost import op_cost
 

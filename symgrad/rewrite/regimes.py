@@ -653,26 +653,40 @@ _EXP_RATIONAL_MAX_DEGREE = 6
 _EXP_UNDERFLOW = 745.2
 
 
+#: Within |b| <= this, :func:`exp_rational` keeps the formula as written where its
+#: polynomials have coefficients with calls of their own.
+_EXP_RATIONAL_MIDDLE = 10
+_HYPERBOLIC = (sympy.sinh, sympy.cosh, sympy.tanh, sympy.coth, sympy.sech, sympy.csch)
+
+
 @register("candidates")
 def exp_rational(expr: sympy.Expr) -> sympy.Expr | None:
     """f(exp(b)) -> P(t)/Q(t) with t = exp(-|b|), by the sign of b: ``expr`` as a rational
     function of one exponential.
 
-    Where every transcendental in ``expr`` is a function of ``exp(b)`` for one argument
-    ``b`` (sigmoid, softplus inside tanh, tanh, their derivatives...), the whole formula is
+    Where every exponential and hyperbolic function in ``expr`` is a function of ``exp(b)``
+    for one argument ``b`` (sigmoid, softplus inside tanh, tanh, their derivatives...),
+    the whole formula is
     ``P(u)/Q(u)`` with ``u = exp(b)``: mish's gradient, softplus then tanh then sigmoid and
     a squared sech, is one exp and a dozen multiplies. Evaluated as ``P(t)/Q(t)`` for
     ``b < 0`` and, multiplied through by ``t**deg``, as the reversed polynomials of ``t``
-    for ``b >= 0``, no power overflows. ``None`` where ``expr`` is not such a function,
-    the sign of ``b`` is fixed, or ``expr`` makes a single call. Whether the result is
-    accurate (the polynomials may cancel) is for the measured choice to say.
+    for ``b >= 0``, no power overflows. Other calls are coefficients of the polynomials:
+    atan2(sinh(x), cos(y))'s gradient, cos(y)*cosh(x)/(cos(y)**2 + sinh(x)**2), is inf/inf
+    past |x| = 710 (then the formula as written is kept for |b| <= 10, where the
+    polynomials may cancel and it does not overflow). ``None`` where ``expr`` is not such a
+    function, the sign of ``b`` is fixed, or ``expr`` makes a single call. Whether the
+    result is accurate (the polynomials may cancel) is for the measured choice to say.
     """
     calls = {f for f in expr.atoms(sympy.Function) if not isinstance(f, sympy.Abs)}
     if expr.has(sympy.Piecewise) or sum(expr.count(c) for c in calls) < 2:
         # one call (sigmoid(x)) is best left to the framework's op; the same call in
         # several places (w*exp(w) / (exp(w) + w*exp(w))) is a rational function of it
         return None
-    naive = expr.rewrite("naive").rewrite(exp)
+    # only the hyperbolic functions as exponentials: cos(y) stays a coefficient (of
+    # atan2(sinh(x), cos(y))'s gradient), where exp(I*y) would have no sign to split on
+    naive = expr.rewrite("naive").replace(
+        lambda e: isinstance(e, _HYPERBOLIC), lambda e: e.rewrite(exp)
+    )
     exps = naive.atoms(exp)
     if not exps:
         return None
@@ -682,8 +696,8 @@ def exp_rational(expr: sympy.Expr) -> sympy.Expr | None:
         return None
     scale = sympy.ilcm(1, 1, *(r.q for r in ratios))
     base = first / scale
-    # trigonometric functions rewrite to exp(I*x): complex, with no sign to split on
-    if not base.is_extended_real or base.is_nonnegative or base.is_nonpositive:
+    # (y/kR is real but for kR = 0, where SymPy cannot say)
+    if base.is_extended_real is False or base.is_nonnegative or base.is_nonpositive:
         return None
     if not base.free_symbols:
         return None
@@ -700,7 +714,10 @@ def exp_rational(expr: sympy.Expr) -> sympy.Expr | None:
     if any(c.has(exp, log) for c in (*num.coeffs(), *den.coeffs())):
         return None
     degree = max(num.degree(), den.degree())
-    if not 0 < degree <= _EXP_RATIONAL_MAX_DEGREE:
+    # coefficients with calls of their own (cos(y)): the formula as written is kept near
+    # b = 0 (below), and past it the higher powers of t are below the rounding
+    opaque = any(c.atoms(sympy.Function) for c in (*num.coeffs(), *den.coeffs()))
+    if not 0 < degree <= _EXP_RATIONAL_MAX_DEGREE * (1 + opaque):
         return None
     # the coefficients' common factors (x in mish: x*(1 + 2t)) multiply once, outside
     (num_content, num), (den_content, den) = num.primitive(), den.primitive()
@@ -747,7 +764,14 @@ def exp_rational(expr: sympy.Expr) -> sympy.Expr | None:
         # (a limit that is a pole, x / 0, is left to the branches below: inf there too)
         finite = [(v, c) for v, c in ends if not v.has(sympy.zoo, sympy.nan, sympy.oo)]
         branches = [*finite, *branches]
-    return factor * sympy.Piecewise(*branches)
+    rescaled = factor * sympy.Piecewise(*branches)
+    if opaque:
+        # Coefficients with calls of their own (cos(y)): the polynomials may cancel near
+        # b = 0 where the formula does not (1 - 2t**2 + t**4 + 4t**2*cos(y)**2 is
+        # (1 - t**2)**2 + ...), so there the formula as written: within |b| <= 10 no power
+        # of exp(b) up to the sixth overflows, even in float32.
+        return sympy.Piecewise((expr, sympy.Abs(base) <= _EXP_RATIONAL_MIDDLE), (rescaled, True))
+    return rescaled
 
 
 @register("candidates")
