@@ -719,9 +719,10 @@ def exp_rational(expr: sympy.Expr) -> sympy.Expr | None:
     opaque = any(c.atoms(sympy.Function) for c in (*num.coeffs(), *den.coeffs()))
     if not 0 < degree <= _EXP_RATIONAL_MAX_DEGREE * (1 + opaque):
         return None
-    # the coefficients' common factors (x in mish: x*(1 + 2t)) multiply once, outside
+    # the coefficients' common factors (x in mish: x*(1 + 2t)) multiply once, outside,
+    # factored: (w + 1)**2 is exact near w = -1 where w**2 + 2*w + 1 cancels
     (num_content, num), (den_content, den) = num.primitive(), den.primitive()
-    factor *= num_content / den_content
+    factor *= sympy.factor(num_content) / sympy.factor(den_content)
     t = sympy.Dummy("t", positive=True)
     coeffs = (*num.coeffs(), *den.coeffs())
     # Past the exponential's underflow t is 0, and a coefficient like 4*x may overflow there:
