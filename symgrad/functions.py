@@ -1052,6 +1052,46 @@ def interleaved_product(expr: sympy.Expr) -> tuple[sympy.Expr, list[tuple[str, s
     return coeff, steps
 
 
+def paired_product(expr: sympy.Expr) -> tuple[sympy.Expr, list[tuple[str, sympy.Expr]]] | None:
+    """A product with no power to spread out but a quotient, as (coefficient, [(op,
+    factor), ...]) like :func:`interleaved_product`: each denominator factor right after
+    the numerator factor that shares the most inputs with it, then the other factors,
+    upstream gradients last; None where there is no denominator, or a single numerator
+    factor.
+
+    Written as SymPy prints it, x0*x1/(1 - x1) multiplies first: inf at x0 = x1 = 1e200,
+    where the value is -1e200; x1/(1 - x1)*x0 is -1 first. The same operations, another
+    order (the printers' only; the common subexpressions are SymPy's).
+    """
+    coeff = sympy.S.One
+    num: list[sympy.Expr] = []
+    den: list[sympy.Expr] = []
+    for f in sympy.Mul.make_args(expr):
+        if f.is_number:
+            coeff *= f
+            continue
+        base, e = f.as_base_exp()
+        if e == -1:
+            den.append(base)
+        elif e.is_Integer and abs(e) >= 2:
+            return None  # interleaved_product's
+        else:
+            num.append(f)
+    if not den or len(num) < 2:
+        return None
+    # bounded factors first, upstream gradients last (see interleaved_product)
+    num.sort(key=lambda f: (not _bounded(f), _upstream(f)))
+    steps: list[tuple[str, sympy.Expr]] = []
+    for d in den:
+        shared = [len(f.free_symbols & d.free_symbols) for f in num]
+        if num and max(shared) > 0:
+            steps += [("*", num.pop(shared.index(max(shared)))), ("/", d)]
+    steps += [("*", f) for f in num if not _upstream(f)]
+    steps += [("/", d) for d in den if ("/", d) not in steps]
+    steps += [("*", f) for f in num if _upstream(f)]
+    return coeff, steps
+
+
 def _upstream(expr: sympy.Expr) -> bool:
     """``expr`` is an upstream gradient (``grad``, ``grad_<output>``, ``grad_grad_<input>``;
     an input may be named ``grad_<name>`` too: it is then ordered as one, to no harm)."""
@@ -1091,7 +1131,7 @@ class grouped(sympy.Function):
 def print_interleaved(printer, expr: sympy.Expr) -> str | None:
     """``expr`` printed by ``printer`` as an interleaved product, or None (see
     :func:`interleaved_product`)."""
-    plan = interleaved_product(expr)
+    plan = interleaved_product(expr) or paired_product(expr)
     if plan is None:
         return None
     coeff, steps = plan

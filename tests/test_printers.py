@@ -241,6 +241,24 @@ def test_an_interleaved_product_scales_by_the_upstream_gradient_last():
     assert got == pytest.approx(exact, rel=1e-12)
 
 
+def test_a_quotient_divides_the_factor_that_shares_its_inputs_first():
+    """x0*x1/(1 - x1) at x0 = x1 = 1e200: x0*x1 is inf though the value is -1e200;
+    x1/(1 - x1) is -1 first. The NumPy model of the accuracy choice prints it the same."""
+    from symgrad.numerics.native import evaluator
+
+    x0, x1, grad = sympy.symbols("x0 x1 grad", real=True)
+    expr = grad * x0 * x1 / (1 - x1)
+    src = TorchPrinter().doprint(expr)
+    assert src == "x1 / (1 - x1) * x0 * grad", src
+    env = {name: torch.tensor([1e200], dtype=torch.float64) for name in ("x0", "x1")}
+    env |= {"torch": torch, "grad": torch.tensor([1.0], dtype=torch.float64)}
+    assert eval(src, env).item() == pytest.approx(-1e200, rel=1e-15)
+    assert evaluator(expr, [grad, x0, x1])(1.0, 1e200, 1e200) == pytest.approx(-1e200, rel=1e-15)
+    # no quotient, or one factor over it: SymPy's order
+    assert TorchPrinter().doprint(x0 * x1) == "x0*x1"
+    assert TorchPrinter().doprint(x0 / (1 - x1)) == "x0/(1 - x1)"
+
+
 @pytest.mark.parametrize("printer", [TorchPrinter, TensorFlowPrinter])
 def test_an_exponent_that_is_a_division_is_parenthesised(printer):
     """1/n is a power to SymPy and a division in print: x**(1/n) must not read x**1 / n."""

@@ -328,7 +328,7 @@ def _log1mexp_grad_x(x, grad):
         grad_x = -grad / tf.math.expm1(-x)
 
         def backward(grad_grad_x):
-            x_bar = grad * grad_grad_x / (tf.math.expm1(-x) * tf.math.expm1(x))
+            x_bar = 1 / tf.math.expm1(x) / tf.math.expm1(-x) * grad * grad_grad_x
             grad_bar = -grad_grad_x / tf.math.expm1(-x)
             return x_bar, grad_bar
 
@@ -372,7 +372,7 @@ def mish(x: tf.Tensor) -> tf.Tensor:
     Measured float64 error of the chosen forms vs mpmath::
 
         out: 0.1 bits mean, 1 max over 73 points
-        grad_x, d grad_x / d grad: 0.0 bits mean, 2 max over 73 points
+        grad_x, d grad_x / d grad: 0.1 bits mean, 2 max over 73 points
         d grad_x / d x: 0.4 bits mean, 4 max over 73 points
     """
 
@@ -401,10 +401,10 @@ def _mish_grad_x(x, grad):
         t4 = t2 + 4
         grad_x = tf.where(
             x <= 0,
-            grad * t0 * (t0 * (t1 + t3) + t4) / (t0 * (t0 * (t1 + 8) + 8) + 4),
-            grad
-            * (t0 * (t0 * (t0 * t4 + t3) + 4) + 1)
-            / (t0 * (t0 * (t0 * (4 * t0 + 8) + 8) + 4) + 1),
+            (t0 * (t1 + t3) + t4) / (t0 * (t0 * (t1 + 8) + 8) + 4) * t0 * grad,
+            (t0 * (t0 * (t0 * t4 + t3) + 4) + 1)
+            / (t0 * (t0 * (t0 * (4 * t0 + 8) + 8) + 4) + 1)
+            * grad,
         )
 
         def backward(grad_grad_x):
@@ -427,7 +427,7 @@ def _mish_grad_x(x, grad):
             t4 = t2 + 4
             grad_bar = grad_grad_x * tf.where(
                 x <= 0,
-                t0 * (t0 * (t1 + t3) + t4) / (t0 * (t0 * (t1 + 8) + 8) + 4),
+                (t0 * (t1 + t3) + t4) / (t0 * (t0 * (t1 + 8) + 8) + 4) * t0,
                 (t0 * (t0 * (t0 * t4 + t3) + 4) + 1)
                 / (t0 * (t0 * (t0 * (4 * t0 + 8) + 8) + 4) + 1),
             )
@@ -947,7 +947,7 @@ def _student_t_logpdf_grad_x(x, grad, nu):
 
     @tf.custom_gradient
     def forward(x, grad):
-        grad_x = -grad * (nu + 1) / (nu / x + x)
+        grad_x = -(nu + 1) / (nu / x + x) * grad
 
         def backward(grad_grad_x):
             t0 = tf.math.square(x)
@@ -965,7 +965,7 @@ def _student_t_logpdf_grad_x(x, grad, nu):
                 )
                 / (2 * nu * t1 + t3 + 1),
             )
-            grad_bar = grad_grad_x * (-nu - 1) / (nu / x + x)
+            grad_bar = (-nu - 1) / (nu / x + x) * grad_grad_x
             return x_bar, grad_bar
 
         return grad_x, backward
@@ -1018,7 +1018,7 @@ def _entropy_term_grad_x(x, grad):
         grad_x = grad * (tf.math.log(x) + 1)
 
         def backward(grad_grad_x):
-            x_bar = grad * grad_grad_x / x
+            x_bar = 1 / x * grad * grad_grad_x
             grad_bar = grad_grad_x * (tf.math.log(x) + 1)
             return x_bar, grad_bar
 
@@ -1839,8 +1839,7 @@ def _scaled_erfc_grad_x(x, grad):
             ),
             grad
             * (
-                t0
-                * (
+                (
                     1 / (tf.math.square(x) * x)
                     - 3 / (tf.math.square(tf.math.square(x)) * x)
                     + 45 / (4 * (tf.math.square(tf.math.square(x) * x) * x))
@@ -1872,6 +1871,7 @@ def _scaled_erfc_grad_x(x, grad):
                     + 5.943874211125181e17 / x**39
                 )
                 / x
+                * t0
                 - t0
                 / x
                 * (
@@ -2001,8 +2001,7 @@ def _scaled_erfc_grad_x(x, grad):
                 grad * (t0 + 2 * x * (t0 * x - t2)),
                 grad
                 * (
-                    t1
-                    * (
+                    (
                         -677479152050.6287 * t10
                         + 46323360823.97461 * t11
                         - 3397046460.4248047 * t12
@@ -2024,6 +2023,7 @@ def _scaled_erfc_grad_x(x, grad):
                         - 2.3181109423388205e19 / x**40
                     )
                     / x
+                    * t1
                     - t2
                     / x
                     * (
@@ -2188,8 +2188,7 @@ def _scaled_erfc_grad_x(x, grad):
                     )
                     / (math.sqrt(math.pi) * tf.math.maximum(x, 9.0)),
                 ),
-                t0
-                * (
+                (
                     1 / (tf.math.square(x) * x)
                     - 3 / (tf.math.square(tf.math.square(x)) * x)
                     + 45 / (4 * (tf.math.square(tf.math.square(x) * x) * x))
@@ -2221,6 +2220,7 @@ def _scaled_erfc_grad_x(x, grad):
                     + 5.943874211125181e17 / x**39
                 )
                 / x
+                * t0
                 - t0
                 / x
                 * (

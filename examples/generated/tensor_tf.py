@@ -887,7 +887,7 @@ def _layer_norm_backward(x, eps, t1, t5, grad, need_x):
         t6 = tf.math.rsqrt(eps + t5 / x.shape[-1])
         t9 = grad * t3
         t10 = tf.reduce_sum(t9, axis=-1)
-        t11 = -t10 / (2 * x.shape[-1] * (eps + t5 / x.shape[-1]) ** (1.5))
+        t11 = (-0.5) * (eps + t5 / x.shape[-1]) ** (-1.5) / x.shape[-1] * t10
         t12 = 2 * t11
         t13 = grad * t6[..., None] + t12[..., None] * t3
         t14 = tf.reduce_sum(t13, axis=-1)
@@ -908,7 +908,7 @@ def _layer_norm_backward_backward(
     if gg_x is not None and need_x_bar:
         t9 = grad * t3
         t10 = tf.reduce_sum(t9, axis=-1)
-        t11 = -t10 / (2 * x.shape[-1] * (eps + t5 / x.shape[-1]) ** (1.5))
+        t11 = (-0.5) * (eps + t5 / x.shape[-1]) ** (-1.5) / x.shape[-1] * t10
         t12 = 2 * t11
     if (gg_x is not None and need_x_bar) or (gg_x is not None and need_grad_bar):
         t25 = tf.reduce_sum(gg_x, axis=-1)
@@ -921,11 +921,11 @@ def _layer_norm_backward_backward(
         t31 = tf.reduce_sum(t30, axis=-1)
     if (gg_x is not None and need_x_bar) or (gg_x is not None and need_grad_bar):
         t32 = 2 * t29
-        t33 = -t32 / (2 * x.shape[-1] * (eps + t5 / x.shape[-1]) ** (1.5))
+        t33 = (-0.5) * (eps + t5 / x.shape[-1]) ** (-1.5) / x.shape[-1] * t32
     if gg_x is not None and need_x_bar:
         t35 = (0.75) * t10 / x.shape[-1] * t32 / x.shape[-1] * (
             eps + t5 / x.shape[-1]
-        ) ** (-2.5) - t31 / (2 * x.shape[-1] * (eps + t5 / x.shape[-1]) ** (1.5))
+        ) ** (-2.5) - (0.5) * (eps + t5 / x.shape[-1]) ** (-1.5) / x.shape[-1] * t31
         t36 = 2 * t35
         t37 = grad * t33[..., None] + t12[..., None] * t27 + t3 * t36[..., None]
         t38 = tf.reduce_sum(t37, axis=-1)
@@ -1006,7 +1006,7 @@ def _rms_norm_backward(x, g, eps, t3, grad, need_x, need_g):
         t8 = tf.math.rsqrt(eps + t3 / x.shape[-1])
     if need_x:
         t10 = tf.einsum("d,...d->...", g, t7)
-        t11 = -t10 / (2 * x.shape[-1] * (eps + t3 / x.shape[-1]) ** (1.5))
+        t11 = (-0.5) * (eps + t3 / x.shape[-1]) ** (-1.5) / x.shape[-1] * t10
         t12 = 2 * t11
         grad_x = grad * t4 + t12[..., None] * x
     if need_g:
@@ -1038,7 +1038,7 @@ def _rms_norm_backward_backward(
         t8 = tf.math.rsqrt(eps + t3 / x.shape[-1])
     if gg_x is not None and need_x_bar:
         t10 = tf.einsum("d,...d->...", g, t7)
-        t11 = -t10 / (2 * x.shape[-1] * (eps + t3 / x.shape[-1]) ** (1.5))
+        t11 = (-0.5) * (eps + t3 / x.shape[-1]) ** (-1.5) / x.shape[-1] * t10
         t12 = 2 * t11
     if (
         (gg_x is not None and need_x_bar)
@@ -1048,7 +1048,7 @@ def _rms_norm_backward_backward(
         t20 = gg_x * x
         t21 = tf.reduce_sum(t20, axis=-1)
         t22 = 2 * t21
-        t23 = -t22 / (2 * x.shape[-1] * (eps + t3 / x.shape[-1]) ** (1.5))
+        t23 = (-0.5) * (eps + t3 / x.shape[-1]) ** (-1.5) / x.shape[-1] * t22
     if gg_x is not None and need_g_bar:
         t24 = tf.einsum(
             "Zd,Z->d",
@@ -1069,14 +1069,14 @@ def _rms_norm_backward_backward(
         t29 = tf.einsum("d,...d->...", g, t27)
         t30 = (0.75) * t10 / x.shape[-1] * t22 / x.shape[-1] * (
             eps + t3 / x.shape[-1]
-        ) ** (-2.5) - t29 / (2 * x.shape[-1] * (eps + t3 / x.shape[-1]) ** (1.5))
+        ) ** (-2.5) - (0.5) * (eps + t3 / x.shape[-1]) ** (-1.5) / x.shape[-1] * t29
         t31 = 2 * t30
     if gg_g is not None and need_x_bar:
         t35 = tf.einsum("...d,d->...", t7, gg_g)
     if (gg_g is not None and need_x_bar) or (gg_g is not None and need_grad_bar):
         t36 = gg_g * t8[..., None]
     if gg_g is not None and need_x_bar:
-        t38 = -t35 / (2 * x.shape[-1] * (eps + t3 / x.shape[-1]) ** (1.5))
+        t38 = (-0.5) * (eps + t3 / x.shape[-1]) ** (-1.5) / x.shape[-1] * t35
         t39 = 2 * t38
     if gg_x is not None and need_x_bar:
         x_bar = gg_x * t12[..., None] + grad * t25 + t31[..., None] * x
@@ -1169,7 +1169,7 @@ def _layer_norm_one_pass_backward(x, eps, t1, t5, grad, need_x):
         t6 = tf.math.rsqrt(eps + t5 / x.shape[-1])
         t9 = grad * t3
         t10 = tf.reduce_sum(t9, axis=-1)
-        t11 = -t10 / (2 * x.shape[-1] * (eps + t5 / x.shape[-1]) ** (1.5))
+        t11 = (-0.5) * (eps + t5 / x.shape[-1]) ** (-1.5) / x.shape[-1] * t10
         t12 = 2 * t11
         t13 = grad * t6[..., None] + t12[..., None] * t3
         t14 = tf.reduce_sum(t13, axis=-1)
@@ -1190,7 +1190,7 @@ def _layer_norm_one_pass_backward_backward(
     if gg_x is not None and need_x_bar:
         t9 = grad * t3
         t10 = tf.reduce_sum(t9, axis=-1)
-        t11 = -t10 / (2 * x.shape[-1] * (eps + t5 / x.shape[-1]) ** (1.5))
+        t11 = (-0.5) * (eps + t5 / x.shape[-1]) ** (-1.5) / x.shape[-1] * t10
         t12 = 2 * t11
     if (gg_x is not None and need_x_bar) or (gg_x is not None and need_grad_bar):
         t25 = tf.reduce_sum(gg_x, axis=-1)
@@ -1203,11 +1203,11 @@ def _layer_norm_one_pass_backward_backward(
         t31 = tf.reduce_sum(t30, axis=-1)
     if (gg_x is not None and need_x_bar) or (gg_x is not None and need_grad_bar):
         t32 = 2 * t29
-        t33 = -t32 / (2 * x.shape[-1] * (eps + t5 / x.shape[-1]) ** (1.5))
+        t33 = (-0.5) * (eps + t5 / x.shape[-1]) ** (-1.5) / x.shape[-1] * t32
     if gg_x is not None and need_x_bar:
         t35 = (0.75) * t10 / x.shape[-1] * t32 / x.shape[-1] * (
             eps + t5 / x.shape[-1]
-        ) ** (-2.5) - t31 / (2 * x.shape[-1] * (eps + t5 / x.shape[-1]) ** (1.5))
+        ) ** (-2.5) - (0.5) * (eps + t5 / x.shape[-1]) ** (-1.5) / x.shape[-1] * t31
         t36 = 2 * t35
         t37 = grad * t33[..., None] + t12[..., None] * t27 + t3 * t36[..., None]
         t38 = tf.reduce_sum(t37, axis=-1)

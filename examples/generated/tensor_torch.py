@@ -1440,7 +1440,7 @@ def _layer_norm_backward(x, eps, t1, t5, grad, need_x):
         t6 = torch.rsqrt(eps + t5 / x.shape[-1])
         t9 = grad * t3
         t10 = t9.sum(-1)
-        t11 = -0.5 * t10 / (x.shape[-1] * (eps + t5 / x.shape[-1]) ** (1.5))
+        t11 = (-0.5) * (eps + t5 / x.shape[-1]) ** (-1.5) / x.shape[-1] * t10
         t12 = 2 * t11
         t13 = grad * t6[..., None] + t12[..., None] * t3
         t14 = t13.sum(-1)
@@ -1460,7 +1460,7 @@ def _layer_norm_jvp(x, eps, x_t):
     t19 = -t18 / x.shape[-1]
     t20 = t3 * (t19[..., None] + x_t)
     t21 = t20.sum(-1)
-    t22 = -t21 / (x.shape[-1] * (eps + t5 / x.shape[-1]) ** (1.5))
+    t22 = -((eps + t5 / x.shape[-1]) ** (-1.5)) / x.shape[-1] * t21
     return t22[..., None] * t3 + t6[..., None] * (t19[..., None] + x_t)
 
 
@@ -1476,7 +1476,7 @@ def _layer_norm_backward_backward(
     if gg_x is not None and need_x_bar:
         t9 = grad * t3
         t10 = t9.sum(-1)
-        t11 = -0.5 * t10 / (x.shape[-1] * (eps + t5 / x.shape[-1]) ** (1.5))
+        t11 = (-0.5) * (eps + t5 / x.shape[-1]) ** (-1.5) / x.shape[-1] * t10
         t12 = 2 * t11
     if (gg_x is not None and need_x_bar) or (gg_x is not None and need_grad_bar):
         t25 = gg_x.sum(-1)
@@ -1489,11 +1489,17 @@ def _layer_norm_backward_backward(
         t31 = t30.sum(-1)
     if (gg_x is not None and need_x_bar) or (gg_x is not None and need_grad_bar):
         t32 = 2 * t29
-        t33 = -0.5 * t32 / (x.shape[-1] * (eps + t5 / x.shape[-1]) ** (1.5))
+        t33 = (-0.5) * (eps + t5 / x.shape[-1]) ** (-1.5) / x.shape[-1] * t32
     if gg_x is not None and need_x_bar:
-        t35 = 0.75 * t10 / x.shape[-1] * t32 / x.shape[-1] * (
-            eps + t5 / x.shape[-1]
-        ) ** (-2.5) - t31 / (2 * x.shape[-1] * (eps + t5 / x.shape[-1]) ** (1.5))
+        t35 = (
+            0.75
+            * t10
+            / x.shape[-1]
+            * t32
+            / x.shape[-1]
+            * (eps + t5 / x.shape[-1]) ** (-2.5)
+            - (0.5) * (eps + t5 / x.shape[-1]) ** (-1.5) / x.shape[-1] * t31
+        )
         t36 = 2 * t35
         t37 = grad * t33[..., None] + t12[..., None] * t27 + t3 * t36[..., None]
         t38 = t37.sum(-1)
@@ -1621,7 +1627,7 @@ def _rms_norm_backward(x, g, eps, t3, grad, need_x, need_g):
         t8 = torch.rsqrt(eps + t3 / x.shape[-1])
     if need_x:
         t10 = torch.einsum("d,...d->...", g, t7)
-        t11 = -0.5 * t10 / (x.shape[-1] * (eps + t3 / x.shape[-1]) ** (1.5))
+        t11 = (-0.5) * (eps + t3 / x.shape[-1]) ** (-1.5) / x.shape[-1] * t10
         t12 = 2 * t11
         grad_x = grad * t4 + t12[..., None] * x
     if need_g:
@@ -1637,9 +1643,10 @@ def _rms_norm_jvp(x, g, eps, x_t, g_t):
     t17 = t16.sum(-1)
     return t4 * x_t + x * (
         g_t / torch.sqrt(eps + t3[..., None] / x.shape[-1])
-        - g
+        - (eps + t3[..., None] / x.shape[-1]) ** (-1.5)
+        / x.shape[-1]
+        * g
         * t17[..., None]
-        / (x.shape[-1] * (eps + t3[..., None] / x.shape[-1]) ** (1.5))
     )
 
 
@@ -1663,7 +1670,7 @@ def _rms_norm_backward_backward(
         t8 = torch.rsqrt(eps + t3 / x.shape[-1])
     if gg_x is not None and need_x_bar:
         t10 = torch.einsum("d,...d->...", g, t7)
-        t11 = -0.5 * t10 / (x.shape[-1] * (eps + t3 / x.shape[-1]) ** (1.5))
+        t11 = (-0.5) * (eps + t3 / x.shape[-1]) ** (-1.5) / x.shape[-1] * t10
         t12 = 2 * t11
     if (
         (gg_x is not None and need_x_bar)
@@ -1673,7 +1680,7 @@ def _rms_norm_backward_backward(
         t20 = gg_x * x
         t21 = t20.sum(-1)
         t22 = 2 * t21
-        t23 = -0.5 * t22 / (x.shape[-1] * (eps + t3 / x.shape[-1]) ** (1.5))
+        t23 = (-0.5) * (eps + t3 / x.shape[-1]) ** (-1.5) / x.shape[-1] * t22
     if gg_x is not None and need_g_bar:
         t24 = torch.einsum("...d,...->d", t7, t23)
     if (gg_x is not None and need_x_bar) or (gg_x is not None and need_grad_bar):
@@ -1684,16 +1691,22 @@ def _rms_norm_backward_backward(
         t28 = torch.einsum("...,...d->d", t8, t27)
     if gg_x is not None and need_x_bar:
         t29 = torch.einsum("d,...d->...", g, t27)
-        t30 = 0.75 * t10 / x.shape[-1] * t22 / x.shape[-1] * (
-            eps + t3 / x.shape[-1]
-        ) ** (-2.5) - t29 / (2 * x.shape[-1] * (eps + t3 / x.shape[-1]) ** (1.5))
+        t30 = (
+            0.75
+            * t10
+            / x.shape[-1]
+            * t22
+            / x.shape[-1]
+            * (eps + t3 / x.shape[-1]) ** (-2.5)
+            - (0.5) * (eps + t3 / x.shape[-1]) ** (-1.5) / x.shape[-1] * t29
+        )
         t31 = 2 * t30
     if gg_g is not None and need_x_bar:
         t35 = torch.einsum("...d,d->...", t7, gg_g)
     if (gg_g is not None and need_x_bar) or (gg_g is not None and need_grad_bar):
         t36 = gg_g * t8[..., None]
     if gg_g is not None and need_x_bar:
-        t38 = -0.5 * t35 / (x.shape[-1] * (eps + t3 / x.shape[-1]) ** (1.5))
+        t38 = (-0.5) * (eps + t3 / x.shape[-1]) ** (-1.5) / x.shape[-1] * t35
         t39 = 2 * t38
     if gg_x is not None and need_x_bar:
         x_bar = gg_x * t12[..., None] + grad * t25 + t31[..., None] * x
@@ -1837,7 +1850,7 @@ def _layer_norm_one_pass_backward(x, eps, t1, t5, grad, need_x):
         t6 = torch.rsqrt(eps + t5 / x.shape[-1])
         t9 = grad * t3
         t10 = t9.sum(-1)
-        t11 = -0.5 * t10 / (x.shape[-1] * (eps + t5 / x.shape[-1]) ** (1.5))
+        t11 = (-0.5) * (eps + t5 / x.shape[-1]) ** (-1.5) / x.shape[-1] * t10
         t12 = 2 * t11
         t13 = grad * t6[..., None] + t12[..., None] * t3
         t14 = t13.sum(-1)
@@ -1857,7 +1870,7 @@ def _layer_norm_one_pass_jvp(x, eps, x_t):
     t19 = -t18 / x.shape[-1]
     t20 = t3 * (t19[..., None] + x_t)
     t21 = t20.sum(-1)
-    t22 = -t21 / (x.shape[-1] * (eps + t5 / x.shape[-1]) ** (1.5))
+    t22 = -((eps + t5 / x.shape[-1]) ** (-1.5)) / x.shape[-1] * t21
     return t22[..., None] * t3 + t6[..., None] * (t19[..., None] + x_t)
 
 
@@ -1873,7 +1886,7 @@ def _layer_norm_one_pass_backward_backward(
     if gg_x is not None and need_x_bar:
         t9 = grad * t3
         t10 = t9.sum(-1)
-        t11 = -0.5 * t10 / (x.shape[-1] * (eps + t5 / x.shape[-1]) ** (1.5))
+        t11 = (-0.5) * (eps + t5 / x.shape[-1]) ** (-1.5) / x.shape[-1] * t10
         t12 = 2 * t11
     if (gg_x is not None and need_x_bar) or (gg_x is not None and need_grad_bar):
         t25 = gg_x.sum(-1)
@@ -1886,11 +1899,17 @@ def _layer_norm_one_pass_backward_backward(
         t31 = t30.sum(-1)
     if (gg_x is not None and need_x_bar) or (gg_x is not None and need_grad_bar):
         t32 = 2 * t29
-        t33 = -0.5 * t32 / (x.shape[-1] * (eps + t5 / x.shape[-1]) ** (1.5))
+        t33 = (-0.5) * (eps + t5 / x.shape[-1]) ** (-1.5) / x.shape[-1] * t32
     if gg_x is not None and need_x_bar:
-        t35 = 0.75 * t10 / x.shape[-1] * t32 / x.shape[-1] * (
-            eps + t5 / x.shape[-1]
-        ) ** (-2.5) - t31 / (2 * x.shape[-1] * (eps + t5 / x.shape[-1]) ** (1.5))
+        t35 = (
+            0.75
+            * t10
+            / x.shape[-1]
+            * t32
+            / x.shape[-1]
+            * (eps + t5 / x.shape[-1]) ** (-2.5)
+            - (0.5) * (eps + t5 / x.shape[-1]) ** (-1.5) / x.shape[-1] * t31
+        )
         t36 = 2 * t35
         t37 = grad * t33[..., None] + t12[..., None] * t27 + t3 * t36[..., None]
         t38 = t37.sum(-1)
