@@ -198,6 +198,11 @@ PHASE_CASES: dict[str, dict[str, Case]] = {
         "power_difference": Case(
             (x + 1) ** sympy.Rational(1, 3) - x ** sympy.Rational(1, 3), {"x": 1e15}
         ),
+        # the terms are 1e12 and cancel to 0.74 at y = 1e-12 (NMSE section 6.1)
+        "exp_pair": Case(
+            ((1 + 1 / y) * sympy.exp(-(1 - y) * x) - (1 / y - 1) * sympy.exp(-(1 + y) * x)) / 2,
+            {"x": 1.0, "y": 1e-12},
+        ),
     },
     "candidates": {
         "exp_rational": Case(sympy.diff(x * sympy.tanh(F.softplus(x)), x)),
@@ -861,6 +866,19 @@ def test_exp_rational_keeps_the_common_factor_factored():
     point = {w: -1 + 2.0**-30, x: 0.25}
     got = float(_evaluator(rational, [w, x])(point[w], point[x]))
     assert bits_of_error(got, reference_exact(grad, point)) <= 4
+
+
+def test_exp_pair_declines_sums_that_do_not_cancel():
+    from symgrad.rewrite.regimes import exp_pair
+
+    assert exp_pair(sympy.exp(x) + sympy.exp(y), frozenset(), frozenset()) is None
+    assert exp_pair(x * sympy.exp(x) + y * sympy.exp(y), frozenset(), frozenset()) is None
+    three = sympy.exp(x) - sympy.exp(y) + sympy.exp(2 * x)
+    assert exp_pair(three, frozenset(), frozenset()) is None
+    # a difference is 2*exp(m)*sinh(d) where |d| <= 1, the sum as it is past that
+    pair = exp_pair(sympy.exp(x) - sympy.exp(y), frozenset(), frozenset())
+    assert isinstance(pair, sympy.Piecewise) and pair.args[0][0].has(sympy.sinh)
+    assert pair.args[1][0] == sympy.exp(x) - sympy.exp(y)
 
 
 def test_op_cost_weighs_transcendentals_and_counts_shared_work_once():

@@ -590,6 +590,61 @@ def _cancelled_difference(x: sympy.Expr, y: sympy.Expr) -> sympy.Expr | None:
     return None if difference == 0 else sympy.factor_terms(difference)
 
 
+#: Largest sum (SymPy op count, expanded) that :func:`exp_pair` groups by exponential.
+_EXP_PAIR_MAX_OPS = 80
+
+
+def _one_exp(term: sympy.Expr) -> tuple[sympy.Expr, sympy.Expr]:
+    """A product as (its exponentials' argument, summed; the other factors): exp(e*x) *
+    exp(-x*(e + 1)) * c is (-x, c)."""
+    factors = Mul.make_args(term)
+    argument = sympy.expand(Add(*(f.args[0] for f in factors if isinstance(f, exp))))
+    return argument, Mul(*(f for f in factors if not isinstance(f, exp)))
+
+
+@register("regimes")
+def exp_pair(node: sympy.Basic, params: frozenset, positive: frozenset) -> sympy.Basic | None:
+    """c1*exp(a) + c2*exp(b) -> exp(m)*((c1 + c2)*cosh(d) + (c1 - c2)*sinh(d)) for |d| <= 1,
+    with m = (a + b)/2 and d = (a - b)/2, where c1 + c2 is 0 or simpler than c1 and c2.
+
+    The two terms cancel where a is near b and c1 near -c2: ((1 + 1/e)*exp(-(1 - e)*x) -
+    (1/e - 1)*exp(-(1 + e)*x))/2 (NMSE section 6.1) is exp(-x)*(cosh(e*x) + sinh(e*x)/e),
+    nothing left to cancel at e = 1e-9; exp(a*x) - exp(b*x) is 2*exp(m)*sinh((a - b)*x/2)
+    (Herbie's difference of exponentials). Terms free of exp are exp(0)'s: eps + (eps +
+    1)*exp(2*eps*x) - 1 pairs too. Past |d| = 1 the terms differ by e**2 or more (little
+    cancels) and exp(m) may overflow where neither term does: the sum as it is there.
+    ``None`` where the sum (expanded) has not exactly two exponentials so.
+    """
+    if not isinstance(node, Add) or not node.has(exp) or node.has(sympy.Piecewise):
+        return None
+    expanded = sympy.expand(node, power_exp=False, log=False)
+    if sympy.count_ops(expanded) > _EXP_PAIR_MAX_OPS:
+        return None
+    groups: dict[sympy.Expr, list[sympy.Expr]] = {}
+    for term in Add.make_args(expanded):
+        argument, coefficient = _one_exp(term)
+        if coefficient.has(exp):
+            return None  # an exponential inside a coefficient (exp(exp(x)))
+        groups.setdefault(argument, []).append(coefficient)
+    if len(groups) != 2:
+        return None
+    (a, ca), (b, cb) = sorted(groups.items(), key=lambda g: sympy.default_sort_key(g[0]))
+    c1, c2 = Add(*ca), Add(*cb)
+    plus = sympy.cancel(c1 + c2)
+    if plus != 0 and sympy.count_ops(plus) >= sympy.count_ops(c1) + sympy.count_ops(c2):
+        return None  # the coefficients do not cancel (exp(x) + exp(y) has nothing to)
+    d = sympy.factor_terms(sympy.expand((a - b) / 2))
+    if not d.free_symbols:
+        return None
+    m = sympy.factor_terms(sympy.expand((a + b) / 2))
+    # factored: 1 - eps**2 overflows at eps = 1e200, (1 - eps)*(1 + eps) spreads
+    plus, minus = sympy.factor(plus), sympy.factor(c1 - c2)
+    from symgrad.rewrite.rules import stabilize
+
+    paired = stabilize(exp(m) * (plus * sympy.cosh(d) + minus * sympy.sinh(d)))
+    return sympy.Piecewise((paired, sympy.Abs(d) <= 1), (node, True))
+
+
 def split_regimes(
     expr: sympy.Expr,
     params: frozenset = frozenset(),
