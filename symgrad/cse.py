@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 
 import sympy
 
-from symgrad.functions import interleaved_product
+from symgrad.functions import _nonnegative, _nonpositive, interleaved_product
 
 
 def fresh_symbols(exprs: Sequence[sympy.Expr], prefix: str) -> Iterator[sympy.Symbol]:
@@ -40,10 +40,45 @@ def common_subexpressions(
     ``a = 1e37``. So the power goes back into each product that is spread out, which then
     divides by ``s`` twice; it stays shared where nothing spreads it. The same for a
     shared part of such products (``g * s**-2``, then ``a*t`` and ``b*t``).
+
+    The reciprocal of an input is never shared: ``t = 1/k`` is inf for a subnormal k
+    (below 5.6e-309), where ``y/k`` is not (0 at y = 0); it costs the same division in
+    each product that takes it back.
     """
     replacements, reduced = sympy.cse(list(exprs), symbols=temps)
+    replacements, reduced = _unshare_reciprocals(replacements, reduced)
     replacements, reduced = _unshare_spread_powers(replacements, reduced, temps)
-    return _name_spread_bases(replacements, reduced, temps)
+    return _signed(*_name_spread_bases(replacements, reduced, temps))
+
+
+def _signed(replacements, reduced):
+    """Each temporary whose value is known <= 0 (or >= 0) told so: the printers order a
+    product's factors bounded by 1 first, and exp(t1) with t1 = -|y/k| is one."""
+    signs: dict[sympy.Symbol, sympy.Symbol] = {}
+    kept = []
+    for temp, value in replacements:
+        value = value.xreplace(signs)
+        if not isinstance(value, sympy.Expr) or value.is_Boolean:
+            pass  # a condition (t8 = x <= 0)
+        elif _nonpositive(value):
+            signs[temp] = sympy.Symbol(temp.name, real=True, nonpositive=True)
+        elif _nonnegative(value):
+            signs[temp] = sympy.Symbol(temp.name, real=True, nonnegative=True)
+        kept.append((signs.get(temp, temp), value))
+    return kept, [e.xreplace(signs) for e in reduced]
+
+
+def _unshare_reciprocals(replacements, reduced):
+    """See :func:`common_subexpressions`: each temporary that is 1/symbol put back."""
+    inlined: dict[sympy.Symbol, sympy.Expr] = {}
+    kept = []
+    for temp, value in replacements:
+        value = value.xreplace(inlined)
+        if isinstance(value, sympy.Pow) and value.exp == -1 and value.base.is_Symbol:
+            inlined[temp] = value
+        else:
+            kept.append((temp, value))
+    return kept, [e.xreplace(inlined) for e in reduced]
 
 
 def _spread(value: sympy.Expr) -> bool:

@@ -1099,10 +1099,32 @@ def _upstream(expr: sympy.Expr) -> bool:
 
 
 def _bounded(expr: sympy.Expr) -> bool:
-    """``expr`` is at most 1 in magnitude for every real argument."""
+    """``expr`` is at most 1 in magnitude for every real argument (exp(a) for a <= 0:
+    exp(-|y|/k), 0 where y/k overflows, before the -2*y/k that is inf there)."""
     if isinstance(expr, grouped):
         return expr.args[1] == 1
+    if isinstance(expr, sympy.exp):
+        return _nonpositive(expr.args[0])
     return isinstance(expr, (sigmoid, dsigmoid, sympy.sin, sympy.cos, sympy.tanh, sympy.erf))
+
+
+def _nonpositive(a: sympy.Expr) -> bool:
+    """``a`` is <= 0: as SymPy knows, or a negative number times factors that are >= 0
+    (-|y|/k for k >= 0, which SymPy leaves open since 1/k may be zoo)."""
+    if a.is_nonpositive:
+        return True
+    coeff, rest = a.as_coeff_Mul()
+    return bool(coeff < 0) and all(_nonnegative(f) for f in sympy.Mul.make_args(rest))
+
+
+def _nonnegative(f: sympy.Expr) -> bool:
+    """``f`` is >= 0: as SymPy knows, |u|, a power of a base >= 0 (1/k), or a product of
+    such (|y|/k)."""
+    if f.is_nonnegative or isinstance(f, sympy.Abs):
+        return True
+    if isinstance(f, sympy.Mul):
+        return all(_nonnegative(factor) for factor in f.args)
+    return isinstance(f, sympy.Pow) and _nonnegative(f.base)
 
 
 class grouped(sympy.Function):

@@ -94,3 +94,30 @@ def test_a_primitive_written_out_stays_one_factor_of_its_product():
     }
     exec(code, env)
     assert env["out"].item() == 0.0
+
+
+def test_the_reciprocal_of_an_input_is_not_shared():
+    """t = 1/k is inf for a subnormal k, where y/k is 0 at y = 0 (and x/k*2 finite)."""
+    k, y = sympy.symbols("k y", real=True)
+    exprs = [y / k + sympy.exp(y / k), x / k * sympy.sin(y / k)]
+    replacements, _ = common_subexpressions(exprs, _temps())
+    assert all(v != 1 / k for _, v in replacements), replacements
+    fn = evaluator(exprs[0], [k, y])
+    assert call(fn, [5e-324, 0.0], np.float64) == 1.0
+
+
+def test_a_temporary_known_to_be_nonpositive_says_so():
+    """exp(-|y/k|) is bounded by 1: the printers put it first in a product, where -2*y/k
+    is inf at y = 1e300, k = 1e-10 and the exponential is 0."""
+    k = sympy.Symbol("k", real=True, nonnegative=True)
+    y = sympy.Symbol("y", real=True)
+    expr = (
+        -2 * g * y * sympy.exp(-sympy.Abs(y) / k) / (k**2 * (1 + sympy.exp(-2 * sympy.Abs(y) / k)))
+    )
+    replacements, reduced = common_subexpressions([expr], _temps())
+    temp, value = replacements[0]
+    assert value == sympy.Abs(y) / k and temp.is_nonnegative
+    src = TorchPrinter().doprint(reduced[0])
+    assert src.startswith("(-2) * torch.exp(-t0)"), src
+    fn = evaluator(expr, [g, k, y])
+    assert call(fn, [1.0, 1e-10, 1e300], np.float64) == 0.0

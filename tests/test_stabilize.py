@@ -849,6 +849,20 @@ def test_exp_rational_keeps_other_functions_as_coefficients(ce, cn):
     assert bits_of_error(got, exact) <= 4, (got, exact)
 
 
+def test_exp_rational_limit_branches_are_not_scaled_by_the_factor():
+    """y**2/k**4 times a function of exp(y/k) (a second derivative of atan(exp(y/k))):
+    past y/k = 745 the function is 0 and so is the value, where y**2/k**4 is inf."""
+    from symgrad.numerics.native import evaluator as _evaluator
+    from symgrad.rewrite.regimes import exp_rational
+
+    k = sympy.Symbol("k", positive=True)
+    u = y / k
+    expr = y**2 * sympy.exp(u) * F.sigmoid(-2 * u) * F.sigmoid(2 * u) / k**4
+    rational = exp_rational(expr)
+    assert rational is not None
+    assert float(_evaluator(rational, [k, y])(1e-10, 1e300)) == 0.0
+
+
 def test_exp_rational_keeps_the_common_factor_factored():
     """The gradient of a Newton step for Lambert's W, wj - (wj*exp(wj) - x)/(exp(wj) +
     wj*exp(wj)): (wj + 1)**2 stays a square, exact near wj = -1 where wj**2 + 2*wj + 1

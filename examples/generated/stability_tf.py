@@ -892,7 +892,7 @@ def student_t_logpdf(x: tf.Tensor, nu: float = 3.0) -> tf.Tensor:
 
         out: 2.0 bits mean, 64 max over 93 points, 6 non-finite
         grad_x, d grad_x / d grad: 0.1 bits mean, 1 max over 93 points
-        d grad_x / d x: 0.4 bits mean, 27 max over 93 points
+        d grad_x / d x: 0.2 bits mean, 1 max over 93 points
     """
 
     @tf.custom_gradient
@@ -950,8 +950,6 @@ def _student_t_logpdf_grad_x(x, grad, nu):
         grad_x = -(nu + 1) / (nu / x + x) * grad
 
         def backward(grad_grad_x):
-            t0 = tf.math.square(x)
-            t1 = 1 / t0
             t3 = nu / x * nu / x / x / x
             t4 = nu + tf.math.square(x)
             x_bar = grad_grad_x * tf.where(
@@ -959,11 +957,11 @@ def _student_t_logpdf_grad_x(x, grad, nu):
                 (nu + 1) / t4 * (-nu + tf.math.square(x)) / t4 * grad,
                 (
                     -nu / x * grad / x * nu / x / x
-                    + grad * nu * t1
+                    + nu / x * grad / x
                     - nu / x * grad / x / x / x
-                    + grad * t1
+                    + grad / x / x
                 )
-                / (2 * nu * t1 + t3 + 1),
+                / (2 * nu / x / x + t3 + 1),
             )
             grad_bar = (-nu - 1) / (nu / x + x) * grad_grad_x
             return x_bar, grad_bar

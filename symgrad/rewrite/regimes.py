@@ -820,7 +820,19 @@ def exp_rational(expr: sympy.Expr) -> sympy.Expr | None:
         # (a limit that is a pole, x / 0, is left to the branches below: inf there too)
         finite = [(v, c) for v, c in ends if not v.has(sympy.zoo, sympy.nan, sympy.oo)]
         branches = [*finite, *branches]
-    rescaled = factor * sympy.Piecewise(*branches)
+
+    def grows(f: sympy.Expr) -> bool:
+        """``f`` is a power of b's inputs that is not 1 or -1... (y**2, 1/k**4)."""
+        root, e = f.as_base_exp()
+        return bool(root.free_symbols & base.free_symbols) and not (e == 1 or e == -1)
+
+    if limits or any(grows(f) for f in Mul.make_args(factor)):
+        # the factor into the branches: where the limit is 0 it is 0, not factor * 0, and
+        # a product with exp(-|b|) multiplies it first (y**2/k**4 times a function of
+        # exp(y/k) is inf * 0 = NaN at y = 1e300, k = 1e-10; the value is 0)
+        rescaled = sympy.Piecewise(*((v if v == 0 else factor * v, c) for v, c in branches))
+    else:
+        rescaled = factor * sympy.Piecewise(*branches)
     if opaque:
         # Coefficients with calls of their own (cos(y)): the polynomials may cancel near
         # b = 0 where the formula does not (1 - 2t**2 + t**4 + 4t**2*cos(y)**2 is
