@@ -849,6 +849,26 @@ def test_exp_rational_keeps_other_functions_as_coefficients(ce, cn):
     assert bits_of_error(got, exact) <= 4, (got, exact)
 
 
+def test_rational_tail_keeps_the_factors_of_a_quotient_with_another_tensor_input():
+    """Kalman's gain, d2/dr2: 2*N/(N + r)**3 with N = dt**4/2 + 10*dt**2 + 25. Expanded
+    and divided by dt**12 the denominator has r**2/dt**8, inf at r = 2.6e217 (r is a
+    tensor input, no bounded coefficient); its factors divided apart it has r/dt**4."""
+    import numpy as np
+
+    from symgrad.numerics.mp import exact as reference_exact
+    from symgrad.numerics.native import call
+    from symgrad.numerics.native import evaluator as _evaluator
+
+    dt, r = sympy.symbols("dt r", real=True)
+    n = dt**4 / 2 + 10 * dt**2 + 25
+    expr = 2 * n / (n + r) ** 3
+    split = split_regimes(expr)
+    assert isinstance(split, sympy.Piecewise) and not split.args[1][0].has(r**2)
+    for point in ({dt: 7.3e255, r: 2.6e217}, {dt: 8.1e45, r: 2.0e192}, {dt: 3.0, r: 0.5}):
+        got = float(call(_evaluator(split, [dt, r]), [point[dt], point[r]], np.float64))
+        assert got == pytest.approx(reference_exact(expr, point), rel=1e-13, abs=1e-300)
+
+
 def test_exp_rational_limit_branches_are_not_scaled_by_the_factor():
     """y**2/k**4 times a function of exp(y/k) (a second derivative of atan(exp(y/k))):
     past y/k = 745 the function is 0 and so is the value, where y**2/k**4 is inf."""
