@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 
 import sympy
 
-from symgrad.functions import _nonnegative, _nonpositive, interleaved_product
+from symgrad.functions import interleaved_product, known_nonnegative, known_nonpositive
 
 
 def fresh_symbols(exprs: Sequence[sympy.Expr], prefix: str) -> Iterator[sympy.Symbol]:
@@ -60,9 +60,9 @@ def _signed(replacements, reduced):
         value = value.xreplace(signs)
         if not isinstance(value, sympy.Expr) or value.is_Boolean:
             pass  # a condition (t8 = x <= 0)
-        elif _nonpositive(value):
+        elif known_nonpositive(value):
             signs[temp] = sympy.Symbol(temp.name, real=True, nonpositive=True)
-        elif _nonnegative(value):
+        elif known_nonnegative(value):
             signs[temp] = sympy.Symbol(temp.name, real=True, nonnegative=True)
         kept.append((signs.get(temp, temp), value))
     return kept, [e.xreplace(signs) for e in reduced]

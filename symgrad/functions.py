@@ -1104,27 +1104,27 @@ def _bounded(expr: sympy.Expr) -> bool:
     if isinstance(expr, grouped):
         return expr.args[1] == 1
     if isinstance(expr, sympy.exp):
-        return _nonpositive(expr.args[0])
+        return known_nonpositive(expr.args[0])
     return isinstance(expr, (sigmoid, dsigmoid, sympy.sin, sympy.cos, sympy.tanh, sympy.erf))
 
 
-def _nonpositive(a: sympy.Expr) -> bool:
+def known_nonpositive(a: sympy.Expr) -> bool:
     """``a`` is <= 0: as SymPy knows, or a negative number times factors that are >= 0
     (-|y|/k for k >= 0, which SymPy leaves open since 1/k may be zoo)."""
     if a.is_nonpositive:
         return True
     coeff, rest = a.as_coeff_Mul()
-    return bool(coeff < 0) and all(_nonnegative(f) for f in sympy.Mul.make_args(rest))
+    return bool(coeff < 0) and all(known_nonnegative(f) for f in sympy.Mul.make_args(rest))
 
 
-def _nonnegative(f: sympy.Expr) -> bool:
+def known_nonnegative(f: sympy.Expr) -> bool:
     """``f`` is >= 0: as SymPy knows, |u|, a power of a base >= 0 (1/k), or a product of
     such (|y|/k)."""
     if f.is_nonnegative or isinstance(f, sympy.Abs):
         return True
     if isinstance(f, sympy.Mul):
-        return all(_nonnegative(factor) for factor in f.args)
-    return isinstance(f, sympy.Pow) and _nonnegative(f.base)
+        return all(known_nonnegative(factor) for factor in f.args)
+    return isinstance(f, sympy.Pow) and known_nonnegative(f.base)
 
 
 class grouped(sympy.Function):

@@ -754,9 +754,8 @@ def exp_rational(expr: sympy.Expr) -> sympy.Expr | None:
 
     Where every exponential and hyperbolic function in ``expr`` is a function of ``exp(b)``
     for one argument ``b`` (sigmoid, softplus inside tanh, tanh, their derivatives...),
-    the whole formula is
-    ``P(u)/Q(u)`` with ``u = exp(b)``: mish's gradient, softplus then tanh then sigmoid and
-    a squared sech, is one exp and a dozen multiplies. Evaluated as ``P(t)/Q(t)`` for
+    the whole formula is ``P(u)/Q(u)`` with ``u = exp(b)``: mish's gradient, softplus then
+    tanh then sigmoid and a squared sech, is one exp and a dozen multiplies. Evaluated as ``P(t)/Q(t)`` for
     ``b < 0`` and, multiplied through by ``t**deg``, as the reversed polynomials of ``t``
     for ``b >= 0``, no power overflows. Other calls are coefficients of the polynomials:
     atan2(sinh(x), cos(y))'s gradient, cos(y)*cosh(x)/(cos(y)**2 + sinh(x)**2), is inf/inf
@@ -855,7 +854,7 @@ def exp_rational(expr: sympy.Expr) -> sympy.Expr | None:
         branches = [*finite, *branches]
 
     def grows(f: sympy.Expr) -> bool:
-        """``f`` is a power of b's inputs that is not 1 or -1... (y**2, 1/k**4)."""
+        """``f`` is a power of b's inputs other than the first (y**2, 1/k**4)."""
         root, e = f.as_base_exp()
         return bool(root.free_symbols & base.free_symbols) and not (e == 1 or e == -1)
 
@@ -869,8 +868,8 @@ def exp_rational(expr: sympy.Expr) -> sympy.Expr | None:
     if opaque:
         # Coefficients with calls of their own (cos(y)): the polynomials may cancel near
         # b = 0 where the formula does not (1 - 2t**2 + t**4 + 4t**2*cos(y)**2 is
-        # (1 - t**2)**2 + ...), so there the formula as written: within |b| <= 10 no power
-        # of exp(b) up to the sixth overflows, even in float32.
+        # (1 - t**2)**2 + ...), so there the formula as written: within |b| <= 10 its
+        # terms are at most exp(b)**6 (degree 12 in u counts 1/u too), e**60 even in float32.
         return sympy.Piecewise((expr, sympy.Abs(base) <= _EXP_RATIONAL_MIDDLE), (rescaled, True))
     return rescaled
 
