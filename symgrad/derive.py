@@ -29,7 +29,7 @@ from symgrad.functions import (
     sigmoid,
 )
 from symgrad.rewrite.phases import phase
-from symgrad.rewrite.regimes import split_regimes
+from symgrad.rewrite.regimes import FACTORED_FIRED, FACTORED_TAILS, split_regimes
 from symgrad.rewrite.rules import stabilize
 from symgrad.spec import Function, Spec
 
@@ -233,14 +233,31 @@ def finish(
     candidates = []
     sources = {expr: expr}
     for c in stable:
+        fired = FACTORED_FIRED.set([])
         try:
             with _time_limit(SIMPLIFY_SECONDS):
                 split = split_regimes(c, params, positive)
         except TimeoutError:
             split = c
+        factored = bool(FACTORED_FIRED.get())
+        FACTORED_FIRED.reset(fired)
         candidates += [split, c] if split != c else [c]
         sources.setdefault(split, c)
         sources.setdefault(c, c)
+        if points is not None and factored:
+            # a quotient's tail both ways (regimes.FACTORED_TAILS): kept factors or
+            # expanded, whichever the choice measures the more accurate
+            token = FACTORED_TAILS.set(False)
+            try:
+                with _time_limit(SIMPLIFY_SECONDS):
+                    expanded = split_regimes(c, params, positive)
+            except TimeoutError:
+                expanded = c
+            finally:
+                FACTORED_TAILS.reset(token)
+            if expanded not in (c, split):
+                candidates.append(expanded)
+                sources.setdefault(expanded, c)
     if points is None:
         best = fused_best = candidates[0]
     else:

@@ -867,6 +867,14 @@ def test_rational_tail_keeps_the_factors_of_a_quotient_with_another_tensor_input
     for point in ({dt: 7.3e255, r: 2.6e217}, {dt: 8.1e45, r: 2.0e192}, {dt: 3.0, r: 0.5}):
         got = float(call(_evaluator(split, [dt, r]), [point[dt], point[r]], np.float64))
         assert got == pytest.approx(reference_exact(expr, point), rel=1e-13, abs=1e-300)
+    # the expanded tail, offered beside it to the measured choice (derive.finish)
+    from symgrad.rewrite.regimes import FACTORED_TAILS
+
+    token = FACTORED_TAILS.set(False)
+    try:
+        assert split_regimes(expr).args[1][0].has(r**2)
+    finally:
+        FACTORED_TAILS.reset(token)
 
 
 def test_exp_rational_limit_branches_are_not_scaled_by_the_factor():

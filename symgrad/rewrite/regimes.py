@@ -11,6 +11,7 @@ be positive).
 
 from __future__ import annotations
 
+import contextvars
 import math
 
 import mpmath
@@ -106,9 +107,11 @@ def rational_tail(node: sympy.Basic, params: frozenset, positive: frozenset) -> 
         k = sympy.degree(denominator, x)
         if k < 2:
             continue
-        if (rational.free_symbols - {x}) - params:
+        if FACTORED_TAILS.get() and (rational.free_symbols - {x}) - params:
             factored = _factored_tail(cofactor, numerator, denominator, x)
             if factored is not None:
+                if (fired := FACTORED_FIRED.get()) is not None:
+                    fired.append(node)
                 return sympy.Piecewise((node, sympy.Abs(x) < 1), (factored, True))
         if not sympy.expand(denominator).is_Add and (
             cofactor == 1 or not sympy.expand(numerator).is_Add
@@ -121,6 +124,18 @@ def rational_tail(node: sympy.Basic, params: frozenset, positive: frozenset) -> 
         scaled = cofactor * top / sympy.expand(denominator / x**k)
         return sympy.Piecewise((node, sympy.Abs(x) < 1), (scaled, True))
     return None
+
+
+#: Whether :func:`rational_tail` keeps the factors of a quotient with another tensor
+#: input (:func:`_factored_tail`). Neither form is the more accurate everywhere: derive
+#: splits each form both ways and the measured choice decides.
+FACTORED_TAILS: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "FACTORED_TAILS", default=True
+)
+#: The nodes :func:`rational_tail` gave a factored tail, for whoever set a list here.
+FACTORED_FIRED: contextvars.ContextVar[list | None] = contextvars.ContextVar(
+    "FACTORED_FIRED", default=None
+)
 
 
 def _factored_tail(
