@@ -363,6 +363,31 @@ class hypot_ratio(StableFunction):
         return b / hypot(x, y)
 
 
+class arctan2(StableFunction):
+    """atan2(y, x), the angle of the point (x, y), kept as it is written. SymPy's atan2
+    becomes atan(y/x) wherever x is known to be positive, and y/x is inf/inf at y = x =
+    inf (atan2(expm1(u), exp(u) + 1) at u = 1000, whose value is pi/4); the rewrites
+    that produce an atan2 produce this one."""
+
+    nargs = 2
+
+    def fdiff(self, argindex=1):
+        y, x = self.args
+        if argindex == 1:
+            return hypot_ratio(x, x, y) / hypot(x, y)
+        if argindex == 2:
+            return -hypot_ratio(y, x, y) / hypot(x, y)
+        raise ArgumentIndexError(self, argindex)
+
+    @staticmethod
+    def mp(y, x):
+        return mpmath.atan2(y, x)
+
+    @classmethod
+    def naive(cls, y, x):
+        return sympy.atan2(y, x)
+
+
 class relu(StableFunction):
     """max(x, 0) with PyTorch's subgradient 0 at x == 0."""
 
@@ -998,8 +1023,9 @@ def interleaved_product(expr: sympy.Expr) -> tuple[sympy.Expr, list[tuple[str, s
     factor (``op`` is ``"*"`` or ``"/"``); None where the product has no power to spread
     out, or where spreading it would cost too many operations.
 
-    SymPy merges repeated factors into powers, and a power overflows (or underflows) long
-    before the product does: D**2 * sin(g)**2 at D = 1e200, sin(g) = 1e-201 is inf * 0,
+    A half-integer power is its integer part and a square root (t**-1.5 divides by t,
+    then by sqrt(t)). SymPy merges repeated factors into powers, and a power overflows (or
+    underflows) long before the product does: D**2 * sin(g)**2 at D = 1e200, sin(g) = 1e-201 is inf * 0,
     though (D * sin(g))**2 = 0.01; m * (m - 1)**2 / v**2 overflows at m = 1e103, v = 1e200.
     Evaluated as D * sin(g) * D * sin(g) and m / v * (m - 1) / v * (m - 1), each partial
     product stays near the size of the result, as in the order the user wrote.
@@ -1018,6 +1044,12 @@ def interleaved_product(expr: sympy.Expr) -> tuple[sympy.Expr, list[tuple[str, s
                 side = num if e > 0 else den
                 side[base] = side.get(base, 0) + abs(int(e))
                 powers += abs(int(e)) >= 2
+            elif e.is_Rational and e.q == 2 and abs(e) > 1:
+                # t**1.5 as t * sqrt(t): underflows with the value, not at t = 1e-206
+                side = num if e > 0 else den
+                side[base] = side.get(base, 0) + abs(e.p) // 2
+                side[sqrt(base)] = side.get(sqrt(base), 0) + 1
+                powers += 1
             else:
                 num[f] = num.get(f, 0) + 1
     total = sum(num.values()) + sum(den.values())

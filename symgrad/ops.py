@@ -314,6 +314,12 @@ OPS: tuple[Op, ...] = (
        torch="torch.hypot", torch_inplace="hypot_",
        printer_methods=("TorchPrinter", "TensorFlowPrinter"), cost=10,
        why_not={"tf": "TF has none: big * sqrt(1 + (small/big)**2)"}),
+    # arctan2: what the rewrites write for atan2 (SymPy's becomes atan(y/x) for x > 0)
+    Op(F.arctan2, (), (2,), mp=F.arctan2.mp, numpy="arctan2", python="math.atan2",
+       torch="torch.atan2", torch_inplace="atan2_", tf="tf.math.atan2",
+       printer_methods=("TorchPrinter",),
+       why_not={"spelled": "formulas spell atan2 (SymPy's); the rewrites make this one",
+                "cost": _NO_COST}),
     Op(F.relu, ("relu",), mp=F.relu.mp, numpy=lambda x: np.maximum(x, 0.0),
        python="max({0}, 0.0)", torch="torch.relu", torch_inplace="relu_", tf="tf.nn.relu",
        cost=1.5),

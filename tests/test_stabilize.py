@@ -83,10 +83,10 @@ CASES = {
     "expm1_over_x": ("(exp(x) - 1)/x", {"x": 712.0}, F.exprel, False, None),
     # exp(1e-20) - exp(-1e-20) rounds to 0; exact 1e-20.
     "exp_difference": ("(exp(x) - exp(-x))/2", {"x": 1e-20}, sympy.sinh, False, None),
-    # (x**2 + y**2)**(3/2) overflows at 1e110; exact 2**-1.5 * 1e-110.
+    # x**2 + y**2 overflows at 1e160; exact 2**-1.5 * 1e-160.
     "hypot_power_ratio": (
         "y**2/(x**2 + y**2)**(3/2)",
-        {"x": 1e110, "y": 1e110},
+        {"x": 1e160, "y": 1e160},
         F.hypot_ratio,
         False,
         None,
@@ -95,16 +95,74 @@ CASES = {
     "sqrt_minus_one": ("sqrt(1 + x) - 1", {"x": 1e-20}, sympy.Pow, False, None),
     # sin(1 + 1e-20) rounds to sin(1): 0; exact cos(1) * 1e-20.
     "sum_to_product": ("sin(x + y) - sin(x)", {"x": 1.0, "y": 1e-20}, sympy.cos, False, None),
+    # atan(1e8 + 1) - atan(1e8) keeps no digit of 1e-16
+    "atan_difference": ("atan(x + 1) - atan(x)", {"x": 1e8}, F.arctan2, False, None),
 }
 
 
 def test_sum_to_product_where_the_arguments_share_a_part_only():
     e = sympy.Symbol("e", real=True)
-    sin, cos = sympy.sin, sympy.cos
+    sin, cos, tan = sympy.sin, sympy.cos, sympy.tan
     assert stabilize(cos(x + e) - cos(x)) == -2 * sin(e / 2) * sin(x + e / 2)
     assert stabilize(sin(x + e) - sin(x - e)) == 2 * sin(e) * cos(x)  # sin(e + x) + sin(e - x)
-    for alone in (sin(x) - sin(y), cos(x) + cos(x + e)):
+    assert stabilize(tan(x + e) - tan(x)) == sin(e) / (cos(x) * cos(x + e))
+    for alone in (sin(x) - sin(y), cos(x) + cos(x + e), tan(x) - tan(y)):
         assert stabilize(alone) == alone
+
+
+@pytest.mark.parametrize(
+    ("formula", "expected"),
+    [
+        ("atan(x) - atan(y)", F.arctan2(x - y, x * y + 1)),
+        ("atan(x) + atan(y)", F.arctan2(x + y, 1 - x * y)),
+        ("2*(atan(x) - pi/4)", 2 * F.arctan2(x - 1, x + 1)),
+        ("pi/4 - atan(x)", F.arctan2(1 - x, x + 1)),
+        ("atan(x) - pi/2", F.arctan2(-1, x)),
+        ("atan(x) + pi/2", F.arctan2(1, -x)),
+        ("3*atan(x) - 3*atan(y) + 1", 3 * F.arctan2(x - y, x * y + 1) + 1),
+    ],
+)
+def test_atan_difference_forms(formula, expected):
+    assert stabilize(_parse(formula)) == expected
+
+
+@pytest.mark.parametrize("a", [-1e300, -1e10, -3.0, -1.0, -1e-20, 0.0, 0.5, 1.0, 7.0, 1e10, 1e300])
+@pytest.mark.parametrize("b", [-1e300, -2.0, -1e-8, 0.0, 1e-8, 1.0, 2.0, 1e300])
+def test_atan_difference_is_the_angle_everywhere(a, b):
+    """atan(a) - atan(b) as atan2(a - b, 1 + a b) on every side of a b = -1 (no pi lost)."""
+    stable = stabilize(_parse("atan(x) - atan(y)"))
+    exact = float(mpmath.atan(a) - mpmath.atan(b))
+    if math.isinf(a - b) or math.isinf(a * b):
+        return  # a - b or a b overflows: the angle of an infinite point is the limit's
+    assert run_torch(stable, {"x": a, "y": b}) == pytest.approx(exact, rel=1e-15, abs=1e-300)
+
+
+def test_root_tails_divide_each_root_by_its_power():
+    """v/sqrt(v**2 - 3H) is sign(v)/sqrt(1 - 3H/v**2) for |v| >= 1 (no overflow at 1e200),
+    the powers' sign kept (x**3/sqrt(x**2 + 1)**3 is x**3/|x|**3 = sign(x) for large x)."""
+    tail = regimes.root_tails(x / sympy.sqrt(x**2 - 3 * y))
+    assert run_torch(tail, {"x": -1e200, "y": 2.0}) == -1.0
+    assert run_torch(tail, {"x": 0.5, "y": -1.0}) == pytest.approx(0.5 / math.sqrt(3.25))
+    cubed = regimes.root_tails(x**3 * (x**2 + y) ** sympy.Rational(-3, 2))
+    assert run_torch(cubed, {"x": -1e200, "y": 1.0}) == -1.0
+    assert regimes.root_tails(sympy.sqrt(x**2 - y)) is None  # a lone root: the rules' own
+    assert regimes.root_tails(x / sympy.sqrt(x * y + 1)) is None  # odd degree: no |x|
+
+
+def test_factored_polynomials_factor_sums_only_where_they_split():
+    assert regimes.factored_polynomials(x * (1 - y**2)) == -x * (y - 1) * (y + 1)
+    assert regimes.factored_polynomials(x * (y**2 + 1)) is None
+
+
+def test_trig_sum_keeps_the_sum_near_zero():
+    """sin(a + b) as written where |a + b| <= 1 (the expansion cancels at a = -b)."""
+    split = split_regimes(sympy.sin(x + y))
+    assert isinstance(split, sympy.Piecewise)
+    at = {"x": 1.0 + 2.0**-30, "y": -1.0}
+    assert run_torch(split, at) == pytest.approx(math.sin(2.0**-30), rel=1e-15)
+    with mpmath.workdps(40):
+        exact = float(mpmath.sin(mpmath.mpf(10) ** 20 + 1))
+    assert run_torch(split, {"x": 1e20, "y": 1.0}) == pytest.approx(exact, rel=1e-14)
 
 
 def run_torch(expr, values):
@@ -199,6 +257,8 @@ PHASE_CASES: dict[str, dict[str, Case]] = {
             (x + 1) ** sympy.Rational(1, 3) - x ** sympy.Rational(1, 3), {"x": 1e15}
         ),
         # the terms are 1e12 and cancel to 0.74 at y = 1e-12 (NMSE section 6.1)
+        # 1e20 + 1 rounds to 1e20: sin(1e20), not sin(1e20 + 1)
+        "trig_sum": Case(sympy.sin(x + y), {"x": 1e20, "y": 1.0}),
         "exp_pair": Case(
             ((1 + 1 / y) * sympy.exp(-(1 - y) * x) - (1 / y - 1) * sympy.exp(-(1 + y) * x)) / 2,
             {"x": 1.0, "y": 1e-12},
@@ -215,6 +275,10 @@ PHASE_CASES: dict[str, dict[str, Case]] = {
         "sqrt_of_product": Case(sympy.sqrt(x * y)),
         # the fifth powers agree in their first 40 bits at x = 1e8, y = 0.1
         "expanded_powers": Case((x + y) ** 5 - x**5),
+        # x**2 overflows at x = 1e200: inf/inf
+        "root_tails": Case(x / sympy.sqrt(x**2 - 3 * y)),
+        # 1 - y**2 keeps the rounding of y**2 near y = 1; (1 - y)*(1 + y) is exact there
+        "factored_polynomials": Case(x * (1 - y**2)),
     },
     "tails": {
         # z**2 overflows at -1e200 before it meets sigmoid(z) = 0: NaN
@@ -460,14 +524,15 @@ def test_hypot_minus_one_regimes():
 
 
 def test_powers_of_hypot_print_as_ratios():
-    """y**2 / hypot(x, y)**3 at 1e110: hypot**3 overflows; printed as (y/h)**2 / h it is finite."""
+    """y**2 / hypot(x, y)**3 at 1e160: the squares overflow (inf/inf), and hypot**3 would;
+    printed as (y/h)**2 / h it is finite."""
     naive = parse_formula("y**2/(x**2 + y**2)**(3/2)", {"x": x, "y": y}, Location("t", 1, "f"))
     stable = stabilize(naive)
     assert stable == F.hypot_ratio(y, x, y) ** 2 / F.hypot(x, y)
     assert TorchPrinter().doprint(y**2 / F.hypot(x, y) ** 3).count("/ torch.hypot") == 2
-    at = {"x": 1e110, "y": 1e110}
-    assert run_torch(naive, at) == 0.0
-    assert run_torch(stable, at) == pytest.approx(2**-1.5 * 1e-110, rel=1e-15)
+    at = {"x": 1e160, "y": 1e160}
+    assert not math.isfinite(run_torch(naive, at))
+    assert run_torch(stable, at) == pytest.approx(2**-1.5 * 1e-160, rel=1e-15)
 
 
 def test_sigmoid_tail_is_zero_where_the_sigmoid_underflows():

@@ -63,11 +63,12 @@ class TorchPrinter(FrameworkPrinter):
         # the generated module's helper: q / (1 + hypot(q, 1)), compiled without hypot
         return f"_tan_half_atan({self._print(expr.args[0])})"
 
-    def _print_hypot(self, expr):
+    def _tensors_only(self, expr, name: str) -> str:
+        """``name(a, b)`` for a torch function that takes tensors only (hypot, atan2): a
+        number becomes a 0-d tensor of the other's dtype and device, filled there
+        (new_tensor would copy from the host: a device sync)."""
         if self.is_scalar(expr):
             return super()._print_Function(expr)
-        # torch.hypot takes tensors only: a number becomes a 0-d tensor of the other's dtype
-        # and device, filled there (new_tensor would copy from the host: a device sync).
         tensor = next(a for a in expr.args if not self.is_scalar(a))
         args = [
             f"{self.parenthesize(tensor, PRECEDENCE['Atom'], strict=True)}.new_full((), {self._print(a)})"
@@ -75,7 +76,13 @@ class TorchPrinter(FrameworkPrinter):
             else self._print(a)
             for a in expr.args
         ]
-        return f"torch.hypot({args[0]}, {args[1]})"
+        return f"{name}({args[0]}, {args[1]})"
+
+    def _print_hypot(self, expr):
+        return self._tensors_only(expr, "torch.hypot")
+
+    def _print_arctan2(self, expr):
+        return self._tensors_only(expr, "torch.atan2")
 
     def _print_polygamma(self, expr):
         n, x = expr.args

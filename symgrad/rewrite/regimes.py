@@ -693,6 +693,42 @@ def exp_pair(node: sympy.Basic, params: frozenset, positive: frozenset) -> sympy
     return sympy.Piecewise((paired, sympy.Abs(d) <= 1), (node, True))
 
 
+def _two_parts(s: sympy.Expr) -> tuple[sympy.Expr, sympy.Expr] | None:
+    """(a, b) with a + b = s: a the terms with the first input of s's terms (by name), b
+    the rest; None where s is no sum of two such parts."""
+    if not isinstance(s, Add):
+        return None
+    symbols = sorted(s.free_symbols, key=lambda v: v.name)
+    if not symbols:
+        return None
+    a = Add(*(t for t in s.args if t.has(symbols[0])))
+    b = s - a
+    return (a, b) if b != 0 else None
+
+
+@register("regimes")
+def trig_sum(node: sympy.Basic, params: frozenset, positive: frozenset) -> sympy.Basic | None:
+    """sin(a + b) -> sin(a) cos(b) + cos(a) sin(b), cos(a + b) -> cos(a) cos(b) - sin(a)
+    sin(b), tan as their ratio, for |a + b| > 1; as written within, where a + b is exact
+    or correctly rounded and the expansion would cancel (sin(a + b) near a + b = 0).
+
+    a + b rounds to a multiple of its ulp: sin(x + e) at x = 1e20 is sin(x) for any |e| <
+    1e4, and at x = 1e4 keeps 12 bits fewer than sin(x) does. The expansion evaluates the
+    functions at a and b as they are (Herbie's sin-sum and cos-sum)."""
+    if not isinstance(node, (sympy.sin, sympy.cos, sympy.tan)):
+        return None
+    parts = _two_parts(node.args[0])
+    if parts is None:
+        return None
+    a, b = parts
+    sin_sum = sympy.sin(a) * sympy.cos(b) + sympy.cos(a) * sympy.sin(b)
+    cos_sum = sympy.cos(a) * sympy.cos(b) - sympy.sin(a) * sympy.sin(b)
+    expanded = {sympy.sin: sin_sum, sympy.cos: cos_sum, sympy.tan: sin_sum / cos_sum}
+    return sympy.Piecewise(
+        (node, sympy.Abs(node.args[0]) <= 1), (expanded[node.func], True)
+    )
+
+
 def split_regimes(
     expr: sympy.Expr,
     params: frozenset = frozenset(),
@@ -965,6 +1001,94 @@ def expanded_powers(expr: sympy.Expr) -> sympy.Expr | None:
     from symgrad.rewrite.rules import stabilize
 
     return stabilize(expanded)
+
+
+def _root_tail(node: sympy.Basic) -> sympy.Basic | None:
+    """c * prod p_i(x)**e_i, some p_i of even degree under a square root -> c * sign(x)**b *
+    x**(a + b) * prod (p_i/x**deg p_i)**e_i for |x| >= 1 (x**a from the integer powers,
+    |x|**b from the roots, sqrt(x**2) = |x|): rational_tail for square roots of polynomials.
+
+    v/sqrt(v**2 - 19.6*H) is inf/inf = NaN once v**2 overflows (|v| > 1e154) where the
+    value is sign(v)/sqrt(1 - 19.6*H/v**2). Factors that are no polynomial power in x
+    are kept as they are; a root of odd degree in x (sqrt(x*y + 1)) has no |x| to take out.
+    None where ``node`` is no such product."""
+    factors = Mul.make_args(node)
+    if not isinstance(node, Mul) or sum(1 for f in factors if not f.is_number) < 2:
+        return None  # a lone root is left to the rules (hypot)
+    for x in sorted(node.free_symbols, key=lambda s: s.name):
+        parts, integer_power, root_power, overflows = [], 0, sympy.S.Zero, False
+        for f in factors:
+            base, e = f.as_base_exp()
+            if not (base.has(x) and base.is_polynomial(x) and e.is_Rational and e.q in (1, 2)):
+                parts.append(f)
+                continue
+            d = int(sympy.degree(base, x))
+            if e.q == 2 and d % 2:
+                break
+            parts.append(sympy.expand(base / x**d) ** e)
+            if e.q == 2:
+                root_power += d * e
+                overflows = overflows or (d >= 2 and base.is_Add)
+            else:
+                integer_power += d * e
+        else:
+            if not overflows:
+                continue
+            # x**a * |x|**b = sign(x)**b * x**(a + b) (SymPy would write |x|**-3 as |x|/x**4)
+            a, b = int(integer_power), int(root_power)
+            scale = x ** (a + b) * (sympy.sign(x) if b % 2 else 1)
+            return sympy.Piecewise((node, sympy.Abs(x) < 1), (scale * Mul(*parts), True))
+    return None
+
+
+@register("candidates")
+def root_tails(expr: sympy.Expr) -> sympy.Expr | None:
+    """c * prod p_i(x)**e_i -> a branch for |x| >= 1 with each p_i divided by x**deg p_i, for
+    each outermost product in ``expr`` with a square root of a polynomial of even degree in
+    x (:func:`_root_tail`): v/sqrt(v**2 - 19.6*H) -> sign(v)/sqrt(1 - 19.6*H/v**2) for
+    |v| >= 1. A candidate, not a split: inside a sum the root's conjugate form may be the
+    one that counts (1 - x/sqrt(x**2 - e) cancels for x >> e)."""
+
+    def walk(node: sympy.Basic) -> sympy.Basic:
+        if node.is_Atom or isinstance(node, sympy.Piecewise):
+            return node
+        tail = _root_tail(node)
+        if tail is not None:
+            return tail
+        args = tuple(walk(a) for a in node.args)
+        return node.func(*args) if args != node.args else node
+
+    new = walk(expr)
+    return None if new == expr else new
+
+
+#: Largest sum :func:`factored_polynomials` factors (SymPy's count_ops).
+_FACTOR_MAX_OPS = 30
+
+
+@register("candidates")
+def factored_polynomials(expr: sympy.Expr) -> sympy.Expr | None:
+    """p(x, ...) -> its factors over the rationals, for each sum in ``expr`` that is a
+    polynomial of degree 2 or more: 1 - e**2 -> (1 - e)*(1 + e) (Herbie's difference of
+    squares). Near a root the factor 1 - e is exact, where 1 - e**2 keeps the rounding
+    of e**2 (a relative 2**-53/|1 - e|); and a*(1 - e**2) overflows in e**2 at e = 1e160
+    where a = 1e-200 keeps the product small. ``None`` where no sum factors."""
+
+    def splits(node: sympy.Basic) -> bool:
+        return (
+            isinstance(node, Add)
+            and bool(node.free_symbols)
+            and node.is_polynomial(*node.free_symbols)
+            and sympy.Poly(node, *node.free_symbols).total_degree() >= 2
+            and sympy.count_ops(node) <= _FACTOR_MAX_OPS
+        )
+
+    def factored(node: sympy.Expr) -> sympy.Expr:
+        f = sympy.factor(node)
+        return f if sum(1 for m in Mul.make_args(f) if not m.is_number) >= 2 else node
+
+    new = expr.replace(splits, factored)
+    return None if new == expr else new
 
 
 def _no_integer(e: sympy.Expr) -> bool:

@@ -17,6 +17,7 @@ import sympy
 from sympy import Add, Mul, Pow, exp, log
 
 from symgrad.functions import (
+    arctan2,
     cospi,
     dsigmoid,
     erfcx,
@@ -543,6 +544,7 @@ def hypot_power_ratio(node):
 def sum_to_product(node):
     """c*sin(a) - c*sin(b) -> 2c cos((a+b)/2) sin((a-b)/2), c*sin(a) + c*sin(b) ->
     2c sin((a+b)/2) cos((a-b)/2), c*cos(a) - c*cos(b) -> -2c sin((a+b)/2) sin((a-b)/2),
+    c*tan(a) -+ c*tan(b) -> c sin(a -+ b)/(cos(a) cos(b)),
     where a - b (a + b for the sum) has fewer symbols than a or b: sin(x + e) - sin(x)
     keeps no digit of cos(x) e for small e, sin(e/2) keeps them all. (The sum is the
     difference as SymPy writes it: sin(x + e) - sin(x - e) is sin(e + x) + sin(e - x).)"""
@@ -550,7 +552,7 @@ def sum_to_product(node):
         return None
     for term in node.args:
         coeff, factor = term.as_coeff_Mul()
-        if not isinstance(factor, (sympy.sin, sympy.cos)):
+        if not isinstance(factor, (sympy.sin, sympy.cos, sympy.tan)):
             continue
         for other in node.args:
             c2, f2 = other.as_coeff_Mul()
@@ -558,7 +560,10 @@ def sum_to_product(node):
                 continue
             a, b = factor.args[0], f2.args[0]
             half_sum, half_difference = (a + b) / 2, (a - b) / 2
-            if c2 == -coeff and isinstance(factor, sympy.sin):
+            if isinstance(factor, sympy.tan) and c2 in (coeff, -coeff):
+                cancels = (a - b,) if c2 == -coeff else (a + b,)
+                value = sympy.sin(cancels[0]) / (2 * sympy.cos(a) * sympy.cos(b))
+            elif c2 == -coeff and isinstance(factor, sympy.sin):
                 cancels, value = (a - b,), sympy.cos(half_sum) * sympy.sin(half_difference)
             elif c2 == coeff and isinstance(factor, sympy.sin):
                 cancels, value = (a + b,), sympy.sin(half_sum) * sympy.cos(half_difference)
@@ -570,6 +575,53 @@ def sum_to_product(node):
             most = max(len(a.free_symbols), len(b.free_symbols))
             if any(len(c.free_symbols) < most for c in cancels):
                 return 2 * coeff * value + _drop(node, term, other)
+    return None
+
+
+#: c*pi/4 and c*pi/2 as c*atan(b): b = 1 and b infinite (None).
+_ATAN_CONSTANTS = {sympy.pi / 4: sympy.S.One, sympy.pi / 2: None}
+
+
+def _atan_terms(node: Add) -> list[tuple[sympy.Basic, sympy.Expr, sympy.Expr | None]]:
+    """(term, c, b) for each term of ``node`` that is c*atan(b), pi/4 and pi/2 multiples
+    included (b = 1 and b = None, infinite)."""
+    out = []
+    for term in node.args:
+        c, factor = term.as_independent(sympy.atan, as_Add=False)
+        if isinstance(factor, sympy.atan):
+            out.append((term, c, factor.args[0]))
+        elif term.is_number and term.has(sympy.pi):
+            for angle, b in _ATAN_CONSTANTS.items():
+                c = sympy.nsimplify(term / angle)
+                if c.is_Rational:
+                    out.append((term, c, b))
+    return out
+
+
+@register("stabilize")
+def atan_difference(node):
+    """c*atan(a) - c*atan(b) -> c*atan2(a - b, 1 + a*b), c*atan(a) + c*atan(b) ->
+    c*atan2(a + b, 1 - a*b), b a formula, 1 (c*pi/4) or infinite (c*pi/2: atan(a) - pi/2 ->
+    atan2(-1, a)). atan(N + 1) - atan(N) keeps no digit at N = 1e8, atan2(1, 1 + N*(N + 1))
+    keeps them all. For every real a and b: (1 + i a)(1 - i b) = 1 + a b + i (a - b), whose
+    argument is atan(a) - atan(b), in (-pi, pi) (Herbie's diff-atan)."""
+    if not isinstance(node, Add):
+        return None
+    terms = _atan_terms(node)
+    for i, (term, c, a) in enumerate(terms):
+        if a is None or not a.free_symbols:
+            continue
+        for other, c2, b in terms[i + 1 :] + terms[:i]:
+            if other == term or not ((c2 + c).is_zero or (c2 - c).is_zero):
+                continue  # (is_zero: 2.0 == 2 is False in SymPy)
+            sign = -1 if (c2 + c).is_zero else 1  # atan(a) + sign*atan(b)
+            if sign == -1 and b is not None and c.could_extract_minus_sign():
+                c, a, b = -c, b, a  # atan(N + 1) - atan(N): atan2(1, ...), not -atan2(-1, ...)
+            if b is None:
+                value = arctan2(-1, a) if sign == -1 else arctan2(1, -a)
+            else:
+                value = arctan2(a - b, 1 + a * b) if sign == -1 else arctan2(a + b, 1 - a * b)
+            return c * value + _drop(node, term, other)
     return None
 
 
