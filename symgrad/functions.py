@@ -1017,14 +1017,16 @@ INTERLEAVE_EXTRA_OPS = 3
 INTERLEAVE_MAX_FACTORS = 12
 
 
-def interleaved_product(expr: sympy.Expr) -> tuple[sympy.Expr, list[tuple[str, sympy.Expr]]] | None:
+def interleaved_product(
+    expr: sympy.Expr, roots: bool = True
+) -> tuple[sympy.Expr, list[tuple[str, sympy.Expr]]] | None:
     """A product with integer powers as (coefficient, [(op, factor), ...]), to be evaluated
     left to right: numerator factors round-robin by base, each followed by a denominator
     factor (``op`` is ``"*"`` or ``"/"``); None where the product has no power to spread
     out, or where spreading it would cost too many operations.
 
-    A half-integer power is its integer part and a square root (t**-1.5 divides by t,
-    then by sqrt(t)). SymPy merges repeated factors into powers, and a power overflows (or
+    With ``roots``, a half-integer power is its integer part and a square root (t**-1.5
+    divides by t, then by sqrt(t)). SymPy merges repeated factors into powers, and a power overflows (or
     underflows) long before the product does: D**2 * sin(g)**2 at D = 1e200, sin(g) = 1e-201 is inf * 0,
     though (D * sin(g))**2 = 0.01; m * (m - 1)**2 / v**2 overflows at m = 1e103, v = 1e200.
     Evaluated as D * sin(g) * D * sin(g) and m / v * (m - 1) / v * (m - 1), each partial
@@ -1044,7 +1046,7 @@ def interleaved_product(expr: sympy.Expr) -> tuple[sympy.Expr, list[tuple[str, s
                 side = num if e > 0 else den
                 side[base] = side.get(base, 0) + abs(int(e))
                 powers += abs(int(e)) >= 2
-            elif e.is_Rational and e.q == 2 and abs(e) > 1:
+            elif roots and e.is_Rational and e.q == 2 and abs(e) > 1:
                 # t**1.5 as t * sqrt(t): underflows with the value, not at t = 1e-206
                 side = num if e > 0 else den
                 side[base] = side.get(base, 0) + abs(e.p) // 2
@@ -1184,8 +1186,11 @@ class grouped(sympy.Function):
 
 def print_interleaved(printer, expr: sympy.Expr) -> str | None:
     """``expr`` printed by ``printer`` as an interleaved product, or None (see
-    :func:`interleaved_product`)."""
-    plan = interleaved_product(expr) or paired_product(expr)
+    :func:`interleaved_product`; half-integer powers spread unless the printer's
+    ``spread_roots`` is False)."""
+    plan = interleaved_product(expr, getattr(printer, "spread_roots", True)) or paired_product(
+        expr
+    )
     if plan is None:
         return None
     coeff, steps = plan

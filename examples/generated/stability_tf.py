@@ -1080,7 +1080,7 @@ def _sqrt_diff_grad_x(x, grad):
             t0 = tf.math.sqrt(x)
             t1 = tf.math.sqrt(x + 1)
             t2 = 2 * t1
-            t3 = 2 * t0 + t2 * x + 2 * x**1.5
+            t3 = 2 * t0 + t2 * x + 2 * x * tf.math.sqrt(x)
             x_bar = -(-3 * t0 - t2 - x / t1 - 1 / t0) / t3 * grad / t3 * grad_grad_x
             grad_bar = -grad_grad_x / (
                 2 * (x**1.5 + tf.math.sqrt(x) + x * tf.math.sqrt(x + 1))

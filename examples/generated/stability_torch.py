@@ -2799,7 +2799,7 @@ class SqrtDiffGrad(_Function):
             t0 = torch.sqrt(x)
             t1 = torch.sqrt(x + 1)
             t2 = 2 * t1
-            t3 = 2 * t0 + t2 * x + 2 * x**1.5
+            t3 = 2 * t0 + t2 * x + 2 * x * torch.sqrt(x)
             x_bar = -(-3 * t0 - t2 - x / t1 - 1 / t0) / t3 * grad / t3 * grad_grad_x
         if ctx.needs_input_grad[1]:
             grad_bar = (
