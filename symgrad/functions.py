@@ -1188,9 +1188,7 @@ def print_interleaved(printer, expr: sympy.Expr) -> str | None:
     """``expr`` printed by ``printer`` as an interleaved product, or None (see
     :func:`interleaved_product`; half-integer powers spread unless the printer's
     ``spread_roots`` is False)."""
-    plan = interleaved_product(expr, getattr(printer, "spread_roots", True)) or paired_product(
-        expr
-    )
+    plan = interleaved_product(expr, getattr(printer, "spread_roots", True)) or paired_product(expr)
     if plan is None:
         return None
     coeff, steps = plan

@@ -724,9 +724,7 @@ def trig_sum(node: sympy.Basic, params: frozenset, positive: frozenset) -> sympy
     sin_sum = sympy.sin(a) * sympy.cos(b) + sympy.cos(a) * sympy.sin(b)
     cos_sum = sympy.cos(a) * sympy.cos(b) - sympy.sin(a) * sympy.sin(b)
     expanded = {sympy.sin: sin_sum, sympy.cos: cos_sum, sympy.tan: sin_sum / cos_sum}
-    return sympy.Piecewise(
-        (node, sympy.Abs(node.args[0]) <= 1), (expanded[node.func], True)
-    )
+    return sympy.Piecewise((node, sympy.Abs(node.args[0]) <= 1), (expanded[node.func], True))
 
 
 def split_regimes(
