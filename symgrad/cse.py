@@ -81,17 +81,18 @@ def _unshare_reciprocals(replacements, reduced):
     return kept, [e.xreplace(inlined) for e in reduced]
 
 
+def _spread_exponent(e: sympy.Expr) -> bool:
+    """A power with exponent ``e`` is spread out by the products it is in: an integer of 2
+    or more, or a half-integer above 1 (t**-1.5 as / t / sqrt(t))."""
+    return (e.is_Integer and abs(e) >= 2) or (e.is_Rational and e.q == 2 and abs(e) > 1)
+
+
 def _spread(value: sympy.Expr) -> bool:
-    """``value`` is an integer power that a product spreads out (x**2, (1 + t)**-3), or a
+    """``value`` is a power that a product spreads out (x**2, (1 + t)**-3, t**-1.5), or a
     product that is spread out itself (a * b**-2)."""
     if isinstance(value, sympy.Mul):
         return interleaved_product(value) is not None
-    return (
-        isinstance(value, sympy.Pow)
-        and value.exp.is_Integer
-        and abs(value.exp) >= 2
-        and not value.base.is_number
-    )
+    return isinstance(value, sympy.Pow) and _spread_exponent(value.exp) and not value.base.is_number
 
 
 def _unshare_spread_powers(replacements, reduced, temps):
@@ -150,7 +151,7 @@ def _name_spread_bases(replacements, reduced, temps):
             factors = []
             for f in node.args:
                 base, e = f.as_base_exp()
-                if e.is_Integer and abs(e) >= 2 and not base.is_Symbol and not base.is_number:
+                if _spread_exponent(e) and not base.is_Symbol and not base.is_number:
                     temp = next(temps)
                     out.append((temp, base))
                     f = temp**e

@@ -27,6 +27,18 @@ def test_a_shared_power_stays_in_each_product_that_spreads_it():
     assert all(e.has(s**-2) for e in reduced)
 
 
+def test_a_shared_half_integer_power_stays_in_each_product():
+    """t**-1.5 is spread as / t / sqrt(t): shared alone it underflows (t = 3e-228) where the
+    products do not."""
+    exprs = [a * (s + 1) ** sympy.Rational(-3, 2) * b**3, b * (s + 1) ** sympy.Rational(-3, 2)]
+    replacements, reduced = common_subexpressions(exprs, _temps())
+    assert all(not isinstance(v, sympy.Pow) for _, v in replacements), replacements
+    assert all(
+        any(f.as_base_exp()[1] == sympy.Rational(-3, 2) for f in sympy.Mul.make_args(e))
+        for e in reduced
+    ), reduced
+
+
 def test_a_shared_spread_product_stays_in_each_product():
     exprs = [a * g * s**-2 * (s + 1), b * g * s**-2 * (s - 1)]
     replacements, _ = common_subexpressions(exprs, _temps())
