@@ -1025,12 +1025,13 @@ def interleaved_product(
     factor (``op`` is ``"*"`` or ``"/"``); None where the product has no power to spread
     out, or where spreading it would cost too many operations.
 
-    With ``roots``, a half-integer power is its integer part and a square root (t**-1.5
-    divides by t, then by sqrt(t)). SymPy merges repeated factors into powers, and a power overflows (or
-    underflows) long before the product does: D**2 * sin(g)**2 at D = 1e200, sin(g) = 1e-201 is inf * 0,
+    SymPy merges repeated factors into powers, and a power overflows (or underflows) long
+    before the product does: D**2 * sin(g)**2 at D = 1e200, sin(g) = 1e-201 is inf * 0,
     though (D * sin(g))**2 = 0.01; m * (m - 1)**2 / v**2 overflows at m = 1e103, v = 1e200.
     Evaluated as D * sin(g) * D * sin(g) and m / v * (m - 1) / v * (m - 1), each partial
-    product stays near the size of the result, as in the order the user wrote.
+    product stays near the size of the result, as in the order the user wrote. With
+    ``roots``, a half-integer power is its integer part and a square root: t**-1.5
+    divides by t, then by sqrt(t) (t**1.5 underflows at t = 3e-228).
     """
     coeff = sympy.S.One
     num: dict[sympy.Expr, int] = {}
@@ -1047,7 +1048,6 @@ def interleaved_product(
                 side[base] = side.get(base, 0) + abs(int(e))
                 powers += abs(int(e)) >= 2
             elif roots and e.is_Rational and e.q == 2 and abs(e) > 1:
-                # t**1.5 as t * sqrt(t): underflows with the value, not at t = 1e-206
                 side = num if e > 0 else den
                 side[base] = side.get(base, 0) + abs(e.p) // 2
                 side[sqrt(base)] = side.get(sqrt(base), 0) + 1
