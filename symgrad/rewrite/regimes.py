@@ -345,6 +345,22 @@ def power_difference(
 
 
 @register("regimes")
+def hypot_minus_one(
+    node: sympy.Basic, params: frozenset, positive: frozenset
+) -> sympy.Basic | None:
+    """hypot(x, 1) - 1 -> x**2/(hypot(x, 1) + 1) for |x| < 1, where the difference cancels;
+    beyond, x**2 would overflow (|x| > 1e154) and the difference is exact enough. (Before
+    conjugate_regime, whose form this is, there for every x.)"""
+    if not (isinstance(node, Add) and len(node.args) == 2 and sympy.S.NegativeOne in node.args):
+        return None
+    (root,) = (t for t in node.args if t != -1)
+    if not (isinstance(root, hypot) and sympy.S.One in root.args):
+        return None
+    x = root.args[0] if root.args[1] == 1 else root.args[1]
+    return sympy.Piecewise((x**2 / (root + 1), sympy.Abs(x) < 1), (node, True))
+
+
+@register("regimes")
 def conjugate_regime(
     node: sympy.Basic, params: frozenset, positive: frozenset
 ) -> sympy.Basic | None:
@@ -352,8 +368,10 @@ def conjugate_regime(
     signs, when a**2 - b**2 R is simpler (the squares cancel): squareplus
     (x + sqrt(x**2 + c))/2 is c/(2 (sqrt(x**2 + c) - x)) for x < 0, the quadratic formula's
     (-p + sqrt(p**2 - 4q))/2 is 2q/(p + sqrt(p**2 - 4q)) for p > 0, and a sum over a
-    common root, 1/2 + x/(2 sqrt(x**2 + c)), is the same cancellation. Where the signs
-    agree the sum does not cancel (and the conjugate would): the formula as written.
+    common root, 1/2 + x/(2 sqrt(x**2 + c)), is the same cancellation; so is the real part
+    of a complex square root, sqrt(x + hypot(x, y)), whose squares leave -y**2 (as high a
+    degree, one term fewer). Where the signs agree the sum does not cancel (and the
+    conjugate would): the formula as written.
     """
     if not isinstance(node, Add) or node.has(sympy.Piecewise):
         return None
@@ -373,8 +391,13 @@ def conjugate_regime(
         if even == 0 or odd == 0 or even.has(s) or odd.has(s):
             continue
         difference = sympy.factor_terms(sympy.expand(even**2 - odd**2 * radicand))
-        if _degree(difference) >= _degree(even**2):
-            continue  # the squares do not cancel: nothing gained
+        squares = len(Add.make_args(sympy.expand(even**2))) + len(
+            Add.make_args(sympy.expand(odd**2 * radicand))
+        )
+        if _degree(difference) >= _degree(even**2) and (
+            len(Add.make_args(sympy.expand(difference))) >= squares
+        ):
+            continue  # the squares do not cancel (no term of the two): nothing gained
         # halves: a - b*sqrt(R) overflows for |a| past half the largest float (float32's
         # squareplus at x = -3e38), its halves do not; the number factor stays outside
         # (SymPy would distribute it over the sum)
@@ -551,21 +574,6 @@ def _square_root(u: sympy.Expr, params: frozenset, positive: frozenset) -> sympy
     if x is None or not c.subs({p: sympy.Dummy(positive=True) for p in positive}).is_positive:
         return None
     return sympy.sqrt(c) * x
-
-
-@register("regimes")
-def hypot_minus_one(
-    node: sympy.Basic, params: frozenset, positive: frozenset
-) -> sympy.Basic | None:
-    """hypot(x, 1) - 1 -> x**2/(hypot(x, 1) + 1) for |x| < 1, where the difference cancels;
-    beyond, x**2 would overflow (|x| > 1e154) and the difference is exact enough."""
-    if not (isinstance(node, Add) and len(node.args) == 2 and sympy.S.NegativeOne in node.args):
-        return None
-    (root,) = (t for t in node.args if t != -1)
-    if not (isinstance(root, hypot) and sympy.S.One in root.args):
-        return None
-    x = root.args[0] if root.args[1] == 1 else root.args[1]
-    return sympy.Piecewise((x**2 / (root + 1), sympy.Abs(x) < 1), (node, True))
 
 
 @register("regimes")
