@@ -2763,11 +2763,12 @@ def _sqrt_diff_grad_x(x, grad):
 def _sqrt_diff_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
     x_bar = grad_bar = None
     t0 = torch.sqrt(x)
-    t1 = x**1.5
+    if need_grad_bar:
+        t1 = x**1.5
     t2 = (x + 1).sqrt_()
     if need_x_bar:
         t3 = 2 * t2
-        t4 = (2 * t0).add_(2 * t1).add_(t3 * x)
+        t4 = (2 * t0).add_(t3 * x).add_((2 * x).mul_(torch.sqrt(x)))
         t5 = (-3 * t0).sub_(t3).sub_(x / t2).sub_(1 / t0).neg_().div_(t4)
         x_bar = _mul_into(_mul_into(t5, grad).div_(t4), grad_grad_x)
     if need_grad_bar:
@@ -2814,7 +2815,7 @@ class SqrtDiffGrad(_Function):
         t1 = x**1.5
         t2 = torch.sqrt(x + 1)
         t3 = t2 * x
-        t4 = 2 * t0 + 2 * t1 + 2 * t3
+        t4 = 2 * t0 + 2 * t3 + 2 * x * torch.sqrt(x)
         return -x_t / t4 * (
             -3 * t0 - 2 * t2 - x / t2 - 1 / t0
         ) / t4 * grad - 0.5 * grad_t / (t0 + t1 + t3)
