@@ -70,8 +70,13 @@ class TorchPrinter(FrameworkPrinter):
         if self.is_scalar(expr):
             return super()._print_Function(expr)
         tensor = next(a for a in expr.args if not self.is_scalar(a))
+        # filled from one of its tensor symbols, not from the argument: that would be
+        # computed twice
+        ref = next(
+            (s for s in sorted(tensor.free_symbols, key=str) if not self.is_scalar(s)), tensor
+        )
         args = [
-            f"{self.parenthesize(tensor, PRECEDENCE['Atom'], strict=True)}.new_full((), {self._print(a)})"
+            f"{self.parenthesize(ref, PRECEDENCE['Atom'], strict=True)}.new_full((), {self._print(a)})"
             if self.is_scalar(a)
             else self._print(a)
             for a in expr.args
