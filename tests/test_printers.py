@@ -43,7 +43,7 @@ PINNED = [
 TORCH_ONLY = [
     # torch.hypot takes tensors: the number becomes a tensor of the other argument's dtype
     (F.hypot(x, 1), "torch.hypot(x, x.new_full((), 1))"),
-    (F.hypot(2 * x, 1), "torch.hypot(2*x, (2*x).new_full((), 1))"),
+    (F.hypot(2 * x, 1), "torch.hypot(2*x, x.new_full((), 1))"),
 ]
 
 
