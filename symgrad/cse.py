@@ -41,6 +41,13 @@ def common_subexpressions(
     divides by ``s`` twice; it stays shared where nothing spreads it. The same for a
     shared part of such products (``g * s**-2``, then ``a*t`` and ``b*t``).
 
+    A half-integer power above 1 in magnitude is its integer part times the square root of
+    its base, a temporary shared with every other ``sqrt`` of that base: ``x**1.5`` is
+    ``x * t`` with ``t = sqrt(x)``, and ``(s + 1)**-1.5`` is ``1 / t0 / t1`` with ``t0 = s
+    + 1`` and ``t1 = sqrt(t0)``. Its power form underflows where the spread product does
+    not (``t**1.5`` at t = 3e-228 in a product of 1e228), and written out in the printer
+    it took the square root again beside the one the code had.
+
     The reciprocal of an input is never shared: ``t = 1/k`` is inf for a subnormal k
     (below 5.6e-309), where ``y/k`` is not (0 at y = 0); it costs the same division in
     each product that takes it back.
@@ -48,6 +55,7 @@ def common_subexpressions(
     replacements, reduced = sympy.cse(list(exprs), symbols=temps)
     replacements, reduced = _unshare_reciprocals(replacements, reduced)
     replacements, reduced = _unshare_spread_powers(replacements, reduced, temps)
+    replacements, reduced = _halves_from_roots(replacements, reduced, temps)
     return _signed(*_name_spread_bases(replacements, reduced, temps))
 
 
@@ -91,7 +99,7 @@ def _spread(value: sympy.Expr) -> bool:
     """``value`` is a power that a product spreads out (x**2, (1 + t)**-3, t**-1.5), or a
     product that is spread out itself (a * b**-2)."""
     if isinstance(value, sympy.Mul):
-        return interleaved_product(value) is not None
+        return interleaved_product(value, roots=True) is not None
     return isinstance(value, sympy.Pow) and _spread_exponent(value.exp) and not value.base.is_number
 
 
@@ -104,7 +112,7 @@ def _unshare_spread_powers(replacements, reduced, temps):
             if not node.free_symbols & powers.keys():
                 return node
             inlined = node.xreplace(powers)
-            return inlined if interleaved_product(inlined) is not None else node
+            return inlined if interleaved_product(inlined, roots=True) is not None else node
 
         return expr.replace(lambda e: isinstance(e, sympy.Mul), product)
 
@@ -137,6 +145,76 @@ def _unshare_spread_powers(replacements, reduced, temps):
         if not unread:
             return kept, reduced
         kept = [pair for pair in kept if pair not in unread]
+
+
+def _halves(e: sympy.Expr) -> bool:
+    """``e`` is a half-integer of magnitude above 1 (x**1.5, s**-2.5)."""
+    return e.is_Rational and e.q == 2 and abs(e) > 1
+
+
+def _halves_from_roots(replacements, reduced, temps):
+    """See :func:`common_subexpressions`: each ``b**(k + 1/2)`` as ``b**k * r``, with ``r =
+    sqrt(b)`` a temporary (CSE's own where it has one), and ``b`` one if compound."""
+    exprs = [v for _, v in replacements] + list(reduced)
+    bases = {
+        p.base
+        for e in exprs
+        for p in sympy.preorder_traversal(e)
+        if isinstance(p, sympy.Pow) and _halves(p.exp) and not p.base.is_number
+    }
+    if not bases:
+        return replacements, reduced
+    named = {v: t for t, v in replacements}
+    added = []
+    names: dict[sympy.Expr, sympy.Symbol] = {}  # compound base -> its temporary
+    roots: dict[sympy.Expr, sympy.Symbol] = {}  # base or its name -> its square root's
+    for base in sorted(bases, key=sympy.default_sort_key):
+        name = base
+        if not base.is_Symbol:
+            name = names[base] = named.get(base) or next(temps)
+            if base not in named:
+                added.append((name, base))
+        root = named.get(sympy.sqrt(base)) or named.get(sympy.sqrt(name))
+        if root is None:
+            root = next(temps)
+            added.append((root, sympy.sqrt(name)))
+        roots[base] = roots[name] = root
+
+    def rooted(node: sympy.Pow) -> sympy.Expr:
+        sign = 1 if node.exp > 0 else -1
+        base = names.get(node.base, node.base)
+        return base ** (sign * (abs(node.exp.p) // 2)) * roots[base] ** sign
+
+    def rewrite(temp: sympy.Symbol | None, expr: sympy.Expr) -> sympy.Expr:
+        expr = expr.replace(
+            lambda n: isinstance(n, sympy.Pow) and _halves(n.exp) and n.base in roots, rooted
+        )
+        own = {b: n for b, n in names.items() if n != temp}
+        own |= {sympy.sqrt(b): r for b, r in roots.items() if r != temp}
+        own |= {1 / sympy.sqrt(b): 1 / r for b, r in roots.items() if r != temp}
+        return expr.xreplace(own)
+
+    kept = [(t, rewrite(t, v)) for t, v in replacements + added]
+    return _in_dependency_order(kept), [rewrite(None, e) for e in reduced]
+
+
+def _in_dependency_order(replacements):
+    """``replacements`` each after the temporaries its value reads, otherwise as given."""
+    values = dict(replacements)
+    done: set[sympy.Symbol] = set()
+    ordered = []
+
+    def place(temp):
+        if temp in done:
+            return
+        done.add(temp)
+        for dep in sorted(values[temp].free_symbols & values.keys(), key=sympy.default_sort_key):
+            place(dep)
+        ordered.append((temp, values[temp]))
+
+    for temp, _ in replacements:
+        place(temp)
+    return ordered
 
 
 def _name_spread_bases(replacements, reduced, temps):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import builtins
 import itertools
 import math
+from collections.abc import Callable
 from fractions import Fraction
 
 import mpmath
@@ -1018,7 +1019,7 @@ INTERLEAVE_MAX_FACTORS = 12
 
 
 def interleaved_product(
-    expr: sympy.Expr, roots: bool = True
+    expr: sympy.Expr, roots: bool = False
 ) -> tuple[sympy.Expr, list[tuple[str, sympy.Expr]]] | None:
     """A product with integer powers as (coefficient, [(op, factor), ...]), to be evaluated
     left to right: numerator factors round-robin by base, each followed by a denominator
@@ -1031,7 +1032,9 @@ def interleaved_product(
     Evaluated as D * sin(g) * D * sin(g) and m / v * (m - 1) / v * (m - 1), each partial
     product stays near the size of the result, as in the order the user wrote. With
     ``roots``, a half-integer power is its integer part and a square root: t**-1.5
-    divides by t, then by sqrt(t) (t**1.5 underflows at t = 3e-228).
+    divides by t, then by sqrt(t) (t**1.5 underflows at t = 3e-228). The printers never
+    see one: :mod:`symgrad.cse` writes it so, with the square root a temporary; this is
+    how it knows which shared powers the products spread.
     """
     coeff = sympy.S.One
     num: dict[sympy.Expr, int] = {}
@@ -1086,7 +1089,9 @@ def interleaved_product(
     return coeff, steps
 
 
-def paired_product(expr: sympy.Expr) -> tuple[sympy.Expr, list[tuple[str, sympy.Expr]]] | None:
+def paired_product(
+    expr: sympy.Expr, scalar: Callable[[sympy.Expr], bool] = lambda e: False
+) -> tuple[sympy.Expr, list[tuple[str, sympy.Expr]]] | None:
     """A product with no power to spread out but a quotient, as (coefficient, [(op,
     factor), ...]) like :func:`interleaved_product`: each denominator factor right after
     the numerator factor that shares the most inputs with it, then the other factors,
@@ -1095,7 +1100,11 @@ def paired_product(expr: sympy.Expr) -> tuple[sympy.Expr, list[tuple[str, sympy.
 
     Written as SymPy prints it, x0*x1/(1 - x1) multiplies first: inf at x0 = x1 = 1e200,
     where the value is -1e200; x1/(1 - x1)*x0 is -1 first. The same operations, another
-    order (the printers' only; the common subexpressions are SymPy's).
+    order (the printers' only; the common subexpressions are SymPy's). A single numerator
+    factor divided by two tensors or more is divided by each in turn: x/(t*r) underflows
+    at t = 3e-228, r = sqrt(t) (the half-integer power x*t**-1.5, see
+    :mod:`symgrad.cse`), x/t/r does not. ``scalar`` tells the factors that are Python
+    numbers at run time (a tensor's shape), which stay one divisor.
     """
     coeff = sympy.S.One
     num: list[sympy.Expr] = []
@@ -1111,7 +1120,7 @@ def paired_product(expr: sympy.Expr) -> tuple[sympy.Expr, list[tuple[str, sympy.
             return None  # interleaved_product's
         else:
             num.append(f)
-    if not den or len(num) < 2:
+    if not den or (len(num) < 2 and not _divided_in_turn(num, den, scalar)):
         return None
     # bounded factors first, upstream gradients last (see interleaved_product)
     num.sort(key=lambda f: (not _bounded(f), _upstream(f)))
@@ -1124,6 +1133,19 @@ def paired_product(expr: sympy.Expr) -> tuple[sympy.Expr, list[tuple[str, sympy.
     steps += [("/", d) for d in den if ("/", d) not in steps]
     steps += [("*", f) for f in num if _upstream(f)]
     return coeff, steps
+
+
+def _divided_in_turn(num: list[sympy.Expr], den: list[sympy.Expr], scalar) -> bool:
+    """``num`` (one factor at most) is divided by each tensor of ``den`` in turn: there are
+    two of them or more, and ``num`` is not an upstream gradient (scaled last, see
+    :func:`interleaved_product`: grad/(p*(p - 1)) would become 1/p/(p - 1)*grad, one
+    operation more)."""
+    return (
+        len(num) == 1
+        and not _upstream(num[0])
+        and not scalar(num[0])
+        and sum(not scalar(d) for d in den) >= 2
+    )
 
 
 def _upstream(expr: sympy.Expr) -> bool:
@@ -1186,9 +1208,9 @@ class grouped(sympy.Function):
 
 def print_interleaved(printer, expr: sympy.Expr) -> str | None:
     """``expr`` printed by ``printer`` as an interleaved product, or None (see
-    :func:`interleaved_product`; half-integer powers spread unless the printer's
-    ``spread_roots`` is False)."""
-    plan = interleaved_product(expr, getattr(printer, "spread_roots", True)) or paired_product(expr)
+    :func:`interleaved_product` and :func:`paired_product`)."""
+    scalar = getattr(printer, "is_scalar", lambda e: False)  # the NumPy model has none
+    plan = interleaved_product(expr) or paired_product(expr, scalar)
     if plan is None:
         return None
     coeff, steps = plan

@@ -28,15 +28,45 @@ def test_a_shared_power_stays_in_each_product_that_spreads_it():
 
 
 def test_a_shared_half_integer_power_stays_in_each_product():
-    """t**-1.5 is spread as / t / sqrt(t): shared alone it underflows (t = 3e-228) where the
-    products do not."""
-    exprs = [a * (s + 1) ** sympy.Rational(-3, 2) * b**3, b * (s + 1) ** sympy.Rational(-3, 2)]
+    """s**-1.5 is 1/s/sqrt(s) in each product, sqrt(s) a temporary: shared alone, s**-1.5
+    overflows (s = 3e-228) where the products do not (b = 1e-200: 1.9e141)."""
+    exprs = [a * s ** sympy.Rational(-3, 2) * b**3, b * s ** sympy.Rational(-3, 2)]
     replacements, reduced = common_subexpressions(exprs, _temps())
-    assert all(not isinstance(v, sympy.Pow) for _, v in replacements), replacements
-    assert all(
-        any(f.as_base_exp()[1] == sympy.Rational(-3, 2) for f in sympy.Mul.make_args(e))
-        for e in reduced
-    ), reduced
+    assert [v for _, v in replacements] == [sympy.sqrt(s)], replacements
+    root = replacements[0][0]
+    assert all(e.has(s**-1) and e.has(root**-1) for e in reduced), reduced
+    tape = emit([("p", exprs[0]), ("q", exprs[1])], TorchPrinter())
+    code = "\n".join(tape.lines())
+    assert code.count("sqrt") == 1 and "**" not in code, code
+    point = {a: 1e-200, b: 1e-200, s: 3e-228}
+    env = {"torch": torch} | {
+        str(k): torch.tensor([v], dtype=torch.float64) for k, v in point.items()
+    }
+    exec(code, env)
+    for name, expr in zip("pq", exprs):
+        exact = float(sympy.N(expr.subs({k: sympy.Float(v, 30) for k, v in point.items()}), 20))
+        assert env[name].item() == pytest.approx(exact, rel=1e-14)
+        model = call(evaluator(expr, [a, b, s]), list(point.values()), np.float64)
+        assert model == pytest.approx(exact, rel=1e-14)
+
+
+def test_a_half_integer_power_takes_the_square_root_the_code_has():
+    """x**1.5 + sqrt(x): one square root, x**1.5 = x * sqrt(x) (a compound base is named
+    first: (x + 1)**2.5 is t0**2 * sqrt(t0))."""
+    exprs = [x ** sympy.Rational(3, 2) + sympy.sqrt(x), (x + 1) ** sympy.Rational(5, 2) / g]
+    replacements, reduced = common_subexpressions(exprs, _temps())
+    values = [v for _, v in replacements]
+    assert values.count(sympy.sqrt(x)) == 1 and x + 1 in values, replacements
+    assert not any(
+        p.is_Pow and p.exp.q == 2 and abs(p.exp) > 1
+        for e in values + reduced
+        for p in sympy.preorder_traversal(e)
+        if isinstance(p, sympy.Pow) and p.exp.is_Rational
+    ), (replacements, reduced)
+    for expr in exprs:
+        fn = evaluator(expr, [g, x])
+        exact = float(expr.subs({g: 3, x: sympy.Rational(7, 4)}))
+        assert call(fn, [3.0, 1.75], np.float64) == pytest.approx(exact, rel=1e-15)
 
 
 def test_a_shared_spread_product_stays_in_each_product():

@@ -259,6 +259,26 @@ def test_a_quotient_divides_the_factor_that_shares_its_inputs_first():
     assert TorchPrinter().doprint(x0 / (1 - x1)) == "x0/(1 - x1)"
 
 
+def test_one_factor_over_two_tensors_is_divided_by_each_in_turn():
+    """x0/(x1*(x1 - 1)) at x0 = x1 = 1e200: x1*(x1 - 1) is inf though the value is 1e-200.
+    An upstream gradient keeps SymPy's order (divided by each in turn it would be
+    1/x1/(x1 - 1)*grad, one operation more), and a Python-number divisor stays one."""
+    from symgrad.numerics.native import evaluator
+
+    x0, x1, grad = sympy.symbols("x0 x1 grad", real=True)
+    expr = x0 / (x1 * (x1 - 1))
+    src = TorchPrinter().doprint(expr)
+    assert src == "x0 / x1 / (x1 - 1)", src
+    env = {"torch": torch} | {n: torch.tensor([1e200], dtype=torch.float64) for n in ("x0", "x1")}
+    assert eval(src, env).item() == pytest.approx(1e-200, rel=1e-15)
+    assert evaluator(expr, [x0, x1])(1e200, 1e200) == pytest.approx(1e-200, rel=1e-15)
+    assert TorchPrinter().doprint(grad / (x1 * (x1 - 1))) == "grad/(x1*(x1 - 1))"
+    n = sympy.Symbol("n", positive=True)
+    printer = TorchPrinter()
+    printer.scalars = frozenset({n})
+    assert printer.doprint(x0 / (n * x1)) == "x0/(n*x1)"
+
+
 @pytest.mark.parametrize("printer", [TorchPrinter, TensorFlowPrinter])
 def test_an_exponent_that_is_a_division_is_parenthesised(printer):
     """1/n is a power to SymPy and a division in print: x**(1/n) must not read x**1 / n."""

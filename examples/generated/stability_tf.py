@@ -1074,17 +1074,17 @@ def _sqrt_diff_grad_x(x, grad):
 
     @tf.custom_gradient
     def forward(x, grad):
-        grad_x = -grad / (2 * (x**1.5 + tf.math.sqrt(x) + x * tf.math.sqrt(x + 1)))
+        t0 = tf.math.sqrt(x)
+        grad_x = -grad / (2 * (t0 * x + t0 + x * tf.math.sqrt(x + 1)))
 
         def backward(grad_grad_x):
             t0 = tf.math.sqrt(x)
             t1 = tf.math.sqrt(x + 1)
             t2 = 2 * t1
-            t3 = 2 * t0 + t2 * x + 2 * x * tf.math.sqrt(x)
+            t3 = 2 * t0 * x + 2 * t0 + t2 * x
             x_bar = -(-3 * t0 - t2 - x / t1 - 1 / t0) / t3 * grad / t3 * grad_grad_x
-            grad_bar = -grad_grad_x / (
-                2 * (x**1.5 + tf.math.sqrt(x) + x * tf.math.sqrt(x + 1))
-            )
+            t0 = tf.math.sqrt(x)
+            grad_bar = -grad_grad_x / (2 * (t0 * x + t0 + x * tf.math.sqrt(x + 1)))
             return x_bar, grad_bar
 
         return grad_x, backward

@@ -990,7 +990,7 @@ class Logit(_Function):
     @staticmethod
     def jvp(ctx, p_t):
         (p,) = ctx.saved_tensors
-        return -p_t / (p * (p - 1))
+        return -p_t / p / (p - 1)
 
 
 _Logit = _without_jvp(Logit)
@@ -2750,25 +2750,28 @@ class SqrtDiff(_Function):
     @staticmethod
     def jvp(ctx, x_t):
         (x,) = ctx.saved_tensors
-        return -0.5 * x_t / (x**1.5 + torch.sqrt(x) + x * torch.sqrt(x + 1))
+        t0 = torch.sqrt(x)
+        return -0.5 * x_t / (t0 * x + t0 + x * torch.sqrt(x + 1))
 
 
 _SqrtDiff = _without_jvp(SqrtDiff)
 
 
 def _sqrt_diff_grad_x(x, grad):
-    return -0.5 * grad / (x**1.5).add_(torch.sqrt(x)).add_((x + 1).sqrt_().mul_(x))
+    t0 = torch.sqrt(x)
+    t1 = t0 * x
+    return -0.5 * grad / t1.add_(t0).add_((x + 1).sqrt_().mul_(x))
 
 
 def _sqrt_diff_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
     x_bar = grad_bar = None
     t0 = torch.sqrt(x)
     if need_grad_bar:
-        t1 = x**1.5
+        t1 = t0 * x
     t2 = (x + 1).sqrt_()
     if need_x_bar:
         t3 = 2 * t2
-        t4 = (2 * t0).add_(t3 * x).add_((2 * x).mul_(torch.sqrt(x)))
+        t4 = (2 * t0).mul_(x).add_(2 * t0).add_(t3 * x)
         t5 = (-3 * t0).sub_(t3).sub_(x / t2).sub_(1 / t0).neg_().div_(t4)
         x_bar = _mul_into(_mul_into(t5, grad).div_(t4), grad_grad_x)
     if need_grad_bar:
@@ -2800,22 +2803,21 @@ class SqrtDiffGrad(_Function):
             t0 = torch.sqrt(x)
             t1 = torch.sqrt(x + 1)
             t2 = 2 * t1
-            t3 = 2 * t0 + t2 * x + 2 * x * torch.sqrt(x)
+            t3 = 2 * t0 * x + 2 * t0 + t2 * x
             x_bar = -(-3 * t0 - t2 - x / t1 - 1 / t0) / t3 * grad / t3 * grad_grad_x
         if ctx.needs_input_grad[1]:
-            grad_bar = (
-                -0.5 * grad_grad_x / (x**1.5 + torch.sqrt(x) + x * torch.sqrt(x + 1))
-            )
+            t0 = torch.sqrt(x)
+            grad_bar = -0.5 * grad_grad_x / (t0 * x + t0 + x * torch.sqrt(x + 1))
         return x_bar, grad_bar
 
     @staticmethod
     def jvp(ctx, x_t, grad_t):
         x, grad = ctx.saved_tensors
         t0 = torch.sqrt(x)
-        t1 = x**1.5
+        t1 = t0 * x
         t2 = torch.sqrt(x + 1)
         t3 = t2 * x
-        t4 = 2 * t0 + 2 * t3 + 2 * x * torch.sqrt(x)
+        t4 = 2 * t0 * x + 2 * t0 + 2 * t3
         return -x_t / t4 * (
             -3 * t0 - 2 * t2 - x / t2 - 1 / t0
         ) / t4 * grad - 0.5 * grad_t / (t0 + t1 + t3)

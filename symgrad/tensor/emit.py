@@ -27,10 +27,6 @@ def _dividing(printer_cls: type) -> type:
     autograd's step-by-step chain rule does."""
 
     class Printer(printer_cls):
-        # a power's base here is a formula, not a common subexpression: t**-1.5 as
-        # 1/t/sqrt(t) would write it twice
-        spread_roots = False
-
         def _print_Add(self, expr, order=None):
             # positive terms first: `a - b` is one subtraction, `-b + a` a negation too
             terms = sorted(expr.args, key=lambda t: t.could_extract_minus_sign())
