@@ -1012,8 +1012,12 @@ def _real_derivative(d: sympy.Derivative) -> sympy.Expr:
 #: costs at most this many operations more than its power form (elementwise multiplies and
 #: divides, cheap beside the transcendental calls around them: the second derivative of
 #: sigmoid(x/s) in s, g*x*(2*s - x*tanh(x/2s))*sigmoid(x/s)*sigmoid(-x/s)/s**4, is two
-#: more, and its s**4 underflows at s = 1e-80 where the value is 0, not 0 * inf)
-INTERLEAVE_EXTRA_OPS = 3
+#: more, and its s**4 underflows at s = 1e-80 where the value is 0, not 0 * inf). Four: a
+#: half-integer power reaches the printers as its integer part times a square root
+#: temporary (symgrad.cse), one multiply where the power form had one power;
+#: sin(a)**3*g/(D**5*t*sqrt(t)) spread is four more, and with three it was left to
+#: overflow (init_gamma0_from_alpha's d2/dD2, 0.3 -> 2.5 bits)
+INTERLEAVE_EXTRA_OPS = 4
 #: ... and has at most this many factors, powers counted by their exponent.
 INTERLEAVE_MAX_FACTORS = 12
 
