@@ -337,7 +337,13 @@ class hypot_ratio(StableFunction):
     """b / hypot(x, y) for b one of x, y: at most 1 in magnitude. Powers of hypot in a
     denominator are paired with these (y**2/hypot**3 = hypot_ratio(y, x, y)**2 / hypot):
     hypot**3 overflows for |y| > 5e102 where the value does not, and as a function of its
-    own the pair survives SymPy (which merges (y/h)**2/h back) and common subexpressions."""
+    own the pair survives SymPy (which merges (y/h)**2/h back) and common subexpressions.
+
+    Evaluated without overflow: where b is the larger argument, sign(b)/hypot(1,
+    other/|b|), which is sign(b) at b = inf (b/hypot is inf/inf there: sinh(Ce)/hypot(cos(Cn),
+    sinh(Ce)) for |Ce| > 710) and where hypot(x, y) overflows although x and y do not
+    (x = y = 1.5e308: 0.707, not 0); where b is the smaller, b/hypot(x, y) (hypot
+    overflows there only past 1.27e308 for the other argument)."""
 
     nargs = 3
 
@@ -361,7 +367,13 @@ class hypot_ratio(StableFunction):
 
     def regimes(self) -> sympy.Expr:
         b, x, y = self.args
-        return b / hypot(x, y)
+        # (written for any b: the regimes are also evaluated on three separate symbols;
+        # where b is the larger, the other argument is the smaller of the two)
+        other = sympy.Min(sympy.Abs(x), sympy.Abs(y))
+        larger = sympy.And(sympy.Abs(x) <= sympy.Abs(b), sympy.Abs(y) <= sympy.Abs(b))
+        return sympy.Piecewise(
+            (sympy.sign(b) / hypot(1, other / sympy.Abs(b)), larger), (b / hypot(x, y), True)
+        )
 
 
 class arctan2(StableFunction):

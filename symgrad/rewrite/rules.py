@@ -525,17 +525,19 @@ def sigmoid_product(node):
 
 @register("stabilize")
 def hypot_power_ratio(node):
-    """y**m / hypot(x, y)**k -> hypot_ratio(y, x, y)**m / hypot(x, y)**(k-m) (m < k): each
-    ratio is at most 1, where hypot**k overflows long before the value (y**2/hypot**3)."""
+    """y**m / hypot(x, y)**k -> hypot_ratio(y, x, y)**m / hypot(x, y)**(k-m) (m <= k): each
+    ratio is at most 1, where hypot**k overflows long before the value (y**2/hypot**3),
+    and y/hypot(x, y) is inf/inf where y overflows (sinh(Ce)/hypot(cos(Cn), sinh(Ce)) at
+    Ce = 1000, whose value is 1)."""
     if not isinstance(node, Mul):
         return None
     for h in node.args:
         base, power = h.as_base_exp()
-        if not (isinstance(base, hypot) and power.is_Integer and power <= -2):
+        if not (isinstance(base, hypot) and power.is_Integer and power <= -1):
             continue
         for f in node.args:
             b, m = f.as_base_exp()
-            if b in base.args and m.is_Integer and 1 <= m < -power:
+            if b in base.args and m.is_Integer and 1 <= m <= -power:
                 return _drop(node, h, f) * hypot_ratio(b, *base.args) ** m * base ** (power + m)
     return None
 
