@@ -127,10 +127,10 @@ class Derived:
 
     def reusable_outputs(self) -> tuple[tuple[sympy.Expr, sympy.Symbol], ...]:
         """(formula, symbol) of each output a backward may read instead of recomputing it
-        (d exp(x)/dx = grad * out). Never where a gradient would read the output beside a
-        differentiable input: hypot's grad*x/out would make the double backward chain two
-        partial derivatives whose sum cancels (1/h - x**2/h**3) where the derived y**2/h**3
-        does not."""
+        (d exp(x)/dx = grad * out): only an output whose formula reappears in a gradient,
+        and never where a gradient would read it beside a differentiable input: a
+        ``grad*x/out`` would make the double backward chain two partial derivatives whose
+        sum cancels (1/h - x**2/h**3 for hypot) where the derived y**2/h**3 does not."""
         symbols = self.output_symbols()
         diff_syms = {self.symbols[i] for i in self.diff_inputs}
         reusable = []
@@ -138,10 +138,9 @@ class Derived:
             if expr.is_Atom or expr.has(sympy.Piecewise):
                 continue
             out = symbols[name]
-            mixed = any(
-                out in v.free_symbols and v.free_symbols & diff_syms
-                for v in (e.xreplace({expr: out}) for e in self.vjps.values())
-            )
-            if not mixed:
+            reading = [e.xreplace({expr: out}) for e in self.vjps.values()]
+            read = any(out in v.free_symbols for v in reading)
+            mixed = any(out in v.free_symbols and v.free_symbols & diff_syms for v in reading)
+            if read and not mixed:
                 reusable.append((expr, out))
         return tuple(reusable)

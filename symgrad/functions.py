@@ -339,13 +339,18 @@ class hypot_ratio(StableFunction):
     hypot**3 overflows for |y| > 5e102 where the value does not, and as a function of its
     own the pair survives SymPy (which merges (y/h)**2/h back) and common subexpressions.
 
-    Evaluated without overflow: where b is the larger argument, sign(b)/hypot(1,
-    other/|b|), which is sign(b) at b = inf (b/hypot is inf/inf there: sinh(Ce)/hypot(cos(Cn),
-    sinh(Ce)) for |Ce| > 710) and where hypot(x, y) overflows although x and y do not
-    (x = y = 1.5e308: 0.707, not 0); where b is the smaller, b/hypot(x, y) (hypot
-    overflows there only past 1.27e308 for the other argument)."""
+    Evaluated as b / hypot(x, y): where x and y are inputs (finite) that overflows only
+    where both pass 1.27e308. Build it with :meth:`of`, which takes
+    :class:`hypot_ratio_scaled` where an argument is computed (and can overflow)."""
 
     nargs = 3
+
+    @classmethod
+    def of(cls, b: sympy.Expr, x: sympy.Expr, y: sympy.Expr) -> sympy.Expr:
+        """b / hypot(x, y) as the ratio its arguments need: scaled where x or y is computed
+        (sinh(Ce) is inf past Ce = 710), plain where both are inputs or numbers."""
+        plain = all(a.is_Symbol or a.is_Number for a in (x, y))
+        return (hypot_ratio if plain else hypot_ratio_scaled)(b, x, y)
 
     def fdiff(self, argindex=1):
         _, x, y = self.args
@@ -354,7 +359,7 @@ class hypot_ratio(StableFunction):
             return 1 / h
         if argindex in (2, 3):
             other = x if argindex == 2 else y
-            return -self * hypot_ratio(other, x, y) / h
+            return -self * self.func(other, x, y) / h
         raise ArgumentIndexError(self, argindex)
 
     @staticmethod
@@ -367,13 +372,28 @@ class hypot_ratio(StableFunction):
 
     def regimes(self) -> sympy.Expr:
         b, x, y = self.args
-        # (written for any b: the regimes are also evaluated on three separate symbols;
-        # where b is the larger, the other argument is the smaller of the two)
-        other = sympy.Min(sympy.Abs(x), sympy.Abs(y))
-        larger = sympy.And(sympy.Abs(x) <= sympy.Abs(b), sympy.Abs(y) <= sympy.Abs(b))
-        return sympy.Piecewise(
-            (sympy.sign(b) / hypot(1, other / sympy.Abs(b)), larger), (b / hypot(x, y), True)
-        )
+        return b / hypot(x, y)
+
+
+class hypot_ratio_scaled(hypot_ratio):
+    """b / hypot(x, y) (:class:`hypot_ratio`) for arguments that may overflow: where b is
+    the larger argument, sign(b) / hypot(1, other/b), which is sign(b) at b = inf (b/hypot
+    is inf/inf there: sinh(Ce)/hypot(cos(Cn), sinh(Ce)) for |Ce| > 710) and where
+    hypot(x, y) overflows although x and y do not (x = y = 1.5e308: 0.707, not 0); where
+    b is the smaller, b / hypot(x, y) (which overflows there only where the other
+    argument passes 1.27e308, and is then about 0)."""
+
+    def regimes(self) -> sympy.Expr:
+        b, x, y = self.args
+        if b in (x, y):  # the printers' case: the other argument is known
+            other = y if b == x else x
+            larger = sympy.Abs(other) <= sympy.Abs(b)
+            scaled = sympy.sign(b) / hypot(1, other / b)
+        else:  # evaluated on three separate symbols: the same values, by magnitudes
+            larger = sympy.And(sympy.Abs(x) <= sympy.Abs(b), sympy.Abs(y) <= sympy.Abs(b))
+            other = sympy.Min(sympy.Abs(x), sympy.Abs(y))
+            scaled = sympy.sign(b) / hypot(1, other / sympy.Abs(b))
+        return sympy.Piecewise((scaled, larger), (b / hypot(x, y), True))
 
 
 class arctan2(StableFunction):
@@ -387,9 +407,9 @@ class arctan2(StableFunction):
     def fdiff(self, argindex=1):
         y, x = self.args
         if argindex == 1:
-            return hypot_ratio(x, x, y) / hypot(x, y)
+            return hypot_ratio.of(x, x, y) / hypot(x, y)
         if argindex == 2:
-            return -hypot_ratio(y, x, y) / hypot(x, y)
+            return -hypot_ratio.of(y, x, y) / hypot(x, y)
         raise ArgumentIndexError(self, argindex)
 
     @staticmethod

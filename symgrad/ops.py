@@ -381,6 +381,10 @@ OPS: tuple[Op, ...] = (
                 "tf": "its regimes, and sign(q) at q = +-inf"}),
     Op(F.hypot_ratio, arity=(3,), mp=F.hypot_ratio.mp, numpy=REGIMES, python=REGIMES,
        torch=REGIMES, tf=REGIMES, cost=12, passes=2, why_not={"spelled": _DERIVED}),
+    # hypot_ratio_scaled: |x|, |y|, <=, sign, /, hypot, / and the plain ratio, selected
+    Op(F.hypot_ratio_scaled, arity=(3,), mp=F.hypot_ratio.mp, numpy=REGIMES,
+       python=REGIMES, torch=REGIMES, tf=REGIMES, cost=30, passes=10,
+       why_not={"spelled": _DERIVED}),
     Op(F.erfcx_inv, mp=F.erfcx_inv.mp, numpy=REGIMES, python=REGIMES, torch=REGIMES,
        tf=REGIMES, cost=200, passes=10, why_not={"spelled": _DERIVED}),
     Op(F.exprel, mp=F.exprel.mp, numpy=REGIMES, python=REGIMES, torch=REGIMES, tf=REGIMES,

@@ -5,6 +5,7 @@ No framework is needed: these read the planned code, they do not run it.
 
 from __future__ import annotations
 
+import pytest
 import sympy
 
 from symgrad.derive import derive_function
@@ -22,6 +23,9 @@ functions:
   hyp:
     inputs: {x: {}, y: {}}
     output: sqrt(x**2 + y**2)
+  expxy:
+    inputs: {x: {}, y: {}}
+    output: exp(x*y)
   scaled:
     inputs: {x: {}, beta: {kind: scalar, default: 2.0}}
     output: log(1 + exp(beta*x))/beta
@@ -125,8 +129,14 @@ def test_the_backward_reads_the_saved_output_where_that_is_cheaper(tmp_path):
     } == {"grad": "out", "out": "grad"}
 
 
-def test_an_output_read_beside_a_differentiable_input_is_never_saved(tmp_path):
-    d = _derived(tmp_path, "hyp")
+@pytest.mark.parametrize("name", ["hyp", "expxy"])
+def test_an_output_read_beside_a_differentiable_input_is_never_saved(tmp_path, name):
+    # grad*x/out, grad*y*out: out would be read beside an input whose gradient it chains
+    d = _derived(tmp_path, name)
+    assert (
+        d.output_symbols()["out"]
+        in d.vjps["x"].xreplace({d.outputs[0][1]: d.output_symbols()["out"]}).free_symbols
+    )
     assert d.reusable_outputs() == () and d.second_partials == {}
     main = plan_torch(d).kernels[0]
     assert main.setup.lines[0] == "ctx.save_for_backward(*inputs)"  # x and y, not out

@@ -542,10 +542,11 @@ def test_powers_of_hypot_print_as_ratios():
 
 
 def test_a_ratio_to_hypot_is_a_hypot_ratio_finite_where_its_numerator_overflows():
-    """sinh(u)/hypot(c, sinh(u)) at u = 1000: inf/inf as written, 1 as a hypot_ratio (the
-    second derivative of exact_inv_cn_angle); and b/hypot(x, y) where hypot overflows
-    though x and y do not (x = y = 1.5e308: 2**-0.5, not 0). The code and the NumPy model
-    of the accuracy choice agree."""
+    """sinh(u)/hypot(c, sinh(u)) at u = 1000: inf/inf as written, 1 as a scaled hypot_ratio
+    (the second derivative of exact_inv_cn_angle); and b/hypot(x, y) where hypot
+    overflows though x and y do not (x = y = 1.5e308: 2**-0.5, not 0). The code and the
+    NumPy model of the accuracy choice agree. Of two inputs, x/hypot(x, y) stays as it is:
+    inputs are finite, and the gradient of a norm stays one division."""
     import numpy as np
 
     from symgrad.numerics.native import call, evaluator
@@ -555,10 +556,12 @@ def test_a_ratio_to_hypot_is_a_hypot_ratio_finite_where_its_numerator_overflows(
         "sinh(u)/sqrt(c**2 + sinh(u)**2)", {"u": u, "c": c}, Location("t", 1, "f")
     )
     stable = stabilize(naive)
-    assert stable == F.hypot_ratio(sympy.sinh(u), c, sympy.sinh(u)), stable
+    assert stable == F.hypot_ratio_scaled(sympy.sinh(u), c, sympy.sinh(u)), stable
     assert math.isnan(run_torch(sympy.sinh(u) / F.hypot(c, sympy.sinh(u)), {"u": 1000.0, "c": 0.5}))
     assert run_torch(stable, {"u": 1000.0, "c": 0.5}) == 1.0
     assert call(evaluator(stable, [c, u]), [0.5, 1000.0], np.float64) == 1.0
+    assert stabilize(x / F.hypot(x, y)) == x / F.hypot(x, y)
+    assert F.hypot_ratio.of(y, x, y) == F.hypot_ratio(y, x, y)
     cases = [  # (b, x, y) as b is x or y, at x, y; exact b / hypot(x, y)
         (x, 1.5e308, 1.5e308, 2**-0.5),
         (y, 3.0, -4.0, -0.8),
@@ -568,7 +571,7 @@ def test_a_ratio_to_hypot_is_a_hypot_ratio_finite_where_its_numerator_overflows(
         (x, -math.inf, 2.0, -1.0),
     ]
     for b, xv, yv, exact in cases:
-        ratio = F.hypot_ratio(b, x, y)
+        ratio = F.hypot_ratio_scaled(b, x, y)
         assert run_torch(ratio, {"x": xv, "y": yv}) == pytest.approx(exact, rel=1e-15), (b, xv, yv)
         model = call(evaluator(ratio, [x, y]), [xv, yv], np.float64)
         assert model == pytest.approx(exact, rel=1e-15), (b, xv, yv)

@@ -26,6 +26,7 @@ from symgrad.functions import (
     exprel,
     hypot,
     hypot_ratio,
+    hypot_ratio_scaled,
     log1mexp,
     log1p,
     logaddexp,
@@ -525,12 +526,25 @@ def sigmoid_product(node):
 
 @register("stabilize")
 def hypot_power_ratio(node):
-    """y**m / hypot(x, y)**k -> hypot_ratio(y, x, y)**m / hypot(x, y)**(k-m) (m <= k): each
-    ratio is at most 1, where hypot**k overflows long before the value (y**2/hypot**3),
-    and y/hypot(x, y) is inf/inf where y overflows (sinh(Ce)/hypot(cos(Cn), sinh(Ce)) at
-    Ce = 1000, whose value is 1)."""
+    """y**m / hypot(x, y)**k -> hypot_ratio(y, x, y)**m / hypot(x, y)**(k-m) (m < k): each
+    ratio is at most 1, where hypot**k overflows long before the value (y**2/hypot**3).
+    Where x or y is computed, m = k too: y/hypot(x, y) is inf/inf where y overflows
+    (sinh(Ce)/hypot(cos(Cn), sinh(Ce)) at Ce = 1000, whose value is 1), and the ratio is
+    then :class:`~symgrad.functions.hypot_ratio_scaled`."""
     if not isinstance(node, Mul):
         return None
+    for h in node.args:
+        base, power = h.as_base_exp()
+        if not (isinstance(base, hypot) and power.is_Integer and power <= -1):
+            continue
+        for f in node.args:
+            b, m = f.as_base_exp()
+            if not (b in base.args and m.is_Integer and 1 <= m <= -power):
+                continue
+            ratio = hypot_ratio.of(b, *base.args)
+            if m < -power or isinstance(ratio, hypot_ratio_scaled):
+                return _drop(node, h, f) * ratio**m * base ** (power + m)
+    return None
     for h in node.args:
         base, power = h.as_base_exp()
         if not (isinstance(base, hypot) and power.is_Integer and power <= -1):
