@@ -479,6 +479,27 @@ def one_minus_tanh_squared(node):
 
 
 @register("stabilize")
+def sign_from_abs(node):
+    """u**a * |u|**b -> sign(u)**a * |u|**(a + b) (integers a, b; equal for u != 0): SymPy's
+    simplify writes sign(x) as x/|x|, and x * g(|x|/s) / |x| divides by a tiny x before the
+    product has the g that makes it tame (a logistic density's gradient at x = 1e-216,
+    s = 1e-85: inf where the value is 1e253)."""
+    if not isinstance(node, Mul):
+        return None
+    for f in node.args:
+        a_base, b = f.as_base_exp()
+        if not (isinstance(a_base, sympy.Abs) and b.is_Integer):
+            continue
+        u = a_base.args[0]
+        for g in node.args:
+            base, a = g.as_base_exp()
+            if base == u and a.is_Integer:
+                sign = sympy.sign(u) if a % 2 else sympy.Integer(1)
+                return _drop(node, f, g) * sign * a_base ** (a + b)
+    return None
+
+
+@register("stabilize")
 def expm1_over_x(node):
     """expm1(a) / a -> exprel(a) (also c*expm1(a)/a' when a = c*a'): 0/0 at 0, and inf/a
     for a in [709.8, 716] where exp overflows but the quotient does not."""
