@@ -1013,6 +1013,31 @@ def test_rational_tail_keeps_the_factors_of_a_quotient_with_another_tensor_input
         FACTORED_TAILS.reset(token)
 
 
+def test_rational_tail_cancels_the_numerator_of_its_branch_near_zero():
+    """Kalman's gain, d/ddt: N'/(N + r) - N*N'/(N + r)**2 as derived cancels to 0 at
+    r << N (dt = 3e-117, r = 3e-26: the value is 2.9e-144); its |dt| < 1 branch has the
+    numerator's terms cancelled symbolically, r*N', as the tail branch has."""
+    import numpy as np
+
+    from symgrad.numerics.mp import exact as reference_exact
+    from symgrad.numerics.native import call
+    from symgrad.numerics.native import evaluator as _evaluator
+
+    dt, r = sympy.symbols("dt r", real=True)
+    n = dt**4 / 2 + 10 * dt**2 + 25
+    expr = sympy.together(sympy.diff(n / (n + r), dt))  # one quotient, as simplify gives
+    split = split_regimes(expr)
+    assert isinstance(split, sympy.Piecewise) and split.args[0][0] != expr
+    for point in ({dt: 2.9e-117, r: 2.9e-26}, {dt: 0.5, r: 1e-8}, {dt: 3.0, r: 0.5}):
+        exact = reference_exact(expr, point)
+        got = float(call(_evaluator(split, [dt, r]), [point[dt], point[r]], np.float64))
+        assert got == pytest.approx(exact, rel=1e-13, abs=1e-300)
+    near_as_derived = float(call(_evaluator(expr, [dt, r]), [2.9e-117, 2.9e-26], np.float64))
+    assert near_as_derived != pytest.approx(
+        reference_exact(expr, {dt: 2.9e-117, r: 2.9e-26}), rel=1e-3, abs=0
+    )
+
+
 def test_exp_rational_limit_branches_are_not_scaled_by_the_factor():
     """y**2/k**4 times a function of exp(y/k) (a second derivative of atan(exp(y/k))):
     past y/k = 745 the function is 0 and so is the value, where y**2/k**4 is inf."""

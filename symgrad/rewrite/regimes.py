@@ -107,12 +107,13 @@ def rational_tail(node: sympy.Basic, params: frozenset, positive: frozenset) -> 
         k = sympy.degree(denominator, x)
         if k < 2:
             continue
+        near = _cancelled_near(node, cofactor, numerator, denominator)
         if FACTORED_TAILS.get() and (rational.free_symbols - {x}) - params:
             factored = _factored_tail(cofactor, numerator, denominator, x)
             if factored is not None:
                 if (fired := FACTORED_FIRED.get()) is not None:
                     fired.append(node)
-                return sympy.Piecewise((node, sympy.Abs(x) < 1), (factored, True))
+                return sympy.Piecewise((near, sympy.Abs(x) < 1), (factored, True))
         if not sympy.expand(denominator).is_Add and (
             cofactor == 1 or not sympy.expand(numerator).is_Add
         ):
@@ -122,8 +123,21 @@ def rational_tail(node: sympy.Basic, params: frozenset, positive: frozenset) -> 
             # a lone x**-m (m > 1) would be printed as 1/(x**m * ...) and overflow again
             continue
         scaled = cofactor * top / sympy.expand(denominator / x**k)
-        return sympy.Piecewise((node, sympy.Abs(x) < 1), (scaled, True))
+        return sympy.Piecewise((near, sympy.Abs(x) < 1), (scaled, True))
     return None
+
+
+def _cancelled_near(
+    node: sympy.Expr, cofactor: sympy.Expr, numerator: sympy.Expr, denominator: sympy.Expr
+) -> sympy.Expr:
+    """``node`` for |x| < 1 with the terms of its numerator that cancel symbolically
+    cancelled (the tail branch expands them away too): d/dt of P/(P + r) is P'/(P + r) -
+    P*P'/(P + r)**2 as derived, 0 for r << P where the value is r*P'/(P + r)**2. ``node``
+    where nothing cancels."""
+    cancelled = sympy.factor(numerator)
+    if sympy.count_ops(cancelled) >= sympy.count_ops(numerator):
+        return node
+    return cofactor * cancelled / denominator
 
 
 #: Whether :func:`rational_tail` keeps the factors of a quotient with another tensor
