@@ -96,9 +96,12 @@ def _spread_exponent(e: sympy.Expr) -> bool:
 
 
 def _spread(value: sympy.Expr) -> bool:
-    """``value`` is a power that a product spreads out (x**2, (1 + t)**-3, t**-1.5), or a
-    product that is spread out itself (a * b**-2)."""
+    """``value`` is a power that a product spreads out (x**2, (1 + t)**-3, t**-1.5), one
+    dividing a number (8 / t**3), or a product that is spread out itself (a * b**-2)."""
     if isinstance(value, sympy.Mul):
+        coeff, rest = value.as_coeff_Mul()
+        if coeff != 1 and isinstance(rest, sympy.Pow) and rest.exp.is_negative:
+            return _spread(rest)  # 8 / t**3: the products divide by t three times
         return interleaved_product(value, roots=True) is not None
     return isinstance(value, sympy.Pow) and _spread_exponent(value.exp) and not value.base.is_number
 

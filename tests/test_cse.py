@@ -75,6 +75,19 @@ def test_a_shared_spread_product_stays_in_each_product():
     assert all(not v.has(s**-2) for _, v in replacements), replacements
 
 
+def test_a_number_over_a_shared_power_stays_in_each_product():
+    """8 / t**3 shared by two products (Kalman's gain, d2/ddt2, with t = N + 2r): as a
+    temporary it is 0 at t = 1e113, where r * 8 / t**3 * (20*r + ...) is finite."""
+    t = sympy.Symbol("t", real=True)
+    exprs = [8 * a * t**-3 * (s + 1), 8 * b * t**-3 * (s - 1)]
+    replacements, reduced = common_subexpressions(exprs, _temps())
+    assert all(not v.has(t**-3) for _, v in replacements), replacements
+    assert all(e.has(t**-3) for e in reduced)
+    at = [1e113, 1e113, 1e113, 1e113]  # a, b, s, t
+    exact = float(exprs[0].subs({a: 1e113, s: 1e113, t: 1e113}))
+    assert call(evaluator(exprs[0], [a, b, s, t]), at, np.float64) == pytest.approx(exact)
+
+
 def test_a_power_read_by_a_sum_stays_shared_there():
     exprs = [a * s**-2 * (s + 1), s**-2 + b]
     replacements, reduced = common_subexpressions(exprs, _temps())
