@@ -1054,6 +1054,13 @@ INTERLEAVE_EXTRA_OPS = 4
 INTERLEAVE_MAX_FACTORS = 12
 
 
+def _far_from_one(coeff: sympy.Expr) -> bool:
+    """A number that moves where a power overflows by 8 binades or more: a polynomial
+    fit's 1e-22 * x * x is finite in float32 up to x = 1e30, where x**2 is inf from 2e19
+    (the second derivative of Krovak's mod-dY)."""
+    return bool(coeff.is_number and coeff != 0 and not 2**-8 < abs(coeff) < 2**8)
+
+
 def interleaved_product(
     expr: sympy.Expr, roots: bool = False
 ) -> tuple[sympy.Expr, list[tuple[str, sympy.Expr]]] | None:
@@ -1066,7 +1073,9 @@ def interleaved_product(
     before the product does: D**2 * sin(g)**2 at D = 1e200, sin(g) = 1e-201 is inf * 0,
     though (D * sin(g))**2 = 0.01; m * (m - 1)**2 / v**2 overflows at m = 1e103, v = 1e200.
     Evaluated as D * sin(g) * D * sin(g) and m / v * (m - 1) / v * (m - 1), each partial
-    product stays near the size of the result, as in the order the user wrote. With
+    product stays near the size of the result, as in the order the user wrote. A single
+    power is spread only behind a coefficient far from 1, which then scales first
+    (1e-22 * x * x, where x**2 overflows first). With
     ``roots``, a half-integer power is its integer part and a square root: t**-1.5
     divides by t, then by sqrt(t) (t**1.5 underflows at t = 3e-228). The printers never
     see one: :mod:`symgrad.cse` writes it so, with the square root a temporary; this is
@@ -1094,7 +1103,8 @@ def interleaved_product(
             else:
                 num[f] = num.get(f, 0) + 1
     total = sum(num.values()) + sum(den.values())
-    if len(num) + len(den) < 2 or not powers or total > INTERLEAVE_MAX_FACTORS:
+    alone = len(num) + len(den) < 2 and not _far_from_one(coeff)
+    if alone or not powers or total > INTERLEAVE_MAX_FACTORS:
         return None
     default_ops = len(num) - 1 + (not num) + len(den) + powers
     ops = total - 1 + (not num)

@@ -241,6 +241,18 @@ def test_an_interleaved_product_scales_by_the_upstream_gradient_last():
     assert got == pytest.approx(exact, rel=1e-12)
 
 
+def test_a_small_coefficient_scales_a_power_first():
+    """1e-22 * x**2 at x = 1e20 in float32: x**2 is inf, the value 1e18 (a polynomial fit's
+    second derivative, Krovak's mod-dY); spread behind its coefficient it is finite. A
+    coefficient near 1 keeps the power (2*x**2)."""
+    expr = sympy.Float(1e-22) * x**2
+    src = TorchPrinter().doprint(expr)
+    assert "**" not in src, src
+    env = {"torch": torch, "x": torch.tensor([1e20], dtype=torch.float32)}
+    assert eval(src, env).item() == pytest.approx(1e18, rel=1e-6)
+    assert "**" in TorchPrinter().doprint(2 * x**2)
+
+
 def test_a_quotient_divides_the_factor_that_shares_its_inputs_first():
     """x0*x1/(1 - x1) at x0 = x1 = 1e200: x0*x1 is inf though the value is -1e200;
     x1/(1 - x1) is -1 first. The NumPy model of the accuracy choice prints it the same."""
