@@ -1065,16 +1065,15 @@ def interleaved_product(
     expr: sympy.Expr, roots: bool = False
 ) -> tuple[sympy.Expr, list[tuple[str, sympy.Expr]]] | None:
     """A product with integer powers as (coefficient, [(op, factor), ...]), to be evaluated
-    left to right: first the ratios of a power over a power (``op`` ``"*/"``, the factor a
-    pair (b, d): times b/d), then numerator factors round-robin by base, each followed by
-    a denominator factor (``op`` is ``"*"`` or ``"/"``); None where the product has no
-    power to spread out, or where spreading it would cost too many operations.
+    left to right: numerator factors round-robin by base, each followed by a denominator
+    factor (``op`` is ``"*"`` or ``"/"``); None where the product has no power to spread
+    out, or where spreading it would cost too many operations.
 
     SymPy merges repeated factors into powers, and a power overflows (or underflows) long
     before the product does: D**2 * sin(g)**2 at D = 1e200, sin(g) = 1e-201 is inf * 0,
     though (D * sin(g))**2 = 0.01; m * (m - 1)**2 / v**2 overflows at m = 1e103, v = 1e200.
-    Evaluated as D * sin(g) * D * sin(g) and ((m - 1) / v) * ((m - 1) / v) * m, each
-    partial product stays near the size of the result, as in the order the user wrote. A single
+    Evaluated as D * sin(g) * D * sin(g) and m / v * (m - 1) / v * (m - 1), each partial
+    product stays near the size of the result, as in the order the user wrote. A single
     power is spread only behind a coefficient far from 1, which then scales first
     (1e-22 * x * x, where x**2 overflows first). With
     ``roots``, a half-integer power is its integer part and a square root: t**-1.5
@@ -1123,30 +1122,11 @@ def interleaved_product(
     # measured (with the gradient 1), which the gradient scales once at the end (where it
     # came first, grad / t * (w*exp(w) - x) / t overflows at w = -710, t = (1 + w)*exp(w),
     # though the value is 1.6e305).
-    # A power over a power is that ratio's power first: m**2/v**3 is (m/v) * (m/v) / v,
-    # whatever else the product has (m*m*(m - 1)/v**2 at m = 8e-117,
-    # v = 7e-215 is finite as (m/v) * (m/v) * (m - 1), where any order of single factors
-    # overflows or underflows first: m/v*m is 0 at m = 5e-233, v = 2e-114).
-    ratios = []
-    # (not beside a factor bounded by 1: that one first keeps 0 * y / k * y / k at 0 where
-    # y/k alone is inf, exp(-3*y/k) * y**2 / k**4 at y = 1e300, k = 1e-10)
-    absorbs = any(_bounded(b) for b in num)
-    for b, n in list(num.items()):
-        if absorbs or _upstream(b) or not den:
-            continue
-        d = max(den, key=lambda d: min(n, den[d]))  # the first of the most paired
-        c = min(n, den[d])
-        if c >= 2:
-            ratios += [(b, d)] * c
-            for side, base in ((num, b), (den, d)):
-                side[base] -= c
-                if not side[base]:
-                    del side[base]
     tops = round_robin(
         dict(sorted(num.items(), key=lambda kv: (not _bounded(kv[0]), _upstream(kv[0]))))
     )
     bottoms = round_robin(den)
-    steps = [("*/", r) for r in ratios] + [
+    steps = [
         (op, factor)
         for pair in itertools.zip_longest(tops, bottoms)
         for op, factor in zip("*/", pair)
@@ -1281,24 +1261,14 @@ def print_interleaved(printer, expr: sympy.Expr) -> str | None:
         return None
     coeff, steps = plan
     level = PRECEDENCE["Mul"]
-
-    def ratio(pair: tuple[sympy.Expr, sympy.Expr]) -> str:
-        b, d = pair
-        return f"({printer.parenthesize(b, level)} / {printer.parenthesize(d, level, strict=True)})"
-
     op, first = steps[0]
     text = (
-        ratio(first)
-        if op == "*/"
-        else printer.parenthesize(first, level)
+        printer.parenthesize(first, level)
         if op == "*"
         else f"1 / {printer.parenthesize(first, level, strict=True)}"
     )
     for op, factor in steps[1:]:
-        if op == "*/":
-            text += f" * {ratio(factor)}"
-        else:
-            text += f" {op} {printer.parenthesize(factor, level, strict=op == '/')}"
+        text += f" {op} {printer.parenthesize(factor, level, strict=op == '/')}"
     if coeff == 1:
         return text
     if coeff == -1:
