@@ -133,11 +133,29 @@ def _cancelled_near(
     """``node`` for |x| < 1 with the terms of its numerator that cancel symbolically
     cancelled (the tail branch expands them away too): d/dt of P/(P + r) is P'/(P + r) -
     P*P'/(P + r)**2 as derived, 0 for r << P where the value is r*P'/(P + r)**2. ``node``
-    where nothing cancels."""
+    where no leading terms cancel (a polynomial fit's own form is kept)."""
+    if not any(
+        sympy.degree(sympy.expand(numerator), s) < _written_degree(numerator, s)
+        for s in numerator.free_symbols
+    ):
+        return node  # no leading terms cancel: the formula as written
     cancelled = sympy.factor(numerator)
     if sympy.count_ops(cancelled) >= sympy.count_ops(numerator):
         return node
     return cofactor * cancelled / denominator
+
+
+def _written_degree(expr: sympy.Expr, x: sympy.Symbol) -> int:
+    """The degree of polynomial ``expr`` in ``x`` as written, before any term cancels."""
+    if expr == x:
+        return 1
+    if isinstance(expr, sympy.Add):
+        return max(_written_degree(a, x) for a in expr.args)
+    if isinstance(expr, Mul):
+        return sum(_written_degree(a, x) for a in expr.args)
+    if isinstance(expr, sympy.Pow) and expr.exp.is_Integer and expr.exp > 0:
+        return int(expr.exp) * _written_degree(expr.base, x)
+    return 0
 
 
 #: Whether :func:`rational_tail` keeps the factors of a quotient with another tensor
