@@ -107,7 +107,7 @@ def rational_tail(node: sympy.Basic, params: frozenset, positive: frozenset) -> 
         k = sympy.degree(denominator, x)
         if k < 2:
             continue
-        near = _cancelled_near(node, cofactor, numerator, denominator)
+        near = _cancelled_near(node, cofactor, numerator, denominator, x)
         if FACTORED_TAILS.get() and (rational.free_symbols - {x}) - params:
             factored = _factored_tail(cofactor, numerator, denominator, x)
             if factored is not None:
@@ -128,18 +128,22 @@ def rational_tail(node: sympy.Basic, params: frozenset, positive: frozenset) -> 
 
 
 def _cancelled_near(
-    node: sympy.Expr, cofactor: sympy.Expr, numerator: sympy.Expr, denominator: sympy.Expr
+    node: sympy.Expr,
+    cofactor: sympy.Expr,
+    numerator: sympy.Expr,
+    denominator: sympy.Expr,
+    x: sympy.Symbol,
 ) -> sympy.Expr:
     """``node`` for |x| < 1 with the terms of its numerator that cancel symbolically
     cancelled (the tail branch expands them away too): d/dt of P/(P + r) is P'/(P + r) -
     P*P'/(P + r)**2 as derived, 0 for r << P where the value is r*P'/(P + r)**2. ``node``
-    where no leading terms cancel (a polynomial fit's own form is kept)."""
-    if not any(
-        sympy.degree(sympy.expand(numerator), s) < _written_degree(numerator, s)
-        for s in numerator.free_symbols
-    ):
-        return node  # no leading terms cancel: the formula as written
-    cancelled = sympy.factor(numerator)
+    where no leading terms in x cancel (a polynomial fit's own form is kept)."""
+    try:
+        if sympy.degree(sympy.expand(numerator), x) >= _written_degree(numerator, x):
+            return node  # no leading terms cancel: the formula as written
+        cancelled = sympy.factor(numerator)
+    except sympy.PolynomialError:  # a coefficient SymPy's polynomials refuse (log(a))
+        return node
     if sympy.count_ops(cancelled) >= sympy.count_ops(numerator):
         return node
     return cofactor * cancelled / denominator
