@@ -107,12 +107,12 @@ def rational_tail(node: sympy.Basic, params: frozenset, positive: frozenset) -> 
         k = sympy.degree(denominator, x)
         if k < 2:
             continue
-        near = _cancelled_near(node, cofactor, numerator, denominator, x)
         if FACTORED_TAILS.get() and (rational.free_symbols - {x}) - params:
             factored = _factored_tail(cofactor, numerator, denominator, x)
             if factored is not None:
                 if (fired := FACTORED_FIRED.get()) is not None:
                     fired.append(node)
+                near = _cancelled_near(node, cofactor, numerator, denominator, x)
                 return sympy.Piecewise((near, sympy.Abs(x) < 1), (factored, True))
         if not sympy.expand(denominator).is_Add and (
             cofactor == 1 or not sympy.expand(numerator).is_Add
@@ -123,6 +123,7 @@ def rational_tail(node: sympy.Basic, params: frozenset, positive: frozenset) -> 
             # a lone x**-m (m > 1) would be printed as 1/(x**m * ...) and overflow again
             continue
         scaled = cofactor * top / sympy.expand(denominator / x**k)
+        near = _cancelled_near(node, cofactor, numerator, denominator, x)
         return sympy.Piecewise((near, sympy.Abs(x) < 1), (scaled, True))
     return None
 

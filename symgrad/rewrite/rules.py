@@ -566,15 +566,6 @@ def hypot_power_ratio(node):
             if m < -power or isinstance(ratio, hypot_ratio_scaled):
                 return _drop(node, h, f) * ratio**m * base ** (power + m)
     return None
-    for h in node.args:
-        base, power = h.as_base_exp()
-        if not (isinstance(base, hypot) and power.is_Integer and power <= -1):
-            continue
-        for f in node.args:
-            b, m = f.as_base_exp()
-            if b in base.args and m.is_Integer and 1 <= m <= -power:
-                return _drop(node, h, f) * hypot_ratio(b, *base.args) ** m * base ** (power + m)
-    return None
 
 
 @register("stabilize")
