@@ -9,7 +9,6 @@ row in :mod:`symgrad.ops` maps it to the best framework op.
 from __future__ import annotations
 
 import builtins
-import itertools
 import math
 from collections.abc import Callable
 from fractions import Fraction
@@ -1065,14 +1064,14 @@ def interleaved_product(
     expr: sympy.Expr, roots: bool = False
 ) -> tuple[sympy.Expr, list[tuple[str, sympy.Expr]]] | None:
     """A product with integer powers as (coefficient, [(op, factor), ...]), to be evaluated
-    left to right: numerator factors round-robin by base, each followed by a denominator
-    factor (``op`` is ``"*"`` or ``"/"``); None where the product has no power to spread
-    out, or where spreading it would cost too many operations.
+    left to right: each base's factors spread evenly over the product, numerator and
+    denominator alike (``op`` is ``"*"`` or ``"/"``); None where the product has no power
+    to spread out, or where spreading it would cost too many operations.
 
     SymPy merges repeated factors into powers, and a power overflows (or underflows) long
     before the product does: D**2 * sin(g)**2 at D = 1e200, sin(g) = 1e-201 is inf * 0,
     though (D * sin(g))**2 = 0.01; m * (m - 1)**2 / v**2 overflows at m = 1e103, v = 1e200.
-    Evaluated as D * sin(g) * D * sin(g) and m / v * (m - 1) / v * (m - 1), each partial
+    Evaluated as D * sin(g) * D * sin(g) and m / v * (m - 1) * (m - 1) / v, each partial
     product stays near the size of the result, as in the order the user wrote. A single
     power is spread only behind a coefficient far from 1, which then scales first
     (1e-22 * x * x, where x**2 overflows first). With
@@ -1111,32 +1110,47 @@ def interleaved_product(
     if ops > default_ops + INTERLEAVE_EXTRA_OPS:
         return None
 
-    def round_robin(counts: dict[sympy.Expr, int]) -> list[sympy.Expr]:
+    # Each base's factors spread evenly over the product, the k-th of n at (k + 1/2)/n, so
+    # that every partial product stays near a power of the whole: r**2/dt**4 is
+    # r / dt / dt / dt * r / dt, never r / dt * r (inf at dt = 1e84, r = 3e236, where the
+    # value is 1e138); g**2/h**2 is g / h * ... * g / h. A numerator factor first where
+    # there is one (1 / dt * r costs an operation more). Factors bounded by 1 first: where
+    # one underflows to 0 and another overflows, 0 * inf is NaN, but 0 * x / s * ... stays
+    # 0 (sigmoid(-x/s) * x / s**2 at x/s = inf). Upstream gradients last: the partial
+    # products are then those of the value the accuracy choice measured (with the gradient
+    # 1), which the gradient scales once at the end (where it came first, grad / t *
+    # (w*exp(w) - x) / t overflows at w = -710, t = (1 + w)*exp(w), though the value is
+    # 1.6e305).
+    upstream = {b: n for b, n in num.items() if _upstream(b)}
+    if len(upstream) == len(num):  # (a gradient alone on top stays first: grad / t / t)
+        upstream = {}
+
+    def placed(op: str, counts: dict[sympy.Expr, int]) -> list[tuple]:
         return [
-            b for k in range(max(counts.values(), default=0)) for b, n in counts.items() if n > k
+            (-1.0 if k == 0 and _bounded(b) else (k + 0.5) / n, op == "/", op, b)
+            for b, n in counts.items()
+            if b not in upstream
+            for k in range(n)
         ]
 
-    # factors bounded by 1 first: where one underflows to 0 and another overflows, 0 * inf
-    # is NaN, but 0 * x / s * ... stays 0 (sigmoid(-x/s) * x / s**2 at x/s = inf). Upstream
-    # gradients last: the partial products are then those of the value the accuracy choice
-    # measured (with the gradient 1), which the gradient scales once at the end (where it
-    # came first, grad / t * (w*exp(w) - x) / t overflows at w = -710, t = (1 + w)*exp(w),
-    # though the value is 1.6e305).
-    tops = round_robin(
-        dict(sorted(num.items(), key=lambda kv: (not _bounded(kv[0]), _upstream(kv[0]))))
-    )
-    bottoms = round_robin(den)
-    steps = [
-        (op, factor)
-        for pair in itertools.zip_longest(tops, bottoms)
-        for op, factor in zip("*/", pair)
-        if factor is not None
-    ]
-    return coeff, steps
+    steps = [step[2:] for step in sorted(placed("*", num) + placed("/", den), key=_position)]
+    if steps[0][0] == "/" and any(op == "*" for op, _ in steps):
+        first = next(step for step in steps if step[0] == "*")
+        steps.remove(first)
+        steps.insert(0, first)
+    return coeff, steps + [("*", b) for b, n in upstream.items() for _ in range(n)]
+
+
+def _position(step: tuple) -> tuple:
+    """A spread factor's place in :func:`interleaved_product`: its position, a numerator
+    factor before a denominator one (the rest in the product's order)."""
+    return step[:2]
 
 
 def paired_product(
-    expr: sympy.Expr, scalar: Callable[[sympy.Expr], bool] = lambda e: False
+    expr: sympy.Expr,
+    scalar: Callable[[sympy.Expr], bool] = lambda e: False,
+    inputs: Callable[[sympy.Expr], set] = lambda e: e.free_symbols,
 ) -> tuple[sympy.Expr, list[tuple[str, sympy.Expr]]] | None:
     """A product with no power to spread out but a quotient, as (coefficient, [(op,
     factor), ...]) like :func:`interleaved_product`: each denominator factor right after
@@ -1150,7 +1164,9 @@ def paired_product(
     factor divided by two tensors or more is divided by each in turn: x/(t*r) underflows
     at t = 3e-228, r = sqrt(t) (the half-integer power x*t**-1.5, see
     :mod:`symgrad.cse`), x/t/r does not. ``scalar`` tells the factors that are Python
-    numbers at run time (a tensor's shape), which stay one divisor.
+    numbers at run time (a tensor's shape), which stay one divisor; ``inputs`` the inputs a
+    factor is computed from (a shared temporary's, not its own name: t0*t3/eps with t0 =
+    eps - 1 and t3 = eps + 1 is t0 / eps * t3, not inf at eps = 1e200).
     """
     coeff = sympy.S.One
     num: list[sympy.Expr] = []
@@ -1172,13 +1188,38 @@ def paired_product(
     num.sort(key=lambda f: (not _bounded(f), _upstream(f)))
     steps: list[tuple[str, sympy.Expr]] = []
     for d in den:
-        shared = [len(f.free_symbols & d.free_symbols) for f in num]
-        if num and max(shared) > 0:
-            steps += [("*", num.pop(shared.index(max(shared)))), ("/", d)]
+        # by the factors' own inputs, else by what shared temporaries are computed from
+        partner = _partner(num, d, lambda e: e.free_symbols, reciprocals=True)
+        if partner is None:
+            partner = _partner(num, d, inputs, reciprocals=False)
+        if partner is not None:
+            steps += [("*", num.pop(partner)), ("/", d)]
     steps += [("*", f) for f in num if not _upstream(f)]
     steps += [("/", d) for d in den if ("/", d) not in steps]
     steps += [("*", f) for f in num if _upstream(f)]
     return coeff, steps
+
+
+def _partner(
+    num: list[sympy.Expr], d: sympy.Expr, inputs: Callable, reciprocals: bool
+) -> int | None:
+    """The index of the factor of ``num`` that shares the most ``inputs`` with ``d`` (the
+    first of those); without ``reciprocals``, a reciprocal only where no other factor
+    shares one (rsqrt(t0) / t1 with t0 and t1 quadratics in v divides by v**3, where
+    t2 / t1 with t2 = 49*H is bounded: the optimal throwing angle's d/dv); None where none
+    shares any."""
+    shared = [
+        (n > 0, reciprocals or not _reciprocal(f), n)
+        for f in num
+        for n in [len(inputs(f) & inputs(d))]
+    ]
+    return shared.index(max(shared)) if shared and max(shared)[0] else None
+
+
+def _reciprocal(f: sympy.Expr) -> bool:
+    """``f`` is a negative power (rsqrt(t) = t**(-1/2))."""
+    e = f.as_base_exp()[1]
+    return bool(e.is_number and e < 0)
 
 
 def _divided_in_turn(num: list[sympy.Expr], den: list[sympy.Expr], scalar) -> bool:
@@ -1256,7 +1297,8 @@ def print_interleaved(printer, expr: sympy.Expr) -> str | None:
     """``expr`` printed by ``printer`` as an interleaved product, or None (see
     :func:`interleaved_product` and :func:`paired_product`)."""
     scalar = getattr(printer, "is_scalar", lambda e: False)  # the NumPy model has none
-    plan = interleaved_product(expr) or paired_product(expr, scalar)
+    inputs = getattr(printer, "inputs_of", lambda e: e.free_symbols)
+    plan = interleaved_product(expr) or paired_product(expr, scalar, inputs)
     if plan is None:
         return None
     coeff, steps = plan

@@ -106,7 +106,7 @@ INTEGER_POWERS = [
     (x**5, "(tf.math.square(tf.math.square(x)) * x)"),
     (x**7, "(tf.math.square(tf.math.square(x) * x) * x)"),  # no parentheses inside square()
     # a product with powers is interleaved (functions.interleaved_product): no power formed
-    (2 * (x + y) ** 2 / (x - 1) ** 3, "2 * (x + y) / (x - 1) * (x + y) / (x - 1) / (x - 1)"),
+    (2 * (x + y) ** 2 / (x - 1) ** 3, "2 * (x + y) / (x - 1) / (x - 1) * (x + y) / (x - 1)"),
     (x**17, "x**17"),  # past 16: TF's pow
 ]
 
@@ -251,6 +251,25 @@ def test_a_small_coefficient_scales_a_power_first():
     env = {"torch": torch, "x": torch.tensor([1e20], dtype=torch.float32)}
     assert eval(src, env).item() == pytest.approx(1e18, rel=1e-6)
     assert "**" in TorchPrinter().doprint(2 * x**2)
+
+
+def test_an_interleaved_product_spreads_its_divisions_evenly():
+    """12*r**2/dt**4 at dt = 1e84, r = 3e236 is 1e138: r / dt * r (one division per
+    multiply, then the rest) overflows first; spread evenly, 12 * r / dt / dt / dt * r / dt
+    stays near powers of r/dt**2 (the second derivative of Herbie's Kalman filter per K).
+    The NumPy model of the accuracy choice prints it the same."""
+    from symgrad.numerics.native import evaluator
+
+    r, dt = sympy.symbols("r dt", positive=True)
+    expr = 12 * r**2 / dt**4
+    src = TorchPrinter().doprint(expr)
+    assert src == "12 * r / dt / dt / dt * r / dt", src
+    env = {"torch": torch} | {
+        "r": torch.tensor([3e236], dtype=torch.float64),
+        "dt": torch.tensor([1e84], dtype=torch.float64),
+    }
+    assert eval(src, env).item() == pytest.approx(1.08e138, rel=1e-12)
+    assert evaluator(expr, [dt, r])(1e84, 3e236) == pytest.approx(1.08e138, rel=1e-12)
 
 
 def test_a_quotient_divides_the_factor_that_shares_its_inputs_first():

@@ -629,7 +629,7 @@ def tanh_shrink_order1(x: tf.Tensor) -> tf.Tensor:
 
         def backward(grad):
             t0 = tf.math.tanh(x)
-            grad_x = t0 * grad * t0
+            grad_x = t0 * t0 * grad
             return grad_x
 
         return out, backward

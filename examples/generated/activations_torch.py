@@ -1205,7 +1205,7 @@ class LogRatioGradX(_Function):
     @staticmethod
     def jvp(ctx, x_t, grad_t):
         x, grad = ctx.saved_tensors
-        return -x_t / x * grad / x + grad_t / x
+        return -x_t / x / x * grad + grad_t / x
 
 
 _LogRatioGradX = _without_jvp(LogRatioGradX)
@@ -1254,7 +1254,7 @@ class LogRatioGradY(_Function):
     @staticmethod
     def jvp(ctx, y_t, grad_t):
         y, grad = ctx.saved_tensors
-        return y_t / y * grad / y - grad_t / y
+        return y_t / y / y * grad - grad_t / y
 
 
 _LogRatioGradY = _without_jvp(LogRatioGradY)
@@ -1558,8 +1558,7 @@ def _tanh_shrink_order1_forward(x):
 
 def _tanh_shrink_order1_backward(x, grad):
     t0 = torch.tanh(x)
-    t1 = t0 * grad
-    return t1.mul_(t0)
+    return _mul_into(t0 * t0, grad)
 
 
 class TanhShrinkOrder1(_Function):
@@ -1608,7 +1607,7 @@ class TanhShrinkOrder1(_Function):
     def jvp(ctx, x_t):
         (x,) = ctx.saved_tensors
         t0 = torch.tanh(x)
-        return x_t * t0 * t0
+        return t0 * x_t * t0
 
 
 _TanhShrinkOrder1 = _without_jvp(TanhShrinkOrder1)

@@ -265,7 +265,7 @@ def _logit_grad_p(p, grad):
 
         def backward(grad_grad_p):
             t0 = p - 1
-            p_bar = (2 * p - 1) / p * grad / t0 * grad_grad_p / p / t0
+            p_bar = (2 * p - 1) / p / t0 / p / t0 * grad * grad_grad_p
             grad_bar = -grad_grad_p / (p * (p - 1))
             return p_bar, grad_bar
 
@@ -418,7 +418,7 @@ def _mish_grad_x(x, grad):
             x_bar = grad_grad_x * tf.where(
                 x < -1600.0,
                 grad * t6,
-                grad * (-8 * tf.math.tanh(t1) * t3 * t4 * x * t0 * t0 + t6),
+                grad * (-8 * tf.math.tanh(t1) * t0 * t3 * t4 * x * t0 + t6),
             )
             t0 = tf.math.exp(-tf.math.abs(x))
             t1 = t0 * (t0 + 4)
@@ -626,7 +626,7 @@ def _swish_grad_x(x, grad, beta):
                 grad
                 * grad_grad_x
                 * (
-                    -tf.math.tanh(t0 / 2) * t1 * t2 * x * beta * beta
+                    -tf.math.tanh(t0 / 2) * beta * t1 * t2 * x * beta
                     + 2 * beta * t1 * t2
                 )
             )
@@ -791,13 +791,13 @@ def _focal_loss_grad_z(z, target, grad, gamma):
             t9 = t6 * t8
             t10 = 2 * gamma
             t11 = t10 * t7 + t10 * t9 + t7 + t9
-            t12 = t3 * t5 * gamma * t1 * gamma * t1 + t11
+            t12 = gamma * t1 * t3 * t5 * gamma * t1 + t11
             t13 = z > 1600.0
             t14 = z < -1600.0
             t15 = t13 | t14
             t16 = tf.math.softplus(z)
             t17 = -gamma * t16 * t9 - gamma * t3 * t7
-            t18 = t16 * t8 * gamma * t4 * gamma * t4
+            t18 = gamma * t4 * t16 * t8 * gamma * t4
             t19 = t11 + t18
             t20 = t12 + t18
             z_bar = grad_grad_z * tf.where(
@@ -953,7 +953,7 @@ def _student_t_logpdf_grad_x(x, grad, nu):
             x_bar = grad_grad_x * tf.where(
                 tf.math.abs(x) < 1,
                 t1 / t4 * (-nu + tf.math.square(x)) / t4,
-                t1 / t5 * (-nu / x / x + 1) / x / t5 / x,
+                t1 / t5 / x * (-nu / x / x + 1) / t5 / x,
             )
             grad_bar = (-nu - 1) / (nu / x + x) * grad_grad_x
             return x_bar, grad_bar
@@ -1082,7 +1082,7 @@ def _sqrt_diff_grad_x(x, grad):
             t1 = tf.math.sqrt(x + 1)
             t2 = 2 * t1
             t3 = 2 * t0 * x + 2 * t0 + t2 * x
-            x_bar = -(-3 * t0 - t2 - x / t1 - 1 / t0) / t3 * grad / t3 * grad_grad_x
+            x_bar = -(-3 * t0 - t2 - x / t1 - 1 / t0) / t3 / t3 * grad * grad_grad_x
             t0 = tf.math.sqrt(x)
             grad_bar = -grad_grad_x / (2 * (t0 * x + t0 + x * tf.math.sqrt(x + 1)))
             return x_bar, grad_bar

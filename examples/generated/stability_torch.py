@@ -1004,10 +1004,9 @@ def _logit_grad_p_backward(p, grad, grad_grad_p, need_p_bar, need_grad_bar):
     p_bar = grad_bar = None
     t0 = p - 1
     if need_p_bar:
-        p_bar = (
-            _mul_into(_mul_into((2 * p).sub_(1).div_(p), grad).div_(t0), grad_grad_p)
-            .div_(p)
-            .div_(t0)
+        p_bar = _mul_into(
+            _mul_into((2 * p).sub_(1).div_(p).div_(t0).div_(p).div_(t0), grad),
+            grad_grad_p,
         )
     if need_grad_bar:
         grad_bar = -grad_grad_p / t0.mul_(p)
@@ -1036,7 +1035,7 @@ class LogitGrad(_Function):
         p_bar = grad_bar = None
         if ctx.needs_input_grad[0]:
             t0 = p - 1
-            p_bar = (2 * p - 1) / p * grad / t0 * grad_grad_p / p / t0
+            p_bar = (2 * p - 1) / p / t0 / p / t0 * grad * grad_grad_p
         if ctx.needs_input_grad[1]:
             grad_bar = -grad_grad_p / (p * (p - 1))
         return p_bar, grad_bar
@@ -1045,7 +1044,7 @@ class LogitGrad(_Function):
     def jvp(ctx, p_t, grad_t):
         p, grad = ctx.saved_tensors
         t0 = p - 1
-        return p_t / p * (2 * p - 1) / t0 * grad / p / t0 - grad_t / (p * t0)
+        return p_t / p / t0 * (2 * p - 1) / p / t0 * grad - grad_t / (p * t0)
 
 
 _LogitGrad = _without_jvp(LogitGrad)
@@ -1164,7 +1163,7 @@ class Log1mexpGrad(_Function):
     def jvp(ctx, x_t, grad_t):
         x, grad = ctx.saved_tensors
         t0 = 1 / torch.expm1(-x)
-        return t0 * x_t / torch.expm1(x) * grad - grad_t * t0
+        return t0 / torch.expm1(x) * x_t * grad - grad_t * t0
 
 
 _Log1mexpGrad = _without_jvp(Log1mexpGrad)
@@ -1338,10 +1337,15 @@ def _mish_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
         t10 = t9 + 6
         t11 = t9.add_(4)
     if need_x_bar:
-        t13 = t1.tanh_().mul_(-8).mul_(t3).mul_(t4).mul_(x).mul_(t0)
+        t13 = t1.tanh_().mul_(-8).mul_(t0)
         x_bar = _mul_into(
             grad * grad_grad_x,
-            _where(x < -1600.0, t6, t13.mul_(t0).add_(t6), overwrite="b"),
+            _where(
+                x < -1600.0,
+                t6,
+                t13.mul_(t3).mul_(t4).mul_(x).mul_(t0).add_(t6),
+                overwrite="b",
+            ),
         )
     if need_grad_bar:
         t14 = t10 + t8
@@ -1387,10 +1391,12 @@ def _mish_grad_x_backward_fused(x, grad, grad_grad_x, need_x_bar, need_grad_bar)
         t9 = t8 + 6
         t10 = t8.add_(4)
     if need_x_bar:
-        t15 = t1.tanh_().neg_().mul_(t4).mul_(x).mul_(t0)
+        t15 = t1.tanh_().neg_().mul_(t0)
         x_bar = _mul_into(
             grad * grad_grad_x,
-            _where(x < -1600.0, t6, t15.mul_(t0).add_(t6), overwrite="b"),
+            _where(
+                x < -1600.0, t6, t15.mul_(t4).mul_(x).mul_(t0).add_(t6), overwrite="b"
+            ),
         )
     if need_grad_bar:
         t16 = (t7 + t9).mul_(t5).add_(t10)
@@ -1449,7 +1455,7 @@ class MishGrad(_Function):
                 grad
                 * grad_grad_x
                 * torch.where(
-                    x < -1600.0, t6, -8 * torch.tanh(t1) * t3 * t4 * x * t0 * t0 + t6
+                    x < -1600.0, t6, -8 * torch.tanh(t1) * t0 * t3 * t4 * x * t0 + t6
                 )
             )
         if ctx.needs_input_grad[1]:
@@ -1482,7 +1488,7 @@ class MishGrad(_Function):
         t10 = t9 + 6
         t11 = t9 + 4
         return grad * x_t * torch.where(
-            x < -1600.0, t6, -8 * torch.tanh(t1) * t3 * t4 * x * t0 * t0 + t6
+            x < -1600.0, t6, -8 * torch.tanh(t1) * t0 * t3 * t4 * x * t0 + t6
         ) + grad_t * torch.where(
             x <= 0,
             (t11 + t7 * (t10 + t8)) / (t7 * (t7 * (t8 + 8) + 8) + 4) * t7,
@@ -2172,7 +2178,7 @@ def _focal_loss_grad_z_backward(
     if need_z_bar:
         t13 = t12 * t6
         t14 = (t0 * t10).add_(t0 * t13).add_(t10).add_(t13)
-        t15 = (t8 * gamma).mul_(t3).mul_(gamma).mul_(t3).add_(t14)
+        t15 = _mul_into(gamma * t3, t8).mul_(gamma).mul_(t3).add_(t14)
     t16 = z > 1600.0
     t17 = z < -1600.0
     if need_z_bar:
@@ -2182,7 +2188,7 @@ def _focal_loss_grad_z_backward(
         t20 = t10.mul_(t1).mul_(t5).add_(t13.mul_(t1).mul_(t19))
     t21 = t11.mul_(t19)
     if need_z_bar:
-        t22 = (t21 * gamma).mul_(t6).mul_(gamma).mul_(t6)
+        t22 = _mul_into(gamma * t6, t21).mul_(gamma).mul_(t6)
         t23 = t14.add_(t22)
         t24 = t22.add_(t15)
     if need_grad_bar:
@@ -2273,13 +2279,13 @@ class FocalLossGrad(_Function):
             t10 = t3**gamma * (1 - target)
             t11 = t10 * t8
             t12 = t0 * t11 + t0 * t9 + t11 + t9
-            t13 = t5 * t7 * gamma * t3 * gamma * t3 + t12
+            t13 = gamma * t3 * t5 * t7 * gamma * t3 + t12
             t14 = z > 1600.0
             t15 = z < -1600.0
             t16 = t14 | t15
             t17 = torch.nn.functional.softplus(z, threshold=40.0)
             t18 = t1 * t11 * t17 + t1 * t5 * t9
-            t19 = t10 * t17 * gamma * t6 * gamma * t6
+            t19 = gamma * t6 * t10 * t17 * gamma * t6
             t20 = t12 + t19
             t21 = t13 + t19
             z_bar = (
@@ -2341,10 +2347,10 @@ class FocalLossGrad(_Function):
         t19 = t10 * t2
         t20 = t5 * t9
         t21 = t1 * t19 + t1 * t20 + t19 + t20
-        t22 = t7 * gamma * t2 * gamma * t2 + t21
+        t22 = gamma * t2 * t7 * gamma * t2 + t21
         t23 = t13 | t17
         t24 = t0 * t14 * t20 + t0 * t19 * t4
-        t25 = t15 * gamma * t5 * gamma * t5
+        t25 = gamma * t5 * t15 * gamma * t5
         t26 = t21 + t25
         t27 = t22 + t25
         return grad * z_t * torch.where(
@@ -2462,7 +2468,7 @@ class StudentTLogpdf(_Function):
         (x,) = ctx.saved_tensors
         nu = ctx.nu
         t0 = -nu - 1
-        return t0 * x_t / (nu / x + x)
+        return t0 / (nu / x + x) * x_t
 
 
 _StudentTLogpdf = _without_jvp(StudentTLogpdf)
@@ -2490,7 +2496,7 @@ def _student_t_logpdf_grad_x_backward(
             _where(
                 (x < 1) & (x > -1),
                 t2.mul_((x**2).add_(-nu)).div_(t4),
-                t3.mul_((t0 / x).div_(x).add_(1)).div_(x).div_(t5).div_(x),
+                t3.div_(x).mul_((t0 / x).div_(x).add_(1)).div_(t5).div_(x),
                 overwrite="a",
             ),
         )
@@ -2539,7 +2545,7 @@ class StudentTLogpdfGrad(_Function):
                 * torch.where(
                     (x < 1) & (x > -1),
                     t1 / t4 * (-nu + x**2) / t4,
-                    t1 / t5 * (t0 / x / x + 1) / x / t5 / x,
+                    t1 / t5 / x * (t0 / x / x + 1) / t5 / x,
                 )
             )
         if ctx.needs_input_grad[1]:
@@ -2560,7 +2566,7 @@ class StudentTLogpdfGrad(_Function):
             * torch.where(
                 (x < 1) & (x > -1),
                 t1 / t4 * (-nu + x**2) / t4,
-                t1 / t5 * (t0 / x / x + 1) / x / t5 / x,
+                t1 / t5 / x * (t0 / x / x + 1) / t5 / x,
             )
             - t1 / (nu / x + x) * grad_t
         )
@@ -2773,7 +2779,7 @@ def _sqrt_diff_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
         t3 = 2 * t2
         t4 = (2 * t0).mul_(x).add_(2 * t0).add_(t3 * x)
         t5 = (-3 * t0).sub_(t3).sub_(x / t2).sub_(1 / t0).neg_().div_(t4)
-        x_bar = _mul_into(_mul_into(t5, grad).div_(t4), grad_grad_x)
+        x_bar = _mul_into(_mul_into(t5.div_(t4), grad), grad_grad_x)
     if need_grad_bar:
         grad_bar = -0.5 * grad_grad_x / t0.add_(t1).add_(t2.mul_(x))
     return x_bar, grad_bar
@@ -2804,7 +2810,7 @@ class SqrtDiffGrad(_Function):
             t1 = torch.sqrt(x + 1)
             t2 = 2 * t1
             t3 = 2 * t0 * x + 2 * t0 + t2 * x
-            x_bar = -(-3 * t0 - t2 - x / t1 - 1 / t0) / t3 * grad / t3 * grad_grad_x
+            x_bar = -(-3 * t0 - t2 - x / t1 - 1 / t0) / t3 / t3 * grad * grad_grad_x
         if ctx.needs_input_grad[1]:
             t0 = torch.sqrt(x)
             grad_bar = -0.5 * grad_grad_x / (t0 * x + t0 + x * torch.sqrt(x + 1))

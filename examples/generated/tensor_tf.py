@@ -923,9 +923,9 @@ def _layer_norm_backward_backward(
         t32 = 2 * t29
         t33 = (-0.5) * (eps + t5 / x.shape[-1]) ** (-1.5) / x.shape[-1] * t32
     if gg_x is not None and need_x_bar:
-        t35 = (0.75) * t10 / x.shape[-1] * t32 / x.shape[-1] * (
-            eps + t5 / x.shape[-1]
-        ) ** (-2.5) - (0.5) * (eps + t5 / x.shape[-1]) ** (-1.5) / x.shape[-1] * t31
+        t35 = (0.75) * t10 / x.shape[-1] * t32 * (eps + t5 / x.shape[-1]) ** (
+            -2.5
+        ) / x.shape[-1] - (0.5) * (eps + t5 / x.shape[-1]) ** (-1.5) / x.shape[-1] * t31
         t36 = 2 * t35
         t37 = grad * t33[..., None] + t12[..., None] * t27 + t3 * t36[..., None]
         t38 = tf.reduce_sum(t37, axis=-1)
@@ -1067,9 +1067,9 @@ def _rms_norm_backward_backward(
         )
     if gg_x is not None and need_x_bar:
         t29 = tf.einsum("d,...d->...", g, t27)
-        t30 = (0.75) * t10 / x.shape[-1] * t22 / x.shape[-1] * (
-            eps + t3 / x.shape[-1]
-        ) ** (-2.5) - (0.5) * (eps + t3 / x.shape[-1]) ** (-1.5) / x.shape[-1] * t29
+        t30 = (0.75) * t10 / x.shape[-1] * t22 * (eps + t3 / x.shape[-1]) ** (
+            -2.5
+        ) / x.shape[-1] - (0.5) * (eps + t3 / x.shape[-1]) ** (-1.5) / x.shape[-1] * t29
         t31 = 2 * t30
     if gg_g is not None and need_x_bar:
         t35 = tf.einsum("...d,d->...", t7, gg_g)
@@ -1205,9 +1205,9 @@ def _layer_norm_one_pass_backward_backward(
         t32 = 2 * t29
         t33 = (-0.5) * (eps + t5 / x.shape[-1]) ** (-1.5) / x.shape[-1] * t32
     if gg_x is not None and need_x_bar:
-        t35 = (0.75) * t10 / x.shape[-1] * t32 / x.shape[-1] * (
-            eps + t5 / x.shape[-1]
-        ) ** (-2.5) - (0.5) * (eps + t5 / x.shape[-1]) ** (-1.5) / x.shape[-1] * t31
+        t35 = (0.75) * t10 / x.shape[-1] * t32 * (eps + t5 / x.shape[-1]) ** (
+            -2.5
+        ) / x.shape[-1] - (0.5) * (eps + t5 / x.shape[-1]) ** (-1.5) / x.shape[-1] * t31
         t36 = 2 * t35
         t37 = grad * t33[..., None] + t12[..., None] * t27 + t3 * t36[..., None]
         t38 = tf.reduce_sum(t37, axis=-1)

@@ -1496,8 +1496,8 @@ def _layer_norm_backward_backward(
             * t10
             / x.shape[-1]
             * t32
-            / x.shape[-1]
             * (eps + t5 / x.shape[-1]) ** (-2.5)
+            / x.shape[-1]
             - (0.5) * (eps + t5 / x.shape[-1]) ** (-1.5) / x.shape[-1] * t31
         )
         t36 = 2 * t35
@@ -1696,8 +1696,8 @@ def _rms_norm_backward_backward(
             * t10
             / x.shape[-1]
             * t22
-            / x.shape[-1]
             * (eps + t3 / x.shape[-1]) ** (-2.5)
+            / x.shape[-1]
             - (0.5) * (eps + t3 / x.shape[-1]) ** (-1.5) / x.shape[-1] * t29
         )
         t31 = 2 * t30
@@ -1906,8 +1906,8 @@ def _layer_norm_one_pass_backward_backward(
             * t10
             / x.shape[-1]
             * t32
-            / x.shape[-1]
             * (eps + t5 / x.shape[-1]) ** (-2.5)
+            / x.shape[-1]
             - (0.5) * (eps + t5 / x.shape[-1]) ** (-1.5) / x.shape[-1] * t31
         )
         t36 = 2 * t35

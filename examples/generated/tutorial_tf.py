@@ -256,11 +256,11 @@ def _cube_grad_x(x, grad):
 
     @tf.custom_gradient
     def forward(x, grad):
-        grad_x = 3 * x * grad * x
+        grad_x = 3 * x * x * grad
 
         def backward(grad_grad_x):
             x_bar = 6 * grad * grad_grad_x * x
-            grad_bar = 3 * x * grad_grad_x * x
+            grad_bar = 3 * x * x * grad_grad_x
             return x_bar, grad_bar
 
         return grad_x, backward

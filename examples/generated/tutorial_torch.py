@@ -744,14 +744,14 @@ class Cube(_Function):
     @staticmethod
     def jvp(ctx, x_t):
         (x,) = ctx.saved_tensors
-        return 3 * x_t * x * x
+        return 3 * x * x_t * x
 
 
 _Cube = _without_jvp(Cube)
 
 
 def _cube_grad_x(x, grad):
-    return _mul_into(3 * x, grad).mul_(x)
+    return _mul_into((3 * x).mul_(x), grad)
 
 
 def _cube_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
@@ -759,7 +759,7 @@ def _cube_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
     if need_x_bar:
         x_bar = _mul_into(_mul_into(6 * grad, grad_grad_x), x)
     if need_grad_bar:
-        grad_bar = _mul_into(3 * x, grad_grad_x).mul_(x)
+        grad_bar = _mul_into((3 * x).mul_(x), grad_grad_x)
     return x_bar, grad_bar
 
 
@@ -786,13 +786,13 @@ class CubeGrad(_Function):
         if ctx.needs_input_grad[0]:
             x_bar = 6 * grad * grad_grad_x * x
         if ctx.needs_input_grad[1]:
-            grad_bar = 3 * x * grad_grad_x * x
+            grad_bar = 3 * x * x * grad_grad_x
         return x_bar, grad_bar
 
     @staticmethod
     def jvp(ctx, x_t, grad_t):
         x, grad = ctx.saved_tensors
-        return 6 * grad * x * x_t + 3 * x * grad_t * x
+        return 6 * grad * x * x_t + 3 * x * x * grad_t
 
 
 _CubeGrad = _without_jvp(CubeGrad)
