@@ -1148,9 +1148,7 @@ def _position(step: tuple) -> tuple:
 
 
 def paired_product(
-    expr: sympy.Expr,
-    scalar: Callable[[sympy.Expr], bool] = lambda e: False,
-    inputs: Callable[[sympy.Expr], set] = lambda e: e.free_symbols,
+    expr: sympy.Expr, scalar: Callable[[sympy.Expr], bool] = lambda e: False
 ) -> tuple[sympy.Expr, list[tuple[str, sympy.Expr]]] | None:
     """A product with no power to spread out but a quotient, as (coefficient, [(op,
     factor), ...]) like :func:`interleaved_product`: each denominator factor right after
@@ -1164,9 +1162,7 @@ def paired_product(
     factor divided by two tensors or more is divided by each in turn: x/(t*r) underflows
     at t = 3e-228, r = sqrt(t) (the half-integer power x*t**-1.5, see
     :mod:`symgrad.cse`), x/t/r does not. ``scalar`` tells the factors that are Python
-    numbers at run time (a tensor's shape), which stay one divisor; ``inputs`` the inputs a
-    factor is computed from (a shared temporary's, not its own name: t0*t3/eps with t0 =
-    eps - 1 and t3 = eps + 1 is t0 / eps * t3, not inf at eps = 1e200).
+    numbers at run time (a tensor's shape), which stay one divisor.
     """
     coeff = sympy.S.One
     num: list[sympy.Expr] = []
@@ -1188,38 +1184,13 @@ def paired_product(
     num.sort(key=lambda f: (not _bounded(f), _upstream(f)))
     steps: list[tuple[str, sympy.Expr]] = []
     for d in den:
-        # by the factors' own inputs, else by what shared temporaries are computed from
-        partner = _partner(num, d, lambda e: e.free_symbols, reciprocals=True)
-        if partner is None:
-            partner = _partner(num, d, inputs, reciprocals=False)
-        if partner is not None:
-            steps += [("*", num.pop(partner)), ("/", d)]
+        shared = [len(f.free_symbols & d.free_symbols) for f in num]
+        if num and max(shared) > 0:
+            steps += [("*", num.pop(shared.index(max(shared)))), ("/", d)]
     steps += [("*", f) for f in num if not _upstream(f)]
     steps += [("/", d) for d in den if ("/", d) not in steps]
     steps += [("*", f) for f in num if _upstream(f)]
     return coeff, steps
-
-
-def _partner(
-    num: list[sympy.Expr], d: sympy.Expr, inputs: Callable, reciprocals: bool
-) -> int | None:
-    """The index of the factor of ``num`` that shares the most ``inputs`` with ``d`` (the
-    first of those); without ``reciprocals``, a reciprocal only where no other factor
-    shares one (rsqrt(t0) / t1 with t0 and t1 quadratics in v divides by v**3, where
-    t2 / t1 with t2 = 49*H is bounded: the optimal throwing angle's d/dv); None where none
-    shares any."""
-    shared = [
-        (n > 0, reciprocals or not _reciprocal(f), n)
-        for f in num
-        for n in [len(inputs(f) & inputs(d))]
-    ]
-    return shared.index(max(shared)) if shared and max(shared)[0] else None
-
-
-def _reciprocal(f: sympy.Expr) -> bool:
-    """``f`` is a negative power (rsqrt(t) = t**(-1/2))."""
-    e = f.as_base_exp()[1]
-    return bool(e.is_number and e < 0)
 
 
 def _divided_in_turn(num: list[sympy.Expr], den: list[sympy.Expr], scalar) -> bool:
@@ -1297,8 +1268,7 @@ def print_interleaved(printer, expr: sympy.Expr) -> str | None:
     """``expr`` printed by ``printer`` as an interleaved product, or None (see
     :func:`interleaved_product` and :func:`paired_product`)."""
     scalar = getattr(printer, "is_scalar", lambda e: False)  # the NumPy model has none
-    inputs = getattr(printer, "inputs_of", lambda e: e.free_symbols)
-    plan = interleaved_product(expr) or paired_product(expr, scalar, inputs)
+    plan = interleaved_product(expr) or paired_product(expr, scalar)
     if plan is None:
         return None
     coeff, steps = plan

@@ -66,7 +66,6 @@ def emit(
     tape = Tape(dict(values or {}))
     tape.values |= {s.name: Value(s.name, Role.NUMBER, "other") for s in printer.scalars}
     for temp, value in replacements:
-        printer.define(temp, value)
         scalar = printer.is_scalar(value)
         role = Role.NUMBER if scalar else Role.TEMPORARY
         tape.define(temp.name, parse_expr(printer.doprint(value)), role)

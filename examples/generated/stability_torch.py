@@ -1163,7 +1163,7 @@ class Log1mexpGrad(_Function):
     def jvp(ctx, x_t, grad_t):
         x, grad = ctx.saved_tensors
         t0 = 1 / torch.expm1(-x)
-        return t0 / torch.expm1(x) * x_t * grad - grad_t * t0
+        return t0 * x_t / torch.expm1(x) * grad - grad_t * t0
 
 
 _Log1mexpGrad = _without_jvp(Log1mexpGrad)
@@ -2468,7 +2468,7 @@ class StudentTLogpdf(_Function):
         (x,) = ctx.saved_tensors
         nu = ctx.nu
         t0 = -nu - 1
-        return t0 / (nu / x + x) * x_t
+        return t0 * x_t / (nu / x + x)
 
 
 _StudentTLogpdf = _without_jvp(StudentTLogpdf)

@@ -59,15 +59,6 @@ def stable_numpy() -> dict[str, object]:
 class _NumPyPrinter(NumPyPrinter):
     """lambdify's NumPy printer with the framework printers' overflow-safe hypot powers."""
 
-    def __init__(self, settings=None):
-        super().__init__(settings)
-        #: the inputs each temporary is computed from (:func:`_shared`)
-        self.definitions: dict[sympy.Symbol, frozenset] = {}
-
-    def inputs_of(self, expr: sympy.Basic) -> set:
-        """The inputs ``expr`` is computed from (as the framework printers')."""
-        return set().union(*(self.definitions.get(s, {s}) for s in expr.free_symbols))
-
     def _hypot_ratios(self, expr):
         parts = hypot_power_parts(expr)
         if parts is None:
@@ -95,9 +86,7 @@ def evaluator(expr: sympy.Expr, symbols: Sequence[sympy.Symbol]):
     )
     # the same common subexpressions, so the same order of operations, as the generated
     # code (plan.emit), where an intermediate product may overflow first
-    return sympy.lambdify(
-        symbols, expr, modules=modules, printer=printer, cse=lambda e: _shared(e, printer)
-    )
+    return sympy.lambdify(symbols, expr, modules=modules, printer=printer, cse=_shared)
 
 
 def _python_constants(expr: sympy.Expr) -> sympy.Expr:
@@ -125,15 +114,12 @@ def _python_constants(expr: sympy.Expr) -> sympy.Expr:
     return expr.replace(constant, value)
 
 
-def _shared(expr, printer: _NumPyPrinter):
+def _shared(expr):
     """lambdify's ``cse`` hook: :func:`~symgrad.cse.common_subexpressions` of one
-    expression or a tuple of them, each temporary's inputs recorded on ``printer`` (a
-    product's order, :func:`~symgrad.functions.paired_product`, pairs by them)."""
+    expression or a tuple of them."""
     several = isinstance(expr, (tuple, list))
     exprs = list(expr) if several else [expr]
     replacements, reduced = common_subexpressions(exprs, fresh_symbols(exprs, "_t"))
-    for temp, value in replacements:
-        printer.definitions[temp] = frozenset(printer.inputs_of(value))
     # constants as Python floats after the sharing, which sees them as the code's CSE does
     replacements = [(t, _python_constants(v)) for t, v in replacements]
     reduced = [_python_constants(e) for e in reduced]

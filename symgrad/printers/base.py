@@ -61,22 +61,11 @@ class FrameworkPrinter(StrPrinter):
         self.names = dict(names or {})
         self.uses_math = False
         self.booleans: set[sympy.Symbol] = set()  # temporaries holding conditions
-        #: the inputs each temporary is computed from (:meth:`inputs_of`)
-        self.definitions: dict[sympy.Symbol, frozenset] = {}
 
     # ------------------------------------------------------------------ helpers
     def is_scalar(self, expr: sympy.Basic) -> bool:
         """True when ``expr`` is a Python number at run time (no tensor in it)."""
         return expr.free_symbols <= self.scalars
-
-    def inputs_of(self, expr: sympy.Basic) -> set:
-        """The inputs ``expr`` is computed from: its symbols, a temporary's through its
-        definition (:meth:`define`)."""
-        return set().union(*(self.definitions.get(s, {s}) for s in expr.free_symbols))
-
-    def define(self, temp: sympy.Symbol, value: sympy.Basic) -> None:
-        """Record that the temporary ``temp`` holds ``value`` (see :meth:`inputs_of`)."""
-        self.definitions[temp] = frozenset(self.inputs_of(value))
 
     def call(self, name: str, *args: sympy.Basic) -> str:
         return f"{name}({', '.join(self._print(a) for a in args)})"
