@@ -1071,7 +1071,7 @@ def interleaved_product(
     SymPy merges repeated factors into powers, and a power overflows (or underflows) long
     before the product does: D**2 * sin(g)**2 at D = 1e200, sin(g) = 1e-201 is inf * 0,
     though (D * sin(g))**2 = 0.01; m * (m - 1)**2 / v**2 overflows at m = 1e103, v = 1e200.
-    Evaluated as D * sin(g) * D * sin(g) and m / v * (m - 1) * (m - 1) / v, each partial
+    Evaluated as D * sin(g) * D * sin(g) and (m - 1) / v * m * (m - 1) / v, each partial
     product stays near the size of the result, as in the order the user wrote. A single
     power is spread only behind a coefficient far from 1, which then scales first
     (1e-22 * x * x, where x**2 overflows first). With

@@ -738,28 +738,6 @@ def exp_pair(node: sympy.Basic, params: frozenset, positive: frozenset) -> sympy
     return sympy.Piecewise((paired, sympy.Abs(d) <= 1), (node, True))
 
 
-@register("regimes")
-def expm1_times_exp(
-    node: sympy.Basic, params: frozenset, positive: frozenset
-) -> sympy.Basic | None:
-    """expm1(a) * exp(b) -> -expm1(-a) * exp(a + b) for a > 0 (as written elsewhere): the
-    exponents add before anything overflows. What a difference of exponentials with a
-    cancelling pair becomes (:func:`exp_pair`'s d/dx of NMSE section 6.1's
-    ((1 + 1/e)*exp(-(1 - e)*x) - ...)/2 is (e**2 - 1)/e * expm1(2*e*x) * exp(-(1 + e)*x)/2):
-    at x = 710, e = 0.5 that is inf * 0, though the value is -5. For a <= 0, expm1(a) is
-    in (-1, 0] and the product overflows only with the value. ``None`` where the product
-    has no such pair of factors."""
-    if not isinstance(node, Mul):
-        return None
-    for m in (f for f in node.args if isinstance(f, expm1)):
-        for e in (f for f in node.args if isinstance(f, exp)):
-            a = m.args[0]
-            merged = -expm1(-a) * exp(sympy.factor_terms(sympy.expand(a + e.args[0])))
-            rest = Mul(*(f for f in node.args if f not in (m, e)))
-            return sympy.Piecewise((rest * merged, a > 0), (node, True))
-    return None
-
-
 def _two_parts(s: sympy.Expr) -> tuple[sympy.Expr, sympy.Expr] | None:
     """(a, b) with a + b = s: a the terms with the first input of s's terms (by name), b
     the rest; None where s is no sum of two such parts."""

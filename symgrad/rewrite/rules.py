@@ -176,24 +176,6 @@ def exp_ratio(node):
 
 
 @register("stabilize")
-def exp_product(node):
-    """exp(a) * exp(b) -> exp(a + b) where a + b simplifies (is fewer operations than a and
-    b): exp(2*e*x) * exp(-(1 + e)*x) is inf * 0 at x = 710, e = 0.5, exp((e - 1)*x) is
-    4e-155 (the derivative of expm1(2*e*x) beside an exp, NMSE section 6.1). A sum that
-    does not simplify stays two factors: its rounding would be the exponent's error."""
-    if not isinstance(node, Mul):
-        return None
-    exps = [f for f in node.args if isinstance(f, exp)]
-    for i, e1 in enumerate(exps):
-        for e2 in exps[i + 1 :]:
-            a, b = e1.args[0], e2.args[0]
-            merged = sympy.factor_terms(sympy.expand(a + b))
-            if sympy.count_ops(merged) < sympy.count_ops(a) + sympy.count_ops(b):
-                return _drop(node, e1, e2) * exp(merged)
-    return None
-
-
-@register("stabilize")
 def exp_over_expm1_power(node):
     """exp(a) / expm1(a)**k -> 1 / (expm1(a)**(k-1) * -expm1(-a)): no inf/inf for large a.
 
