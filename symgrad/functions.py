@@ -1126,25 +1126,19 @@ def interleaved_product(
         upstream = {}
 
     def placed(op: str, counts: dict[sympy.Expr, int]) -> list[tuple]:
+        """(position, op, factor) of each factor; "*" sorts before "/" at a tie."""
         return [
-            (-1.0 if k == 0 and _bounded(b) else (k + 0.5) / n, op == "/", op, b)
+            (-1.0 if k == 0 and _bounded(b) else (k + 0.5) / n, op, b)
             for b, n in counts.items()
             if b not in upstream
             for k in range(n)
         ]
 
-    steps = [step[2:] for step in sorted(placed("*", num) + placed("/", den), key=_position)]
-    if steps[0][0] == "/" and any(op == "*" for op, _ in steps):
-        first = next(step for step in steps if step[0] == "*")
-        steps.remove(first)
-        steps.insert(0, first)
+    # (a stable sort: at a tie, the product's order)
+    steps = [s[1:] for s in sorted(placed("*", num) + placed("/", den), key=lambda s: s[:2])]
+    first = next((i for i, (op, _) in enumerate(steps) if op == "*"), 0)
+    steps.insert(0, steps.pop(first))
     return coeff, steps + [("*", b) for b, n in upstream.items() for _ in range(n)]
-
-
-def _position(step: tuple) -> tuple:
-    """A spread factor's place in :func:`interleaved_product`: its position, a numerator
-    factor before a denominator one (the rest in the product's order)."""
-    return step[:2]
 
 
 def paired_product(
