@@ -14,7 +14,7 @@ import sympy
 from sympy.functions.elementary.hyperbolic import HyperbolicFunction
 from sympy.functions.elementary.trigonometric import TrigonometricFunction
 
-from symgrad.choose import symbol_points
+from symgrad.choose import more_points, symbol_points
 from symgrad.cost import eager_cost, op_cost
 from symgrad.derived import Accuracy, Derived
 from symgrad.errors import DerivationError, SpecError, raise_all
@@ -170,6 +170,7 @@ def finish(
     positive: frozenset = frozenset(),
     fused: list | None = None,
     also: tuple[sympy.Expr, ...] = (),
+    more: tuple = (),
 ) -> sympy.Expr:
     """Clean up, stabilise and simplify one formula; pick the most accurate candidate.
 
@@ -188,7 +189,8 @@ def finish(
     the branches are float tricks, and their conditions have no derivative). ``params``:
     the scalar inputs' symbols; ``positive``: those known to be positive. ``also``: other
     forms of the same formula, stabilised and offered beside its own (with their regime
-    branches); ``expr`` stays the reference the others are measured against.
+    branches); ``expr`` stays the reference the others are measured against. ``more``:
+    points where a contest within the choice's margin is measured again.
     """
     expr = _drop_dirac(expr)
     if expr.has(sympy.Heaviside):
@@ -290,12 +292,14 @@ def finish(
                 eager_only.append(product)
                 sources.setdefault(product, sources[c])
         # The formula as written is the reference and a candidate in its own right.
-        close = most_accurate([expr, *candidates, *eager_only], points, also)
+        close = most_accurate(
+            [expr, *candidates, *eager_only], points, also, more, (eager_cost, op_cost)
+        )
         if close:
             best, accuracy = min(close, key=lambda c: eager_cost(c[0]))
             compiled = [c for c in close if c[0] not in eager_only]
             if not compiled:  # only products are close: measured again without them
-                compiled = most_accurate([expr, *candidates], points, also)
+                compiled = most_accurate([expr, *candidates], points, also, more, (op_cost,))
             fused_best = min(compiled or close, key=lambda c: op_cost(c[0]))[0]
         else:  # nothing measurable: the formula as written
             best, accuracy = expr, Accuracy(math.nan, math.nan, 0, 0)
@@ -430,6 +434,7 @@ def derive_function(fn: Function, measure: bool = True) -> Derived:
     points = (
         symbol_points(fn.inputs, symbols, grads, seed=f"symgrad:{fn.name}") if measure else None
     )
+    more = more_points(fn.inputs, symbols, grads, seed=f"symgrad:{fn.name}") if measure else ()
     accuracy: dict[str, Accuracy] = {}
     params = frozenset(symbols[i.name] for i in fn.inputs if not i.is_tensor)
     # scalars whose domain is positive (x / sqrt(nu) needs to know, and nu's symbol makes
@@ -444,7 +449,7 @@ def derive_function(fn: Function, measure: bool = True) -> Derived:
         record: list[Accuracy] = []
         before: list[sympy.Expr] = []
         compiled: list[sympy.Expr] = []
-        result = finish(expr, points, record, params, before, positive, compiled, also)
+        result = finish(expr, points, record, params, before, positive, compiled, also, more)
         if record:
             accuracy[label] = record[0]
         unsplit[label] = before[0]

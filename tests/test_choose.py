@@ -119,3 +119,31 @@ def test_the_most_accurate_candidates_keep_their_order_and_drop_the_worse():
     chosen = most_accurate([naive, F.softplus(x), mirrored], points)
     assert [form for form, _ in chosen] == [F.softplus(x)]
     assert chosen[0][1].non_finite == 0
+
+
+def test_a_contest_within_the_margin_is_measured_again_on_more_points():
+    """log(1 + x) is within 1/2 bit of log1p(x) on a sample that has one tiny x in 200;
+    where the cheaper form would be taken on that sample, the choice measures the close
+    forms again with ``more`` points, and the tail it missed decides."""
+    import sympy
+
+    from symgrad import functions as F
+    from symgrad.choose import most_accurate
+
+    x = sympy.Symbol("x", real=True)
+    naive, stable = sympy.log(1 + x), F.log1p(x)
+    points = [{x: 1.0 + k / 8} for k in range(200)] + [{x: 1e-10}]
+    more = [{x: 10.0**-k} for k in range(8, 16)]
+
+    def cost(form):
+        return 0 if form == naive else 1
+
+    close = most_accurate([naive, stable], points, costs=(cost,))
+    assert [form for form, _ in close] == [naive, stable]  # the naive form would be taken
+    assert len({accuracy.score for _, accuracy in close}) == 2
+    again = most_accurate([naive, stable], points, more=more, costs=(cost,))
+    assert [form for form, _ in again] == [stable]
+    assert again[0][1].points == len(points) + len(more)
+    # no contest where the form taken is the best measured: ``more`` is not used
+    cheap_stable = most_accurate([naive, stable], points, more=more, costs=(lambda f: -cost(f),))
+    assert [form for form, _ in cheap_stable] == [naive, stable]

@@ -989,7 +989,8 @@ class Log1pexp(_Function):
     Measured float64 error of the chosen forms vs mpmath::
 
         out: 0.0 bits mean, 1 max over 73 points
-        grad_x, d grad_x / d x, d grad_x / d grad: 0.1 bits mean, 3 max over 73 points
+        grad_x, d grad_x / d grad: 0.1 bits mean, 3 max over 73 points
+        d grad_x / d x: 0.1 bits mean, 3 max over 121 points
     """
 
     @staticmethod
