@@ -60,3 +60,13 @@ def test_an_infinity_made_by_cancellation_is_not_an_exact_value():
     with pytest.raises(Unresolved):  # needs more than the 65536 bits allowed
         exact(bce, {z: 1e5})
     assert exact(sympy.exp(z), {z: 1000.0}) == float("inf")  # a true overflow stays one
+
+
+def test_a_negative_number_to_a_power_that_is_not_an_integer_is_undefined():
+    """(-1e300)**1e-200 is 1 + 3e-200i: its imaginary part is below _real's threshold,
+    but it is no real number (IEEE pow gives NaN); an integer power stays defined."""
+    b, e = sympy.symbols("b e", real=True)
+    assert exact(b**e, {b: -1e300, e: 1e-200}) is None
+    assert exact(b**e, {b: -2.0, e: 0.5}) is None
+    assert exact(b**e, {b: -2.0, e: 3.0}) == -8.0
+    assert exact(b**e, {b: -1e300, e: 1e200}) == float("inf")  # an even integer

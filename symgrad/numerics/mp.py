@@ -178,6 +178,10 @@ def _node(expr: sympy.Basic, env, trace: Trace | None, memo: dict):
         base, e = evaluate(args[0], env), evaluate(args[1], env)
         if base == 0 and e < 0:
             raise Undefined("division by zero")
+        if base < 0 and not mpmath.isint(e):
+            # complex, however small its imaginary part: (-1e300)**1e-200 is
+            # 1 + 3e-200i, real to the threshold of _real but no real number (NaN in IEEE)
+            raise Undefined("a negative number to a power that is not an integer")
         return _real(mpmath.power(base, e))
     if isinstance(expr, sympy.Piecewise):
         for value, cond in args:
