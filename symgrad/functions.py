@@ -1138,6 +1138,13 @@ def interleaved_product(
     steps = [s[1:] for s in sorted(placed("*", num) + placed("/", den), key=lambda s: s[:2])]
     first = next((i for i, (op, _) in enumerate(steps) if op == "*"), 0)
     steps.insert(0, steps.pop(first))
+    # A coefficient above 1 in size scales last: first, it overflows a partial product
+    # whose factors do not (8 * t * Ci * t at t = 1e38, Ci = 0 is inf * 0 in float32,
+    # where t * Ci * t * 8 is 0); last, only where the value does. One below 1 scales
+    # first, for the same reason (1e-22 * x * x).
+    if abs(coeff) > 1:
+        steps.append(("*", abs(coeff)))
+        coeff = sympy.sign(coeff)
     return coeff, steps + [("*", b) for b, n in upstream.items() for _ in range(n)]
 
 

@@ -122,9 +122,9 @@ def test_the_most_accurate_candidates_keep_their_order_and_drop_the_worse():
 
 
 def test_a_contest_within_the_margin_is_measured_again_on_more_points():
-    """log(1 + x) is within 1/2 bit of log1p(x) on a sample that has one tiny x in 200;
-    where the cheaper form would be taken on that sample, the choice measures the close
-    forms again with ``more`` points, and the tail it missed decides."""
+    """log(1 + x) is within 1/2 bit of log1p(x) on a sample whose smallest x is 0.01 (6
+    bits there); where the cheaper form would be taken on that sample, the choice measures
+    the close forms again with ``more`` points, and the tail it missed decides."""
     import sympy
 
     from symgrad import functions as F
@@ -132,7 +132,7 @@ def test_a_contest_within_the_margin_is_measured_again_on_more_points():
 
     x = sympy.Symbol("x", real=True)
     naive, stable = sympy.log(1 + x), F.log1p(x)
-    points = [{x: 1.0 + k / 8} for k in range(200)] + [{x: 1e-10}]
+    points = [{x: 1.0 + k / 8} for k in range(200)] + [{x: 0.01 + k / 1e4} for k in range(10)]
     more = [{x: 10.0**-k} for k in range(8, 16)]
 
     def cost(form):
@@ -140,10 +140,27 @@ def test_a_contest_within_the_margin_is_measured_again_on_more_points():
 
     close = most_accurate([naive, stable], points, costs=(cost,))
     assert [form for form, _ in close] == [naive, stable]  # the naive form would be taken
-    assert len({accuracy.score for _, accuracy in close}) == 2
+    assert close[0][1].score > close[1][1].score
     again = most_accurate([naive, stable], points, more=more, costs=(cost,))
     assert [form for form, _ in again] == [stable]
     assert again[0][1].points == len(points) + len(more)
     # no contest where the form taken is the best measured: ``more`` is not used
     cheap_stable = most_accurate([naive, stable], points, more=more, costs=(lambda f: -cost(f),))
     assert [form for form, _ in cheap_stable] == [naive, stable]
+
+
+def test_a_form_whose_worst_point_is_far_worse_than_the_best_forms_is_not_close():
+    """One x = 1e-10 in 201 points: log(1 + x) is 0.15 bits mean to log1p's 0.06, within
+    the 1/2 bit margin, but 29 bits wrong there, where log1p is within 1 (WORST_SLACK)."""
+    import sympy
+
+    from symgrad import functions as F
+    from symgrad.choose import WORST_SLACK, measure, most_accurate
+
+    x = sympy.Symbol("x", real=True)
+    naive, stable = sympy.log(1 + x), F.log1p(x)
+    points = [{x: 1.0 + k / 8} for k in range(200)] + [{x: 1e-10}]
+    worse, better = measure(naive, naive, points), measure(stable, naive, points)
+    assert worse.score <= better.score + 0.5
+    assert worse.max_bits > better.max_bits + WORST_SLACK
+    assert [form for form, _ in most_accurate([naive, stable], points)] == [stable]

@@ -106,7 +106,7 @@ INTEGER_POWERS = [
     (x**5, "(tf.math.square(tf.math.square(x)) * x)"),
     (x**7, "(tf.math.square(tf.math.square(x) * x) * x)"),  # no parentheses inside square()
     # a product with powers is interleaved (functions.interleaved_product): no power formed
-    (2 * (x + y) ** 2 / (x - 1) ** 3, "2 * (x + y) / (x - 1) / (x - 1) * (x + y) / (x - 1)"),
+    (2 * (x + y) ** 2 / (x - 1) ** 3, "(x + y) / (x - 1) / (x - 1) * (x + y) / (x - 1) * 2"),
     (x**17, "x**17"),  # past 16: TF's pow
 ]
 
@@ -255,7 +255,7 @@ def test_a_small_coefficient_scales_a_power_first():
 
 def test_an_interleaved_product_spreads_its_divisions_evenly():
     """12*r**2/dt**4 at dt = 1e84, r = 3e236 is 1e138: r / dt * r (one division per
-    multiply, then the rest) overflows first; spread evenly, 12 * r / dt / dt / dt * r / dt
+    multiply, then the rest) overflows first; spread evenly, r / dt / dt / dt * r / dt * 12
     stays near powers of r/dt**2 (the second derivative of Herbie's Kalman filter per K).
     The NumPy model of the accuracy choice prints it the same."""
     from symgrad.numerics.native import evaluator
@@ -263,13 +263,31 @@ def test_an_interleaved_product_spreads_its_divisions_evenly():
     r, dt = sympy.symbols("r dt", positive=True)
     expr = 12 * r**2 / dt**4
     src = TorchPrinter().doprint(expr)
-    assert src == "12 * r / dt / dt / dt * r / dt", src
+    assert src == "r / dt / dt / dt * r / dt * 12", src
     env = {"torch": torch} | {
         "r": torch.tensor([3e236], dtype=torch.float64),
         "dt": torch.tensor([1e84], dtype=torch.float64),
     }
     assert eval(src, env).item() == pytest.approx(1.08e138, rel=1e-12)
     assert evaluator(expr, [dt, r])(1e84, 3e236) == pytest.approx(1.08e138, rel=1e-12)
+
+
+def test_an_interleaved_products_coefficient_above_1_scales_last():
+    """8*Ci*t**2 at t = 1e38, Ci = 0 in float32 is 0: 8 * t overflows first (inf * 0 is
+    NaN), t * Ci * t * 8 does not (the gradient of Herbie's d2PSI-dDelta2-over-PSI in
+    Ci). A coefficient below 1 scales first (1e-22 * x * x: x * x overflows first)."""
+    import numpy as np
+
+    from symgrad.numerics.native import call, evaluator
+
+    t, ci, x = sympy.symbols("t Ci x", real=True)
+    assert TorchPrinter().doprint(8 * ci * t**2) == "t * Ci * t * 8"
+    assert TorchPrinter().doprint(-8 * ci * t**2) == "-t * Ci * t * 8"
+    assert TorchPrinter().doprint(sympy.Float(1e-22) * x**2) == "1e-22 * x * x"
+    env = {"torch": torch, "t": torch.tensor([1e38]), "Ci": torch.tensor([0.0])}
+    assert eval(TorchPrinter().doprint(8 * ci * t**2), env).item() == 0.0
+    with np.errstate(all="ignore"):
+        assert call(evaluator(8 * ci * t**2, [ci, t]), [0.0, 1e38], np.float32) == 0.0
 
 
 def test_a_quotient_divides_the_factor_that_shares_its_inputs_first():

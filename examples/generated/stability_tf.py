@@ -420,7 +420,7 @@ def _mish_grad_x(x, grad):
             x_bar = grad_grad_x * tf.where(
                 x < -1600.0,
                 grad * t6,
-                grad * (-8 * tf.math.tanh(t1) * t0 * t3 * t4 * x * t0 + t6),
+                grad * (-tf.math.tanh(t1) * t0 * t3 * t4 * x * t0 * 8 + t6),
             )
             t0 = tf.math.exp(-tf.math.abs(x))
             t1 = t0 * (t0 + 4)

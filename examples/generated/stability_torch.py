@@ -1339,13 +1339,13 @@ def _mish_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
         t10 = t9 + 6
         t11 = t9.add_(4)
     if need_x_bar:
-        t13 = t1.tanh_().mul_(-8).mul_(t0)
+        t13 = t1.tanh_().neg_().mul_(t0)
         x_bar = _mul_into(
             grad * grad_grad_x,
             _where(
                 x < -1600.0,
                 t6,
-                t13.mul_(t3).mul_(t4).mul_(x).mul_(t0).add_(t6),
+                t13.mul_(t3).mul_(t4).mul_(x).mul_(t0).mul_(8).add_(t6),
                 overwrite="b",
             ),
         )
@@ -1457,7 +1457,7 @@ class MishGrad(_Function):
                 grad
                 * grad_grad_x
                 * torch.where(
-                    x < -1600.0, t6, -8 * torch.tanh(t1) * t0 * t3 * t4 * x * t0 + t6
+                    x < -1600.0, t6, -torch.tanh(t1) * t0 * t3 * t4 * x * t0 * 8 + t6
                 )
             )
         if ctx.needs_input_grad[1]:
@@ -1490,7 +1490,7 @@ class MishGrad(_Function):
         t10 = t9 + 6
         t11 = t9 + 4
         return grad * x_t * torch.where(
-            x < -1600.0, t6, -8 * torch.tanh(t1) * t0 * t3 * t4 * x * t0 + t6
+            x < -1600.0, t6, -torch.tanh(t1) * t0 * t3 * t4 * x * t0 * 8 + t6
         ) + grad_t * torch.where(
             x <= 0,
             (t11 + t7 * (t10 + t8)) / (t7 * (t7 * (t8 + 8) + 8) + 4) * t7,
