@@ -1073,8 +1073,9 @@ def interleaved_product(
     though (D * sin(g))**2 = 0.01; m * (m - 1)**2 / v**2 overflows at m = 1e103, v = 1e200.
     Evaluated as D * sin(g) * D * sin(g) and (m - 1) / v * m * (m - 1) / v, each partial
     product stays near the size of the result, as in the order the user wrote. A single
-    power is spread only behind a coefficient far from 1, which then scales first
-    (1e-22 * x * x, where x**2 overflows first). With
+    power is spread only beside a coefficient far from 1: one below 1 scales first
+    (1e-22 * x * x, where x**2 overflows first), one above 1 last (x * x * 1e22), as does
+    any coefficient above 1 (see below). With
     ``roots``, a half-integer power is its integer part and a square root: t**-1.5
     divides by t, then by sqrt(t) (t**1.5 underflows at t = 3e-228). The printers never
     see one: :mod:`symgrad.cse` writes it so, with the square root a temporary; this is
