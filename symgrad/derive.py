@@ -8,7 +8,7 @@ import itertools
 import math
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 
 import sympy
 from sympy.functions.elementary.hyperbolic import HyperbolicFunction
@@ -170,7 +170,7 @@ def finish(
     positive: frozenset = frozenset(),
     fused: list | None = None,
     also: tuple[sympy.Expr, ...] = (),
-    more: tuple = (),
+    more: Sequence[Mapping[sympy.Symbol, float]] = (),
 ) -> sympy.Expr:
     """Clean up, stabilise and simplify one formula; pick the most accurate candidate.
 
