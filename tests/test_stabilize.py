@@ -302,6 +302,8 @@ PHASE_CASES: dict[str, dict[str, Case]] = {
     "candidates": {
         "exp_rational": Case(sympy.diff(x * sympy.tanh(F.softplus(x)), x)),
         "rational_scaled": Case(-grad * x * (nu_positive + 1) / (nu_positive + x**2)),
+        # x**2 + y**2 overflows at x = 1e200: inf/inf
+        "homogeneous_scaled": Case(2 * x * y / (x**2 + y**2)),
         # 1.7e308*x - 1.7e308 overflows at x = 1.01
         "common_factor_out": Case(sympy.Rational(17, 10) * 10**308 * (x - 1)),
         # (1 + x/y)**y - 1: 1 + x/y rounds x/y away
@@ -1134,6 +1136,37 @@ def test_rational_scaled_divides_out_the_numerator_power():
     # not a rational function with a lower numerator degree: left alone
     assert rational_scaled(x / (1 + x)) is None
     assert rational_scaled(sympy.exp(x) / (1 + x**2)) is None
+
+
+@pytest.mark.parametrize(
+    ("at_x", "at_y"),
+    [(1e200, 3e200), (-3e200, 1e200), (1e-200, -2e-200), (0.0, 5.0), (7.0, 0.0), (2.0, 3.0)],
+)
+def test_homogeneous_scaled_scales_by_the_larger_input(at_x, at_y):
+    from symgrad.rewrite.regimes import homogeneous_scaled
+
+    # d/dx of (x + 2y)(x - 3y)/(x**2 + y**2), times the upstream gradient: degree -1
+    formula = grad * sympy.diff((x + 2 * y) * (x - 3 * y) / (x**2 + y**2), x)
+    scaled = homogeneous_scaled(formula)
+    assert isinstance(scaled, sympy.Mul) and grad in scaled.args  # multiplies once
+    point = {"x": at_x, "y": at_y, "grad": 1.0}
+    exact = mp_exact(formula, {sympy.Symbol(k, real=True): v for k, v in point.items()})
+    assert run_torch(scaled, point) == pytest.approx(exact, rel=1e-14, abs=0.0)
+    if max(abs(at_x), abs(at_y)) > 1e154 or max(abs(at_x), abs(at_y)) < 1e-154:
+        naive = run_torch(formula, point)  # the formula as derived fails there
+        assert naive != pytest.approx(exact, rel=1e-6, abs=0.0)
+
+
+def test_homogeneous_scaled_keeps_factors_and_declines_what_is_not_homogeneous():
+    from symgrad.rewrite.regimes import homogeneous_scaled
+
+    scaled = homogeneous_scaled((x - y) * (x + y) / (x**2 + y**2))
+    t = y / x
+    assert scaled.args[0][0] == (1 - t) * (1 + t) / (1 + t**2)  # roots where the formula's
+    assert homogeneous_scaled((x + y**2) / (x**2 + y**2)) is None  # degrees 1 and 2 mixed
+    assert homogeneous_scaled((x + y) / (x - y)) is None  # nothing to overflow
+    assert homogeneous_scaled(sympy.exp(x) * y / (x**2 + y**2)) is None  # a call
+    assert homogeneous_scaled(x**2 / (x**2 + 1)) is None  # one input
 
 
 def test_clamp_select_matches_symmetric_selects_only():

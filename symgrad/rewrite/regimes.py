@@ -12,6 +12,7 @@ be positive).
 from __future__ import annotations
 
 import contextvars
+import itertools
 import math
 
 import mpmath
@@ -1004,6 +1005,67 @@ def rational_scaled(expr: sympy.Expr) -> sympy.Expr | None:
         ]
         return factor * terms[0] / terms[1]
     return None
+
+
+#: homogeneous_scaled: the largest total degree of a polynomial it rescales
+HOMOGENEOUS_MAX_DEGREE = 8
+
+
+@register("candidates")
+def homogeneous_scaled(expr: sympy.Expr) -> sympy.Expr | None:
+    """R(x, y) homogeneous of degree d -> R(1, y/x)*x**d for |y| <= |x|, R(x/y, 1)*y**d
+    otherwise: a rational function of two inputs scaled by the larger (as hypot is, or
+    Smith's complex division).
+
+    (x - y)*(x + y)/(x**2 + y**2) is inf/inf once a square overflows (|y| > 1e154, 1e19 in
+    float32) and 0/0 once both underflow, where the value is between -1 and 1; with t =
+    y/x no power of t exceeds 1, and x**d is what the value itself is made of. The
+    polynomials are factored, each factor scaled apart (roots where the formula's are).
+    A factor free of x and y (the upstream gradient) multiplies the result once. ``None``
+    where ``expr`` is not such a function of any pair of its inputs, or its denominator
+    has no power of a sum to overflow.
+    """
+    if expr.has(sympy.Piecewise) or expr.atoms(sympy.Function):
+        return None
+    symbols = sorted(expr.free_symbols, key=sympy.default_sort_key)
+    for x, y in itertools.combinations(symbols, 2):
+        factor, rest = expr.as_independent(x, y, as_Add=False)
+        if not rest.is_rational_function(x, y):
+            continue
+        numerator, denominator = sympy.fraction(sympy.cancel(sympy.together(rest)))
+        try:
+            degrees = [sympy.Poly(p, x, y).homogeneous_order() for p in (numerator, denominator)]
+        except sympy.PolynomialError:
+            continue
+        if None in degrees or not 2 <= degrees[1] <= HOMOGENEOUS_MAX_DEGREE:
+            continue
+        if degrees[0] > HOMOGENEOUS_MAX_DEGREE or not denominator.has(x) or not denominator.has(y):
+            continue
+        factored = sympy.factor(numerator) / sympy.factor(denominator)
+        branches = [
+            (
+                _at_one(factored, x, y) * x ** (degrees[0] - degrees[1]),
+                sympy.Abs(y) <= sympy.Abs(x),
+            ),
+            (_at_one(factored, y, x) * y ** (degrees[0] - degrees[1]), True),
+        ]
+        return factor * sympy.Piecewise(*branches)
+    return None
+
+
+def _at_one(factored: sympy.Expr, big: sympy.Symbol, small: sympy.Symbol) -> sympy.Expr:
+    """A product of powers of homogeneous polynomials in ``big`` and ``small``, each
+    polynomial divided by ``big`` to its degree: a polynomial in small/big."""
+    t = sympy.Dummy("t")
+    parts = []
+    for f in Mul.make_args(factored):
+        base, e = f.as_base_exp()
+        if not base.has(big, small):
+            parts.append(f)
+            continue
+        k = sympy.Poly(base, big, small).homogeneous_order()
+        parts.append(sympy.expand(base.xreplace({small: t * big}) / big**k) ** e)
+    return Mul(*parts).xreplace({t: small / big})
 
 
 # The tails phase: on the chosen form, in this order.
