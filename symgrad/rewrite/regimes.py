@@ -1014,42 +1014,122 @@ HOMOGENEOUS_MAX_DEGREE = 8
 @register("candidates")
 def homogeneous_scaled(expr: sympy.Expr) -> sympy.Expr | None:
     """R(x, y) homogeneous of degree d -> R(1, y/x)*x**d for |y| <= |x|, R(x/y, 1)*y**d
-    otherwise: a rational function of two inputs scaled by the larger (as hypot is, or
-    Smith's complex division).
+    otherwise: a function of two inputs scaled by the larger (as hypot is, or Smith's
+    complex division).
 
     (x - y)*(x + y)/(x**2 + y**2) is inf/inf once a square overflows (|y| > 1e154, 1e19 in
     float32) and 0/0 once both underflow, where the value is between -1 and 1; with t =
-    y/x no power of t exceeds 1, and x**d is what the value itself is made of. The
-    polynomials are factored, each factor scaled apart (roots where the formula's are).
-    A factor free of x and y (the upstream gradient) multiplies the result once. ``None``
-    where ``expr`` is not such a function of any pair of its inputs, or its denominator
-    has no power of a sum to overflow.
+    y/x no power of t exceeds 1, and x**d is what the value itself is made of. A rational
+    function's polynomials are factored, each factor scaled apart (roots where the
+    formula's are); other formulas are scaled as written, through square roots
+    (sqrt(x**2 + y**2) is |x|*sqrt(1 + t**2)), absolute values and calls of degree 0
+    (atan(y/x) is atan(t)). Factors free of x and y (the upstream gradient) ride along.
+    ``None`` where ``expr`` is not such a function of any pair of its inputs, or has no sum
+    of degree 2 or more to overflow.
     """
-    if expr.has(sympy.Piecewise) or expr.atoms(sympy.Function):
+    if expr.has(sympy.Piecewise):
         return None
     symbols = sorted(expr.free_symbols, key=sympy.default_sort_key)
     for x, y in itertools.combinations(symbols, 2):
-        factor, rest = expr.as_independent(x, y, as_Add=False)
-        if not rest.is_rational_function(x, y):
-            continue
-        numerator, denominator = sympy.fraction(sympy.cancel(sympy.together(rest)))
-        try:
-            degrees = [sympy.Poly(p, x, y).homogeneous_order() for p in (numerator, denominator)]
-        except sympy.PolynomialError:
-            continue
-        if None in degrees or not 2 <= degrees[1] <= HOMOGENEOUS_MAX_DEGREE:
-            continue
-        if degrees[0] > HOMOGENEOUS_MAX_DEGREE or not denominator.has(x) or not denominator.has(y):
-            continue
-        factored = sympy.factor(numerator) / sympy.factor(denominator)
-        branches = [
-            (
-                _at_one(factored, x, y) * x ** (degrees[0] - degrees[1]),
-                sympy.Abs(y) <= sympy.Abs(x),
-            ),
-            (_at_one(factored, y, x) * y ** (degrees[0] - degrees[1]), True),
-        ]
-        return factor * sympy.Piecewise(*branches)
+        scaled = _rational_scaled_by_larger(expr, x, y)
+        if scaled is None and not expr.is_rational_function(x, y):
+            scaled = _scaled_by_larger(expr, x, y)
+        if scaled is not None:
+            return scaled
+    return None
+
+
+def _rational_scaled_by_larger(
+    expr: sympy.Expr, x: sympy.Symbol, y: sympy.Symbol
+) -> sympy.Expr | None:
+    """:func:`homogeneous_scaled` for a rational function of ``x`` and ``y``."""
+    factor, rest = expr.as_independent(x, y, as_Add=False)
+    if rest.atoms(sympy.Function) or not rest.is_rational_function(x, y):
+        return None
+    numerator, denominator = sympy.fraction(sympy.cancel(sympy.together(rest)))
+    try:
+        degrees = [sympy.Poly(p, x, y).homogeneous_order() for p in (numerator, denominator)]
+    except sympy.PolynomialError:
+        return None
+    if None in degrees or not 2 <= degrees[1] <= HOMOGENEOUS_MAX_DEGREE:
+        return None
+    if degrees[0] > HOMOGENEOUS_MAX_DEGREE or not denominator.has(x) or not denominator.has(y):
+        return None
+    factored = sympy.factor(numerator) / sympy.factor(denominator)
+    d = degrees[0] - degrees[1]
+    branches = [
+        (_at_one(factored, x, y) * x**d, sympy.Abs(y) <= sympy.Abs(x)),
+        (_at_one(factored, y, x) * y**d, True),
+    ]
+    return factor * sympy.Piecewise(*branches)
+
+
+def _scaled_by_larger(expr: sympy.Expr, x: sympy.Symbol, y: sympy.Symbol) -> sympy.Expr | None:
+    """:func:`homogeneous_scaled` for a formula with roots or calls, scaled as written."""
+    branches = []
+    for big, small in ((x, y), (y, x)):
+        t = sympy.Dummy("t")
+        overflows: list[bool] = []
+        walked = _walk_scaled(expr, big, small, t, overflows)
+        if walked is None or not any(overflows):
+            return None
+        value, d, s = walked
+        # |big|**d * sign(big)**s: big**d where the parities agree
+        scale = big**d * (sympy.sign(big) if (d - s) % 2 else 1)
+        branches.append(
+            (value.xreplace({t: small / big}) * scale, sympy.Abs(small) <= sympy.Abs(big))
+        )
+    return sympy.Piecewise(branches[0], (branches[1][0], True))
+
+
+def _walk_scaled(
+    node: sympy.Expr, big: sympy.Symbol, small: sympy.Symbol, t: sympy.Dummy, overflows: list
+) -> tuple[sympy.Expr, int, int] | None:
+    """``node`` as (R, d, s) with node = R * |big|**d * sign(big)**s, R a function of t =
+    small/big and the other inputs; None where ``node`` is not homogeneous in big and
+    small. ``overflows`` gets whether each sum has degree 2 or more."""
+    if node == big:
+        return sympy.S.One, 1, 1
+    if node == small:
+        return t, 1, 1
+    if node.is_Atom:
+        return node, 0, 0
+    parts = [_walk_scaled(a, big, small, t, overflows) for a in node.args]
+    if any(p is None for p in parts):
+        return None
+    if isinstance(node, Add):
+        degrees = {d for _, d, _ in parts}
+        if len(degrees) > 1:
+            return None
+        d = degrees.pop()
+        overflows.append(abs(d) >= 2)
+        parities = {s for _, _, s in parts}
+        if len(parities) == 1:
+            return Add(*(r for r, _, _ in parts)), d, parities.pop()
+        return Add(*(r * sympy.sign(big) ** s for r, _, s in parts)), d, 0
+    if isinstance(node, Mul):
+        return (
+            Mul(*(r for r, _, _ in parts)),
+            sum(d for _, d, _ in parts),
+            sum(s for _, _, s in parts) % 2,
+        )
+    if isinstance(node, Pow):
+        (r, d, s), (e, de, _) = parts
+        if de != 0 or e.has(t):
+            return None
+        if e.is_Integer:
+            return r**e, d * int(e), (s * int(e)) % 2
+        if e.is_Rational and e.q == 2 and s == 0 and d % 2 == 0:
+            return r**e, int(d * e), 0
+        return None
+    if isinstance(node, sympy.Abs):
+        ((r, d, _),) = parts
+        return sympy.Abs(r), d, 0
+    if isinstance(node, sympy.sign):
+        ((r, _, s),) = parts
+        return sympy.sign(r), 0, s
+    if isinstance(node, sympy.Function) and all(d == 0 for _, d, _ in parts):
+        return node.func(*(r * sympy.sign(big) ** s for r, _, s in parts)), 0, 0
     return None
 
 
