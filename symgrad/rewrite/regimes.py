@@ -1061,7 +1061,7 @@ def _rational_scaled_by_larger(
         (_at_one(factored, x, y) * x**d, sympy.Abs(y) <= sympy.Abs(x)),
         (_at_one(factored, y, x) * y**d, True),
     ]
-    return factor * sympy.Piecewise(*branches)
+    return factor * _branches_stabilized(branches)
 
 
 def _scaled_by_larger(expr: sympy.Expr, x: sympy.Symbol, y: sympy.Symbol) -> sympy.Expr | None:
@@ -1075,25 +1075,37 @@ def _scaled_by_larger(expr: sympy.Expr, x: sympy.Symbol, y: sympy.Symbol) -> sym
             return None
         value, d, s = walked
         # |big|**d * sign(big)**s: big**d where the parities agree
-        scale = big**d * (sympy.sign(big) if (d - s) % 2 else 1)
+        if d.is_Integer:
+            scale = big**d * (sympy.sign(big) if (d - s) % 2 else 1)
+        else:
+            scale = sympy.Abs(big) ** d * sympy.sign(big) ** s
         branches.append(
             (value.xreplace({t: small / big}) * scale, sympy.Abs(small) <= sympy.Abs(big))
         )
-    return sympy.Piecewise(branches[0], (branches[1][0], True))
+    return _branches_stabilized([branches[0], (branches[1][0], True)])
+
+
+def _branches_stabilized(branches: list[tuple[sympy.Expr, sympy.Basic]]) -> sympy.Expr:
+    """The branches of :func:`homogeneous_scaled`, each stabilised and split by regime:
+    scaled, hypot(x, y) - x is hypot(1, t) - 1, which cancels for |t| < 1."""
+    from symgrad.rewrite.rules import stabilize
+
+    return sympy.Piecewise(*((stabilize(v), c) for v, c in branches))
 
 
 def _walk_scaled(
     node: sympy.Expr, big: sympy.Symbol, small: sympy.Symbol, t: sympy.Dummy, overflows: list
-) -> tuple[sympy.Expr, int, int] | None:
+) -> tuple[sympy.Expr, sympy.Rational, int] | None:
     """``node`` as (R, d, s) with node = R * |big|**d * sign(big)**s, R a function of t =
-    small/big and the other inputs; None where ``node`` is not homogeneous in big and
+    small/big and the other inputs, d an integer or half one (a square root of an odd
+    degree); None where ``node`` is not homogeneous in big and
     small. ``overflows`` gets whether each sum has degree 2 or more."""
     if node == big:
-        return sympy.S.One, 1, 1
+        return sympy.S.One, sympy.S.One, 1
     if node == small:
-        return t, 1, 1
+        return t, sympy.S.One, 1
     if node.is_Atom:
-        return node, 0, 0
+        return node, sympy.S.Zero, 0
     parts = [_walk_scaled(a, big, small, t, overflows) for a in node.args]
     if any(p is None for p in parts):
         return None
@@ -1110,7 +1122,7 @@ def _walk_scaled(
     if isinstance(node, Mul):
         return (
             Mul(*(r for r, _, _ in parts)),
-            sum(d for _, d, _ in parts),
+            Add(*(d for _, d, _ in parts)),
             sum(s for _, _, s in parts) % 2,
         )
     if isinstance(node, Pow):
@@ -1118,18 +1130,20 @@ def _walk_scaled(
         if de != 0 or e.has(t):
             return None
         if e.is_Integer:
-            return r**e, d * int(e), (s * int(e)) % 2
-        if e.is_Rational and e.q == 2 and s == 0 and d % 2 == 0:
-            return r**e, int(d * e), 0
+            return r**e, d * e, (s * int(e)) % 2
+        if e.is_Rational and e.q == 2 and s == 0:
+            return r**e, d * e, 0  # sqrt(|x|)**d where d is odd
         return None
+    if isinstance(node, hypot) and len({d for _, d, _ in parts}) == 1:
+        return hypot(*(r for r, _, _ in parts)), parts[0][1], 0
     if isinstance(node, sympy.Abs):
         ((r, d, _),) = parts
         return sympy.Abs(r), d, 0
     if isinstance(node, sympy.sign):
         ((r, _, s),) = parts
-        return sympy.sign(r), 0, s
+        return sympy.sign(r), sympy.S.Zero, s
     if isinstance(node, sympy.Function) and all(d == 0 for _, d, _ in parts):
-        return node.func(*(r * sympy.sign(big) ** s for r, _, s in parts)), 0, 0
+        return node.func(*(r * sympy.sign(big) ** s for r, _, s in parts)), sympy.S.Zero, 0
     return None
 
 
