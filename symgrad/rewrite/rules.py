@@ -274,33 +274,12 @@ def sqrt_difference(node):
 
 @register("stabilize")
 def sqrt_sum_squares(node):
-    """(x**2 + y**2)**(k/2) -> hypot(x, y)**k; each term a square of its own: a positive
-    number times even powers (x**2 + 4*y**2 is hypot(x, 2*y)'s, sin(a)**2 +
-    cos(a)**2*cos(b)**2 is hypot(sin(a), cos(a)*cos(b))'s)."""
+    """(x**2 + y**2)**(k/2) -> hypot(x, y)**k."""
     if isinstance(node, Pow) and node.exp.is_Rational and node.exp.q == 2:
         terms = node.base.args if isinstance(node.base, Add) else ()
-        roots = [_square_root_of_term(t) for t in terms]
-        if len(terms) == 2 and None not in roots:
-            return hypot(*roots) ** node.exp.p
+        if len(terms) == 2 and all(isinstance(t, Pow) and t.exp == 2 for t in terms):
+            return hypot(terms[0].base, terms[1].base) ** node.exp.p
     return None
-
-
-def _square_root_of_term(term: sympy.Expr) -> sympy.Expr | None:
-    """r with r**2 == ``term``, where ``term`` is a positive number times even powers and
-    has a power (not a lone number); else None."""
-    parts, powers = [], 0
-    for f in Mul.make_args(term):
-        if f.is_number:
-            if not f.is_positive:
-                return None
-            parts.append(sympy.sqrt(f))
-            continue
-        base, e = f.as_base_exp()
-        if not (e.is_Integer and e % 2 == 0 and e > 0):
-            return None
-        parts.append(base ** (e // 2))
-        powers += 1
-    return Mul(*parts) if powers else None
 
 
 @register("stabilize")
