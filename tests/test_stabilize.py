@@ -1157,6 +1157,21 @@ def test_homogeneous_scaled_scales_by_the_larger_input(at_x, at_y):
         assert naive != pytest.approx(exact, rel=1e-6, abs=0.0)
 
 
+@pytest.mark.parametrize(
+    ("at_x", "at_y"), [(1e200, 3e200), (-3e200, 1e200), (1e-200, -2e-200), (-2.0, 0.5)]
+)
+def test_homogeneous_scaled_scales_roots_as_written(at_x, at_y):
+    from symgrad.rewrite.regimes import homogeneous_scaled
+
+    # a square root of degree 2 and one of odd degree: |x| and sqrt(|x|) come out
+    for formula in (x / sympy.sqrt(x**2 + 4 * y**2), sympy.sqrt(sympy.Abs(x**3 - 2 * y**3))):
+        scaled = homogeneous_scaled(formula)
+        assert scaled is not None, formula
+        point = {"x": at_x, "y": at_y}
+        exact = mp_exact(formula, {sympy.Symbol(k, real=True): v for k, v in point.items()})
+        assert run_torch(scaled, point) == pytest.approx(exact, rel=1e-14, abs=0.0), scaled
+
+
 def test_homogeneous_scaled_keeps_factors_and_declines_what_is_not_homogeneous():
     from symgrad.rewrite.regimes import homogeneous_scaled
 
@@ -1167,6 +1182,8 @@ def test_homogeneous_scaled_keeps_factors_and_declines_what_is_not_homogeneous()
     assert homogeneous_scaled((x + y) / (x - y)) is None  # nothing to overflow
     assert homogeneous_scaled(sympy.exp(x) * y / (x**2 + y**2)) is None  # a call
     assert homogeneous_scaled(x**2 / (x**2 + 1)) is None  # one input
+    assert homogeneous_scaled(sympy.atan(y / x)) is None  # no sum to overflow
+    assert homogeneous_scaled(sympy.sqrt(x**2 + y**3)) is None  # degrees 2 and 3
 
 
 def test_clamp_select_matches_symmetric_selects_only():
