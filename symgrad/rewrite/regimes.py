@@ -1162,6 +1162,64 @@ def _at_one(factored: sympy.Expr, big: sympy.Symbol, small: sympy.Symbol) -> sym
     return Mul(*parts).xreplace({t: small / big})
 
 
+#: polynomial_tails: the largest total degree of a polynomial it rewrites
+POLYNOMIAL_MAX_DEGREE = 12
+
+
+@register("candidates")
+def polynomial_tails(expr: sympy.Expr) -> sympy.Expr | None:
+    """P(x, y) of degree n -> x**n * sum_k P_k(1, y/x) / x**(n - k) for |y| <= |x| (P_k its
+    terms of degree k; the same with x and y swapped otherwise), where |x| or |y| is 1 or
+    more; as written inside the unit square. One input: x**n * sum_k a_k / x**(n - k).
+
+    Past the overflow of its highest power a polynomial is inf - inf = NaN where its value
+    is the infinity of its leading part: the Krovak projection's correction polynomial
+    (degree 4 in Xr and Yr, coefficients down to 1e-24) is NaN at a third of the points of
+    float64's range. Scaled, every lower part is divided down, the leading part multiplies
+    x**n last, and the result is the infinity it should be; below the overflow the terms
+    are the same terms, scaled by one rounding of y/x. A factor free of the inputs (the
+    upstream gradient) multiplies the result once. ``None`` where ``expr`` is not a
+    polynomial in one input or two (other inputs in its coefficients), or has a single
+    degree (homogeneous_scaled's).
+    """
+    if expr.has(sympy.Piecewise) or expr.atoms(sympy.Function):
+        return None
+    symbols = sorted(expr.free_symbols, key=sympy.default_sort_key)
+    groups = [*itertools.combinations(symbols, 2), *((s,) for s in symbols)]
+    for group in groups:
+        factor, rest = expr.as_independent(*group, as_Add=False)
+        if rest.free_symbols != set(group) or not rest.is_polynomial(*group):
+            continue
+        poly = sympy.Poly(rest, *group)
+        parts: dict[int, sympy.Expr] = {}
+        for monomial, coefficient in poly.terms():
+            k = sum(monomial)
+            parts[k] = parts.get(k, 0) + coefficient * Mul(*(g**m for g, m in zip(group, monomial)))
+        n = max(parts)
+        if len(parts) < 2 or not 2 <= n <= POLYNOMIAL_MAX_DEGREE:
+            continue
+        inside = sympy.And(*(sympy.Abs(g) < 1 for g in group))
+        branches = [(expr, inside)]
+        orders = [group] if len(group) == 1 else [group, group[::-1]]
+        for big, *small in orders:
+            scaled = Add(*(_part_at_one(p, big, small) / big ** (n - k) for k, p in parts.items()))
+            condition = sympy.Abs(small[0]) <= sympy.Abs(big) if small else True
+            branches.append((factor * big**n * scaled, condition))
+        if len(branches) == 3:
+            branches[2] = (branches[2][0], True)
+        return sympy.Piecewise(*branches)
+    return None
+
+
+def _part_at_one(part: sympy.Expr, big: sympy.Symbol, small: list) -> sympy.Expr:
+    """A homogeneous polynomial of degree k in ``big`` (and ``small``), divided by big**k:
+    a polynomial in small/big."""
+    t = sympy.Dummy("t")
+    k = sympy.Poly(part, big, *small).total_degree()
+    at_one = sympy.expand(part.xreplace({s: t * big for s in small}) / big**k)
+    return at_one.xreplace({t: small[0] / big}) if small else at_one
+
+
 # The tails phase: on the chosen form, in this order.
 
 _NONE: frozenset = frozenset()
