@@ -304,6 +304,8 @@ PHASE_CASES: dict[str, dict[str, Case]] = {
         "rational_scaled": Case(-grad * x * (nu_positive + 1) / (nu_positive + x**2)),
         # x**2 + y**2 overflows at x = 1e200: inf/inf
         "homogeneous_scaled": Case(2 * x * y / (x**2 + y**2)),
+        # x**5 - 3*x**3 is inf - inf at x = 1e70
+        "polynomial_tails": Case(x**5 - 3 * x**3 + 2),
         # 1.7e308*x - 1.7e308 overflows at x = 1.01
         "common_factor_out": Case(sympy.Rational(17, 10) * 10**308 * (x - 1)),
         # (1 + x/y)**y - 1: 1 + x/y rounds x/y away
@@ -1184,6 +1186,41 @@ def test_homogeneous_scaled_keeps_factors_and_declines_what_is_not_homogeneous()
     assert homogeneous_scaled(x**2 / (x**2 + 1)) is None  # one input
     assert homogeneous_scaled(sympy.atan(y / x)) is None  # no sum to overflow
     assert homogeneous_scaled(sympy.sqrt(x**2 + y**3)) is None  # degrees 2 and 3
+
+
+@pytest.mark.parametrize(
+    ("at_x", "at_y"),
+    [(1e70, 3.0), (-1e70, 1e69), (3e-5, -1e80), (0.5, -0.25), (7.0, -3.0), (1e200, 1e-200)],
+)
+def test_polynomial_tails_give_the_infinity_or_the_value(at_x, at_y):
+    from symgrad.rewrite.regimes import polynomial_tails
+
+    # degree 4 with a cancelling leading part (x**2 - 2*y**2)**2 and lower terms
+    formula = (x**2 - 2 * y**2) ** 2 * sympy.Rational(1, 10**20) + 3 * x * y - 5 * y + 1
+    scaled = polynomial_tails(formula)
+    assert isinstance(scaled, sympy.Piecewise)
+    point = {"x": at_x, "y": at_y}
+    exact = mp_exact(formula, {sympy.Symbol(k, real=True): v for k, v in point.items()})
+    got = run_torch(scaled, point)
+    if math.isinf(exact):  # the infinity of the leading part, not inf - inf
+        assert got == exact
+    else:
+        assert got == pytest.approx(exact, rel=1e-13, abs=0.0)
+
+
+def test_polynomial_tails_scale_by_the_leading_coefficient_first():
+    from symgrad.rewrite.regimes import polynomial_tails
+
+    # 1.5e-23*x**3 is 9.1e35 at x = -4e19, finite in float32 where x**3 is not
+    formula = sympy.Float(1.5e-23) * x**3 + sympy.Float(1e-10) * x * y + y
+    scaled = polynomial_tails(formula)
+    namespace = {"torch": torch, "math": math}
+    namespace.update(x=torch.tensor(-4e19, dtype=torch.float32), y=torch.tensor(-3e-5))
+    value = float(eval(TorchPrinter().doprint(scaled), namespace))
+    assert value == pytest.approx(1.5e-23 * (-4e19) ** 3, rel=1e-6)
+    assert polynomial_tails(x**3 * y**2 + x * y**4) is None  # one degree: homogeneous_scaled's
+    assert polynomial_tails(x + y + 1) is None  # degree 1: nothing overflows
+    assert polynomial_tails(x**3 + sympy.exp(y)) is None  # a call
 
 
 def test_clamp_select_matches_symmetric_selects_only():

@@ -1199,16 +1199,39 @@ def polynomial_tails(expr: sympy.Expr) -> sympy.Expr | None:
         if len(parts) < 2 or not 2 <= n <= POLYNOMIAL_MAX_DEGREE:
             continue
         inside = sympy.And(*(sympy.Abs(g) < 1 for g in group))
+        # the leading part's largest coefficient multiplies x**n first, with the factor:
+        # 1.5e-23*x**3 is finite in float32 at x = 4e19 where x**3 is not
+        # (not where another coefficient would pass 1e30 divided by it: float32's range)
+        lead = _largest_coefficient(parts[n])
+        if max(_largest_coefficient(p) for p in parts.values()) > _COEFFICIENT_RANGE * lead:
+            lead = sympy.S.One
         branches = [(expr, inside)]
         orders = [group] if len(group) == 1 else [group, group[::-1]]
         for big, *small in orders:
-            scaled = Add(*(_part_at_one(p, big, small) / big ** (n - k) for k, p in parts.items()))
+            scaled = Add(
+                *(_part_at_one(p / lead, big, small) / big ** (n - k) for k, p in parts.items())
+            ).xreplace({sympy.Float(1.0): sympy.S.One})
             condition = sympy.Abs(small[0]) <= sympy.Abs(big) if small else True
-            branches.append((factor * big**n * scaled, condition))
+            branches.append((factor * lead * big**n * scaled, condition))
         if len(branches) == 3:
             branches[2] = (branches[2][0], True)
         return sympy.Piecewise(*branches)
     return None
+
+
+#: polynomial_tails: the largest ratio of two coefficients it divides one by the other
+_COEFFICIENT_RANGE = 1e30
+
+
+def _largest_coefficient(part: sympy.Expr) -> sympy.Expr:
+    """The largest absolute number coefficient of the terms of ``part``; 1 where one is not
+    a number."""
+    numbers = [abs(term.as_coeff_Mul()[0]) for term in Add.make_args(part)]
+    if not all(c.is_Number and c != 0 for c in numbers) or any(
+        term.as_coeff_Mul()[1].free_symbols - part.free_symbols for term in Add.make_args(part)
+    ):
+        return sympy.S.One
+    return max(numbers)
 
 
 def _part_at_one(part: sympy.Expr, big: sympy.Symbol, small: list) -> sympy.Expr:
