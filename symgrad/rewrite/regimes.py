@@ -1168,19 +1168,20 @@ POLYNOMIAL_MAX_DEGREE = 12
 
 @register("candidates")
 def polynomial_tails(expr: sympy.Expr) -> sympy.Expr | None:
-    """P(x, y) of degree n -> x**n * sum_k P_k(1, y/x) / x**(n - k) for |y| <= |x| (P_k its
-    terms of degree k; the same with x and y swapped otherwise), where |x| or |y| is 1 or
-    more; as written inside the unit square. One input: x**n * sum_k a_k / x**(n - k).
+    """P(x, y) of degree n -> (((P_n(1, t)*x + P_(n-1)(1, t))*x + ...)*x + P_0 with t = y/x
+    for |y| <= |x| (P_k its terms of degree k; x and y swapped otherwise), P_0 at x = y = 0:
+    Horner's rule in the larger input. One input: Horner's rule in it.
 
     Past the overflow of its highest power a polynomial is inf - inf = NaN where its value
     is the infinity of its leading part: the Krovak projection's correction polynomial
     (degree 4 in Xr and Yr, coefficients down to 1e-24) is NaN at a third of the points of
-    float64's range. Scaled, every lower part is divided down, the leading part multiplies
-    x**n last, and the result is the infinity it should be; below the overflow the terms
-    are the same terms, scaled by one rounding of y/x. A factor free of the inputs (the
-    upstream gradient) multiplies the result once. ``None`` where ``expr`` is not a
-    polynomial in one input or two (other inputs in its coefficients), or has a single
-    degree (homogeneous_scaled's).
+    float64's range. Nested, each step multiplies by |x|, where |x| >= 1 growing towards
+    the value: no step overflows before the value does (x**3*(...) would overflow in float32
+    at x = 4e19 where 1.5e-23*x**3 does not), and past it the result is the infinity of the
+    leading part; below, the terms are the formula's, with one rounding of y/x. A factor
+    free of the inputs (the upstream gradient) multiplies the result once. ``None`` where
+    ``expr`` is not a polynomial in one input or two (and nothing else), or is a single
+    term, or has degree below 2.
     """
     if expr.has(sympy.Piecewise) or expr.atoms(sympy.Function):
         return None
@@ -1196,42 +1197,31 @@ def polynomial_tails(expr: sympy.Expr) -> sympy.Expr | None:
             k = sum(monomial)
             parts[k] = parts.get(k, 0) + coefficient * Mul(*(g**m for g, m in zip(group, monomial)))
         n = max(parts)
-        if len(parts) < 2 or not 2 <= n <= POLYNOMIAL_MAX_DEGREE:
+        if len(poly.terms()) < 2 or not 2 <= n <= POLYNOMIAL_MAX_DEGREE:
             continue
-        inside = sympy.And(*(sympy.Abs(g) < 1 for g in group))
-        # the leading part's largest coefficient multiplies x**n first, with the factor:
-        # 1.5e-23*x**3 is finite in float32 at x = 4e19 where x**3 is not
-        # (not where another coefficient would pass 1e30 divided by it: float32's range)
-        lead = _largest_coefficient(parts[n])
-        if max(_largest_coefficient(p) for p in parts.values()) > _COEFFICIENT_RANGE * lead:
-            lead = sympy.S.One
-        branches = [(expr, inside)]
+        # at 0 the ratio is 0/0: the constant term. Elsewhere no bare power of an input:
+        # the code's common subexpressions would share x**2 with x**2/y**2 and undo the
+        # scaling (so not the formula as written inside the unit square either)
+        origin = sympy.And(*(sympy.Eq(g, 0) for g in group))
+        branches = [(factor * parts.get(0, sympy.S.Zero), origin)]
         orders = [group] if len(group) == 1 else [group, group[::-1]]
         for big, *small in orders:
-            scaled = Add(
-                *(_part_at_one(p / lead, big, small) / big ** (n - k) for k, p in parts.items())
-            ).xreplace({sympy.Float(1.0): sympy.S.One})
+            # Horner's rule in the larger input, the parts' coefficients polynomials in t:
+            # with |x| >= 1 each step grows towards the value, so no step overflows
+            # before it does (x**3 * (...) overflows in float32 at x = 4e19 where 1.5e-23
+            # times it does not)
+            nested = sympy.S.Zero
+            for k in range(n, -1, -1):
+                part = _part_at_one(parts[k], big, small) if k in parts else sympy.S.Zero
+                part = part.xreplace({sympy.Float(1.0): sympy.S.One})  # (Poly's 1.0*y)
+                nested = nested * big + part
             condition = sympy.Abs(small[0]) <= sympy.Abs(big) if small else True
-            branches.append((factor * lead * big**n * scaled, condition))
-        if len(branches) == 3:
-            branches[2] = (branches[2][0], True)
+            branches.append((factor * nested, condition))
+        if len(group) == 1:  # no ratio, no branch
+            return branches[1][0]
+        branches[2] = (branches[2][0], True)
         return sympy.Piecewise(*branches)
     return None
-
-
-#: polynomial_tails: the largest ratio of two coefficients it divides one by the other
-_COEFFICIENT_RANGE = 1e30
-
-
-def _largest_coefficient(part: sympy.Expr) -> sympy.Expr:
-    """The largest absolute number coefficient of the terms of ``part``; 1 where one is not
-    a number."""
-    numbers = [abs(term.as_coeff_Mul()[0]) for term in Add.make_args(part)]
-    if not all(c.is_Number and c != 0 for c in numbers) or any(
-        term.as_coeff_Mul()[1].free_symbols - part.free_symbols for term in Add.make_args(part)
-    ):
-        return sympy.S.One
-    return max(numbers)
 
 
 def _part_at_one(part: sympy.Expr, big: sympy.Symbol, small: list) -> sympy.Expr:
