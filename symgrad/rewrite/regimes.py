@@ -1086,8 +1086,9 @@ def _scaled_by_larger(expr: sympy.Expr, x: sympy.Symbol, y: sympy.Symbol) -> sym
 
 
 def _branches_stabilized(branches: list[tuple[sympy.Expr, sympy.Basic]]) -> sympy.Expr:
-    """The branches of :func:`homogeneous_scaled`, each stabilised and split by regime:
-    scaled, hypot(x, y) - x is hypot(1, t) - 1, which cancels for |t| < 1."""
+    """The branches of :func:`homogeneous_scaled`, each stabilised by the rules (scaled,
+    sqrt(1 + 4*t**2)*x/|x| has its hypot back). Not split by regime: on an analog, the
+    splits of 1 + t**2 made 2*x*y/(x**2 + y**2) 0.1 -> 2.0 bits."""
     from symgrad.rewrite.rules import stabilize
 
     return sympy.Piecewise(*((stabilize(v), c) for v, c in branches))
@@ -1098,8 +1099,8 @@ def _walk_scaled(
 ) -> tuple[sympy.Expr, sympy.Rational, int] | None:
     """``node`` as (R, d, s) with node = R * |big|**d * sign(big)**s, R a function of t =
     small/big and the other inputs, d an integer or half one (a square root of an odd
-    degree); None where ``node`` is not homogeneous in big and
-    small. ``overflows`` gets whether each sum has degree 2 or more."""
+    degree); None where ``node`` is not homogeneous in big and small. ``overflows`` gets
+    whether each sum has degree 2 or more."""
     if node == big:
         return sympy.S.One, sympy.S.One, 1
     if node == small:
@@ -1207,9 +1208,9 @@ def polynomial_tails(expr: sympy.Expr) -> sympy.Expr | None:
         orders = [group] if len(group) == 1 else [group, group[::-1]]
         for big, *small in orders:
             # Horner's rule in the larger input, the parts' coefficients polynomials in t:
-            # with |x| >= 1 each step grows towards the value, so no step overflows
-            # before it does (x**3 * (...) overflows in float32 at x = 4e19 where 1.5e-23
-            # times it does not)
+            # for |x| >= 1 each step grows towards the value, so no step overflows before
+            # it does (x**3 * (...) overflows in float32 at x = 4e19 where 1.5e-23 times
+            # it does not); below 1 the steps shrink, and nothing overflows
             nested = sympy.S.Zero
             for k in range(n, -1, -1):
                 part = _part_at_one(parts[k], big, small) if k in parts else sympy.S.Zero
