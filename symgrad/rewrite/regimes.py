@@ -1087,7 +1087,7 @@ def _scaled_by_larger(expr: sympy.Expr, x: sympy.Symbol, y: sympy.Symbol) -> sym
 
 def _branches_stabilized(branches: list[tuple[sympy.Expr, sympy.Basic]]) -> sympy.Expr:
     """The branches of :func:`homogeneous_scaled`, each stabilised by the rules (scaled,
-    sqrt(1 + 4*t**2)*x/|x| has its hypot back). Not split by regime: on an analog, the
+    sqrt(x**2 + y**2) is |x|*sqrt(1 + t**2): hypot(t, 1) again). Not split by regime: on an analog, the
     splits of 1 + t**2 made 2*x*y/(x**2 + y**2) 0.1 -> 2.0 bits."""
     from symgrad.rewrite.rules import stabilize
 
