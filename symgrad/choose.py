@@ -130,8 +130,8 @@ def most_accurate(
     order: within 1/2 bit of the best score (mean bits of error, a non-finite result
     counted as :data:`NON_FINITE_BITS`) and with a worst point at most
     :data:`WORST_SLACK` bits worse than the best's, of those the fewest non-finite
-    results, and of
-    those the fewest that miss the infinity where the exact value overflows. The first
+    results, and of those the fewest that miss the infinity where the exact value
+    overflows. The first
     candidate is the reference; where its exact value is unknown at a point, the first of
     ``fallbacks`` (other forms of the same formula) that has one. [] where none can be
     evaluated with NumPy.

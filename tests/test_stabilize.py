@@ -1208,7 +1208,7 @@ def test_polynomial_tails_give_the_infinity_or_the_value(at_x, at_y):
         assert got == pytest.approx(exact, rel=1e-13, abs=0.0)
 
 
-def test_polynomial_tails_scale_by_the_leading_coefficient_first():
+def test_polynomial_tails_steps_stay_in_float32_range():
     from symgrad.rewrite.regimes import polynomial_tails
 
     # 1.5e-23*x**3 is 9.1e35 at x = -4e19, finite in float32 where x**3 is not

@@ -1150,17 +1150,13 @@ def _walk_scaled(
 
 def _at_one(factored: sympy.Expr, big: sympy.Symbol, small: sympy.Symbol) -> sympy.Expr:
     """A product of powers of homogeneous polynomials in ``big`` and ``small``, each
-    polynomial divided by ``big`` to its degree: a polynomial in small/big."""
-    t = sympy.Dummy("t")
-    parts = []
-    for f in Mul.make_args(factored):
-        base, e = f.as_base_exp()
-        if not base.has(big, small):
-            parts.append(f)
-            continue
-        k = sympy.Poly(base, big, small).homogeneous_order()
-        parts.append(sympy.expand(base.xreplace({small: t * big}) / big**k) ** e)
-    return Mul(*parts).xreplace({t: small / big})
+    polynomial divided by ``big`` to its degree (:func:`_part_at_one`)."""
+    return Mul(
+        *(
+            _part_at_one(base, big, [small]) ** e if base.has(big, small) else base**e
+            for base, e in (f.as_base_exp() for f in Mul.make_args(factored))
+        )
+    )
 
 
 #: polynomial_tails: the largest total degree of a polynomial it rewrites
@@ -1192,37 +1188,38 @@ def polynomial_tails(expr: sympy.Expr) -> sympy.Expr | None:
         factor, rest = expr.as_independent(*group, as_Add=False)
         if rest.free_symbols != set(group) or not rest.is_polynomial(*group):
             continue
-        poly = sympy.Poly(rest, *group)
+        terms = Add.make_args(sympy.expand(rest))
         parts: dict[int, sympy.Expr] = {}
-        for monomial, coefficient in poly.terms():
-            k = sum(monomial)
-            parts[k] = parts.get(k, 0) + coefficient * Mul(*(g**m for g, m in zip(group, monomial)))
+        for term in terms:
+            k = sympy.Poly(term, *group).total_degree()
+            parts[k] = parts.get(k, 0) + term
         n = max(parts)
-        if len(poly.terms()) < 2 or not 2 <= n <= POLYNOMIAL_MAX_DEGREE:
+        if len(terms) < 2 or not 2 <= n <= POLYNOMIAL_MAX_DEGREE:
             continue
+        if len(group) == 1:  # no ratio, no branch
+            return factor * _horner(parts, n, *group, [])
+        x, y = group
         # at 0 the ratio is 0/0: the constant term. Elsewhere no bare power of an input:
         # the code's common subexpressions would share x**2 with x**2/y**2 and undo the
         # scaling (so not the formula as written inside the unit square either)
-        origin = sympy.And(*(sympy.Eq(g, 0) for g in group))
-        branches = [(factor * parts.get(0, sympy.S.Zero), origin)]
-        orders = [group] if len(group) == 1 else [group, group[::-1]]
-        for big, *small in orders:
-            # Horner's rule in the larger input, the parts' coefficients polynomials in t:
-            # for |x| >= 1 each step grows towards the value, so no step overflows before
-            # it does (x**3 * (...) overflows in float32 at x = 4e19 where 1.5e-23 times
-            # it does not); below 1 the steps shrink, and nothing overflows
-            nested = sympy.S.Zero
-            for k in range(n, -1, -1):
-                part = _part_at_one(parts[k], big, small) if k in parts else sympy.S.Zero
-                part = part.xreplace({sympy.Float(1.0): sympy.S.One})  # (Poly's 1.0*y)
-                nested = nested * big + part
-            condition = sympy.Abs(small[0]) <= sympy.Abs(big) if small else True
-            branches.append((factor * nested, condition))
-        if len(group) == 1:  # no ratio, no branch
-            return branches[1][0]
-        branches[2] = (branches[2][0], True)
-        return sympy.Piecewise(*branches)
+        return sympy.Piecewise(
+            (factor * parts.get(0, sympy.S.Zero), sympy.Eq(x, 0) & sympy.Eq(y, 0)),
+            (factor * _horner(parts, n, x, [y]), sympy.Abs(y) <= sympy.Abs(x)),
+            (factor * _horner(parts, n, y, [x]), True),
+        )
     return None
+
+
+def _horner(parts: dict[int, sympy.Expr], n: int, big: sympy.Symbol, small: list) -> sympy.Expr:
+    """Horner's rule in ``big`` for the polynomial whose terms of degree k are
+    ``parts[k]``, each coefficient a polynomial in small/big: for |big| >= 1 each step
+    grows towards the value, so no step overflows before it does (x**3 * (...) overflows
+    in float32 at x = 4e19 where 1.5e-23 times it does not); below 1 the steps shrink,
+    and nothing overflows."""
+    nested = sympy.S.Zero
+    for k in range(n, -1, -1):
+        nested = nested * big + (_part_at_one(parts[k], big, small) if k in parts else 0)
+    return nested
 
 
 def _part_at_one(part: sympy.Expr, big: sympy.Symbol, small: list) -> sympy.Expr:
