@@ -268,16 +268,21 @@ def finish(
         # One exponential for the whole formula, a rational function without powers: offered
         # only where their error is measured (polynomials may cancel, x/x**2 may overflow);
         # differentiated, if chosen, as the formula they came from.
-        if _cost(stable[0]) <= SIMPLIFY_MAX_OPS:
+        # Of every stable form: the simplified one can have a form the cheapest has not
+        # (sign(u)/sqrt(|u|) - sqrt(|u|)/x**2 with u = x**2 - 4*y**2 cancels; over one
+        # denominator, 4*y**2/(x**2*sqrt(|u|)), it scales)
+        for form in stable:
+            if _cost(form) > SIMPLIFY_MAX_OPS:
+                continue
             for rewrite in phase("candidates").rewrites:
                 try:
                     with _time_limit(SIMPLIFY_SECONDS):
-                        rewritten = rewrite(stable[0])
+                        rewritten = rewrite(form)
                 except TimeoutError:
                     rewritten = None
                 if rewritten is not None and rewritten not in candidates:
                     candidates.append(rewritten)
-                    sources.setdefault(rewritten, stable[0])
+                    sources.setdefault(rewritten, form)
         # Eager code only: dsigmoid(a) as sigmoid(a) * sigmoid(-a). torch's sigmoid costs
         # 3 multiplies to its exp's 8 (and shares sigmoid(a) with the formula), where
         # exp(-|a|) / (1 + exp(-|a|))**2 is six passes; chosen where it is as accurate.

@@ -79,6 +79,9 @@ CASES = {
     "one_minus_tanh_squared": ("1 - tanh(x)**2", {"x": 20.0}, F.dsigmoid, False, None),
     # exp(710) overflows: inf/inf; exact sigmoid(710) * sigmoid(-710) = 4.5e-309.
     "sigmoid_product": ("exp(-x)/(1 + exp(-x))**2", {"x": -710.0}, F.dsigmoid, False, None),
+    # (x - y)**(-3/2) is NaN for x < y in floats (simplify's derivative of sqrt(|x - y|)
+    # has it); exact |x - y|**(-3/2) = 1/8.
+    "abs_of_power": ("Abs((x - y)**(-3/2))", {"x": -4.0, "y": 0.0}, sympy.Abs, False, 0.125),
     # x/|x| is inf/inf at x = inf; exact sign(x) * exp(-1).
     "sign_from_abs": (
         "x*exp(-y)/Abs(x)",

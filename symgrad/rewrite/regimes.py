@@ -30,6 +30,7 @@ from symgrad.functions import (
     one_plus_erf,
     sigmoid,
     softplus,
+    xlog1py,
 )
 from symgrad.rewrite.phases import phase, register
 
@@ -1027,6 +1028,15 @@ def homogeneous_scaled(expr: sympy.Expr) -> sympy.Expr | None:
     ``None`` where ``expr`` is not such a function of any pair of its inputs, or has no sum
     of degree 2 or more to overflow.
     """
+    if isinstance(expr, sympy.Piecewise):
+        # branch by branch (what simplify makes of a derivative through |u|: its value
+        # where u = 0, and elsewhere), the conditions as they are
+        values = [homogeneous_scaled(v) for v, _ in expr.args]
+        if all(v is None for v in values) or any(c.has(sympy.Piecewise) for _, c in expr.args):
+            return None
+        return sympy.Piecewise(
+            *((v if s is None else s, c) for s, (v, c) in zip(values, expr.args))
+        )
     if expr.has(sympy.Piecewise):
         return None
     symbols = sorted(expr.free_symbols, key=sympy.default_sort_key)
@@ -1079,6 +1089,15 @@ def _scaled_by_larger(expr: sympy.Expr, x: sympy.Symbol, y: sympy.Symbol) -> sym
             scale = big**d * (sympy.sign(big) if (d - s) % 2 else 1)
         else:
             scale = sympy.Abs(big) ** d * sympy.sign(big) ** s
+        # |t| and sign(t) of the inputs, not of the ratio (y*|x/y|/x**2 is 0/x**2 where x/y
+        # underflows, y*|x|/(x**2*|y|) is sign(y)/|x|); t's plain powers are the inputs'
+        # powers already, once substituted
+        value = value.xreplace(
+            {
+                sympy.Abs(t): sympy.Abs(small) / sympy.Abs(big),
+                sympy.sign(t): sympy.sign(small) * sympy.sign(big),
+            }
+        )
         branches.append(
             (value.xreplace({t: small / big}) * scale, sympy.Abs(small) <= sympy.Abs(big))
         )
@@ -1107,6 +1126,8 @@ def _walk_scaled(
         return t, sympy.S.One, 1
     if node.is_Atom:
         return node, sympy.S.Zero, 0
+    if node.has(Add) and not node.atoms(sympy.Function) and node.is_rational_function(big, small):
+        return _rational_walked(node, big, small, t, overflows)
     parts = [_walk_scaled(a, big, small, t, overflows) for a in node.args]
     if any(p is None for p in parts):
         return None
@@ -1139,13 +1160,54 @@ def _walk_scaled(
         return hypot(*(r for r, _, _ in parts)), parts[0][1], 0
     if isinstance(node, sympy.Abs):
         ((r, d, _),) = parts
-        return sympy.Abs(r), d, 0
+        # factor by factor: a square root of it then splits (sqrt(|1 - t|)*sqrt(|1 + t|),
+        # no product of the two to overflow), and t's powers stay t's
+        return _by_factor(sympy.Abs, r), d, 0
     if isinstance(node, sympy.sign):
         ((r, _, s),) = parts
-        return sympy.sign(r), sympy.S.Zero, s
+        return _by_factor(sympy.sign, r), sympy.S.Zero, s
     if isinstance(node, sympy.Function) and all(d == 0 for _, d, _ in parts):
         return node.func(*(r * sympy.sign(big) ** s for r, _, s in parts)), sympy.S.Zero, 0
     return None
+
+
+def _by_factor(func: type[sympy.Function], r: sympy.Expr) -> sympy.Expr:
+    """|r| or sign(r), factor by factor (|(1 - t)*(1 + t)/t**2| as |1 - t|*|1 + t|/|t|**2):
+    a square root of it then splits (no product of the factors to overflow), and powers of
+    t stay t's, not powers of the inputs that the ratio t = y/x stands for."""
+    factors = []
+    for f in Mul.make_args(r):
+        base, e = f.as_base_exp()
+        if not e.is_Integer:
+            factors.append(func(f))
+        elif func is sympy.sign:  # sign(b)**2 is 1 (but at b = 0, where t**2 is 0 too)
+            factors.append(func(base) ** (e % 2))
+        else:
+            factors.append(func(base) ** e)
+    return Mul(*factors)
+
+
+def _rational_walked(
+    node: sympy.Expr, big: sympy.Symbol, small: sympy.Symbol, t: sympy.Dummy, overflows: list
+) -> tuple[sympy.Expr, sympy.Rational, int] | None:
+    """:func:`_walk_scaled` for a rational function of ``big`` and ``small`` inside a
+    formula (the radicand of sqrt(|1 - y**2/x**2)|)): over one denominator, its polynomials
+    factored and each factor scaled apart, as :func:`homogeneous_scaled` scales a rational
+    formula (1 - y**2/x**2 is (1 - t)*(1 + t) for |y| <= |x|, (t - 1)*(t + 1)/t**2 with t =
+    x/y otherwise: no square of an input overflows, and the roots stay exact)."""
+    numerator, denominator = sympy.fraction(sympy.cancel(sympy.together(node)))
+    try:
+        polys = [sympy.Poly(p, big, small) for p in (numerator, denominator)]
+    except sympy.PolynomialError:
+        return None
+    degrees = [p.homogeneous_order() for p in polys]
+    if None in degrees or max(degrees) > HOMOGENEOUS_MAX_DEGREE:
+        return None
+    overflows.append(any(len(p.terms()) > 1 and k >= 2 for p, k in zip(polys, degrees)))
+    factored = sympy.factor(numerator) / sympy.factor(denominator)
+    d = degrees[0] - degrees[1]
+    value = _at_one(factored, big, small).xreplace({small: t * big})  # in t = small/big
+    return value, sympy.Integer(d), d % 2
 
 
 def _at_one(factored: sympy.Expr, big: sympy.Symbol, small: sympy.Symbol) -> sympy.Expr:
@@ -1380,7 +1442,9 @@ def power_through_log1p(expr: sympy.Expr) -> sympy.Expr | None:
         if not (c.is_number and c.is_positive) or not u.free_symbols or not _no_integer(e):
             return node
         conditions.append(u / c > -1)
-        return exp(e * log(c) + e * log1p(u / c))
+        # v*log1p(u/c) as xlog1py: 0 where v = 0, also where u/c is inf (i/n at n = 0)
+        scaled = xlog1py(e, u / c) if e.free_symbols else e * log1p(u / c)
+        return exp(e * log(c) + scaled)
 
     rewritten = expr.replace(
         lambda n: isinstance(n, Pow) and n.args[0].is_Add and _no_integer(n.args[1]), through

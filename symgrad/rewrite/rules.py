@@ -479,6 +479,18 @@ def one_minus_tanh_squared(node):
 
 
 @register("stabilize")
+def abs_of_power(node):
+    """|u**e| -> |u|**e for a fractional e: equal for real u (|u**e| is |u|**e on the
+    principal branch), and u**e is NaN in floats for u < 0 (what simplify makes of the
+    derivative of sqrt(|u|): u*|u**(-3/2)|)."""
+    if isinstance(node, sympy.Abs) and isinstance(node.args[0], Pow):
+        base, e = node.args[0].args
+        if e.is_Rational and not e.is_Integer and base.is_extended_real:
+            return sympy.Abs(base) ** e
+    return None
+
+
+@register("stabilize")
 def sign_from_abs(node):
     """u**a * |u|**b -> sign(u)**a * |u|**(a + b) (integers a, b; equal for u != 0): SymPy's
     simplify writes sign(x) as x/|x|, and x * g(|x|/s) / |x| divides by a tiny x before the
