@@ -480,12 +480,12 @@ def one_minus_tanh_squared(node):
 
 @register("stabilize")
 def abs_of_power(node):
-    """|u**e| -> |u|**e for a fractional e: equal for real u (|u**e| is |u|**e on the
-    principal branch), and u**e is NaN in floats for u < 0 (what simplify makes of the
-    derivative of sqrt(|u|): u*|u**(-3/2)|)."""
+    """|u**e| -> |u|**e for a fractional e: equal for every u (on the principal branch
+    |u**e| = exp(e*log|u|) for real e), and u**e is NaN in floats for u < 0 (what simplify
+    makes of the derivative of sqrt(|u|): u*|u**(-3/2)|)."""
     if isinstance(node, sympy.Abs) and isinstance(node.args[0], Pow):
         base, e = node.args[0].args
-        if e.is_Rational and not e.is_Integer and base.is_extended_real:
+        if e.is_Rational and not e.is_Integer:
             return sympy.Abs(base) ** e
     return None
 
