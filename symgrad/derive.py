@@ -148,6 +148,8 @@ def _abs_free(expr: sympy.Expr) -> sympy.Expr | None:
     symbols = sorted(
         {a.args[0] for a in expr.atoms(sympy.Abs) if a.args[0].is_Symbol}, key=lambda s: s.name
     )
+    if not symbols and _simplifiable(expr):
+        return _abs_free_of_one(expr)
     if len(symbols) != 1 or not _simplifiable(expr):
         return None
     (x,) = symbols
@@ -159,6 +161,27 @@ def _abs_free(expr: sympy.Expr) -> sympy.Expr | None:
     if sympy.simplify(plus - minus) == 0:
         return plus.subs(t, sympy.Abs(x))
     return sympy.Piecewise((plus.subs(t, x), x >= 0), (minus.subs(t, -x), True))
+
+
+def _abs_free_of_one(expr: sympy.Expr) -> sympy.Expr | None:
+    """``expr`` with its one Abs(u) (and sign(u)) of a formula u: one simplified branch per
+    sign of u. Through |u| simplify cannot see terms cancel: d2/dy2 of sqrt(|1 - y**2/x**2|)
+    is -sign(u)/(x**2*sqrt(|u|)) - y**2/(x**4*|u|**(3/2)), two terms that cancel where
+    |y| >> |x| (u < 0); for u > 0 it simplifies to -x**2*sqrt(u)/(x**2 - y**2)**2, and for
+    u < 0 alike, with no difference left."""
+    arguments = {a.args[0] for a in expr.atoms(sympy.Abs, sympy.sign)}
+    if len(arguments) != 1:
+        return None
+    (u,) = arguments
+    branches = []
+    for s in (1, -1):
+        signed = expr.xreplace({sympy.Abs(u): s * u, sympy.sign(u): s})
+        if signed.has(sympy.Abs, sympy.sign):
+            return None
+        branches.append(stabilize(_simplify(signed)))
+    if branches[0] == branches[1]:
+        return branches[0]
+    return sympy.Piecewise((branches[0], u >= 0), (branches[1], True))
 
 
 def finish(

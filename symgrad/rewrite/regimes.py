@@ -1154,7 +1154,12 @@ def _walk_scaled(
         if e.is_Integer:
             return r**e, d * e, (s * int(e)) % 2
         if e.is_Rational and e.q == 2 and s == 0:
-            return r**e, d * e, 0  # sqrt(|x|)**d where d is odd
+            # sqrt(|x|)**d where d is odd; the even powers of r's factors out of the root
+            # as their absolute values (sqrt(P*t**-2) is sqrt(P)/|t|: no t**2 to underflow)
+            even = [f for f in Mul.make_args(r) if f.as_base_exp()[1].is_even]
+            rest = Mul(*(f for f in Mul.make_args(r) if f not in even))
+            pulled = Mul(*(sympy.Abs(b) ** (k * e) for b, k in (f.as_base_exp() for f in even)))
+            return pulled * rest**e, d * e, 0
         return None
     if isinstance(node, hypot) and len({d for _, d, _ in parts}) == 1:
         return hypot(*(r for r, _, _ in parts)), parts[0][1], 0
