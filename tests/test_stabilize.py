@@ -1177,6 +1177,46 @@ def test_homogeneous_scaled_scales_roots_as_written(at_x, at_y):
         assert run_torch(scaled, point) == pytest.approx(exact, rel=1e-14, abs=0.0), scaled
 
 
+@pytest.mark.parametrize(
+    ("at_x", "at_y"),
+    [(1e-200, 1e100), (3e200, -1e200), (1e-144, 6.2e181), (-4e19, 3e19), (2.0, -3.0)],
+)
+def test_homogeneous_scaled_scales_a_ratio_under_a_root(at_x, at_y):
+    """The radicand of sqrt(|1 - y**2/x**2|) (an ellipse's eccentricity, degree 0) over one
+    denominator and factored, |.| and sign by factor: sqrt(|1 - t|)*sqrt(|1 + t|); its
+    gradient's sign(u)/sqrt(|u|) likewise, with |t| as |y|/|x| (x/y underflows at the third
+    point, where y*|x/y|/x**2 would be 0/0)."""
+    from symgrad.rewrite.regimes import homogeneous_scaled
+
+    u = 1 - y**2 / x**2
+    root = sympy.sqrt(sympy.Abs(u))
+    for formula in (root, -y * sympy.sign(u) / (x**2 * root)):
+        scaled = homogeneous_scaled(formula)
+        assert scaled is not None, formula
+        point = {"x": at_x, "y": at_y}
+        exact = mp_exact(formula, {sympy.Symbol(k, real=True): v for k, v in point.items()})
+        assert run_torch(scaled, point) == pytest.approx(exact, rel=1e-13, abs=0.0), scaled
+    assert run_torch(root, {"x": 1e-200, "y": 1e100}) == math.inf  # as written: y**2 overflows
+
+
+def test_homogeneous_scaled_scales_a_piecewise_branch_by_branch():
+    """What simplify makes of d/dx sqrt(|x**2 - 4*y**2|)/x: its value where the radicand is
+    0, and elsewhere; each branch scaled, the conditions as they are."""
+    from symgrad.rewrite.regimes import homogeneous_scaled
+
+    u = x**2 - 4 * y**2
+    formula = sympy.Piecewise(
+        (-sympy.sqrt(sympy.Abs(u)) / x**2, sympy.Eq(u, 0)),
+        (4 * y**2 * u / (x**2 * sympy.Abs(u) ** sympy.Rational(3, 2)), True),
+    )
+    scaled = homogeneous_scaled(formula)
+    assert isinstance(scaled, sympy.Piecewise) and scaled.args[0][1] == sympy.Eq(u, 0)
+    for point in ({"x": 1e10, "y": -5e78}, {"x": 9e23, "y": 1e308}, {"x": 3.0, "y": 1.0}):
+        exact = mp_exact(formula, {sympy.Symbol(k, real=True): v for k, v in point.items()})
+        assert run_torch(scaled, point) == pytest.approx(exact, rel=1e-13, abs=0.0)
+    assert homogeneous_scaled(sympy.Piecewise((x, x > 0), (y, True))) is None
+
+
 def test_homogeneous_scaled_keeps_factors_and_declines_what_is_not_homogeneous():
     from symgrad.rewrite.regimes import homogeneous_scaled
 

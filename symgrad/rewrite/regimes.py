@@ -1199,7 +1199,8 @@ def _rational_walked(
     formula (the radicand of sqrt(|1 - y**2/x**2)|)): over one denominator, its polynomials
     factored and each factor scaled apart, as :func:`homogeneous_scaled` scales a rational
     formula (1 - y**2/x**2 is (1 - t)*(1 + t) for |y| <= |x|, (t - 1)*(t + 1)/t**2 with t =
-    x/y otherwise: no square of an input overflows, and the roots stay exact)."""
+    x/y otherwise: no square of an input overflows, and the factors vanish where the
+    formula does, up to the one rounding of t)."""
     numerator, denominator = sympy.fraction(sympy.cancel(sympy.together(node)))
     try:
         polys = [sympy.Poly(p, big, small) for p in (numerator, denominator)]
