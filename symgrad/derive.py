@@ -256,6 +256,7 @@ def finish(
             stable.append(other)
     stable.sort(key=op_cost)
     candidates = []
+    folds: list[sympy.Expr] = []
     sources = {expr: expr}
     for c in stable:
         fired = FACTORED_FIRED.set([])
@@ -269,6 +270,19 @@ def finish(
         candidates += [split, c] if split != c else [c]
         sources.setdefault(split, c)
         sources.setdefault(c, c)
+        if points is not None and split.has(sympy.Piecewise) and not split.is_Piecewise:
+            # the factors outside the branches moved in and the branches stabilised again:
+            # 2*p*(sqrt(x**2 + 4*p**2) - x)/(4*p**2) (a conjugate branch of 2*p/(x + ...))
+            # is (hypot(x, 2*p) - x)/(2*p), with no p**2 to overflow
+            try:
+                with _time_limit(SIMPLIFY_SECONDS):
+                    folded = stabilize(sympy.piecewise_fold(split))
+            except TimeoutError:
+                folded = split
+            if folded not in candidates:
+                candidates.append(folded)
+                sources.setdefault(folded, c)
+                folds.append(folded)
         if points is not None and factored:
             # a quotient's tail both ways (regimes.FACTORED_TAILS): kept factors or
             # expanded, whichever the choice measures the more accurate
@@ -294,7 +308,7 @@ def finish(
         # Of every stable form: the simplified one can have a form the cheapest has not
         # (sign(u)/sqrt(|u|) - sqrt(|u|)/x**2 with u = x**2 - 4*y**2 cancels; over one
         # denominator, 4*y**2/(x**2*sqrt(|u|)), it scales)
-        for form in stable:
+        for form in [*stable, *folds]:
             if _cost(form) > SIMPLIFY_MAX_OPS:
                 continue
             for rewrite in phase("candidates").rewrites:
@@ -305,7 +319,7 @@ def finish(
                     rewritten = None
                 if rewritten is not None and rewritten not in candidates:
                     candidates.append(rewritten)
-                    sources.setdefault(rewritten, form)
+                    sources.setdefault(rewritten, sources[form])
         # Eager code only: dsigmoid(a) as sigmoid(a) * sigmoid(-a). torch's sigmoid costs
         # 3 multiplies to its exp's 8 (and shares sigmoid(a) with the formula), where
         # exp(-|a|) / (1 + exp(-|a|))**2 is six passes; chosen where it is as accurate.

@@ -229,10 +229,11 @@ def logit(p: tf.Tensor) -> tf.Tensor:
         grad_p = ---------
                  p*(p - 1)
 
-                         grad*(2*p - 1)
-        d grad_p / d p = --------------
-                           2        2
-                          p *(p - 1)
+                              /  1     1\
+                         grad*|----- + -|
+                              \p - 1   p/
+        d grad_p / d p = ----------------
+                            p*(p - 1)
 
                                -1
         d grad_p / d grad = ---------
@@ -266,8 +267,8 @@ def _logit_grad_p(p, grad):
         grad_p = -grad / (p * (p - 1))
 
         def backward(grad_grad_p):
-            t0 = p - 1
-            p_bar = (2 * p - 1) / p / t0 / p / t0 * grad * grad_grad_p
+            t1 = 1 / (p - 1)
+            p_bar = (t1 + 1 / p) / p * t1 * grad * grad_grad_p
             grad_bar = -grad_grad_p / (p * (p - 1))
             return p_bar, grad_bar
 
@@ -1039,14 +1040,14 @@ def sqrt_diff(x: tf.Tensor) -> tf.Tensor:
                    / 3/2     ___       _______\
                  2*\x    + \/ x  + x*\/ x + 1 /
 
-                               /      ___       x           _______     1  \
-                         -grad*|- 3*\/ x  - --------- - 2*\/ x + 1  - -----|
-                               |              _______                   ___|
-                               \            \/ x + 1                  \/ x /
-        d grad_x / d x = ----------------------------------------------------
-                                                                   2
-                                 /   3/2       ___         _______\
-                                 \2*x    + 2*\/ x  + 2*x*\/ x + 1 /
+                              /    ___       x           _______     1  \
+                         grad*|3*\/ x  + --------- + 2*\/ x + 1  + -----|
+                              |            _______                   ___|
+                              \          \/ x + 1                  \/ x /
+        d grad_x / d x = ------------------------------------------------
+                                                               2
+                                   / 3/2     ___       _______\
+                                 4*\x    + \/ x  + x*\/ x + 1 /
 
                                          -1
         d grad_x / d grad = ------------------------------
@@ -1084,9 +1085,15 @@ def _sqrt_diff_grad_x(x, grad):
         def backward(grad_grad_x):
             t0 = tf.math.sqrt(x)
             t1 = tf.math.sqrt(x + 1)
-            t2 = 2 * t1
-            t3 = 2 * t0 * x + 2 * t0 + t2 * x
-            x_bar = -(-3 * t0 - t2 - x / t1 - 1 / t0) / t3 / t3 * grad * grad_grad_x
+            t2 = t0 * x + t0 + t1 * x
+            x_bar = (
+                0.25
+                * (3 * t0 + 2 * t1 + x / t1 + 1 / t0)
+                / t2
+                / t2
+                * grad
+                * grad_grad_x
+            )
             t0 = tf.math.sqrt(x)
             grad_bar = -grad_grad_x / (2 * (t0 * x + t0 + x * tf.math.sqrt(x + 1)))
             return x_bar, grad_bar

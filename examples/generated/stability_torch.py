@@ -959,10 +959,11 @@ class Logit(_Function):
         grad_p = ---------
                  p*(p - 1)
 
-                         grad*(2*p - 1)
-        d grad_p / d p = --------------
-                           2        2
-                          p *(p - 1)
+                              /  1     1\
+                         grad*|----- + -|
+                              \p - 1   p/
+        d grad_p / d p = ----------------
+                            p*(p - 1)
 
                                -1
         d grad_p / d grad = ---------
@@ -1004,14 +1005,12 @@ def _logit_grad_p(p, grad):
 
 def _logit_grad_p_backward(p, grad, grad_grad_p, need_p_bar, need_grad_bar):
     p_bar = grad_bar = None
-    t0 = p - 1
+    t1 = (p - 1).reciprocal_()
+    t2 = _mul_into(t1 / p, grad_grad_p)
     if need_p_bar:
-        p_bar = _mul_into(
-            _mul_into((2 * p).sub_(1).div_(p).div_(t0).div_(p).div_(t0), grad),
-            grad_grad_p,
-        )
+        p_bar = (grad * t2).mul_(t1.add_(1 / p))
     if need_grad_bar:
-        grad_bar = -grad_grad_p / t0.mul_(p)
+        grad_bar = t2.neg_()
     return p_bar, grad_bar
 
 
@@ -1036,8 +1035,8 @@ class LogitGrad(_Function):
             )
         p_bar = grad_bar = None
         if ctx.needs_input_grad[0]:
-            t0 = p - 1
-            p_bar = (2 * p - 1) / p / t0 / p / t0 * grad * grad_grad_p
+            t1 = 1 / (p - 1)
+            p_bar = (t1 + 1 / p) / p * t1 * grad * grad_grad_p
         if ctx.needs_input_grad[1]:
             grad_bar = -grad_grad_p / (p * (p - 1))
         return p_bar, grad_bar
@@ -1045,8 +1044,9 @@ class LogitGrad(_Function):
     @staticmethod
     def jvp(ctx, p_t, grad_t):
         p, grad = ctx.saved_tensors
-        t0 = p - 1
-        return p_t / p / t0 * (2 * p - 1) / p / t0 * grad - grad_t / (p * t0)
+        t1 = 1 / (p - 1)
+        t2 = t1 / p
+        return grad * p_t * t2 * (t1 + 1 / p) - grad_t * t2
 
 
 _LogitGrad = _without_jvp(LogitGrad)
@@ -2722,14 +2722,14 @@ class SqrtDiff(_Function):
                    / 3/2     ___       _______\
                  2*\x    + \/ x  + x*\/ x + 1 /
 
-                               /      ___       x           _______     1  \
-                         -grad*|- 3*\/ x  - --------- - 2*\/ x + 1  - -----|
-                               |              _______                   ___|
-                               \            \/ x + 1                  \/ x /
-        d grad_x / d x = ----------------------------------------------------
-                                                                   2
-                                 /   3/2       ___         _______\
-                                 \2*x    + 2*\/ x  + 2*x*\/ x + 1 /
+                              /    ___       x           _______     1  \
+                         grad*|3*\/ x  + --------- + 2*\/ x + 1  + -----|
+                              |            _______                   ___|
+                              \          \/ x + 1                  \/ x /
+        d grad_x / d x = ------------------------------------------------
+                                                               2
+                                   / 3/2     ___       _______\
+                                 4*\x    + \/ x  + x*\/ x + 1 /
 
                                          -1
         d grad_x / d grad = ------------------------------
@@ -2776,16 +2776,25 @@ def _sqrt_diff_grad_x(x, grad):
 def _sqrt_diff_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
     x_bar = grad_bar = None
     t0 = torch.sqrt(x)
-    if need_grad_bar:
-        t1 = t0 * x
-    t2 = (x + 1).sqrt_()
+    t1 = (x + 1).sqrt_()
+    t2 = (t0 * x).add_(t0).add_(t1 * x)
     if need_x_bar:
-        t3 = 2 * t2
-        t4 = (2 * t0).mul_(x).add_(2 * t0).add_(t3 * x)
-        t5 = (-3 * t0).sub_(t3).sub_(x / t2).sub_(1 / t0).neg_().div_(t4)
-        x_bar = _mul_into(_mul_into(t5.div_(t4), grad), grad_grad_x)
+        t3 = 3 * t0
+        t4 = 2 * t1
+        x_bar = _mul_into(
+            _mul_into(
+                t3.add_(t4)
+                .add_(x / t1)
+                .add_(t0.reciprocal_())
+                .mul_(0.25)
+                .div_(t2)
+                .div_(t2),
+                grad,
+            ),
+            grad_grad_x,
+        )
     if need_grad_bar:
-        grad_bar = -0.5 * grad_grad_x / t0.add_(t1).add_(t2.mul_(x))
+        grad_bar = -0.5 * grad_grad_x / t2
     return x_bar, grad_bar
 
 
@@ -2812,9 +2821,15 @@ class SqrtDiffGrad(_Function):
         if ctx.needs_input_grad[0]:
             t0 = torch.sqrt(x)
             t1 = torch.sqrt(x + 1)
-            t2 = 2 * t1
-            t3 = 2 * t0 * x + 2 * t0 + t2 * x
-            x_bar = -(-3 * t0 - t2 - x / t1 - 1 / t0) / t3 / t3 * grad * grad_grad_x
+            t2 = t0 * x + t0 + t1 * x
+            x_bar = (
+                0.25
+                * (3 * t0 + 2 * t1 + x / t1 + 1 / t0)
+                / t2
+                / t2
+                * grad
+                * grad_grad_x
+            )
         if ctx.needs_input_grad[1]:
             t0 = torch.sqrt(x)
             grad_bar = -0.5 * grad_grad_x / (t0 * x + t0 + x * torch.sqrt(x + 1))
@@ -2824,13 +2839,12 @@ class SqrtDiffGrad(_Function):
     def jvp(ctx, x_t, grad_t):
         x, grad = ctx.saved_tensors
         t0 = torch.sqrt(x)
-        t1 = t0 * x
-        t2 = torch.sqrt(x + 1)
-        t3 = t2 * x
-        t4 = 2 * t0 * x + 2 * t0 + 2 * t3
-        return -x_t / t4 * (
-            -3 * t0 - 2 * t2 - x / t2 - 1 / t0
-        ) / t4 * grad - 0.5 * grad_t / (t0 + t1 + t3)
+        t1 = torch.sqrt(x + 1)
+        t2 = t0 * x + t0 + t1 * x
+        return (
+            0.25 * x_t / t2 * (3 * t0 + 2 * t1 + x / t1 + 1 / t0) / t2 * grad
+            - 0.5 * grad_t / t2
+        )
 
 
 _SqrtDiffGrad = _without_jvp(SqrtDiffGrad)
