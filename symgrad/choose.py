@@ -56,8 +56,8 @@ def _finite_in_float32(ref: float, args: Sequence[float]) -> bool:
     """The exact value ``ref`` at ``args`` is finite in float32 (at the float32-rounded
     point: with a margin where rounding moves the point). Not known where float32 moves
     two inputs or more onto 0: the value there depends on the way to it (2*p/(x +
-    hypot(x, 2*p)) at x = p = 0 is 0/0, its limits anything in [0, 1]); where it moves one,
-    ``ref`` stands for the limit (x*log(x) at x = 0: 0, what xlogy gives)."""
+    hypot(x, 2*p)) at x = p = 0 is 0/0, and its limits along different ways differ); where
+    it moves one, ``ref`` stands for the limit (x*log(x) at x = 0: 0, what xlogy gives)."""
     if not all(abs(a) <= _F32_MAX for a in args):
         return False
     if sum(a != 0 and round_to(a, "float32") == 0 for a in args) >= 2:

@@ -198,10 +198,11 @@ def finish(
     """Clean up, stabilise and simplify one formula; pick the most accurate candidate.
 
     Candidates: the formula as written, stabilised, stabilised after a (size-bounded)
-    simplify (also one per sign of x where it has |x|, and one through hypot's naive form),
-    and each with its regime branches (:func:`~symgrad.rewrite.regimes.split_regimes`). With
-    ``points``, also the forms of the whole formula that the ``candidates`` phase makes
-    (:mod:`symgrad.rewrite.phases`), and the choice is by measured error
+    simplify (also one per sign of x where it has |x|, or of u where it has one |u| of a
+    formula u, and one through hypot's naive form), and each with its regime branches
+    (:func:`~symgrad.rewrite.regimes.split_regimes`). With ``points``, also each split with
+    the factors outside its branches moved in, and the forms of all those that the
+    ``candidates`` phase makes (:mod:`symgrad.rewrite.phases`), and the choice is by measured error
     (:func:`~symgrad.choose.most_accurate`: mean bits, a non-finite result in float64 or
     float32 counted as 128; ties to the cheaper for eager code by
     :func:`~symgrad.cost.eager_cost`); ``record`` gets the
