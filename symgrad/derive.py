@@ -148,9 +148,11 @@ def _abs_free(expr: sympy.Expr) -> sympy.Expr | None:
     symbols = sorted(
         {a.args[0] for a in expr.atoms(sympy.Abs) if a.args[0].is_Symbol}, key=lambda s: s.name
     )
-    if not symbols and _simplifiable(expr):
+    if not _simplifiable(expr):
+        return None
+    if not symbols:
         return _abs_free_of_one(expr)
-    if len(symbols) != 1 or not _simplifiable(expr):
+    if len(symbols) != 1:
         return None
     (x,) = symbols
     t = sympy.Dummy("t", positive=True)

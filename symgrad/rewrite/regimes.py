@@ -1031,8 +1031,10 @@ def homogeneous_scaled(expr: sympy.Expr) -> sympy.Expr | None:
     if isinstance(expr, sympy.Piecewise):
         # branch by branch (what simplify makes of a derivative through |u|: its value
         # where u = 0, and elsewhere), the conditions as they are
+        if any(c.has(sympy.Piecewise) for _, c in expr.args):
+            return None
         values = [homogeneous_scaled(v) for v, _ in expr.args]
-        if all(v is None for v in values) or any(c.has(sympy.Piecewise) for _, c in expr.args):
+        if all(v is None for v in values):
             return None
         return sympy.Piecewise(
             *((v if s is None else s, c) for s, (v, c) in zip(values, expr.args))
@@ -1056,14 +1058,11 @@ def _rational_scaled_by_larger(
     factor, rest = expr.as_independent(x, y, as_Add=False)
     if rest.atoms(sympy.Function) or not rest.is_rational_function(x, y):
         return None
-    numerator, denominator = sympy.fraction(sympy.cancel(sympy.together(rest)))
-    try:
-        degrees = [sympy.Poly(p, x, y).homogeneous_order() for p in (numerator, denominator)]
-    except sympy.PolynomialError:
+    fraction = _homogeneous_fraction(rest, x, y)
+    if fraction is None:
         return None
-    if None in degrees or not 2 <= degrees[1] <= HOMOGENEOUS_MAX_DEGREE:
-        return None
-    if degrees[0] > HOMOGENEOUS_MAX_DEGREE or not denominator.has(x) or not denominator.has(y):
+    (numerator, denominator), _, degrees = fraction
+    if degrees[1] < 2 or not denominator.has(x) or not denominator.has(y):
         return None
     factored = sympy.factor(numerator) / sympy.factor(denominator)
     d = degrees[0] - degrees[1]
@@ -1192,6 +1191,21 @@ def _by_factor(func: type[sympy.Function], r: sympy.Expr) -> sympy.Expr:
     return Mul(*factors)
 
 
+def _homogeneous_fraction(expr: sympy.Expr, x: sympy.Symbol, y: sympy.Symbol) -> tuple | None:
+    """``expr`` over one denominator: ((numerator, denominator), their polynomials in ``x``
+    and ``y``, their degrees); None where either is not homogeneous in ``x`` and ``y`` or
+    its degree is above :data:`HOMOGENEOUS_MAX_DEGREE`."""
+    parts = sympy.fraction(sympy.cancel(sympy.together(expr)))
+    try:
+        polys = [sympy.Poly(p, x, y) for p in parts]
+    except sympy.PolynomialError:
+        return None
+    degrees = [p.homogeneous_order() for p in polys]
+    if None in degrees or max(degrees) > HOMOGENEOUS_MAX_DEGREE:
+        return None
+    return parts, polys, degrees
+
+
 def _rational_walked(
     node: sympy.Expr, big: sympy.Symbol, small: sympy.Symbol, t: sympy.Dummy, overflows: list
 ) -> tuple[sympy.Expr, sympy.Rational, int] | None:
@@ -1201,14 +1215,10 @@ def _rational_walked(
     formula (1 - y**2/x**2 is (1 - t)*(1 + t) for |y| <= |x|, (t - 1)*(t + 1)/t**2 with t =
     x/y otherwise: no square of an input overflows, and the factors vanish where the
     formula does, up to the one rounding of t)."""
-    numerator, denominator = sympy.fraction(sympy.cancel(sympy.together(node)))
-    try:
-        polys = [sympy.Poly(p, big, small) for p in (numerator, denominator)]
-    except sympy.PolynomialError:
+    fraction = _homogeneous_fraction(node, big, small)
+    if fraction is None:
         return None
-    degrees = [p.homogeneous_order() for p in polys]
-    if None in degrees or max(degrees) > HOMOGENEOUS_MAX_DEGREE:
-        return None
+    (numerator, denominator), polys, degrees = fraction
     overflows.append(any(len(p.terms()) > 1 and k >= 2 for p, k in zip(polys, degrees)))
     factored = sympy.factor(numerator) / sympy.factor(denominator)
     d = degrees[0] - degrees[1]
