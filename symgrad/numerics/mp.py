@@ -50,19 +50,59 @@ def _real(value) -> mpmath.mpf:
 
 
 class Trace:
-    """What an evaluation lost to cancellation: the most bits of a sum's terms that its
-    value cancelled (inf where rounded terms summed to exactly 0), of log's argument near
-    1, or of a periodic function's rounded argument in its reduction."""
+    """What an evaluation lost to cancellation, node by node: the bits of the working
+    precision that a node's value does not hold, its arguments' losses carried through it.
+
+    A sum's value loses the bits its terms cancel, counted on the terms' own errors (inf
+    where rounded terms sum to exactly 0): ``sin(x)/x**2 - 2*(1 - cos(x))/x**3`` at
+    x = 1e-125 loses 830 bits in ``1 - cos(x)`` and 834 more in the difference, so 1024
+    bits hold no digit of it (they give -x/6, not -x/12). A function loses what its
+    argument lost, times its condition number where that is known to be large (log near
+    1; a periodic function's reduction of a rounded argument; exp of a large argument)."""
 
     def __init__(self) -> None:
         self.lost = 0.0
+        self._nodes: dict[sympy.Basic, float] = {}
 
-    def cancelled(self, largest, value) -> None:
-        """Record a result ``value`` computed from terms as large as ``largest``."""
-        if largest == 0 or not mpmath.isfinite(largest):
-            return
-        lost = math.inf if value == 0 else float(mpmath.log(largest / abs(value), 2))
+    def of(self, expr: sympy.Basic) -> float:
+        """The bits ``expr``'s value lost (0 for inputs and numbers)."""
+        return self._nodes.get(expr, 0.0)
+
+    def record(self, expr: sympy.Basic, lost: float) -> None:
+        self._nodes[expr] = lost
         self.lost = max(self.lost, lost)
+
+    def sum_lost(self, args, terms, total) -> float:
+        """The bits a sum ``total`` of ``terms`` (the values of ``args``) lost: the
+        largest of the terms' errors, each its size times its lost bits, against the sum."""
+        losses = [self.of(a) for a in args]
+        lost = max(losses, default=0.0)
+        if not all(mpmath.isfinite(t) for t in terms) or not mpmath.isfinite(total):
+            return lost
+        if not math.isfinite(lost):
+            return math.inf
+        error = mpmath.fsum(mpmath.ldexp(abs(t), math.ceil(k)) for t, k in zip(terms, losses))
+        if error == 0:
+            return lost
+        if total == 0:
+            return math.inf
+        return max(lost, _log2(error, abs(total)))
+
+    def conditioned(self, args, condition) -> float:
+        """The bits a function's value lost: its arguments' losses, the first's times the
+        condition number ``condition`` (None or below 1: not amplified)."""
+        lost = max((self.of(a) for a in args), default=0.0)
+        if condition is None or not mpmath.isfinite(condition) or condition <= 1:
+            return lost if condition is None or mpmath.isfinite(condition) else math.inf
+        return self.of(args[0]) + _log2(condition) if args else lost
+
+
+def _log2(value, over=1) -> float:
+    """log2(value / over) of positive finite mpfs, to float precision, cheap at any working
+    precision and for exponents past float64's (exp(-x**2/2) at x = 1e293)."""
+    mantissa, exponent = mpmath.frexp(value)
+    below, shift = mpmath.frexp(over)
+    return float(exponent - shift) + math.log2(mantissa) - math.log2(below)
 
 
 def _binary_fraction(r: sympy.Rational) -> bool:
@@ -165,14 +205,17 @@ def _node(expr: sympy.Basic, env, trace: Trace | None, memo: dict):
         terms = [evaluate(a, env) for a in args]
         total = _real(mpmath.fsum(terms))
         if trace is not None:
-            largest = max(abs(_real(v)) for v in terms)
-            if largest > abs(total) * 2 and not _exact_node(expr, env):
-                trace.cancelled(largest, total)
+            lost = trace.sum_lost(args, terms, total)
+            if lost > 1 and _exact_node(expr, env):
+                lost = 0.0  # an exact sum cancels nothing (x + 3 at x = -3 is 0)
+            trace.record(expr, lost)
         return total
     if isinstance(expr, sympy.Mul):
         result = mpmath.mpf(1)
         for a in args:
             result *= evaluate(a, env)
+        if trace is not None:  # relative errors add: within a few bits, the largest
+            trace.record(expr, max(trace.of(a) for a in args))
         return _real(result)
     if isinstance(expr, sympy.Pow):
         base, e = evaluate(args[0], env), evaluate(args[1], env)
@@ -182,11 +225,25 @@ def _node(expr: sympy.Basic, env, trace: Trace | None, memo: dict):
             # complex, however small its imaginary part: (-1e300)**1e-200 is
             # 1 + 3e-200i, real to the threshold of _real but no real number (NaN in IEEE)
             raise Undefined("a negative number to a power that is not an integer")
-        return _real(mpmath.power(base, e))
+        value = _real(mpmath.power(base, e))
+        if trace is not None:
+            # relative error |e| times the base's, plus |e*log(base)| times the exponent's
+            lost = max(trace.of(args[0]), trace.of(args[1]))
+            if abs(e) > 1 and mpmath.isfinite(e):
+                lost = max(lost, trace.of(args[0]) + _log2(abs(e)))
+            if base > 0 and not _exact_node(args[1], env):
+                scale = abs(e * mpmath.log(base))
+                if scale > 1 and mpmath.isfinite(scale):
+                    lost = max(lost, trace.of(args[1]) + _log2(scale))
+            trace.record(expr, lost)
+        return value
     if isinstance(expr, sympy.Piecewise):
         for value, cond in args:
             if evaluate(cond, env):
-                return evaluate(value, env)
+                chosen = evaluate(value, env)
+                if trace is not None:
+                    trace.record(expr, trace.of(value))
+                return chosen
         raise Undefined("no Piecewise branch")
     if isinstance(expr, sympy.core.relational.Relational):
         lhs, rhs = evaluate(expr.lhs, env), evaluate(expr.rhs, env)
@@ -212,17 +269,29 @@ def _node(expr: sympy.Basic, env, trace: Trace | None, memo: dict):
         value = _real(func(*values))
     except (ValueError, ZeroDivisionError) as exc:
         raise Undefined(str(exc)) from None
-    if trace is not None and type(expr) in _PERIODIC and not _exact_node(args[0], env):
-        # argument reduction cancels the rounded argument against multiples of the period
-        trace.cancelled(abs(values[0] * _PERIODIC[type(expr)](values[0])), value)
-    if (
-        trace is not None
-        and type(expr) in _CANCELS_NEAR_ONE
-        and abs(value) < 1
-        and not _exact_node(args[0], env)
-    ):
-        trace.cancelled(mpmath.mpf(1), value)  # log near 1: 1 - arg cancels inside it
+    if trace is not None:
+        trace.record(expr, trace.conditioned(args, _condition(expr, values, value, env)))
     return value
+
+
+def _condition(expr: sympy.Basic, values, value, env):
+    """The condition number of a function at its argument where it can be large and the
+    argument is not exact (None: taken as 1): a rounded argument's relative error becomes
+    the value's times this."""
+    kind = type(expr)
+    if kind not in _PERIODIC and kind not in _CANCELS_NEAR_ONE and kind is not sympy.exp:
+        return None
+    if _exact_node(expr.args[0], env):
+        return None
+    a = values[0]
+    if value == 0:
+        return mpmath.inf
+    if kind in _PERIODIC:
+        # argument reduction cancels the rounded argument against multiples of the period
+        return abs(a * _PERIODIC[kind](a) / value)
+    if kind is sympy.exp:
+        return abs(a)
+    return 1 / abs(value) if abs(value) < 1 else None  # log near 1: 1 - arg cancels in it
 
 
 def to_float(value) -> float | None:
