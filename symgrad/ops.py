@@ -67,8 +67,11 @@ class Op:
       printed form takes where that is more than one (its regimes).
     - ``exact_at_numbers``: SymPy evaluates it exactly at a number (gamma(10**7) is a
       60-million-digit factorial): the parser refuses large constant arguments.
-    - ``cancels_near_one``: at an argument near 1 its value is a difference from 1 (log):
-      the mpmath evaluation reports the bits it loses, and the precision rises with them.
+    - ``mp_derivative``: its derivative with mpmath, for a function of one argument whose
+      condition number ``|a f'(a) / f(a)|`` can be large (periodic functions and exp as
+      ``|a|`` grows, log near 1, the inverse functions near their branch points): the
+      exact evaluation counts a rounded argument's error times it as bits lost, and the
+      precision rises with them.
     """
 
     sympy: type[sympy.Basic]
@@ -86,7 +89,7 @@ class Op:
     cost: float | None = None
     passes: int = 1
     exact_at_numbers: bool = False
-    cancels_near_one: bool = False
+    mp_derivative: Callable[[Any], Any] | None = None
     why_not: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -203,25 +206,32 @@ _DERIVED = "no formula word: only the stabilising rewrites produce it"
 _NO_INPLACE = "torch has no in-place form of it"
 
 OPS: tuple[Op, ...] = (
-    Op(sympy.exp, ("exp",), mp=mpmath.exp, numpy="exp", python="math.exp",
+    Op(sympy.exp, ("exp",), mp=mpmath.exp,
+       mp_derivative=mpmath.exp, numpy="exp", python="math.exp",
        torch="torch.exp", torch_inplace="exp_", tf="tf.math.exp", cost=8),
-    Op(sympy.log, ("log",), mp=mpmath.log, numpy="log", python="math.log",
-       torch="torch.log", torch_inplace="log_", tf="tf.math.log", cost=10,
-       cancels_near_one=True),
+    Op(sympy.log, ("log",), mp=mpmath.log, mp_derivative=lambda a: 1 / a, numpy="log",
+       python="math.log",
+       torch="torch.log", torch_inplace="log_", tf="tf.math.log", cost=10),
     # log2: TF's is log(x) / log(2), within 2 ulp; cost as benchmarks/op_costs.py measures
-    Op(cfunctions.log2, ("log2",), mp=lambda v: mpmath.log(v, 2), numpy="log2",
+    Op(cfunctions.log2, ("log2",), mp=lambda v: mpmath.log(v, 2),
+       mp_derivative=lambda a: 1 / (a * mpmath.log(2)), numpy="log2",
        python="math.log2", torch="torch.log2", torch_inplace="log2_",
-       tf="tf.experimental.numpy.log2", cost=10, cancels_near_one=True),
-    Op(sympy.sin, ("sin",), mp=mpmath.sin, numpy="sin", python="math.sin",
+       tf="tf.experimental.numpy.log2", cost=10),
+    Op(sympy.sin, ("sin",), mp=mpmath.sin,
+       mp_derivative=mpmath.cos, numpy="sin", python="math.sin",
        torch="torch.sin", torch_inplace="sin_", tf="tf.math.sin", cost=15),
-    Op(sympy.cos, ("cos",), mp=mpmath.cos, numpy="cos", python="math.cos",
+    Op(sympy.cos, ("cos",), mp=mpmath.cos,
+       mp_derivative=lambda a: -mpmath.sin(a), numpy="cos", python="math.cos",
        torch="torch.cos", torch_inplace="cos_", tf="tf.math.cos", cost=15),
-    Op(sympy.tan, ("tan",), mp=mpmath.tan, numpy="tan", python="math.tan",
+    Op(sympy.tan, ("tan",), mp=mpmath.tan,
+       mp_derivative=lambda a: mpmath.sec(a) ** 2, numpy="tan", python="math.tan",
        torch="torch.tan", torch_inplace="tan_", tf="tf.math.tan", cost=20),
-    Op(sympy.asin, ("asin",), mp=mpmath.asin, numpy="arcsin", python="math.asin",
+    Op(sympy.asin, ("asin",), mp=mpmath.asin,
+       mp_derivative=lambda a: 1 / mpmath.sqrt(1 - a * a), numpy="arcsin", python="math.asin",
        torch="torch.asin", torch_inplace="asin_", tf="tf.math.asin",
        why_not={"cost": _NO_COST}),
-    Op(sympy.acos, ("acos",), mp=mpmath.acos, numpy="arccos", python="math.acos",
+    Op(sympy.acos, ("acos",), mp=mpmath.acos,
+       mp_derivative=lambda a: -1 / mpmath.sqrt(1 - a * a), numpy="arccos", python="math.acos",
        torch="torch.acos", torch_inplace="acos_", tf="tf.math.acos",
        why_not={"cost": _NO_COST}),
     Op(sympy.atan, ("atan",), mp=mpmath.atan, numpy="arctan", python="math.atan",
@@ -230,28 +240,35 @@ OPS: tuple[Op, ...] = (
        torch="torch.atan2", torch_inplace="atan2_", tf="tf.math.atan2",
        why_not={"cost": _NO_COST}),
     # sinh, cosh: FrameworkPrinter keeps them finite up to |a| = 710.47, past exp's overflow
-    Op(sympy.sinh, ("sinh",), mp=mpmath.sinh, numpy="sinh", python="math.sinh",
+    Op(sympy.sinh, ("sinh",), mp=mpmath.sinh,
+       mp_derivative=mpmath.cosh, numpy="sinh", python="math.sinh",
        torch="torch.sinh", torch_inplace="sinh_", tf="tf.math.sinh", cost=11,
        printer_methods=("FrameworkPrinter",)),
-    Op(sympy.cosh, ("cosh",), mp=mpmath.cosh, numpy="cosh", python="math.cosh",
+    Op(sympy.cosh, ("cosh",), mp=mpmath.cosh,
+       mp_derivative=mpmath.sinh, numpy="cosh", python="math.cosh",
        torch="torch.cosh", torch_inplace="cosh_", tf="tf.math.cosh", cost=10,
        printer_methods=("FrameworkPrinter",)),
     Op(sympy.tanh, ("tanh",), mp=mpmath.tanh, numpy="tanh", python="math.tanh",
        torch="torch.tanh", torch_inplace="tanh_", tf="tf.math.tanh", cost=24),
     Op(sympy.asinh, ("asinh",), mp=mpmath.asinh, numpy="arcsinh", python="math.asinh",
        torch="torch.asinh", torch_inplace="asinh_", tf="tf.math.asinh", cost=150),
-    Op(sympy.acosh, ("acosh",), mp=mpmath.acosh, numpy="arccosh", python="math.acosh",
+    Op(sympy.acosh, ("acosh",), mp=mpmath.acosh,
+       mp_derivative=lambda a: 1 / mpmath.sqrt(a * a - 1), numpy="arccosh", python="math.acosh",
        torch="torch.acosh", torch_inplace="acosh_", tf="tf.math.acosh", cost=150),
-    Op(sympy.atanh, ("atanh",), mp=mpmath.atanh, numpy="arctanh", python="math.atanh",
+    Op(sympy.atanh, ("atanh",), mp=mpmath.atanh,
+       mp_derivative=lambda a: 1 / (1 - a * a), numpy="arctanh", python="math.atanh",
        torch="torch.atanh", torch_inplace="atanh_", torch_compiled="_atanh",
        tf="tf.math.atanh", cost=150),
     Op(sympy.erf, ("erf",), mp=mpmath.erf, numpy=elementwise(math.erf), python="math.erf",
        torch="torch.erf", torch_inplace="erf_", torch_compiled="_erf", tf="tf.math.erf",
        cost=13),
-    Op(sympy.erfc, ("erfc",), mp=mpmath.erfc, numpy=elementwise(math.erfc),
+    Op(sympy.erfc, ("erfc",), mp=mpmath.erfc,
+       mp_derivative=lambda a: -2 * mpmath.exp(-a * a) / mpmath.sqrt(mpmath.pi),
+       numpy=elementwise(math.erfc),
        python="math.erfc", torch="torch.erfc", torch_inplace="erfc_", torch_compiled="_erfc",
        tf="tf.math.erfc", cost=20),
     Op(sympy.gamma, ("gamma",), mp=mpmath.gamma,
+       mp_derivative=lambda a: mpmath.gamma(a) * mpmath.digamma(a),
        numpy=elementwise(lambda v: math.gamma(v) if v > 0 or v != int(v) else math.nan),
        python="math.gamma", printer_methods=("TorchPrinter", "TensorFlowPrinter"), cost=45,
        exact_at_numbers=True,
@@ -296,10 +313,12 @@ OPS: tuple[Op, ...] = (
        torch="torch.nn.functional.softplus", torch_compiled="_softplus",
        tf="tf.math.softplus", printer_methods=("TorchPrinter",), cost=16,
        why_not={"torch_inplace": _NO_INPLACE}),
-    Op(F.log1p, ("log1p",), mp=F.log1p.mp, numpy="log1p", python="math.log1p",
+    Op(F.log1p, ("log1p",), mp=F.log1p.mp, mp_derivative=lambda a: 1 / (1 + a),
+       numpy="log1p", python="math.log1p",
        torch="torch.log1p", torch_inplace="log1p_", torch_compiled="_log1p",
        tf="tf.math.log1p", cost=7),
-    Op(F.expm1, ("expm1",), mp=F.expm1.mp, numpy="expm1", python="math.expm1",
+    Op(F.expm1, ("expm1",), mp=F.expm1.mp, mp_derivative=mpmath.exp, numpy="expm1",
+       python="math.expm1",
        torch="torch.expm1", torch_inplace="expm1_", torch_compiled="_expm1",
        tf="tf.math.expm1", cost=9),
     Op(F.logaddexp, ("logaddexp",), (2,), mp=F.logaddexp.mp, numpy=np.logaddexp,

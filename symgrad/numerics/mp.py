@@ -20,16 +20,9 @@ MAX_PREC_BITS = 65536
 
 #: SymPy class -> its exact value with mpmath (the rows' ``mp``).
 _MP_FUNCS = {op.sympy: op.mp for op in OPS if op.mp is not None}
-#: Where an argument near 1 cancels inside the function (log).
-_CANCELS_NEAR_ONE = frozenset(op.sympy for op in OPS if op.cancels_near_one)
-#: Periodic functions and their derivatives: the error of an argument that is not exact
-#: becomes an error of the value times the condition number |a f'(a) / f(a)|, without
-#: bound as |a| grows (sin(x + e) at x = 30, e = 1e131 is sin(e) at 256 bits).
-_PERIODIC = {
-    sympy.sin: mpmath.cos,
-    sympy.cos: lambda a: -mpmath.sin(a),
-    sympy.tan: lambda a: mpmath.sec(a) ** 2,
-}
+#: Functions of one argument whose condition number can be large -> their derivative
+#: (the rows' ``mp_derivative``; see :func:`_condition`).
+_DERIVATIVES = {op.sympy: op.mp_derivative for op in OPS if op.mp_derivative is not None}
 
 
 class Undefined(ArithmeticError):
@@ -275,23 +268,22 @@ def _node(expr: sympy.Basic, env, trace: Trace | None, memo: dict):
 
 
 def _condition(expr: sympy.Basic, values, value, env):
-    """The condition number of a function at its argument where it can be large and the
-    argument is not exact (None: taken as 1): a rounded argument's relative error becomes
-    the value's times this."""
-    kind = type(expr)
-    if kind not in _PERIODIC and kind not in _CANCELS_NEAR_ONE and kind is not sympy.exp:
-        return None
-    if _exact_node(expr.args[0], env):
-        return None
+    """The condition number |a f'(a) / f(a)| of a function of :data:`_DERIVATIVES` at its
+    argument a, where a is not exact (None: not known, taken as 1): the relative error of
+    the rounded argument becomes the value's times it. Periodic functions without bound as
+    |a| grows (sin(x + e) at x = 30, e = 1e131 is sin(e) at 256 bits: the reduction
+    cancels the rounded argument against multiples of the period), exp as |a| grows, log
+    near 1, the inverse functions near their branch points."""
+    derivative = _DERIVATIVES.get(type(expr))
     a = values[0]
+    if derivative is None or a == 0 or not mpmath.isfinite(value) or _exact_node(expr.args[0], env):
+        return None  # (at 0 the argument's relative error is no error: log(0) is -inf)
     if value == 0:
         return mpmath.inf
-    if kind in _PERIODIC:
-        # argument reduction cancels the rounded argument against multiples of the period
-        return abs(a * _PERIODIC[kind](a) / value)
-    if kind is sympy.exp:
-        return abs(a)
-    return 1 / abs(value) if abs(value) < 1 else None  # log near 1: 1 - arg cancels in it
+    try:
+        return abs(a * derivative(a) / value)
+    except (ValueError, ZeroDivisionError):  # at a branch point: no digit is safe
+        return mpmath.inf
 
 
 def to_float(value) -> float | None:
