@@ -1495,6 +1495,48 @@ def sqrt_of_product(expr: sympy.Expr) -> sympy.Expr | None:
     return None if rewritten == expr else rewritten
 
 
+#: Largest formula (SymPy's count_ops) :func:`half_angles` cancels.
+_HALF_ANGLE_MAX_OPS = 80
+
+
+@register("candidates")
+def half_angles(expr: sympy.Expr) -> sympy.Expr | None:
+    """sin(2h), cos(2h), tan(2h) -> 2*s*c, c**2 - s**2, 2*s*c/(c**2 - s**2) with s =
+    sin(h), c = cos(h), where ``expr`` has sin(h) or cos(h) too (what 1 - cos(u) ->
+    2*sin(u/2)**2 leaves), and the formula cancelled as a rational function of s and c.
+
+    Terms in both angles can cancel where neither does alone: the second derivative of
+    (1 - cos(x))/sin(x), -4*s**2*cos(x)/sin(x)**3 + 2*s*c/sin(x)**2 (s = sin(x/2)), is
+    1/d - 1/d at x = 2*pi*k + d (32 bits lost at x = 710); in s and c it is s/(2*c**3).
+    ``None`` where no angle appears with its double, or nothing cancels."""
+    if expr.has(sympy.Piecewise) or sympy.count_ops(expr) > _HALF_ANGLE_MAX_OPS:
+        return None
+    trig = (sympy.sin, sympy.cos, sympy.tan)
+    angles = {f.args[0] for f in expr.atoms(*trig)}
+    for h in sorted(angles, key=sympy.default_sort_key):
+        double = sympy.expand(2 * h)
+        if double not in angles:
+            continue
+        s, c = sympy.Dummy("s"), sympy.Dummy("c")
+        written = expr.xreplace(
+            {
+                sympy.sin(double): 2 * s * c,
+                sympy.cos(double): c**2 - s**2,
+                sympy.tan(double): 2 * s * c / (c**2 - s**2),
+                sympy.sin(h): s,
+                sympy.cos(h): c,
+                sympy.tan(h): s / c,
+            }
+        )
+        if written.has(*trig) and any(f.args[0] in (h, double) for f in written.atoms(*trig)):
+            continue  # a call the substitution missed (sin(-h))
+        cancelled = sympy.factor(sympy.cancel(sympy.together(written)))
+        new = cancelled.xreplace({s: sympy.sin(h), c: sympy.cos(h)})
+        if new != expr and sympy.count_ops(new) < sympy.count_ops(expr):
+            return new
+    return None
+
+
 @register("tails")
 def guard_tails(expr: sympy.Expr) -> sympy.Expr:
     """q(x) * sigmoid(p(x)) -> Piecewise((0, p(x) < -800), (q(x) * sigmoid(p(x)), True))
