@@ -686,13 +686,10 @@ class exprel_d(StableFunction):
         middle = expm1(x) / x
         for m in range(1, n + 1):
             middle = (exp(x) - m * middle) / x
-        # exp(x) * sum_j (-1)^j n!/(n-j)! x^-(j+1); the exp(x)-free term is below 1e-300 here.
-        # The sum at min(x, 1e38): at x = inf it is 0 and the value inf * 0; past 1e38
-        # exp(x/2) is inf in either float type and the sum positive (its first term leads)
-        at = sympy.Min(x, sympy.Float(1e38))
+        # exp(x) * sum_j (-1)^j n!/(n-j)! x^-(j+1); the exp(x)-free term is below 1e-300 here
         poly = sympy.Add(
             *(
-                (-1) ** j * sympy.factorial(n) / sympy.factorial(n - j) / at ** (j + 1)
+                (-1) ** j * sympy.factorial(n) / sympy.factorial(n - j) / x ** (j + 1)
                 for j in range(n + 1)
             )
         )
