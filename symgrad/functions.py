@@ -1071,8 +1071,7 @@ def interleaved_product(
     SymPy merges repeated factors into powers, and a power overflows (or underflows) long
     before the product does: D**2 * sin(g)**2 at D = 1e200, sin(g) = 1e-201 is inf * 0,
     though (D * sin(g))**2 = 0.01; m * (m - 1)**2 / v**2 overflows at m = 1e103, v = 1e200.
-    Evaluated as D * sin(g) * D * sin(g) and ((m - 1)/v) * m * ((m - 1)/v) (a numerator
-    and a denominator factor at one place are one step, their quotient), each partial
+    Evaluated as D * sin(g) * D * sin(g) and (m - 1) / v * m * (m - 1) / v, each partial
     product stays near the size of the result, as in the order the user wrote. A single
     power is spread only beside a coefficient far from 1: one below 1 scales first
     (1e-22 * x * x, where x**2 overflows first), one above 1 last (x * x * 1e22), as does
@@ -1137,18 +1136,7 @@ def interleaved_product(
         ]
 
     # (a stable sort: at a tie, the product's order)
-    ordered = sorted(placed("*", num) + placed("/", den), key=lambda s: s[:2])
-    # A numerator and a denominator factor at one position are one step, their quotient:
-    # m**2*(m - 1)/v**2 is (m/v) * (m - 1) * (m/v), where m/v * (m - 1) * m / v
-    # underflows in its third product at m = 4e-277, v = 1e-137 (the value is -1e-279)
-    steps = []
-    for k, (position, op, factor) in enumerate(ordered):
-        if op == "/" and k and ordered[k - 1][0] == position and ordered[k - 1][1] == "*":
-            if steps[-1] == ("*", ordered[k - 1][2]) and position >= 0:
-                pair = sympy.Mul(ordered[k - 1][2], sympy.Pow(factor, -1), evaluate=False)
-                steps[-1] = ("*", pair)
-                continue
-        steps.append((op, factor))
+    steps = [s[1:] for s in sorted(placed("*", num) + placed("/", den), key=lambda s: s[:2])]
     first = next((i for i, (op, _) in enumerate(steps) if op == "*"), 0)
     steps.insert(0, steps.pop(first))
     # A coefficient above 1 in size scales last: first, it overflows a partial product

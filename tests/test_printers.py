@@ -272,25 +272,6 @@ def test_an_interleaved_product_spreads_its_divisions_evenly():
     assert evaluator(expr, [dt, r])(1e84, 3e236) == pytest.approx(1.08e138, rel=1e-12)
 
 
-def test_an_interleaved_product_divides_a_pair_at_one_place_first():
-    """m**2*(m - 1)/v**2 at m = 4e-277, v = 1e-137 is -1e-279: m / v * (m - 1) * m / v
-    underflows to 0 in its third product; with each numerator and denominator factor that
-    meet as one quotient, (m/v) * (m - 1) * (m/v), no partial product leaves the range
-    (the gradient of Herbie's renormalized beta distribution parameter in v). The NumPy
-    model of the accuracy choice prints it the same."""
-    from symgrad.numerics.native import evaluator
-
-    m, v = sympy.symbols("m v", positive=True)
-    expr = m**2 * (m - 1) / v**2
-    src = TorchPrinter().doprint(expr)
-    assert src == "(m/v) * (m - 1) * (m/v)", src
-    at = {"m": 3.915619125401704e-277, "v": 1.2533811846291255e-137}
-    want = -9.7596566758242237e-280  # mpmath; m**2 alone is 1.5e-553, below float64's range
-    env = {"torch": torch} | {k: torch.tensor([x], dtype=torch.float64) for k, x in at.items()}
-    assert eval(src, env).item() == pytest.approx(want, rel=1e-14, abs=0)
-    assert evaluator(expr, [m, v])(at["m"], at["v"]) == pytest.approx(want, rel=1e-14, abs=0)
-
-
 def test_an_interleaved_products_coefficient_above_1_scales_last():
     """8*Ci*t**2 at t = 1e38, Ci = 0 in float32 is 0: 8 * t overflows first (inf * 0 is
     NaN), t * Ci * t * 8 does not (the gradient of Herbie's d2PSI-dDelta2-over-PSI in

@@ -2076,48 +2076,37 @@ def _scaled_erfc_grad_x(x, grad):
                     + t2
                     / x
                     * (
-                        (
-                            1
-                            - 1 / (2 * tf.math.square(x))
-                            + 3 / (4 * tf.math.square(tf.math.square(x)))
-                            - 15 / (8 * tf.math.square(tf.math.square(x) * x))
-                            + 105
-                            / (16 * tf.math.square(tf.math.square(tf.math.square(x))))
-                            - 945
-                            / (
-                                32
-                                * tf.math.square(tf.math.square(tf.math.square(x)) * x)
-                            )
-                            + 10395
-                            / (
-                                64
-                                * tf.math.square(tf.math.square(tf.math.square(x) * x))
-                            )
-                            - 135135
-                            / (
-                                128
-                                * tf.math.square(
-                                    tf.math.square(tf.math.square(x) * x) * x
-                                )
-                            )
-                            + 7918.06640625
-                            / tf.math.square(
-                                tf.math.square(tf.math.square(tf.math.square(x)))
-                            )
-                            - 67303.564453125 / x**18
-                            + 639383.8623046875 / x**20
-                            - 6713530.554199219 / x**22
-                            + 77205601.37329102 / x**24
-                            - 965070017.1661377 / x**26
-                            + 13028445231.742859 / x**28
-                            - 188912455860.27145 / x**30
-                            + 2928143065834.2075 / x**32
-                            - 48314360586264.42 / x**34
-                            + 845501310259627.4 / x**36
-                            - 1.5641774239803108e16 / x**38
+                        1
+                        - 1 / (2 * tf.math.square(x))
+                        + 3 / (4 * tf.math.square(tf.math.square(x)))
+                        - 15 / (8 * tf.math.square(tf.math.square(x) * x))
+                        + 105 / (16 * tf.math.square(tf.math.square(tf.math.square(x))))
+                        - 945
+                        / (32 * tf.math.square(tf.math.square(tf.math.square(x)) * x))
+                        + 10395
+                        / (64 * tf.math.square(tf.math.square(tf.math.square(x) * x)))
+                        - 135135
+                        / (
+                            128
+                            * tf.math.square(tf.math.square(tf.math.square(x) * x) * x)
                         )
-                        / x
+                        + 7918.06640625
+                        / tf.math.square(
+                            tf.math.square(tf.math.square(tf.math.square(x)))
+                        )
+                        - 67303.564453125 / x**18
+                        + 639383.8623046875 / x**20
+                        - 6713530.554199219 / x**22
+                        + 77205601.37329102 / x**24
+                        - 965070017.1661377 / x**26
+                        + 13028445231.742859 / x**28
+                        - 188912455860.27145 / x**30
+                        + 2928143065834.2075 / x**32
+                        - 48314360586264.42 / x**34
+                        + 845501310259627.4 / x**36
+                        - 1.5641774239803108e16 / x**38
                     )
+                    / x
                     / x
                 ),
             )
