@@ -85,9 +85,11 @@ class Trace:
         """The bits a function's value lost: its arguments' losses, the first's times the
         condition number ``condition`` (None or below 1: not amplified)."""
         lost = max((self.of(a) for a in args), default=0.0)
-        if condition is None or not mpmath.isfinite(condition) or condition <= 1:
-            return lost if condition is None or mpmath.isfinite(condition) else math.inf
-        return self.of(args[0]) + _log2(condition) if args else lost
+        if condition is None or condition <= 1:
+            return lost
+        if not mpmath.isfinite(condition):
+            return math.inf
+        return max(lost, self.of(args[0]) + _log2(condition))
 
 
 def _log2(value, over=1) -> float:
