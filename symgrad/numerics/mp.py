@@ -50,8 +50,8 @@ class Trace:
     where rounded terms sum to exactly 0): ``sin(x)/x**2 - 2*(1 - cos(x))/x**3`` at
     x = 1e-125 loses 830 bits in ``1 - cos(x)`` and 834 more in the difference, so 1024
     bits hold no digit of it (they give -x/6, not -x/12). A function loses what its
-    argument lost, times its condition number where that is known to be large (log near
-    1; a periodic function's reduction of a rounded argument; exp of a large argument)."""
+    argument lost, times its condition number where that can be large (:func:`_condition`).
+    ``lost`` is the most any node lost (a Piecewise's conditions included)."""
 
     def __init__(self) -> None:
         self.lost = 0.0
@@ -62,6 +62,7 @@ class Trace:
         return self._nodes.get(expr, 0.0)
 
     def record(self, expr: sympy.Basic, lost: float) -> None:
+        """Set the bits ``expr``'s value lost."""
         self._nodes[expr] = lost
         self.lost = max(self.lost, lost)
 

@@ -1509,7 +1509,8 @@ def half_angles(expr: sympy.Expr) -> sympy.Expr | None:
     (1 - cos(x))/sin(x), -4*s**2*cos(x)/sin(x)**3 + 2*s*c/sin(x)**2 (s = sin(x/2)), is
     1/d - 1/d at x = 2*pi*k + d (32 bits lost at x = 710); in s and c it is s/(2*c**3).
     ``None`` where no angle appears with its double, or nothing cancels."""
-    if expr.has(sympy.Piecewise) or sympy.count_ops(expr) > _HALF_ANGLE_MAX_OPS:
+    ops = sympy.count_ops(expr)
+    if expr.has(sympy.Piecewise) or ops > _HALF_ANGLE_MAX_OPS:
         return None
     trig = (sympy.sin, sympy.cos, sympy.tan)
     angles = {f.args[0] for f in expr.atoms(*trig)}
@@ -1532,7 +1533,7 @@ def half_angles(expr: sympy.Expr) -> sympy.Expr | None:
             continue  # a call the substitution missed (sin(-h))
         cancelled = sympy.factor(sympy.cancel(sympy.together(written)))
         new = cancelled.xreplace({s: sympy.sin(h), c: sympy.cos(h)})
-        if new != expr and sympy.count_ops(new) < sympy.count_ops(expr):
+        if sympy.count_ops(new) < ops:
             return new
     return None
 
