@@ -164,3 +164,32 @@ def test_a_form_whose_worst_point_is_far_worse_than_the_best_forms_is_not_close(
     assert worse.score <= better.score + 0.5
     assert worse.max_bits > better.max_bits + WORST_SLACK
     assert [form for form, _ in most_accurate([naive, stable], points)] == [stable]
+
+
+def test_two_input_extremes_are_also_measured_with_the_others_tame():
+    """The derivative in x of NMSE section 6.1's A is inf * 0 at x = 710, e = 0.5 as
+    expm1(2*e*x)*exp(-(1 + e)*x); at the drawn base (e = 6e-58) every form is as far
+    off. With the other input at its tame value the paired form wins."""
+    import sympy
+
+    from symgrad import functions as F
+    from symgrad.choose import measure, most_accurate, symbol_points
+    from symgrad.rewrite.regimes import exp_product
+    from symgrad.spec import Input
+
+    x, e = sympy.symbols("x eps", real=True)
+    inputs = [
+        Input(name, "tensor", True, (-1e308, 1e308), (), None, False, None, 1)
+        for name in ("x", "eps")
+    ]
+    points = symbol_points(inputs, {"x": x, "eps": e}, seed="symgrad:nmse")
+    assert {x: 710.0, e: 0.5} in [{x: p[x], e: p[e]} for p in points]
+    reference = sympy.diff(
+        ((1 + 1 / e) * sympy.exp(-(1 - e) * x) - (1 / e - 1) * sympy.exp(-(1 + e) * x)) / 2, x
+    )
+    product = (e - 1) * (e + 1) / e * F.expm1(2 * e * x) * sympy.exp(-(1 + e) * x) / 2
+    paired = exp_product(product, frozenset(), frozenset())
+    assert measure(product, reference, [{x: 710.0, e: 0.5}]).non_finite64 == 1
+    assert measure(paired, reference, [{x: 710.0, e: 0.5}]).non_finite == 0
+    chosen = [form for form, _ in most_accurate([reference, product, paired], points)]
+    assert paired in chosen and product not in chosen

@@ -280,6 +280,11 @@ PHASE_CASES: dict[str, dict[str, Case]] = {
         "rational_tail": Case(
             (nu - x**2) / (nu + x**2) ** 2, {"x": 1e200, "nu": 3.0}, frozenset({nu})
         ),
+        # expm1(355) * exp(-1065) is inf * 0 (NMSE section 6.1's derivative in x)
+        "exp_product": Case(
+            (y - 1) * (y + 1) / y * F.expm1(2 * y * x) * sympy.exp(-(1 + y) * x) / 2,
+            {"x": 710.0, "y": 0.5},
+        ),
     },
     "asymptotes": {
         # erfcx_inv(1e10) ~ 1.8e10 cancels against sqrt(pi) x; exact sqrt(pi)/(2x) - ...
@@ -1114,6 +1119,21 @@ def test_exp_pair_declines_sums_that_do_not_cancel():
     pair = exp_pair(sympy.exp(x) - sympy.exp(y), frozenset(), frozenset())
     assert isinstance(pair, sympy.Piecewise) and pair.args[0][0].has(sympy.sinh)
     assert pair.args[1][0] == sympy.exp(x) - sympy.exp(y)
+
+
+def test_exp_product_multiplies_the_exponentials_into_the_sum():
+    from symgrad.rewrite.regimes import exp_product
+
+    # expm1(a)*exp(b) pairs as exp(a + b) - exp(b): 2*exp(b + a/2)*sinh(a/2) near a = 0,
+    # the difference past it; the other factors stay outside
+    product = exp_product(y * F.expm1(2 * x) * sympy.exp(-3 * x), frozenset(), frozenset())
+    assert product is not None and product.as_independent(sympy.Piecewise)[0] == y
+    branches = product.as_independent(sympy.Piecewise)[1]
+    assert branches.args[0][0].has(sympy.sinh)
+    assert sympy.simplify(branches.args[1][0] - (sympy.exp(-x) - sympy.exp(-3 * x))) == 0
+    # nothing to pair: one exponential, or two that do not cancel
+    assert exp_product(y * sympy.exp(x), frozenset(), frozenset()) is None
+    assert exp_product(sympy.exp(x) * (1 + sympy.exp(y)), frozenset(), frozenset()) is None
 
 
 def test_op_cost_weighs_transcendentals_and_counts_shared_work_once():

@@ -410,10 +410,10 @@ def mul(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
 
     Measured float64 error of the chosen forms vs mpmath::
 
-        out: 0.0 bits mean, 0 max over 85 points
+        out: 0.0 bits mean, 0 max over 115 points
         grad_x, grad_y, d grad_x / d x, d grad_x / d y, d grad_x / d grad,
             d grad_y / d x, d grad_y / d y, d grad_y / d grad:
-            0.0 bits mean, 0 max over 98 points
+            0.0 bits mean, 0 max over 128 points
     """
 
     @tf.custom_gradient

@@ -712,7 +712,42 @@ def exp_pair(node: sympy.Basic, params: frozenset, positive: frozenset) -> sympy
     """
     if not isinstance(node, Add) or not node.has(exp) or node.has(sympy.Piecewise):
         return None
-    expanded = sympy.expand(node, power_exp=False, log=False)
+    return _paired(node, sympy.expand(node, power_exp=False, log=False))
+
+
+@register("whole")
+def exp_product(node: sympy.Basic, params: frozenset, positive: frozenset) -> sympy.Basic | None:
+    """c*exp(b)*(c1*exp(a) + c2) -> :func:`exp_pair` of c*c1*exp(a + b) + c*c2*exp(b), and
+    c*exp(b)*expm1(a) so as c*exp(a + b) - c*exp(b): the product multiplied out, each term's
+    exponentials one.
+
+    expm1(2*e*x)*exp(-(1 + e)*x) (NMSE section 6.1's derivative in x) is inf*0 at x = 710,
+    e = 0.5 (the value 5e-155); paired it is 2*exp(-x)*sinh(e*x) for |e*x| <= 1 and
+    exp(-(1 - e)*x) - exp(-(1 + e)*x) past that. Of the whole product (top-down), before its
+    sum is paired on its own: that pair's outer branch would still be multiplied by exp(b).
+    ``None`` where ``node`` is no product of an exponential and a sum with one (or an
+    expm1), or the product multiplied out has not two exponentials as :func:`exp_pair`
+    pairs them.
+    """
+    if not isinstance(node, Mul) or node.has(sympy.Piecewise):
+        return None
+    factors = Mul.make_args(node)
+    exps = [f for f in factors if isinstance(f, exp)]
+    sums = [f for f in factors if isinstance(f, expm1) or (isinstance(f, Add) and f.has(exp))]
+    if not exps or len(sums) != 1:
+        return None
+    rest = Mul(*(f for f in factors if f not in exps and f != sums[0]))
+    ones = sums[0].replace(expm1, lambda u: exp(u) - 1)
+    terms = Add.make_args(sympy.expand(ones, power_exp=False, log=False))
+    paired = _paired(None, Add(*(Mul(*exps, t) for t in terms)))
+    # the other factors stay outside: multiplied in, (e - 1)*(e + 1) overflows at e = 1e200
+    return None if paired is None else rest * paired
+
+
+def _paired(node: sympy.Expr | None, expanded: sympy.Expr) -> sympy.Expr | None:
+    """:func:`exp_pair` of the sum ``expanded``: ``node`` past |d| = 1 (the sum as
+    written), or where that is None the two exponentials' terms, each coefficient
+    factored."""
     if sympy.count_ops(expanded) > _EXP_PAIR_MAX_OPS:
         return None
     groups: dict[sympy.Expr, list[sympy.Expr]] = {}
@@ -737,6 +772,8 @@ def exp_pair(node: sympy.Basic, params: frozenset, positive: frozenset) -> sympy
     from symgrad.rewrite.rules import stabilize
 
     paired = stabilize(exp(m) * (plus * sympy.cosh(d) + minus * sympy.sinh(d)))
+    if node is None:
+        node = sympy.factor(c1) * exp(a) + sympy.factor(c2) * exp(b)
     return sympy.Piecewise((paired, sympy.Abs(d) <= 1), (node, True))
 
 
