@@ -218,10 +218,10 @@ def symbol_points(
     base = points[0] if points else {}
     tensors = [inp for inp in inputs if inp.is_tensor]
     # With two tensor inputs or more, each one's extreme points also with the others at
-    # their tame value, as the tests and the accuracy tables put them: at the drawn base
-    # the others are often extreme too (e = 6e-58), where no form is accurate, and a form
-    # that is NaN at x = 710, e = 0.5 went unseen. (Not the range ends there: with them a
-    # float32 row of the held-out corpus lost points to NaN.)
+    # their tame value (as the accuracy tables put them; the tests, at a benign one): at
+    # the drawn base the others are often extreme too (e = 6e-58), where no form is
+    # accurate, and a form that is NaN at x = 710, e = 0.5 went unseen. (Not the range
+    # ends there: with them a float32 row of the held-out corpus lost points to NaN.)
     tame = None
     if len(tensors) > 1:
         tame = base | {symbols[i.name]: round_to(tame_value(i), "float32") for i in tensors}
