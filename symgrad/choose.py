@@ -229,10 +229,10 @@ def symbol_points(
         lo, hi = inp.domain
         # the test extremes, and the ends of each dtype's range
         edges = [v for v in RANGE_ENDS if lo <= v <= hi]
-        for v in extreme_points(inp) + edges:
-            points.append({**base, symbols[inp.name]: v})
+        extremes = extreme_points(inp)
+        points += [{**base, symbols[inp.name]: v} for v in extremes + edges]
         if tame is not None:
-            points += [{**tame, symbols[inp.name]: v} for v in extreme_points(inp)]
+            points += [{**tame, symbols[inp.name]: v} for v in extremes]
         # scalars at the ends of their domain too: beta*x overflows for beta = 10
         for scalar in scalar_ends(inputs):
             values = {symbols[name]: v for name, v in scalar.items()}
