@@ -1125,6 +1125,7 @@ def interleaved_product(
     upstream = {b: n for b, n in num.items() if _upstream(b)}
     if len(upstream) == len(num):  # (a gradient alone on top stays first: grad / t / t)
         upstream = {}
+    _pair_ratios(num, den, upstream)
 
     def placed(op: str, counts: dict[sympy.Expr, int]) -> list[tuple]:
         """(position, op, factor) of each factor; "*" sorts before "/" at a tie."""
@@ -1147,6 +1148,34 @@ def interleaved_product(
         steps.append(("*", abs(coeff)))
         coeff = sympy.sign(coeff)
     return coeff, steps + [("*", b) for b, n in upstream.items() for _ in range(n)]
+
+
+def _pair_ratios(
+    num: dict[sympy.Expr, int], den: dict[sympy.Expr, int], upstream: dict[sympy.Expr, int]
+) -> None:
+    """Each power over a power, where both are squares or more, as a power of their ratio
+    (in place): m**2 / v**2 is (m / v) * (m / v). However it is spread, a product of the
+    four factors has a partial product m**2 / v (or m / v**2), which underflows at m =
+    5e-233, v = 1.8e-114 where the value (m / v)**2 = 9e-238 does not; the ratio, computed
+    each time it is used (one division as before), is as large as the value's root. The
+    largest powers pair first, each numerator base with the denominator base it shares
+    the most inputs with; a remainder stays a power of its own base (m**3 / v**2 is
+    (m / v) * m * (m / v)). Factors bounded by 1 and upstream gradients keep their places
+    (see :func:`interleaved_product`)."""
+    for a in sorted(num, key=lambda b: -num[b]):
+        if num[a] < 2 or a in upstream or _bounded(a):
+            continue
+        candidates = [b for b in den if den[b] >= 2]
+        if not candidates:
+            return
+        b = max(candidates, key=lambda b: (len(a.free_symbols & b.free_symbols), den[b]))
+        n = min(num[a], den[b])
+        ratio = a / b
+        for side, base in ((num, a), (den, b)):
+            side[base] -= n
+            if not side[base]:
+                del side[base]
+        num[ratio] = num.get(ratio, 0) + n
 
 
 def paired_product(

@@ -106,7 +106,7 @@ INTEGER_POWERS = [
     (x**5, "(tf.math.square(tf.math.square(x)) * x)"),
     (x**7, "(tf.math.square(tf.math.square(x) * x) * x)"),  # no parentheses inside square()
     # a product with powers is interleaved (functions.interleaved_product): no power formed
-    (2 * (x + y) ** 2 / (x - 1) ** 3, "(x + y) / (x - 1) / (x - 1) * (x + y) / (x - 1) * 2"),
+    (2 * (x + y) ** 2 / (x - 1) ** 3, "((x + y)/(x - 1)) / (x - 1) * ((x + y)/(x - 1)) * 2"),
     (x**17, "x**17"),  # past 16: TF's pow
 ]
 
@@ -255,21 +255,42 @@ def test_a_small_coefficient_scales_a_power_first():
 
 def test_an_interleaved_product_spreads_its_divisions_evenly():
     """12*r**2/dt**4 at dt = 1e84, r = 3e236 is 1e138: r / dt * r (one division per
-    multiply, then the rest) overflows first; spread evenly, r / dt / dt / dt * r / dt * 12
-    stays near powers of r/dt**2 (the second derivative of Herbie's Kalman filter per K).
-    The NumPy model of the accuracy choice prints it the same."""
+    multiply, then the rest) overflows first; spread evenly, with r over dt as one ratio,
+    (r/dt) / dt * (r/dt) / dt * 12 stays near powers of r/dt**2 (the second derivative of
+    Herbie's Kalman filter per K). The NumPy model of the accuracy choice prints it the
+    same."""
     from symgrad.numerics.native import evaluator
 
     r, dt = sympy.symbols("r dt", positive=True)
     expr = 12 * r**2 / dt**4
     src = TorchPrinter().doprint(expr)
-    assert src == "r / dt / dt / dt * r / dt * 12", src
+    assert src == "(r/dt) / dt * (r/dt) / dt * 12", src
     env = {"torch": torch} | {
         "r": torch.tensor([3e236], dtype=torch.float64),
         "dt": torch.tensor([1e84], dtype=torch.float64),
     }
     assert eval(src, env).item() == pytest.approx(1.08e138, rel=1e-12)
     assert evaluator(expr, [dt, r])(1e84, 3e236) == pytest.approx(1.08e138, rel=1e-12)
+
+
+def test_a_power_over_a_power_is_a_power_of_their_ratio():
+    """m**2*(m - 1)/v**2 (the gradient in v of Herbie's a parameter of renormalized beta
+    distribution) at m = 5.4e-233, v = 1.8e-114 is -8.8e-238: any order of the five factors
+    has a partial product m**2/v or m/v**2, 0 or inf there (m / v * (m - 1) * m / v is
+    -0.0), but the ratio m/v is 3e-119, and its square the value's size. The NumPy model
+    of the accuracy choice prints it the same; a remainder stays its base's power."""
+    from symgrad.numerics.native import evaluator
+
+    m, v = sympy.symbols("m v", positive=True)
+    expr = m**2 * (m - 1) / v**2
+    src = TorchPrinter().doprint(expr)
+    assert src == "(m/v) * (m - 1) * (m/v)", src
+    point = {"m": 5.397074695080604e-233, "v": 1.8200745160509382e-114}
+    exact = float(expr.subs({m: point["m"], v: point["v"]}).evalf(30))
+    env = {"torch": torch} | {k: torch.tensor([val], dtype=torch.float64) for k, val in point.items()}
+    assert eval(src, env).item() == pytest.approx(exact, rel=1e-14)
+    assert evaluator(expr, [m, v])(point["m"], point["v"]) == pytest.approx(exact, rel=1e-14)
+    assert TorchPrinter().doprint(m**3 / v**2) == "(m/v) * m * (m/v)"
 
 
 def test_an_interleaved_products_coefficient_above_1_scales_last():
