@@ -1160,10 +1160,14 @@ def _pair_ratios(
     each time it is used (one division as before), is as large as the value's root. The
     largest powers pair first, each numerator base with the denominator base it shares
     the most inputs with; a remainder stays a power of its own base (m**3 / v**2 is
-    (m / v) * m * (m / v)). Factors bounded by 1 and upstream gradients keep their places
-    (see :func:`interleaved_product`)."""
+    (m / v) * m * (m / v)). Upstream gradients keep their places, and a product with a
+    factor bounded by 1 is left as it is: that factor first, 0 where it underflows stays 0
+    (exp(-3|y|/k) * y / k / k * y / k / k), where the ratio y / k alone may overflow
+    (k = 1e-10, y = 1e300: 0 * inf is NaN; see :func:`interleaved_product`)."""
+    if any(_bounded(b) for b in num):
+        return
     for a in sorted(num, key=lambda b: -num[b]):
-        if num[a] < 2 or a in upstream or _bounded(a):
+        if num[a] < 2 or a in upstream:
             continue
         candidates = [b for b in den if den[b] >= 2]
         if not candidates:

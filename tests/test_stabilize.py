@@ -593,6 +593,20 @@ def test_hypot_minus_one_regimes():
     assert run_torch(stable, {"x": 1e200}) == pytest.approx(1e200, rel=1e-15)
 
 
+def test_a_conjugates_difference_is_split_in_turn():
+    """1 - sqrt((1 + 1/hypot(1, x))/2) (Herbie's Given's rotation SVD example, simplified)
+    cancels near x = 0; its conjugate's numerator 1 - 1/hypot(1, x) cancels too, and is
+    split like hypot(1, x) - 1: at x = 1e-8 the value 1.25e-17 is 0 either way before."""
+    from symgrad.rewrite.regimes import split_regimes
+
+    naive = 1 - sympy.sqrt((1 + 1 / F.hypot(1, x)) / 2)
+    stable = split_regimes(stabilize(naive))
+    assert run_torch(naive, {"x": 1e-8}) == 0.0
+    for at in (1e-8, 1e-100, 0.5, 3.0, 1e200):
+        exact = mp_exact(naive, {x: at})
+        assert run_torch(stable, {"x": at}) == pytest.approx(exact, rel=1e-14, abs=0), at
+
+
 def test_powers_of_hypot_print_as_ratios():
     """y**2 / hypot(x, y)**3 at 1e160: the squares overflow (inf/inf), and hypot**3 would;
     printed as (y/h)**2 / h it is finite."""

@@ -441,6 +441,11 @@ def conjugate_regime(
         # squareplus at x = -3e38), its halves do not; the number factor stays outside
         # (SymPy would distribute it over the sum)
         halves = Add(even / 2, -odd * s / 2)
+        # the difference may cancel in turn: 1 - sqrt((1 + 1/hypot(1, x))/2) leaves
+        # 1 - 1/hypot(1, x), which is (hypot(1, x) - 1)/hypot(1, x), split near x = 0
+        inner = split_regimes(sympy.together(difference), params, positive)
+        if inner.has(sympy.Piecewise):
+            difference = inner
         conjugate = (difference / (2 * den) * Pow(halves, -1)).xreplace({s: root})
         written = (powers).xreplace({s: root})
         return sympy.Piecewise((conjugate, even * odd < 0), (written, True))
