@@ -287,7 +287,9 @@ def test_a_power_over_a_power_is_a_power_of_their_ratio():
     assert src == "(m/v) * (m - 1) * (m/v)", src
     point = {"m": 5.397074695080604e-233, "v": 1.8200745160509382e-114}
     exact = float(expr.subs({m: point["m"], v: point["v"]}).evalf(30))
-    env = {"torch": torch} | {k: torch.tensor([val], dtype=torch.float64) for k, val in point.items()}
+    env = {"torch": torch} | {
+        k: torch.tensor([val], dtype=torch.float64) for k, val in point.items()
+    }
     assert eval(src, env).item() == pytest.approx(exact, rel=1e-14, abs=0)
     assert evaluator(expr, [m, v])(point["m"], point["v"]) == pytest.approx(exact, rel=1e-14, abs=0)
     assert TorchPrinter().doprint(m**3 / v**2) == "(m/v) * m * (m/v)"
