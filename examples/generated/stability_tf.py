@@ -292,9 +292,11 @@ def log1mexp(x: tf.Tensor) -> tf.Tensor:
         grad_x = ---------
                  expm1(-x)
 
-                                grad
-        d grad_x / d x = ------------------
-                         expm1(-x)*expm1(x)
+                                -|x|
+                         -grad*e
+        d grad_x / d x = ------------
+                              2
+                         expm1 (-|x|)
 
                                -1
         d grad_x / d grad = ---------
@@ -304,7 +306,7 @@ def log1mexp(x: tf.Tensor) -> tf.Tensor:
 
         out: 0.0 bits mean, 1 max over 60 points, 18 non-finite
         grad_x, d grad_x / d grad: 0.9 bits mean, 50 max over 60 points
-        d grad_x / d x: 1.2 bits mean, 50 max over 50 points
+        d grad_x / d x: 0.2 bits mean, 2 max over 50 points
     """
 
     @tf.custom_gradient
@@ -332,7 +334,9 @@ def _log1mexp_grad_x(x, grad):
         grad_x = -grad / tf.math.expm1(-x)
 
         def backward(grad_grad_x):
-            x_bar = 1 / tf.math.expm1(x) / tf.math.expm1(-x) * grad * grad_grad_x
+            t0 = -tf.math.abs(x)
+            t1 = tf.math.expm1(t0)
+            x_bar = -tf.math.exp(t0) / t1 / t1 * grad * grad_grad_x
             grad_bar = -grad_grad_x / tf.math.expm1(-x)
             return x_bar, grad_bar
 

@@ -1084,9 +1084,11 @@ class Log1mexp(_Function):
         grad_x = ---------
                  expm1(-x)
 
-                                grad
-        d grad_x / d x = ------------------
-                         expm1(-x)*expm1(x)
+                                -|x|
+                         -grad*e
+        d grad_x / d x = ------------
+                              2
+                         expm1 (-|x|)
 
                                -1
         d grad_x / d grad = ---------
@@ -1096,7 +1098,7 @@ class Log1mexp(_Function):
 
         out: 0.0 bits mean, 1 max over 60 points, 18 non-finite
         grad_x, d grad_x / d grad: 0.9 bits mean, 50 max over 60 points
-        d grad_x / d x: 1.2 bits mean, 50 max over 50 points
+        d grad_x / d x: 0.2 bits mean, 2 max over 50 points
     """
 
     @staticmethod
@@ -1128,11 +1130,13 @@ def _log1mexp_grad_x(x, grad):
 
 def _log1mexp_grad_x_backward(x, grad, grad_grad_x, need_x_bar, need_grad_bar):
     x_bar = grad_bar = None
-    t0 = grad_grad_x / _expm1(-x, overwrite=True)
     if need_x_bar:
-        x_bar = _mul_into(t0 / _expm1(x), grad)
+        t0 = torch.abs(x).neg_()
+        t1 = _expm1(t0)
+        t2 = t0.exp_().neg_().div_(t1)
+        x_bar = _mul_into(_mul_into(t2.div_(t1), grad), grad_grad_x)
     if need_grad_bar:
-        grad_bar = t0.neg_()
+        grad_bar = -grad_grad_x / _expm1(-x, overwrite=True)
     return x_bar, grad_bar
 
 
@@ -1157,7 +1161,9 @@ class Log1mexpGrad(_Function):
             )
         x_bar = grad_bar = None
         if ctx.needs_input_grad[0]:
-            x_bar = 1 / torch.expm1(x) / torch.expm1(-x) * grad * grad_grad_x
+            t0 = -torch.abs(x)
+            t1 = torch.expm1(t0)
+            x_bar = -torch.exp(t0) / t1 / t1 * grad * grad_grad_x
         if ctx.needs_input_grad[1]:
             grad_bar = -grad_grad_x / torch.expm1(-x)
         return x_bar, grad_bar
@@ -1165,8 +1171,9 @@ class Log1mexpGrad(_Function):
     @staticmethod
     def jvp(ctx, x_t, grad_t):
         x, grad = ctx.saved_tensors
-        t0 = 1 / torch.expm1(-x)
-        return t0 * x_t / torch.expm1(x) * grad - grad_t * t0
+        t0 = -torch.abs(x)
+        t1 = torch.expm1(t0)
+        return -torch.exp(t0) / t1 * x_t / t1 * grad - grad_t / torch.expm1(-x)
 
 
 _Log1mexpGrad = _without_jvp(Log1mexpGrad)

@@ -455,16 +455,35 @@ def conjugate_regime(
 @register("regimes")
 def series_regime(node: sympy.Basic, params: frozenset, positive: frozenset) -> sympy.Basic | None:
     """f(x) -> Piecewise((Taylor polynomial of f, |x| < cut), (f(x), True)) where a sum's
-    linear terms cancel near 0 (x - tanh(x), x - sin(x), ...); the polynomial is truncated
-    where the next term is under float64's epsilon, the cut."""
+    leading terms cancel near 0 (x - tanh(x), x - sin(x), x*cosh(x) - sinh(x), ...); the
+    polynomial is truncated where the next term is under float64's epsilon, the cut."""
     if not isinstance(node, Add) or len(node.free_symbols) != 1 or sympy.count_ops(node) > 30:
         return None
     (x,) = node.free_symbols
-    if not any(
-        term.has(x) and sympy.degree(term, x) == 1 for term in node.args if term.is_polynomial(x)
-    ):
+    polynomial = _cancelling_series(node, x)
+    if polynomial is None:
         return None
+    terms, cut = polynomial
+    return sympy.Piecewise((Add(*terms[:_SERIES_TERMS]), sympy.Abs(x) < cut), (node, True))
+
+
+def _cancelling_series(node: sympy.Expr, x: sympy.Symbol) -> tuple[list, sympy.Float] | None:
+    """The Taylor polynomial of the sum ``node`` at x = 0, as its terms (lowest degree
+    first) and the cut below which its first terms are the value to float64's epsilon,
+    where the sum's leading terms cancel there: a term of the sum is of a lower order in x
+    than the sum (x*cosh(x) and sinh(x) are of order 1, their difference x**3/3). None
+    where nothing cancels, the sum is not 0 at 0, or it has no one polynomial on both
+    sides of 0."""
     if node.has(sympy.Piecewise) or node.subs(x, 0) != 0:
+        return None
+    orders = []
+    for term in node.args:
+        try:
+            lead = term.as_leading_term(x)
+            orders.append(sympy.degree(lead, x) if lead.is_polynomial(x) else None)
+        except Exception:  # noqa: BLE001 - SymPy has no leading term for it
+            orders.append(None)
+    if not any(k is not None and k >= 1 for k in orders):
         return None
     try:
         right, left = _two_sided_series(node, x, 16)
@@ -473,11 +492,70 @@ def series_regime(node: sympy.Basic, params: frozenset, positive: frozenset) -> 
     if sympy.expand(right - left) != 0:
         return None  # no one polynomial on both sides of 0
     terms = _series_terms(right, x)
-    if terms is None or sympy.degree(terms[0], x) < 2:
+    if terms is None:
         return None
-    return sympy.Piecewise(
-        (Add(*terms[:_SERIES_TERMS]), sympy.Abs(x) < _cut(terms, x)), (node, True)
+    order = sympy.degree(terms[0], x)
+    if order < 2 or not any(k is not None and 1 <= k < order for k in orders):
+        return None
+    return terms, _cut(terms, x)
+
+
+@register("regimes")
+def product_series(
+    node: sympy.Basic, params: frozenset, positive: frozenset
+) -> sympy.Basic | None:
+    """sum of e**k * c_k(e*x) -> Piecewise((sum of e**k * (c_k's Taylor polynomial), |e*x| <
+    cut), (the sum, True)) where a coefficient c_k cancels near e*x = 0 (as
+    :func:`series_regime`'s sums in one input do).
+
+    A sum in two inputs whose functions take their product: 2*e*x*cosh(e*x) + 2*(e**2*x -
+    1)*sinh(e*x) (NMSE section 6.1's derivative in e, paired) is, with u = e*x, 2*u*cosh(u)
+    - 2*sinh(u) + e*2*u*sinh(u); the first coefficient is 2*u**3/3 + ... where its terms
+    cancel (at e = 1e-8, x = 0.5: 0, the value 1.7e-25). Past the cut the sum as written
+    (u/e**2 may overflow where x/e does not). ``None`` where the inputs are not only in
+    such products (and powers of e), or no coefficient cancels.
+    """
+    if not isinstance(node, Add) or node.has(sympy.Piecewise) or sympy.count_ops(node) > 80:
+        return None
+    inputs = node.free_symbols
+    if len(inputs) != 2:
+        return None
+    arguments = {a for f in node.atoms(sympy.Function) for a in f.args}
+    products = sorted(
+        {a for a in arguments if isinstance(a, Mul) and a.free_symbols == inputs},
+        key=sympy.default_sort_key,
     )
+    for product in products:
+        for e in sorted(inputs, key=lambda v: v.name):
+            u = sympy.Dummy("u", real=True)
+            (x,) = inputs - {e}
+            coefficient = product / x  # the product is coefficient * x
+            if x in coefficient.free_symbols:
+                continue
+            try:
+                written = sympy.expand(node.subs(x, u / coefficient))
+            except Exception:  # noqa: BLE001 - SymPy cannot substitute it
+                continue
+            if x in written.free_symbols:
+                continue
+            parts = sympy.collect(written, e, evaluate=False)
+            if any(c.has(e) for c in parts.values()):
+                continue
+            near, cuts = [], []
+            for power, c in parts.items():
+                polynomial = _cancelling_series(c, u) if isinstance(c, Add) else None
+                if polynomial is not None:
+                    terms, cut = polynomial
+                    # nested in u: written out in e and x, e**9*x**9 is inf*0 at e =
+                    # 2e91, x = -5e-162 (u = -1e-70)
+                    c = sympy.horner(Add(*terms[:_SERIES_TERMS]), u)
+                    cuts.append(cut)
+                near.append(power * c)
+            if not cuts:
+                continue
+            value = Add(*near).xreplace({u: product})
+            return sympy.Piecewise((value, sympy.Abs(product) < min(cuts)), (node, True))
+    return None
 
 
 #: exp(-800) ~ 1e-348 underflows to 0 in every dtype.
@@ -777,6 +855,13 @@ def _paired(node: sympy.Expr | None, expanded: sympy.Expr) -> sympy.Expr | None:
     from symgrad.rewrite.rules import stabilize
 
     paired = stabilize(exp(m) * (plus * sympy.cosh(d) + minus * sympy.sinh(d)))
+    # what is left may cancel where d is near 0 (a series in d, see product_series)
+    paired = paired.replace(
+        lambda e: isinstance(e, Add) and e.has(sympy.sinh),
+        lambda e: product_series(e, frozenset(), frozenset()) or series_regime(
+            e, frozenset(), frozenset()
+        ) or e,
+    )
     if node is None:
         node = sympy.factor(c1) * exp(a) + sympy.factor(c2) * exp(b)
     return sympy.Piecewise((paired, sympy.Abs(d) <= 1), (node, True))
@@ -885,6 +970,14 @@ _EXP_RATIONAL_MIDDLE = 10
 _HYPERBOLIC = (sympy.sinh, sympy.cosh, sympy.tanh, sympy.coth, sympy.sech, sympy.csch)
 
 
+def _ones(poly: sympy.Poly, u: sympy.Symbol) -> tuple[int, sympy.Poly]:
+    """(m, q) with ``poly`` = (u - 1)**m * q and q(1) != 0 (m = 0 for a constant)."""
+    m = 0
+    while poly.degree() > 0 and sympy.expand(poly.eval(1)) == 0:
+        poly, m = poly.quo(sympy.Poly(u - 1, u)), m + 1
+    return m, poly
+
+
 @register("candidates")
 def exp_rational(expr: sympy.Expr) -> sympy.Expr | None:
     """f(exp(b)) -> P(t)/Q(t) with t = exp(-|b|), by the sign of b: ``expr`` as a rational
@@ -967,10 +1060,14 @@ def exp_rational(expr: sympy.Expr) -> sympy.Expr | None:
         else:
             limits = True
 
-    def horner(poly: sympy.Poly, reverse: bool) -> sympy.Expr:
+    # A root at u = 1 (b = 0: tanh, sinh) cancels there as a polynomial in t, 1 - t**2 at
+    # t = exp(-2e-8): its factors (u - 1) are expm1(-|b|) instead (up to a power of t)
+    (num_ones, num), (den_ones, den) = _ones(num, u), _ones(den, u)
+
+    def horner(poly: sympy.Poly, reverse: bool, ones: int) -> sympy.Expr:
         coeffs = poly.all_coeffs()  # highest power first
-        coeffs = [sympy.S.Zero] * (degree + 1 - len(coeffs)) + coeffs
-        if reverse:  # u = 1/t, times t**degree
+        coeffs = [sympy.S.Zero] * (degree - ones + 1 - len(coeffs)) + coeffs
+        if reverse:  # u = 1/t, times t**(degree - ones); (1/t - 1)**ones makes up the rest
             coeffs.reverse()
         value = sympy.S.Zero
         for c in coeffs[:-1]:  # those that meet a power of t
@@ -978,7 +1075,10 @@ def exp_rational(expr: sympy.Expr) -> sympy.Expr | None:
         return value + coeffs[-1]
 
     def at(small: sympy.Expr, reverse: bool) -> sympy.Expr:
-        return (horner(num, reverse) / horner(den, reverse)).xreplace({t: small})
+        # u - 1 is t - 1 (b < 0), or (1 - t)/t (b >= 0) whose 1/t is in horner's power
+        one = (small - 1 if small == 0 else expm1(-sympy.Abs(base))) * (-1 if reverse else 1)
+        value = horner(num, reverse, num_ones) / horner(den, reverse, den_ones)
+        return value.xreplace({t: small}) * one ** (num_ones - den_ones)
 
     small = exp(-sympy.Abs(base))
     branches = [(at(small, True), base >= 0), (at(small, False), True)]
