@@ -1036,6 +1036,20 @@ def test_exp_rational_gives_mish_gradient_from_one_exponential(value):
     assert bits_of_error(got, exact) <= 4, (got, exact)
 
 
+def test_exp_rational_writes_a_root_at_b_0_as_expm1():
+    """tanh(x)/cosh(x) is 2t(1 - t**2)/(1 + t**2)**2 in t = exp(-|x|) (sign aside): at
+    x = 1e-8, 1 - t**2 keeps 8 of its digits; as -expm1(-|x|)*(1 + t) every one (the second
+    derivative of Herbie's inverse-phipp in y, 7.8 -> 0.1 bits)."""
+    from symgrad.rewrite.regimes import exp_rational
+
+    expr = sympy.tanh(x) / sympy.cosh(x)
+    rational = exp_rational(expr)
+    assert rational is not None and rational.has(F.expm1)
+    for at in (1e-8, -1e-8, 0.5, -3.0, 800.0):
+        exact = mp_exact(expr, {x: at})
+        assert run_torch(rational, {"x": at}) == pytest.approx(exact, rel=1e-14, abs=0), at
+
+
 def test_exp_rational_declines_what_is_not_a_rational_function_of_one_exponential():
     from symgrad.rewrite.regimes import exp_rational
 

@@ -501,9 +501,7 @@ def _cancelling_series(node: sympy.Expr, x: sympy.Symbol) -> tuple[list, sympy.F
 
 
 @register("regimes")
-def product_series(
-    node: sympy.Basic, params: frozenset, positive: frozenset
-) -> sympy.Basic | None:
+def product_series(node: sympy.Basic, params: frozenset, positive: frozenset) -> sympy.Basic | None:
     """sum of e**k * c_k(e*x) -> Piecewise((sum of e**k * (c_k's Taylor polynomial), |e*x| <
     cut), (the sum, True)) where a coefficient c_k cancels near e*x = 0 (as
     :func:`series_regime`'s sums in one input do).
@@ -858,9 +856,11 @@ def _paired(node: sympy.Expr | None, expanded: sympy.Expr) -> sympy.Expr | None:
     # what is left may cancel where d is near 0 (a series in d, see product_series)
     paired = paired.replace(
         lambda e: isinstance(e, Add) and e.has(sympy.sinh),
-        lambda e: product_series(e, frozenset(), frozenset()) or series_regime(
-            e, frozenset(), frozenset()
-        ) or e,
+        lambda e: (
+            product_series(e, frozenset(), frozenset())
+            or series_regime(e, frozenset(), frozenset())
+            or e
+        ),
     )
     if node is None:
         node = sympy.factor(c1) * exp(a) + sympy.factor(c2) * exp(b)
