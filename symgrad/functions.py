@@ -1071,7 +1071,7 @@ def interleaved_product(
     SymPy merges repeated factors into powers, and a power overflows (or underflows) long
     before the product does: D**2 * sin(g)**2 at D = 1e200, sin(g) = 1e-201 is inf * 0,
     though (D * sin(g))**2 = 0.01; m * (m - 1)**2 / v**2 overflows at m = 1e103, v = 1e200.
-    Evaluated as D * sin(g) * D * sin(g) and (m - 1) / v * m * (m - 1) / v, each partial
+    Evaluated as D * sin(g) * D * sin(g) and ((m - 1)/v) * m * ((m - 1)/v), each partial
     product stays near the size of the result, as in the order the user wrote. A single
     power is spread only beside a coefficient far from 1: one below 1 scales first
     (1e-22 * x * x, where x**2 overflows first), one above 1 last (x * x * 1e22), as does
@@ -1113,8 +1113,9 @@ def interleaved_product(
 
     # Each base's factors spread evenly over the product, the k-th of n at (k + 1/2)/n, so
     # that every partial product stays near a power of the whole: r**2/dt**4 is
-    # r / dt / dt / dt * r / dt, never r / dt * r (inf at dt = 1e84, r = 3e236, where the
-    # value is 1e138); g**2/h**2 is g / h * ... * g / h. A numerator factor first where
+    # (r/dt) / dt * (r/dt) / dt (a ratio of powers paired by _pair_ratios, below), never
+    # r / dt * r (inf at dt = 1e84, r = 3e236, where the value is 1e138); g**2*x/h**2 is
+    # (g/h) * x * (g/h). A numerator factor first where
     # there is one (1 / dt * r costs an operation more). Factors bounded by 1 first: where
     # one underflows to 0 and another overflows, 0 * inf is NaN, but 0 * x / s * ... stays
     # 0 (sigmoid(-x/s) * x / s**2 at x/s = inf). Upstream gradients last: the partial
