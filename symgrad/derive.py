@@ -261,6 +261,7 @@ def finish(
     candidates = []
     folds: list[sympy.Expr] = []
     sources = {expr: expr}
+    splits: dict[sympy.Expr, sympy.Expr] = {}
     for c in stable:
         fired = FACTORED_FIRED.set([])
         try:
@@ -271,6 +272,7 @@ def finish(
         factored = bool(FACTORED_FIRED.get())
         FACTORED_FIRED.reset(fired)
         candidates += [split, c] if split != c else [c]
+        splits[c] = split
         sources.setdefault(split, c)
         sources.setdefault(c, c)
         if points is not None and split.has(sympy.Piecewise) and not split.is_Piecewise:
@@ -320,9 +322,16 @@ def finish(
                         rewritten = rewrite(form)
                 except TimeoutError:
                     rewritten = None
-                if rewritten is not None and rewritten not in candidates:
-                    candidates.append(rewritten)
-                    sources.setdefault(rewritten, sources[form])
+                if rewritten is None:
+                    continue
+                # a form that keeps the formula as written in a range (exp_rational's
+                # middle) keeps it with its regime branches too
+                split = splits.get(form, form)
+                inner = rewritten.xreplace({form: split}) if split != form else rewritten
+                for new in (rewritten, inner):
+                    if new not in candidates:
+                        candidates.append(new)
+                        sources.setdefault(new, sources[form])
         # Eager code only: dsigmoid(a) as sigmoid(a) * sigmoid(-a). torch's sigmoid costs
         # 3 multiplies to its exp's 8 (and shares sigmoid(a) with the formula), where
         # exp(-|a|) / (1 + exp(-|a|))**2 is six passes; chosen where it is as accurate.

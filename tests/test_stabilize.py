@@ -333,6 +333,10 @@ PHASE_CASES: dict[str, dict[str, Case]] = {
     },
     "candidates": {
         "exp_rational": Case(sympy.diff(x * sympy.tanh(F.softplus(x)), x)),
+        # Basilisk's N2H: its polynomials in exp(-|x|) cancel near x = 0 (see its test)
+        "exp_rational_written_near_zero": Case(
+            x - (y * sympy.sinh(x) - 2 * x) / (y * sympy.cosh(x) - 1)
+        ),
         "rational_scaled": Case(-grad * x * (nu_positive + 1) / (nu_positive + x**2)),
         # x**2 + y**2 overflows at x = 1e200: inf/inf
         "homogeneous_scaled": Case(2 * x * y / (x**2 + y**2)),
@@ -640,6 +644,25 @@ def test_a_product_series_keeps_the_product_together():
         exact = mp_exact(node, {sympy.Symbol(k, real=True): v for k, v in at.items()})
         assert run_torch(split, at) == pytest.approx(exact, rel=1e-13, abs=0), at
     assert product_series(e * x + sympy.sinh(e * x), frozenset(), frozenset()) is None
+
+
+def test_a_product_series_of_functions_of_one_input():
+    """e*(N*cosh(N) - sinh(N)) + N (N2H over one denominator), collected in e: its
+    coefficient of e cancels near N = 0 (at N = 1.9e-13, e = 2e20 as written 0 or a
+    rounding error of e*sinh(N) = 4e7, the value 1.9e-13 + 4.7e-19)."""
+    from symgrad.rewrite.regimes import product_series
+
+    e = sympy.Symbol("e", real=True)
+    node = e * x * sympy.cosh(x) - e * sympy.sinh(x) + x
+    split = product_series(node, frozenset(), frozenset())
+    assert split is not None and split.args[1].expr == node
+    for at in ({"e": 2e20, "x": 1.9e-13}, {"e": 3.0, "x": 0.01}, {"e": 0.5, "x": 3.0}):
+        exact = mp_exact(node, {sympy.Symbol(k, real=True): v for k, v in at.items()})
+        assert run_torch(split, at) == pytest.approx(exact, rel=1e-13, abs=0), at
+    bad = run_torch(node, {"e": 2e20, "x": 1.9e-13})
+    assert bad != pytest.approx(1.9e-13 + 2e20 * 1.9e-13**3 / 3, rel=1e-6, abs=0)
+    # functions of both inputs, not of their product: nothing to collect in
+    assert product_series(e * sympy.sinh(x) - x * sympy.sinh(e), frozenset(), frozenset()) is None
 
 
 def test_powers_of_hypot_print_as_ratios():
@@ -1048,6 +1071,28 @@ def test_exp_rational_writes_a_root_at_b_0_as_expm1():
     for at in (1e-8, -1e-8, 0.5, -3.0, 800.0):
         exact = mp_exact(expr, {x: at})
         assert run_torch(rational, {"x": at}) == pytest.approx(exact, rel=1e-14, abs=0), at
+
+
+def test_exp_rational_keeps_the_formula_near_0_where_its_coefficients_may_cancel():
+    """N - (e*sinh(N) - 2N)/(e*cosh(N) - 1) (Basilisk's N2H) in t = exp(-|N|) has the
+    numerator e*(N - 1)*t**2 + 2*N*t + e*(N + 1), whose e terms cancel to O(N**3) near
+    N = 0: at N = 1e-8, e = 2 the value 1e-8 keeps 9 of its 16 digits (float32: none, 0
+    for -1e-8). The second
+    candidate keeps the formula there; past |N| = 745 its limit 1 + N (N*e/e overflows
+    at N = -1e300, e = 1e300)."""
+    from symgrad.rewrite.regimes import exp_rational, exp_rational_written_near_zero
+
+    formula = x - (y * sympy.sinh(x) - 2 * x) / (y * sympy.cosh(x) - 1)
+    alone, near = exp_rational(formula), exp_rational_written_near_zero(formula)
+    assert alone is not None and near is not None
+    at = {"x": 1e-8, "y": 2.0}
+    exact = mp_exact(formula, {x: 1e-8, y: 2.0})
+    assert run_torch(alone, at) != pytest.approx(exact, rel=1e-12, abs=0)
+    for point in (at, {"x": -3.0, "y": 5.0}, {"x": 40.0, "y": 1e10}, {"x": -1e300, "y": 1e300}):
+        exact = mp_exact(formula, {sympy.Symbol(k, real=True): v for k, v in point.items()})
+        assert run_torch(near, point) == pytest.approx(exact, rel=1e-13, abs=0), point
+    # coefficients in x alone: exp_rational's form is the only one
+    assert exp_rational_written_near_zero(sympy.diff(x * sympy.tanh(F.softplus(x)), x)) is None
 
 
 def test_exp_rational_declines_what_is_not_a_rational_function_of_one_exponential():

@@ -502,16 +502,19 @@ def _cancelling_series(node: sympy.Expr, x: sympy.Symbol) -> tuple[list, sympy.F
 
 @register("regimes")
 def product_series(node: sympy.Basic, params: frozenset, positive: frozenset) -> sympy.Basic | None:
-    """sum of e**k * c_k(e*x) -> Piecewise((sum of e**k * (c_k's Taylor polynomial), |e*x| <
-    cut), (the sum, True)) where a coefficient c_k cancels near e*x = 0 (as
-    :func:`series_regime`'s sums in one input do).
+    """sum of e**k * c_k(u) -> Piecewise((sum of e**k * (c_k's Taylor polynomial), |u| <
+    cut), (the sum, True)) where a coefficient c_k cancels near u = 0 (as
+    :func:`series_regime`'s sums in one input do), u the one argument the sum's functions
+    take: the product e*x of its two inputs, or one input x alone.
 
     A sum in two inputs whose functions take their product: 2*e*x*cosh(e*x) + 2*(e**2*x -
     1)*sinh(e*x) (NMSE section 6.1's derivative in e, paired) is, with u = e*x, 2*u*cosh(u)
     - 2*sinh(u) + e*2*u*sinh(u); the first coefficient is 2*u**3/3 + ... where its terms
     cancel (at e = 1e-8, x = 0.5: 0, the value 1.7e-25). Past the cut the sum as written
-    (u/e**2 may overflow where x/e does not). ``None`` where the inputs are not only in
-    such products (and powers of e), or no coefficient cancels.
+    (u/e**2 may overflow where x/e does not). Functions of one input: N*e*cosh(N) -
+    e*sinh(N) + N (Basilisk's N2H over one denominator) is e*(N*cosh(N) - sinh(N)) + N, 0 at
+    N = 1.9e-13, e = 2e20 where the value is 1.9e-13. ``None`` where the inputs are not only
+    in such arguments (and powers of e), or no coefficient cancels.
     """
     if not isinstance(node, Add) or node.has(sympy.Piecewise) or sympy.count_ops(node) > 80:
         return None
@@ -523,36 +526,42 @@ def product_series(node: sympy.Basic, params: frozenset, positive: frozenset) ->
         {a for a in arguments if isinstance(a, Mul) and a.free_symbols == inputs},
         key=sympy.default_sort_key,
     )
-    for product in products:
-        for e in sorted(inputs, key=lambda v: v.name):
-            u = sympy.Dummy("u", real=True)
-            (x,) = inputs - {e}
-            coefficient = product / x  # the product is coefficient * x
-            if x in coefficient.free_symbols:
-                continue
-            try:
-                written = sympy.expand(node.subs(x, u / coefficient))
-            except Exception:  # noqa: BLE001 - SymPy cannot substitute it
-                continue
-            if x in written.free_symbols:
-                continue
-            parts = sympy.collect(written, e, evaluate=False)
-            if any(c.has(e) for c in parts.values()):
-                continue
-            near, cuts = [], []
-            for power, c in parts.items():
-                polynomial = _cancelling_series(c, u) if isinstance(c, Add) else None
-                if polynomial is not None:
-                    terms, cut = polynomial
-                    # nested in u: written out in e and x, e**9*x**9 is inf*0 at e =
-                    # 2e91, x = -5e-162 (u = -1e-70)
-                    c = sympy.horner(Add(*terms[:_SERIES_TERMS]), u)
-                    cuts.append(cut)
-                near.append(power * c)
-            if not cuts:
-                continue
-            value = Add(*near).xreplace({u: product})
-            return sympy.Piecewise((value, sympy.Abs(product) < min(cuts)), (node, True))
+    # (the product, e): x = u / (product / x)
+    choices = [(p, e) for p in products for e in sorted(inputs, key=lambda v: v.name)]
+    alone = {a.free_symbols.pop() for a in arguments if len(a.free_symbols) == 1}
+    if len(alone) == 1 and all(a.free_symbols <= alone for a in arguments):
+        (x,) = alone
+        (e,) = inputs - alone
+        choices.append((x, e))  # u = x
+    for product, e in choices:
+        u = sympy.Dummy("u", real=True)
+        (x,) = inputs - {e}
+        coefficient = product / x  # the product is coefficient * x
+        if x in coefficient.free_symbols:
+            continue
+        try:
+            written = sympy.expand(node.subs(x, u / coefficient))
+        except Exception:  # noqa: BLE001 - SymPy cannot substitute it
+            continue
+        if x in written.free_symbols:
+            continue
+        parts = sympy.collect(written, e, evaluate=False)
+        if any(c.has(e) for c in parts.values()):
+            continue
+        near, cuts = [], []
+        for power, c in parts.items():
+            polynomial = _cancelling_series(c, u) if isinstance(c, Add) else None
+            if polynomial is not None:
+                terms, cut = polynomial
+                # nested in u: written out in e and x, e**9*x**9 is inf*0 at e = 2e91, x =
+                # -5e-162 (u = -1e-70)
+                c = sympy.horner(Add(*terms[:_SERIES_TERMS]), u)
+                cuts.append(cut)
+            near.append(power * c)
+        if not cuts:
+            continue
+        value = Add(*near).xreplace({u: product})
+        return sympy.Piecewise((value, sympy.Abs(product) < min(cuts)), (node, True))
     return None
 
 
@@ -995,6 +1004,30 @@ def exp_rational(expr: sympy.Expr) -> sympy.Expr | None:
     function, the sign of ``b`` is fixed, or ``expr`` makes a single call. Whether the
     result is accurate (the polynomials may cancel) is for the measured choice to say.
     """
+    return _exp_rational(expr, written_near_zero=False)
+
+
+@register("candidates")
+def exp_rational_written_near_zero(expr: sympy.Expr) -> sympy.Expr | None:
+    """f(exp(b)) -> Piecewise((f(exp(b)), |b| <= 10), (P(t)/Q(t), True)): :func:`exp_rational`
+    with the formula as written kept near b = 0 where the polynomials' coefficients hold
+    inputs other than b's (and make no calls: those are :func:`exp_rational`'s own), a
+    second candidate beside it.
+
+    Such coefficients may cancel near b = 0 for some values of those inputs where the
+    formula does not: N - (e*sinh(N) - 2*N)/(e*cosh(N) - 1) (Basilisk's N2H) has, in t =
+    exp(-|N|), the numerator e*(N - 1)*t**2 + 2*N*t + e*(N + 1), whose e terms cancel to
+    O(N**3) near N = 0 (0 at N = 1e-8, e = 2, where the value is 1e-8); its gradient in
+    N had 21 float32 results of 85 NaN or inf, none with the middle as written. Where
+    the coefficients do not cancel the exp_rational form alone may be the more accurate;
+    the measured choice takes either.
+    """
+    return _exp_rational(expr, written_near_zero=True)
+
+
+def _exp_rational(expr: sympy.Expr, written_near_zero: bool) -> sympy.Expr | None:
+    """:func:`exp_rational`; ``written_near_zero``: with the formula as written for |b| <= 10
+    (:func:`exp_rational_written_near_zero`), None where its coefficients are b's alone."""
     calls = {f for f in expr.atoms(sympy.Function) if not isinstance(f, sympy.Abs)}
     if expr.has(sympy.Piecewise) or sum(expr.count(c) for c in calls) < 2:
         # one call (sigmoid(x)) is best left to the framework's op; the same call in
@@ -1083,9 +1116,11 @@ def exp_rational(expr: sympy.Expr) -> sympy.Expr | None:
     small = exp(-sympy.Abs(base))
     branches = [(at(small, True), base >= 0), (at(small, False), True)]
     if limits:
+        # a ratio of the polynomials' coefficients, cancelled: (e + N*e)/e is 1 + N, where
+        # N*e may overflow (N2H at N = -6e31, e = 1.6e13 in float32)
         ends = [
-            (at(sympy.S.Zero, True), base > _EXP_UNDERFLOW),
-            (at(sympy.S.Zero, False), base < -_EXP_UNDERFLOW),
+            (sympy.cancel(at(sympy.S.Zero, True)), base > _EXP_UNDERFLOW),
+            (sympy.cancel(at(sympy.S.Zero, False)), base < -_EXP_UNDERFLOW),
         ]
         # (a limit that is a pole, x / 0, is left to the branches below: inf there too)
         finite = [(v, c) for v, c in ends if not v.has(sympy.zoo, sympy.nan, sympy.oo)]
@@ -1103,7 +1138,10 @@ def exp_rational(expr: sympy.Expr) -> sympy.Expr | None:
         rescaled = sympy.Piecewise(*((v if v == 0 else factor * v, c) for v, c in branches))
     else:
         rescaled = factor * sympy.Piecewise(*branches)
-    if opaque:
+    if written_near_zero:
+        if opaque or not any(c.free_symbols - base.free_symbols for c in coeffs):
+            return None  # (exp_rational's own)
+    if opaque or written_near_zero:
         # Coefficients with calls of their own (cos(y)): the polynomials may cancel near
         # b = 0 where the formula does not (1 - 2t**2 + t**4 + 4t**2*cos(y)**2 is
         # (1 - t**2)**2 + ...), so there the formula as written: within |b| <= 10 its
