@@ -170,3 +170,34 @@ def test_one_abs_of_a_formula_is_split_by_its_sign():
     assert naive(1.0, 1e8) != pytest.approx(exact(d2, {x: 1.0, y: 1e8}), rel=1e-3, abs=0.0)
     # two different |.|: not split
     assert _abs_free(sympy.Abs(x - y) + sympy.Abs(x + 2 * y)) is None
+
+
+def test_n2h_is_accurate_near_0_and_past_the_overflow(tmp_path):
+    """Basilisk's N2H, N - (e*sinh(N) - 2N)/(e*cosh(N) - 1): as written inf/inf past |N| =
+    710; as one exponential its coefficients' e terms cancel near N = 0 (0 at N = -1e-8,
+    e = 2 in float32); over one denominator e*(N*cosh(N) - sinh(N)) + N cancels at N =
+    1.9e-13, e = 2e20. The chosen forward keeps the formula near 0, with its Taylor
+    polynomial in N there (exp_rational_written_near_zero, its middle split,
+    product_series), and the limit 1 + N past exp's underflow."""
+    import numpy as np
+
+    from symgrad.numerics.floats import bits_of_error
+    from symgrad.numerics.mp import exact
+    from symgrad.numerics.native import evaluator
+
+    spec = tmp_path / "n.yaml"
+    spec.write_text(
+        "module: n\norder: 1\nfunctions:\n  n2h:\n"
+        "    inputs: {N: {}, e: {domain: [1, inf], positive: true}}\n"
+        "    output: N - (e * sinh(N) - N - N) / (e * cosh(N) - 1)\n"
+    )
+    d = derive_function(load_spec(spec).functions[0])
+    (_, forward), (_, naive) = d.outputs[0], d.naive_outputs[0]
+    symbols = [d.symbols["N"], d.symbols["e"]]
+    value = evaluator(forward, symbols)
+    points = [(1.9e-13, 2e20), (-1e-8, 2.0), (0.5, 3.0), (-40.0, 1e10), (-6e31, 1.6e13)]
+    for dtype in (np.float64, np.float32):
+        for at in points:
+            want = exact(naive, dict(zip(symbols, at)))
+            got = value(*(dtype(v) for v in at))
+            assert bits_of_error(float(got), want, dtype.__name__) <= 3, (dtype, at, got, want)
