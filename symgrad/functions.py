@@ -1061,9 +1061,7 @@ def _far_from_one(coeff: sympy.Expr) -> bool:
 
 
 def interleaved_product(
-    expr: sympy.Expr,
-    roots: bool = False,
-    inputs: Callable[[sympy.Expr], frozenset] = lambda e: e.free_symbols,
+    expr: sympy.Expr, roots: bool = False
 ) -> tuple[sympy.Expr, list[tuple[str, sympy.Expr]]] | None:
     """A product with integer powers as (coefficient, [(op, factor), ...]), to be evaluated
     left to right: each base's factors spread evenly over the product, numerator and
@@ -1081,8 +1079,7 @@ def interleaved_product(
     ``roots``, a half-integer power is its integer part and a square root: t**-1.5
     divides by t, then by sqrt(t) (t**1.5 underflows at t = 3e-228). The printers never
     see one: :mod:`symgrad.cse` writes it so, with the square root a temporary; this is
-    how it knows which shared powers the products spread. ``inputs``: as
-    :func:`paired_product`'s.
+    how it knows which shared powers the products spread.
     """
     coeff = sympy.S.One
     num: dict[sympy.Expr, int] = {}
@@ -1129,7 +1126,7 @@ def interleaved_product(
     upstream = {b: n for b, n in num.items() if _upstream(b)}
     if len(upstream) == len(num):  # (a gradient alone on top stays first: grad / t / t)
         upstream = {}
-    _pair_ratios(num, den, upstream, inputs)
+    _pair_ratios(num, den, upstream)
 
     def placed(op: str, counts: dict[sympy.Expr, int]) -> list[tuple]:
         """(position, op, factor) of each factor; "*" sorts before "/" at a tie."""
@@ -1155,10 +1152,7 @@ def interleaved_product(
 
 
 def _pair_ratios(
-    num: dict[sympy.Expr, int],
-    den: dict[sympy.Expr, int],
-    upstream: dict[sympy.Expr, int],
-    inputs: Callable[[sympy.Expr], frozenset],
+    num: dict[sympy.Expr, int], den: dict[sympy.Expr, int], upstream: dict[sympy.Expr, int]
 ) -> None:
     """Each power over a power, where both are squares or more, as a power of their ratio
     (in place): m**2 / v**2 is (m / v) * (m / v). However it is spread, a product of the
@@ -1179,7 +1173,7 @@ def _pair_ratios(
         candidates = [b for b in den if den[b] >= 2]
         if not candidates:
             return
-        b = max(candidates, key=lambda b: (len(inputs(a) & inputs(b)), den[b]))
+        b = max(candidates, key=lambda b: (len(a.free_symbols & b.free_symbols), den[b]))
         n = min(num[a], den[b])
         ratio = a / b
         for side, base in ((num, a), (den, b)):
@@ -1190,9 +1184,7 @@ def _pair_ratios(
 
 
 def paired_product(
-    expr: sympy.Expr,
-    scalar: Callable[[sympy.Expr], bool] = lambda e: False,
-    inputs: Callable[[sympy.Expr], frozenset] = lambda e: e.free_symbols,
+    expr: sympy.Expr, scalar: Callable[[sympy.Expr], bool] = lambda e: False
 ) -> tuple[sympy.Expr, list[tuple[str, sympy.Expr]]] | None:
     """A product with no power to spread out but a quotient, as (coefficient, [(op,
     factor), ...]) like :func:`interleaved_product`: each denominator factor right after
@@ -1206,9 +1198,7 @@ def paired_product(
     factor divided by two tensors or more is divided by each in turn: x/(t*r) underflows
     at t = 3e-228, r = sqrt(t) (the half-integer power x*t**-1.5, see
     :mod:`symgrad.cse`), x/t/r does not. ``scalar`` tells the factors that are Python
-    numbers at run time (a tensor's shape), which stay one divisor; ``inputs`` the inputs
-    a factor depends on (through the temporaries it names, where the code has them:
-    (t3 * t4) / eps with t3 = eps + 1, t4 = eps - 1 is t3 / eps * t4).
+    numbers at run time (a tensor's shape), which stay one divisor.
     """
     coeff = sympy.S.One
     num: list[sympy.Expr] = []
@@ -1230,7 +1220,7 @@ def paired_product(
     num.sort(key=lambda f: (not _bounded(f), _upstream(f)))
     steps: list[tuple[str, sympy.Expr]] = []
     for d in den:
-        shared = [len(inputs(f) & inputs(d)) for f in num]
+        shared = [len(f.free_symbols & d.free_symbols) for f in num]
         if num and max(shared) > 0:
             steps += [("*", num.pop(shared.index(max(shared)))), ("/", d)]
     steps += [("*", f) for f in num if not _upstream(f)]
@@ -1310,28 +1300,11 @@ class grouped(sympy.Function):
         return self.args[0].is_extended_real
 
 
-def inputs_through(
-    definitions: dict[sympy.Symbol, sympy.Expr], cache: dict, expr: sympy.Expr
-) -> frozenset:
-    """The symbols ``expr`` depends on, through the temporaries of ``definitions`` it
-    names (``cache``: those already found)."""
-    found: set[sympy.Symbol] = set()
-    for s in expr.free_symbols:
-        if s not in definitions:
-            found.add(s)
-            continue
-        if s not in cache:
-            cache[s] = inputs_through(definitions, cache, definitions[s])
-        found |= cache[s]
-    return frozenset(found)
-
-
 def print_interleaved(printer, expr: sympy.Expr) -> str | None:
     """``expr`` printed by ``printer`` as an interleaved product, or None (see
     :func:`interleaved_product` and :func:`paired_product`)."""
     scalar = getattr(printer, "is_scalar", lambda e: False)  # the NumPy model has none
-    inputs = getattr(printer, "inputs_of", lambda e: e.free_symbols)
-    plan = interleaved_product(expr, inputs=inputs) or paired_product(expr, scalar, inputs)
+    plan = interleaved_product(expr) or paired_product(expr, scalar)
     if plan is None:
         return None
     coeff, steps = plan

@@ -244,7 +244,7 @@ def logit(p: tf.Tensor) -> tf.Tensor:
 
         out: 0.0 bits mean, 0 max over 50 points, 44 non-finite
         grad_p, d grad_p / d grad: 0.0 bits mean, 1 max over 49 points, 1 non-finite
-        d grad_p / d p: 0.6 bits mean, 2 max over 45 points, 1 non-finite
+        d grad_p / d p: 0.4 bits mean, 1 max over 22 points, 1 non-finite
     """
 
     @tf.custom_gradient
@@ -269,7 +269,7 @@ def _logit_grad_p(p, grad):
 
         def backward(grad_grad_p):
             t1 = 1 / (p - 1)
-            p_bar = t1 / p * (t1 + 1 / p) * grad * grad_grad_p
+            p_bar = (t1 + 1 / p) / p * t1 * grad * grad_grad_p
             grad_bar = -grad_grad_p / (p * (p - 1))
             return p_bar, grad_bar
 
@@ -380,7 +380,7 @@ def mish(x: tf.Tensor) -> tf.Tensor:
     Measured float64 error of the chosen forms vs mpmath::
 
         out: 0.1 bits mean, 1 max over 121 points
-        grad_x, d grad_x / d grad: 0.1 bits mean, 3 max over 73 points
+        grad_x, d grad_x / d grad: 0.1 bits mean, 2 max over 73 points
         d grad_x / d x: 0.4 bits mean, 4 max over 121 points
     """
 
@@ -409,7 +409,7 @@ def _mish_grad_x(x, grad):
         t4 = t2 + 4
         grad_x = tf.where(
             x <= 0,
-            t0 / (t0 * (t0 * (t1 + 8) + 8) + 4) * (t0 * (t1 + t3) + t4) * grad,
+            (t0 * (t1 + t3) + t4) / (t0 * (t0 * (t1 + 8) + 8) + 4) * t0 * grad,
             (t0 * (t0 * (t0 * t4 + t3) + 4) + 1)
             / (t0 * (t0 * (t0 * (4 * t0 + 8) + 8) + 4) + 1)
             * grad,
@@ -435,7 +435,7 @@ def _mish_grad_x(x, grad):
             t4 = t2 + 4
             grad_bar = grad_grad_x * tf.where(
                 x <= 0,
-                t0 / (t0 * (t0 * (t1 + 8) + 8) + 4) * (t0 * (t1 + t3) + t4),
+                (t0 * (t1 + t3) + t4) / (t0 * (t0 * (t1 + 8) + 8) + 4) * t0,
                 (t0 * (t0 * (t0 * t4 + t3) + 4) + 1)
                 / (t0 * (t0 * (t0 * (4 * t0 + 8) + 8) + 4) + 1),
             )

@@ -15,7 +15,7 @@ from sympy.printing.numpy import NumPyPrinter
 
 from symgrad import functions as F
 from symgrad.cse import common_subexpressions, fresh_symbols
-from symgrad.functions import hypot_power_parts, inputs_through, print_interleaved
+from symgrad.functions import hypot_power_parts, print_interleaved
 from symgrad.ops import LIBM, OPS, REGIMES, libm
 
 
@@ -57,16 +57,7 @@ def stable_numpy() -> dict[str, object]:
 
 
 class _NumPyPrinter(NumPyPrinter):
-    """lambdify's NumPy printer with the framework printers' overflow-safe hypot powers and
-    order of products (their factors paired through the temporaries, as the code's)."""
-
-    def __init__(self, settings=None):
-        super().__init__(settings)
-        self.definitions: dict[sympy.Symbol, sympy.Expr] = {}
-        self._inputs: dict[sympy.Symbol, frozenset] = {}
-
-    def inputs_of(self, expr):
-        return inputs_through(self.definitions, self._inputs, expr)
+    """lambdify's NumPy printer with the framework printers' overflow-safe hypot powers."""
 
     def _hypot_ratios(self, expr):
         parts = hypot_power_parts(expr)
@@ -95,9 +86,7 @@ def evaluator(expr: sympy.Expr, symbols: Sequence[sympy.Symbol]):
     )
     # the same common subexpressions, so the same order of operations, as the generated
     # code (plan.emit), where an intermediate product may overflow first
-    return sympy.lambdify(
-        symbols, expr, modules=modules, printer=printer, cse=functools.partial(_shared, printer)
-    )
+    return sympy.lambdify(symbols, expr, modules=modules, printer=printer, cse=_shared)
 
 
 def _python_constants(expr: sympy.Expr) -> sympy.Expr:
@@ -125,16 +114,15 @@ def _python_constants(expr: sympy.Expr) -> sympy.Expr:
     return expr.replace(constant, value)
 
 
-def _shared(printer: _NumPyPrinter, expr):
+def _shared(expr):
     """lambdify's ``cse`` hook: :func:`~symgrad.cse.common_subexpressions` of one
-    expression or a tuple of them, the temporaries' values told to ``printer``."""
+    expression or a tuple of them."""
     several = isinstance(expr, (tuple, list))
     exprs = list(expr) if several else [expr]
     replacements, reduced = common_subexpressions(exprs, fresh_symbols(exprs, "_t"))
     # constants as Python floats after the sharing, which sees them as the code's CSE does
     replacements = [(t, _python_constants(v)) for t, v in replacements]
     reduced = [_python_constants(e) for e in reduced]
-    printer.definitions |= dict(replacements)
     return replacements, (type(expr)(reduced) if several else reduced[0])
 
 

@@ -13,7 +13,6 @@ from symgrad.functions import (
     StableFunction,
     heaviside_as_piecewise,
     hypot_power_parts,
-    inputs_through,
     print_interleaved,
 )
 from symgrad.ops import OPS, spelled
@@ -62,19 +61,11 @@ class FrameworkPrinter(StrPrinter):
         self.names = dict(names or {})
         self.uses_math = False
         self.booleans: set[sympy.Symbol] = set()  # temporaries holding conditions
-        #: temporaries -> their values, as the code defines them (products pair their
-        #: factors by the inputs they depend on: :func:`~symgrad.functions.paired_product`)
-        self.definitions: dict[sympy.Symbol, sympy.Expr] = {}
-        self._inputs: dict[sympy.Symbol, frozenset] = {}
 
     # ------------------------------------------------------------------ helpers
     def is_scalar(self, expr: sympy.Basic) -> bool:
         """True when ``expr`` is a Python number at run time (no tensor in it)."""
         return expr.free_symbols <= self.scalars
-
-    def inputs_of(self, expr: sympy.Basic) -> frozenset:
-        """The inputs ``expr`` depends on, through the temporaries it names."""
-        return inputs_through(self.definitions, self._inputs, expr)
 
     def call(self, name: str, *args: sympy.Basic) -> str:
         return f"{name}({', '.join(self._print(a) for a in args)})"
