@@ -528,8 +528,8 @@ def product_series(node: sympy.Basic, params: frozenset, positive: frozenset) ->
     )
     # (the product, e): x = u / (product / x)
     choices = [(p, e) for p in products for e in sorted(inputs, key=lambda v: v.name)]
-    alone = {a.free_symbols.pop() for a in arguments if len(a.free_symbols) == 1}
-    if len(alone) == 1 and all(a.free_symbols <= alone for a in arguments):
+    alone = set().union(*(a.free_symbols for a in arguments))
+    if len(alone) == 1:  # every function's argument in one input
         (x,) = alone
         (e,) = inputs - alone
         choices.append((x, e))  # u = x
@@ -1076,6 +1076,10 @@ def _exp_rational(expr: sympy.Expr, written_near_zero: bool) -> sympy.Expr | Non
     factor *= sympy.factor(num_content) / sympy.factor(den_content)
     t = sympy.Dummy("t", positive=True)
     coeffs = (*num.coeffs(), *den.coeffs())
+    if written_near_zero and (
+        opaque or not any(c.free_symbols - base.free_symbols for c in coeffs)
+    ):
+        return None  # (exp_rational's own)
     # Past the exponential's underflow t is 0, and a coefficient like 4*x may overflow there:
     # inf * 0 = NaN where the value is the limit. Where b = k*x and the coefficients are in
     # x alone, x is clamped where it meets a power of t (|x| beyond the clamp has t = 0, so
@@ -1138,9 +1142,6 @@ def _exp_rational(expr: sympy.Expr, written_near_zero: bool) -> sympy.Expr | Non
         rescaled = sympy.Piecewise(*((v if v == 0 else factor * v, c) for v, c in branches))
     else:
         rescaled = factor * sympy.Piecewise(*branches)
-    if written_near_zero:
-        if opaque or not any(c.free_symbols - base.free_symbols for c in coeffs):
-            return None  # (exp_rational's own)
     if opaque or written_near_zero:
         # Coefficients with calls of their own (cos(y)): the polynomials may cancel near
         # b = 0 where the formula does not (1 - 2t**2 + t**4 + 4t**2*cos(y)**2 is
