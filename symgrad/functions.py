@@ -962,6 +962,34 @@ def as_clamps(expr: sympy.Expr) -> sympy.Expr:
     return expr.replace(lambda e: scaled(e) is not None, scaled)
 
 
+#: The largest denominator q of an exponent p/q that the printers write as a root
+#: (:func:`root_exponent`); the root's Newton step takes a power q - 1 of it.
+ROOT_MAX_DENOMINATOR = 16
+#: ... and the largest |p/q|: x**(p/q) is x**n times the root's power, n = trunc(p/q).
+ROOT_MAX_EXPONENT = 8
+#: The generated modules' helper for such a power, in each framework's runtime
+#: (symgrad/runtime) and the NumPy model of the accuracy choice (numerics.native).
+ROOT_POWER_HELPER = "_root_power"
+
+
+def root_exponent(e: sympy.Basic) -> tuple[int, int] | None:
+    """(p, q) for a constant exponent p/q that no binary float holds (q is not a power of
+    2: 1/3, -2/3, 1/10), q and |p/q| small; None for any other exponent.
+
+    ``x**(1/3)`` as ``pow(x, 0.333...)`` raises x to a rounded exponent, a relative error
+    of |log(x)| * 2**-54: 114 ulps at x = 1e296 in float64, 4 bits lost on average over
+    the doubles. The printers (the frameworks' and the NumPy one of the accuracy choice)
+    write such a power as the module helper ``_root_power(x, p, q)``: the q-th root by
+    pow and one Newton step, which is within an ulp, and integer powers of it and of x.
+    """
+    if not (isinstance(e, sympy.Rational) and not e.is_Integer):
+        return None
+    p, q = int(e.p), int(e.q)
+    if q & (q - 1) == 0 or q > ROOT_MAX_DENOMINATOR or abs(p) > ROOT_MAX_EXPONENT * q:
+        return None
+    return p, q
+
+
 def hypot_power_parts(expr: sympy.Expr):
     """y**2 / hypot(x, y)**3 -> (1, hypot(x, y), 1, [(y, 2)]), to print (1/h)**1 * (y/h)**2.
 

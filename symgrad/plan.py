@@ -19,6 +19,7 @@ from symgrad.cse import common_subexpressions, fresh_symbols
 from symgrad.derived import Derived
 from symgrad.docstrings import formula_doc, one_line
 from symgrad.functions import (
+    ROOT_POWER_HELPER,
     StableFunction,
     grouped,
     hypot,
@@ -200,6 +201,10 @@ _TORCH_FRESH = {
     *(op.torch for op in OPS if spelled(op.torch)),
     *TORCH_ARITHMETIC,
 }
+
+#: The generated module's helpers that the printers call, elementwise functions of their
+#: tensor arguments that return a new tensor (symgrad/runtime/torch_helpers.py).
+_ELEMENTWISE_HELPERS = frozenset({"_tan_half_atan", ROOT_POWER_HELPER})
 
 
 @dataclass(frozen=True)
@@ -389,6 +394,11 @@ class _Buffers:
 
     def call(self, node: ast.Call) -> tuple[ast.expr, _Value | None]:
         func = _dotted(node.func)
+        if func in _ELEMENTWISE_HELPERS:
+            args = [self.visit(a) for a in node.args]
+            infos = [i for _, i in args if i is not None]
+            new = ast.Call(node.func, [a for a, _ in args], node.keywords)
+            return new, (self.combine(infos) if infos else None)
         if func is None or not func.startswith("torch."):
             if isinstance(node.func, ast.Attribute):
                 return self.method_call(node)  # t.to(...), math.exp(...)

@@ -542,7 +542,7 @@ _DISCONTINUOUS = (*_ROUNDING, sympy.sign, sympy.Heaviside, sympy.DiracDelta, sym
 
 def _naive_torch(derived: Derived) -> list[str]:
     """The user's formula printed as plain torch ops, nothing rewritten."""
-    printer = TorchPrinter(scalars=derived.scalars)
+    printer = TorchPrinter(scalars=derived.scalars, as_written=True)
     tensors = [derived.symbols[i.name] for i in derived.function.inputs if i.is_tensor]
     try:
         # SymPy simplifies x - x + y to y as it parses: a zeros_like(x) per input the

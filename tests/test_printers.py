@@ -352,6 +352,26 @@ def test_one_factor_over_two_tensors_is_divided_by_each_in_turn():
 
 
 @pytest.mark.parametrize("printer", [TorchPrinter, TensorFlowPrinter])
+def test_a_power_whose_exponent_no_float_holds_is_the_root_helper(printer):
+    """x**(1/3) as pow(x, 0.333...) is 114 ulps off at x = 1e296: the module helper
+    instead (functions.root_exponent), also in a product and in the NumPy model of the
+    accuracy choice; dyadic exponents, numbers, scalars and the naive formula as written."""
+    from symgrad.numerics.native import evaluator
+
+    n = sympy.Symbol("n", real=True)
+    assert printer().doprint(x ** R(1, 3)) == "_root_power(x, 1, 3)"
+    assert printer().doprint((x + 1) ** R(-2, 3)) == "_root_power(x + 1, -2, 3)"
+    assert printer().doprint(y * x ** R(7, 10)) == "_root_power(x, 7, 10)*y"
+    assert "_root_power" not in printer().doprint(x ** R(3, 4) + x ** R(5, 2))
+    assert "_root_power" not in printer().doprint(x ** R(1, 17) + x ** R(25, 3))  # too large
+    assert "_root_power" not in printer(scalars={n}).doprint(n ** R(1, 3))
+    assert printer(as_written=True).doprint(x ** R(1, 3)) == "x**(0.3333333333333333)"
+    big = 1e296
+    assert evaluator(x ** R(1, 3), [x])(big) == 4.641588833612779e98  # x**(1/3) rounded
+    assert big ** (1 / 3) != 4.641588833612779e98
+
+
+@pytest.mark.parametrize("printer", [TorchPrinter, TensorFlowPrinter])
 def test_an_exponent_that_is_a_division_is_parenthesised(printer):
     """1/n is a power to SymPy and a division in print: x**(1/n) must not read x**1 / n."""
     n = sympy.Symbol("n", real=True)

@@ -486,6 +486,89 @@ def test_broadcast_result_has_the_shape_and_dtype_of_the_formula_as_written():
     assert rt._broadcast_result(same, same) is same  # already right: no copy
 
 
+# ----------------------------------------------------------------------------- roots
+#: (p, q): x**(p/q) for exponents no float holds, each sign of trunc(p/q) and of p.
+_ROOT_EXPONENTS = [
+    (1, 3),
+    (-1, 3),
+    (2, 3),
+    (-2, 3),
+    (4, 3),
+    (-5, 3),
+    (7, 3),
+    (1, 10),
+    (3, 10),
+    (5, 6),
+]
+
+
+def _root_power_errors(root_power, dtype: str, to_array, p: int, q: int) -> tuple[float, float]:
+    """The largest error in ulps of ``root_power(x, p, q)`` and of plain pow over x from
+    tiny to huge, against mpmath."""
+    import mpmath
+    import numpy as np
+
+    from symgrad.numerics.floats import round_to, ulp_distance
+
+    top = 700 if dtype == "float64" else 85
+    xs = np.exp(np.linspace(-top, top, 301)).astype(dtype)
+    xs = np.concatenate([xs, np.array([0.5, 1, 2, 3, 8, 27, 1000], dtype=dtype)])
+    got = np.asarray(root_power(to_array(xs), p, q), dtype=np.float64)
+    with mpmath.workprec(200):
+        exact = [round_to(float(mpmath.mpf(float(x)) ** (mpmath.mpf(p) / q)), dtype) for x in xs]
+    with np.errstate(over="ignore"):
+        pow_ = np.power(xs.astype(np.float64), float(np.dtype(dtype).type(p / q)))
+    # normal values only: TF flushes subnormal results to zero
+    normal = [k for k, e in enumerate(exact) if e == 0 or abs(e) >= np.finfo(dtype).tiny]
+    ours = max(ulp_distance(float(got[k]), exact[k], dtype) for k in normal)
+    plain = max(ulp_distance(float(round_to(pow_[k], dtype)), exact[k], dtype) for k in normal)
+    return ours, plain
+
+
+def _special_root_values(root_power, to_array) -> None:
+    """0, inf and negative x as pow gives them."""
+    import numpy as np
+
+    xs = np.array([0.0, np.inf, -8.0, -0.0])
+    for p, q in _ROOT_EXPONENTS:
+        got = np.asarray(root_power(to_array(xs), p, q), dtype=np.float64)
+        with np.errstate(all="ignore"):
+            want = np.power(xs, p / q)
+        np.testing.assert_array_equal(got, want, err_msg=f"{p}/{q}")
+
+
+def _root_power_implementations():
+    """(name, helper, array maker): the torch and TF helpers and the NumPy model."""
+    import numpy as np
+
+    from symgrad.numerics.native import root_power
+
+    yield "torch", rt._root_power, torch.from_numpy
+    yield "numpy", root_power, np.asarray
+    tf = pytest.importorskip("tensorflow")
+    from symgrad.runtime import tf_helpers
+
+    yield "tensorflow", tf_helpers._root_power, tf.constant
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_root_power_is_within_a_few_ulps_where_pow_is_not(dtype):
+    """x**(p/q) by the generated modules' helpers (torch, TF) and the NumPy model of the
+    accuracy choice: pow's root and a Newton step, then integer powers. pow's own rounded
+    exponent is 114 ulps off for x**(1/3) at x = 1e296 (float64)."""
+    for name, root_power, to_array in _root_power_implementations():
+        plain_worst = 0.0
+        for p, q in _ROOT_EXPONENTS:
+            ours, plain = _root_power_errors(root_power, dtype, to_array, p, q)
+            s = abs(p - int(p / q) * q)  # root**s: the root's error s times
+            assert ours <= s + 2, (name, p, q, ours)
+            plain_worst = max(plain_worst, plain)
+            if dtype == "float64":
+                assert plain >= 20, (p, q, plain)  # where the rounded exponent shows
+        assert plain_worst >= 10
+        _special_root_values(root_power, to_array)
+
+
 # ----------------------------------------------------------------------------- TensorFlow
 def test_tf_helpers():
     tf = pytest.importorskip("tensorflow")

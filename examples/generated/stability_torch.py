@@ -2403,7 +2403,7 @@ def _student_t_logpdf_forward(x, nu):
     t0 = -nu / 2 - 0.5
     t1 = -math.log(math.pi * nu) / 2 - math.lgamma(nu / 2) + math.lgamma(nu / 2 + 0.5)
     t2 = x * math.sqrt(1 / nu)
-    return _log1p(t2 * _tan_half_atan(t2), overwrite=True).mul_(2).mul_(t0).add_(t1)
+    return _log1p(_tan_half_atan(t2).mul_(t2), overwrite=True).mul_(2).mul_(t0).add_(t1)
 
 
 class StudentTLogpdf(_Function):

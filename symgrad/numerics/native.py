@@ -10,12 +10,18 @@ import functools
 import math
 from collections.abc import Sequence
 
+import numpy as np
 import sympy
 from sympy.printing.numpy import NumPyPrinter
 
 from symgrad import functions as F
 from symgrad.cse import common_subexpressions, fresh_symbols
-from symgrad.functions import hypot_power_parts, print_interleaved
+from symgrad.functions import (
+    ROOT_POWER_HELPER,
+    hypot_power_parts,
+    print_interleaved,
+    root_exponent,
+)
 from symgrad.ops import LIBM, OPS, REGIMES, libm
 
 
@@ -40,7 +46,26 @@ def _by_regimes(cls: type[F.StableFunction]):
 
 @functools.cache
 def _numpy_modules() -> list:
-    return [stable_numpy(), "numpy"]
+    return [stable_numpy(), {ROOT_POWER_HELPER: root_power}, "numpy"]
+
+
+def root_power(x, p: int, q: int):
+    """``x**(p/q)`` as the generated modules' ``_root_power`` computes it (see
+    symgrad/runtime/torch_helpers.py): pow's q-th root and one Newton step, then
+    root**s * x**n with n = trunc(p/q) and s = p - n*q."""
+    with np.errstate(all="ignore"):
+        root = libm("power")(x, 1.0 / q)
+        newton = root + (x / root ** (q - 1) - root) / q
+        root = np.where(np.isnan(newton), root, newton)
+        n = int(p / q)
+        s = abs(p - n * q)
+        value = root if s == 1 else root**s
+        if p < 0:
+            value = 1 / value
+        if n:
+            power = np.abs(x) if abs(n) == 1 else np.abs(x) ** abs(n)  # (-0.0: pow's +0.0)
+            value = value * power if n > 0 else value / power
+    return value
 
 
 def stable_numpy() -> dict[str, object]:
@@ -75,6 +100,10 @@ class _NumPyPrinter(NumPyPrinter):
         return self._hypot_ratios(expr) or print_interleaved(self, expr) or super()._print_Mul(expr)
 
     def _print_Pow(self, expr, rational=False):
+        base, e = expr.as_base_exp()
+        root = root_exponent(e) if base.free_symbols else None
+        if root is not None:  # as the framework printers write it
+            return f"{ROOT_POWER_HELPER}({self._print(base)}, {root[0]}, {root[1]})"
         return self._hypot_ratios(expr) or super()._print_Pow(expr, rational)
 
 

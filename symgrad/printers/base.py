@@ -10,10 +10,12 @@ from sympy.printing.str import StrPrinter
 
 from symgrad.errors import DerivationError
 from symgrad.functions import (
+    ROOT_POWER_HELPER,
     StableFunction,
     heaviside_as_piecewise,
     hypot_power_parts,
     print_interleaved,
+    root_exponent,
 )
 from symgrad.ops import OPS, spelled
 
@@ -39,6 +41,9 @@ class FrameworkPrinter(StrPrinter):
 
     ``scalars`` are symbols bound to Python floats at run time: expressions over scalars
     only are printed with the ``math`` module, since framework ops want tensors.
+    ``as_written``: a power whose exponent no float holds is the framework's pow, not the
+    module's root helper (the naive formula of the reports and generated tests, which
+    have no helpers).
     """
 
     framework = "python"
@@ -54,10 +59,14 @@ class FrameworkPrinter(StrPrinter):
     _default_settings = dict(StrPrinter._default_settings)
 
     def __init__(
-        self, scalars: Iterable[sympy.Symbol] = (), names: dict[sympy.Symbol, str] | None = None
+        self,
+        scalars: Iterable[sympy.Symbol] = (),
+        names: dict[sympy.Symbol, str] | None = None,
+        as_written: bool = False,
     ):
         super().__init__()
         self.scalars = frozenset(scalars)
+        self.as_written = as_written
         self.names = dict(names or {})
         self.uses_math = False
         self.booleans: set[sympy.Symbol] = set()  # temporaries holding conditions
@@ -140,6 +149,10 @@ class FrameworkPrinter(StrPrinter):
                 self.uses_math = True
                 return f"1 / {self.call('math.sqrt', base)}"
             return super()._print_Pow(expr, rational)
+        root = None if self.as_written else root_exponent(e)
+        if root is not None:
+            # the exponent would be rounded: a root within an ulp (functions.root_exponent)
+            return f"{ROOT_POWER_HELPER}({self._print(base)}, {root[0]}, {root[1]})"
         if e == sympy.S.Half:
             return self.call(self.sqrt, base)
         if e == -sympy.S.Half:

@@ -206,7 +206,7 @@ def naive_source(derived: Derived) -> list[str]:
     """The naive output formulas as torch source, exactly as written (not stabilised)."""
     from symgrad.printers import TorchPrinter
 
-    printer = TorchPrinter(scalars=derived.scalars)
+    printer = TorchPrinter(scalars=derived.scalars, as_written=True)
     return [printer.doprint(expr) for _, expr in derived.naive_outputs]
 
 

@@ -557,6 +557,32 @@ def _tan_half_atan(q: torch.Tensor) -> torch.Tensor:
     return c / (1 + torch.hypot(c, c.new_ones(())))
 
 
+def _root_power(x: torch.Tensor, p: int, q: int) -> torch.Tensor:
+    """``x**(p/q)`` for an exponent that no float holds (1/3, -2/3, 0.1), within ~1 ulp.
+
+    ``torch.pow(x, p / q)`` raises x to the rounded exponent: a relative error of
+    |log(x)| * 2**-54, 114 ulps for x**(1/3) at x = 1e296 in float64. Here the q-th root
+    is pow's corrected by one Newton step (which squares pow's error), and x**(p/q) =
+    root**s * x**n with n = trunc(p/q) and s = p - n*q of one sign: each part lies between
+    1 and the value, so neither overflows where the value does not. Negative x gives NaN,
+    as pow does; 0 and inf, pow's own values.
+    """
+    root = torch.pow(x, 1.0 / q)
+    newton = root + (x / root ** (q - 1) - root) / q
+    root = torch.where(newton.isnan(), root, newton)  # 0 and inf: 0 / 0, inf / inf
+    n = int(p / q)
+    s = abs(p - n * q)
+    value = root if s == 1 else root**s
+    if p < 0:
+        value = 1 / value
+    if n:
+        power = (
+            torch.abs(x) if abs(n) == 1 else torch.abs(x) ** abs(n)
+        )  # (-0.0: pow's +0.0)
+        value = value * power if n > 0 else value / power
+    return value
+
+
 def _sigmoid(
     x: torch.Tensor, overwrite: bool = False, negative_of: torch.Tensor | None = None
 ) -> torch.Tensor:
