@@ -16,7 +16,14 @@ PACKAGE = Path(__file__).resolve().parents[1] / "symgrad"
 #: The layers, lowest first: a module may import its own layer's modules and those of
 #: the layers below, never those above.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("symgrad", "symgrad.errors", "symgrad.series", "symgrad.numerics", "symgrad.numerics.floats"),
+    (
+        "symgrad",
+        "symgrad.errors",
+        "symgrad.series",
+        "symgrad.numerics",
+        "symgrad.numerics.floats",
+        "symgrad.runtime.shared_helpers",  # plain Python: the NumPy model runs it too
+    ),
     ("symgrad.spec", "symgrad.functions", "symgrad.ops", "symgrad.cost"),
     (
         "symgrad.expr",

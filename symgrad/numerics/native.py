@@ -23,6 +23,7 @@ from symgrad.functions import (
     root_exponent,
 )
 from symgrad.ops import LIBM, OPS, REGIMES, libm
+from symgrad.runtime.shared_helpers import _root_newton, _root_powers
 
 
 @functools.cache
@@ -51,21 +52,13 @@ def _numpy_modules() -> list:
 
 def root_power(x, p: int, q: int):
     """``x**(p/q)`` as the generated modules' ``_root_power`` computes it (see
-    symgrad/runtime/torch_helpers.py): pow's q-th root and one Newton step, then
-    root**s * x**n with n = trunc(p/q) and s = p - n*q."""
+    symgrad/runtime/torch_helpers.py), with the same framework-free helpers: pow's q-th
+    root (the C library's) and one Newton step, then its powers and x's."""
     with np.errstate(all="ignore"):
         root = libm("power")(x, 1.0 / q)
-        newton = root + (x / root ** (q - 1) - root) / q
+        newton = _root_newton(root, x, q)
         root = np.where(np.isnan(newton), root, newton)
-        n = int(p / q)
-        s = abs(p - n * q)
-        value = root if s == 1 else root**s
-        if p < 0:
-            value = 1 / value
-        if n:
-            power = np.abs(x) if abs(n) == 1 else np.abs(x) ** abs(n)  # (-0.0: pow's +0.0)
-            value = value * power if n > 0 else value / power
-    return value
+        return _root_powers(root, x, p, q)
 
 
 def stable_numpy() -> dict[str, object]:

@@ -15,8 +15,8 @@ from pathlib import Path
 
 #: The runtime files of each framework, in the order their definitions are copied.
 FILES = {
-    "torch": ("torch_helpers.py", "torch_private.py"),
-    "tensorflow": ("tf_helpers.py",),
+    "torch": ("torch_helpers.py", "torch_private.py", "shared_helpers.py"),
+    "tensorflow": ("tf_helpers.py", "shared_helpers.py"),
 }
 
 #: Modules the generated code reads itself, beside those of the runtime's imports (the

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from .shared_helpers import _root_newton, _root_powers
+
 
 def _reduce_to(grad: tf.Tensor, like: tf.Tensor) -> tf.Tensor:
     """Sum a broadcast gradient back to the shape of the input it belongs to."""
@@ -60,20 +62,10 @@ def _check_broadcast(name: str, **tensors) -> None:
 
 def _root_power(x: tf.Tensor, p: int, q: int) -> tf.Tensor:
     """``x**(p/q)`` for an exponent that no float holds (1/3, -2/3, 0.1), within ~1 ulp:
-    pow's q-th root corrected by one Newton step, then root**s * x**n with n = trunc(p/q),
-    s = p - n*q (see the torch module's ``_root_power``; ``tf.math.pow(x, p / q)`` is off
-    by |log(x)| * 2**-54 relative, 114 ulps for x**(1/3) at x = 1e296)."""
+    pow's q-th root corrected by one Newton step, then its powers and x's (see the torch
+    module's ``_root_power``; ``tf.math.pow(x, p / q)`` is off by |log(x)| * 2**-54
+    relative, 114 ulps for x**(1/3) at x = 1e296)."""
     root = tf.math.pow(x, 1.0 / q)
-    newton = root + (x / root ** (q - 1) - root) / q
-    root = tf.where(tf.math.is_nan(newton), root, newton)  # 0 and inf: 0 / 0, inf / inf
-    n = int(p / q)
-    s = abs(p - n * q)
-    value = root if s == 1 else root**s
-    if p < 0:
-        value = 1 / value
-    if n:
-        power = (
-            tf.math.abs(x) if abs(n) == 1 else tf.math.abs(x) ** abs(n)
-        )  # (-0.0: pow's +0.0)
-        value = value * power if n > 0 else value / power
-    return value
+    newton = _root_newton(root, x, q)
+    root = tf.where(tf.math.is_nan(newton), root, newton)  # 0 and inf: pow's
+    return _root_powers(root, x, p, q)

@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 import torch
 
+from .shared_helpers import _root_newton, _root_powers
 from .torch_private import (
     _mark_dynamic_hinted,
     _recompile_limit_hit,
@@ -562,25 +563,13 @@ def _root_power(x: torch.Tensor, p: int, q: int) -> torch.Tensor:
 
     ``torch.pow(x, p / q)`` raises x to the rounded exponent: a relative error of
     |log(x)| * 2**-54, 114 ulps for x**(1/3) at x = 1e296 in float64. Here the q-th root
-    is pow's corrected by one Newton step (which squares pow's error), and x**(p/q) =
-    root**s * x**n with n = trunc(p/q) and s = p - n*q of one sign: each part lies between
-    1 and the value, so neither overflows where the value does not. Negative x gives NaN,
-    as pow does; 0 and inf, pow's own values.
+    is pow's corrected by one Newton step, then x**(p/q) is its powers and x's
+    (:func:`_root_powers`). Negative x gives NaN, as pow does; 0 and inf, pow's own values.
     """
     root = torch.pow(x, 1.0 / q)
-    newton = root + (x / root ** (q - 1) - root) / q
-    root = torch.where(newton.isnan(), root, newton)  # 0 and inf: 0 / 0, inf / inf
-    n = int(p / q)
-    s = abs(p - n * q)
-    value = root if s == 1 else root**s
-    if p < 0:
-        value = 1 / value
-    if n:
-        power = (
-            torch.abs(x) if abs(n) == 1 else torch.abs(x) ** abs(n)
-        )  # (-0.0: pow's +0.0)
-        value = value * power if n > 0 else value / power
-    return value
+    newton = _root_newton(root, x, q)
+    root = torch.where(newton.isnan(), root, newton)  # 0 and inf: pow's
+    return _root_powers(root, x, p, q)
 
 
 def _sigmoid(
