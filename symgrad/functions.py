@@ -1158,7 +1158,6 @@ def interleaved_product(
     _pair_ratios(num, den, upstream)
     if products and not any(_bounded(b) for b in num):
         _pair_products(num, upstream)
-        _pair_products(den, upstream)
 
     def placed(op: str, counts: dict[sympy.Expr, int]) -> list[tuple]:
         """(position, op, factor) of each factor; "*" sorts before "/" at a tie."""
@@ -1216,14 +1215,15 @@ def _pair_ratios(
 
 
 def _pair_products(side: dict[sympy.Expr, int], upstream: dict[sympy.Expr, int]) -> None:
-    """Powers of two bases on one side of a product, both squares or more, as a power of
-    their product (in place): a**2 * b**2 is (a * b) * (a * b). Spread as a * b * a * b,
-    the partial product a**2 * b overflows at a = 1e30, b = 1e-20 in float32 where the
-    value, 1e20, does not; a * b is the value's root, between 1 and the value. The largest
-    powers pair first, a remainder stays a power of its own base (a**3 * b**2 is (a * b) *
-    a * (a * b)); three bases pair again ((a * b) * c). Upstream gradients keep their
-    places. (The caller leaves a product with a factor bounded by 1 alone, as for
-    :func:`_pair_ratios`.)"""
+    """Powers of two numerator bases, both squares or more, as a power of their product
+    (in place): a**2 * b**2 is (a * b) * (a * b). Spread as a * b * a * b, the partial
+    product a**2 * b overflows at a = 1e30, b = 1e-20 in float32 where the value, 1e20,
+    does not; a * b is the value's root, between 1 and the value. The largest powers pair
+    first, a remainder stays a power of its own base (a**3 * b**2 is (a * b) * a * (a *
+    b)); three bases pair again ((a * b) * c). Upstream gradients keep their places. Not
+    the denominator's: x * y / (c*d) / (c*d) is 0 at x = y = 1e300, c = d = 1e200, where
+    c*d overflows and x / c / d * y / c / d is the value, 1e-200. (The caller leaves a
+    product with a factor bounded by 1 alone, as for :func:`_pair_ratios`.)"""
     while True:
         bases = sorted(
             (b for b in side if side[b] >= 2 and b not in upstream),
