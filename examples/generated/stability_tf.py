@@ -963,7 +963,7 @@ def _student_t_logpdf_grad_x(x, grad, nu):
             x_bar = grad_grad_x * tf.where(
                 tf.math.abs(x) < 1,
                 t1 / t4 * (-nu + tf.math.square(x)) / t4,
-                t1 / (t5 * x) * (-nu / x / x + 1) / (t5 * x),
+                t1 / t5 / x * (-nu / x / x + 1) / t5 / x,
             )
             grad_bar = (-nu - 1) / (nu / x + x) * grad_grad_x
             return x_bar, grad_bar

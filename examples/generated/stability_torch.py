@@ -2502,13 +2502,13 @@ def _student_t_logpdf_grad_x_backward(
         t4 = (x**2).add_(nu)
         t5 = (nu / x).div_(x).add_(1)
         t2 = t1 / t4
-        t3 = t5 * x
+        t3 = t1 / t5
         x_bar = _mul_into(
             grad * grad_grad_x,
             _where(
                 (x < 1) & (x > -1),
                 t2.mul_((x**2).add_(-nu)).div_(t4),
-                (t1 / t3).mul_((t0 / x).div_(x).add_(1)).div_(t5.mul_(x)),
+                t3.div_(x).mul_((t0 / x).div_(x).add_(1)).div_(t5).div_(x),
                 overwrite="a",
             ),
         )
@@ -2557,7 +2557,7 @@ class StudentTLogpdfGrad(_Function):
                 * torch.where(
                     (x < 1) & (x > -1),
                     t1 / t4 * (-nu + x**2) / t4,
-                    t1 / (t5 * x) * (t0 / x / x + 1) / (t5 * x),
+                    t1 / t5 / x * (t0 / x / x + 1) / t5 / x,
                 )
             )
         if ctx.needs_input_grad[1]:
@@ -2578,7 +2578,7 @@ class StudentTLogpdfGrad(_Function):
             * torch.where(
                 (x < 1) & (x > -1),
                 t1 / t4 * (-nu + x**2) / t4,
-                t1 / (t5 * x) * (t0 / x / x + 1) / (t5 * x),
+                t1 / t5 / x * (t0 / x / x + 1) / t5 / x,
             )
             - t1 / (nu / x + x) * grad_t
         )
