@@ -1089,7 +1089,7 @@ def _far_from_one(coeff: sympy.Expr) -> bool:
 
 
 def interleaved_product(
-    expr: sympy.Expr, roots: bool = False, products: bool = True
+    expr: sympy.Expr, roots: bool = False
 ) -> tuple[sympy.Expr, list[tuple[str, sympy.Expr]]] | None:
     """A product with integer powers as (coefficient, [(op, factor), ...]), to be evaluated
     left to right: each base's factors spread evenly over the product, numerator and
@@ -1107,8 +1107,7 @@ def interleaved_product(
     ``roots``, a half-integer power is its integer part and a square root: t**-1.5
     divides by t, then by sqrt(t) (t**1.5 underflows at t = 3e-228). The printers never
     see one: :mod:`symgrad.cse` writes it so, with the square root a temporary; this is
-    how it knows which shared powers the products spread. ``products``: powers of two
-    bases on one side as a power of their product (:func:`_pair_products`).
+    how it knows which shared powers the products spread.
     """
     coeff = sympy.S.One
     num: dict[sympy.Expr, int] = {}
@@ -1156,8 +1155,6 @@ def interleaved_product(
     if len(upstream) == len(num):  # (a gradient alone on top stays first: grad / t / t)
         upstream = {}
     _pair_ratios(num, den, upstream)
-    if products and not any(_bounded(b) for b in num):
-        _pair_products(num, upstream)
 
     def placed(op: str, counts: dict[sympy.Expr, int]) -> list[tuple]:
         """(position, op, factor) of each factor; "*" sorts before "/" at a tie."""
@@ -1212,33 +1209,6 @@ def _pair_ratios(
             if not side[base]:
                 del side[base]
         num[ratio] = num.get(ratio, 0) + n
-
-
-def _pair_products(side: dict[sympy.Expr, int], upstream: dict[sympy.Expr, int]) -> None:
-    """Powers of two numerator bases, both squares or more, as a power of their product
-    (in place): a**2 * b**2 is (a * b) * (a * b). Spread as a * b * a * b, the partial
-    product a**2 * b overflows at a = 1e30, b = 1e-20 in float32 where the value, 1e20,
-    does not; a * b is the value's root, between 1 and the value. The largest powers pair
-    first, a remainder stays a power of its own base (a**3 * b**2 is (a * b) * a * (a *
-    b)); three bases pair again ((a * b) * c). Upstream gradients keep their places. Not
-    the denominator's: x * y / (c*d) / (c*d) is 0 at x = y = 1e300, c = d = 1e200, where
-    c*d overflows and x / c / d * y / c / d is the value, 1e-200. (The caller leaves a
-    product with a factor bounded by 1 alone, as for :func:`_pair_ratios`.)"""
-    while True:
-        bases = sorted(
-            (b for b in side if side[b] >= 2 and b not in upstream),
-            key=lambda b: (-side[b], sympy.default_sort_key(b)),
-        )
-        if len(bases) < 2:
-            return
-        a, b = bases[:2]
-        n = min(side[a], side[b])
-        for base in (a, b):
-            side[base] -= n
-            if not side[base]:
-                del side[base]
-        product = a * b
-        side[product] = side.get(product, 0) + n
 
 
 def paired_product(
@@ -1362,10 +1332,7 @@ def print_interleaved(printer, expr: sympy.Expr) -> str | None:
     """``expr`` printed by ``printer`` as an interleaved product, or None (see
     :func:`interleaved_product` and :func:`paired_product`)."""
     scalar = getattr(printer, "is_scalar", lambda e: False)  # the NumPy model has none
-    # the naive formula of the reports and tests (as_written) is spread as it was before
-    # powers were paired by their product, so that its errors stay comparable
-    products = not getattr(printer, "as_written", False)
-    plan = interleaved_product(expr, products=products) or paired_product(expr, scalar)
+    plan = interleaved_product(expr) or paired_product(expr, scalar)
     if plan is None:
         return None
     coeff, steps = plan

@@ -2189,7 +2189,7 @@ def _focal_loss_grad_z_backward(
     if need_z_bar:
         t13 = t12 * t6
         t14 = (t0 * t10).add_(t0 * t13).add_(t10).add_(t13)
-        t15 = _mul_into(gamma * t3, t8).mul_(gamma * t3).add_(t14)
+        t15 = _mul_into(gamma * t3, t8).mul_(gamma).mul_(t3).add_(t14)
     t16 = z > 1600.0
     t17 = z < -1600.0
     if need_z_bar:
@@ -2199,7 +2199,7 @@ def _focal_loss_grad_z_backward(
         t20 = t10.mul_(t1).mul_(t5).add_(t13.mul_(t1).mul_(t19))
     t21 = t11.mul_(t19)
     if need_z_bar:
-        t22 = _mul_into(gamma * t6, t21).mul_(gamma * t6)
+        t22 = _mul_into(gamma * t6, t21).mul_(gamma).mul_(t6)
         t23 = t14.add_(t22)
         t24 = t22.add_(t15)
     if need_grad_bar:
@@ -2290,13 +2290,13 @@ class FocalLossGrad(_Function):
             t10 = t3**gamma * (1 - target)
             t11 = t10 * t8
             t12 = t0 * t11 + t0 * t9 + t11 + t9
-            t13 = gamma * t3 * t5 * t7 * (gamma * t3) + t12
+            t13 = gamma * t3 * t5 * t7 * gamma * t3 + t12
             t14 = z > 1600.0
             t15 = z < -1600.0
             t16 = t14 | t15
             t17 = torch.nn.functional.softplus(z, threshold=40.0)
             t18 = t1 * t11 * t17 + t1 * t5 * t9
-            t19 = gamma * t6 * t10 * t17 * (gamma * t6)
+            t19 = gamma * t6 * t10 * t17 * gamma * t6
             t20 = t12 + t19
             t21 = t13 + t19
             z_bar = (
@@ -2358,10 +2358,10 @@ class FocalLossGrad(_Function):
         t19 = t10 * t2
         t20 = t5 * t9
         t21 = t1 * t19 + t1 * t20 + t19 + t20
-        t22 = gamma * t2 * t7 * (gamma * t2) + t21
+        t22 = gamma * t2 * t7 * gamma * t2 + t21
         t23 = t13 | t17
         t24 = t0 * t14 * t20 + t0 * t19 * t4
-        t25 = gamma * t5 * t15 * (gamma * t5)
+        t25 = gamma * t5 * t15 * gamma * t5
         t26 = t21 + t25
         t27 = t22 + t25
         return grad * z_t * torch.where(
