@@ -1339,7 +1339,7 @@ def print_interleaved(printer, expr: sympy.Expr) -> str | None:
     level = PRECEDENCE["Mul"]
 
     def factor_text(op: str, factor: sympy.Expr) -> str:
-        # a divisor that is a product (a paired power, a*b) in parentheses too
+        # a divisor that is a product in parentheses too (strictly, 1 / a*b)
         strict = op == "/" and not isinstance(factor, sympy.Mul)
         return printer.parenthesize(factor, level, strict=strict)
 
