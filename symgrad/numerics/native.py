@@ -50,12 +50,16 @@ def _numpy_modules() -> list:
     return [stable_numpy(), {ROOT_POWER_HELPER: root_power}, "numpy"]
 
 
+#: pow through the C library, built once: root_power runs at every evaluation of the choice
+_POWER = libm("power")
+
+
 def root_power(x, p: int, q: int):
     """``x**(p/q)`` as the generated modules' ``_root_power`` computes it (see
     symgrad/runtime/torch_helpers.py), with the same framework-free helpers: pow's q-th
     root (the C library's) and one Newton step, then its powers and x's."""
     with np.errstate(all="ignore"):
-        root = libm("power")(x, 1.0 / q)
+        root = _POWER(x, 1.0 / q)
         newton = _root_newton(root, x, q)
         root = np.where(np.isnan(newton), root, newton)
         return _root_powers(root, x, p, q)
