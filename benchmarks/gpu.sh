@@ -32,7 +32,18 @@ run_tests() {
         examples/generated/test_*_torch.py 2>&1 | tee "$OUT/tests.log" | tail -n 25
 }
 
+needs_symgrad() {
+    # accuracy and bench generate code: symgrad and every dependency it declares (ruff
+    # formats the output; the CUDA image has no ruff, so carry its wheel there)
+    if ! "$PY" -c 'import symgrad.generate, ruff, sympy, jinja2, yaml, click, mpmath' 2>/dev/null; then
+        echo "error: '$1' generates code and needs symgrad's dependencies:" \
+            "pip install -e . (or install ruff==0.17.6 and put symgrad on PYTHONPATH)" >&2
+        exit 1
+    fi
+}
+
 run_accuracy() {
+    needs_symgrad accuracy
     local specs=${SPECS:-specs/stability.yaml specs/activations.yaml specs/tutorial.yaml \
         benchmarks/accuracy/corpus.yaml}
     for dtype in ${DTYPES:-float32 float64}; do
@@ -51,6 +62,7 @@ run_accuracy() {
 }
 
 run_bench() {
+    needs_symgrad bench
     "$PY" benchmarks/bench_torch.py --device cuda "$@" 2>&1 | tee "$OUT/bench-torch-cuda.txt"
 }
 
