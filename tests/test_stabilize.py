@@ -278,6 +278,16 @@ _d = x - y
 PHASE_CASES: dict[str, dict[str, Case]] = {
     "stabilize": {name: Case(_parse(case[0])) for name, case in CASES.items()},
     "whole": {
+        # the Kalman gain's d2/ddt2 (dt = x, r = y): inf at x = 1e10, y = 1e300 where
+        # its value is 6e-280 (and rational_tail's expanded tail, with y**2, NaN from y =
+        # 1e160); y/(A + 2*y) is 1/(2 + A/y)
+        "ratio_tail": Case(
+            8
+            * y
+            * (-5 * x**6 - 90 * x**4 + 6 * x**2 * y - 450 * x**2 + 20 * y + 500)
+            / (x**4 + 20 * x**2 + 2 * y + 50) ** 3,
+            {"x": 1e10, "y": 1e300},
+        ),
         # x**2 overflows at 1e200: inf/inf; rescaled, every power is at most 1
         "rational_tail": Case(
             (nu - x**2) / (nu + x**2) ** 2, {"x": 1e200, "nu": 3.0}, frozenset({nu})
@@ -1164,6 +1174,48 @@ def test_rational_tail_keeps_the_factors_of_a_quotient_with_another_tensor_input
         assert split_regimes(expr).args[1][0].has(r**2)
     finally:
         FACTORED_TAILS.reset(token)
+
+
+def test_ratio_tail_pairs_the_powers_of_an_input_with_the_denominator():
+    """The Kalman gain P/(P + r) (P = dt**4/2 + 10*dt**2 + 25): its derivatives in dt have
+    r, r**2 over (P + r)**2 and (P + r)**3. With r/(P + r) as 1/(1 + P/r) they are finite
+    and accurate in both branches, from r = 1e-300 to 1e300 and dt to 1e200, where the
+    form rational_tail alone makes is NaN at r = 1e160 for every dt; float32 likewise."""
+    import numpy as np
+
+    from symgrad.numerics.floats import bits_of_error, round_to
+    from symgrad.numerics.mp import exact as reference_exact
+    from symgrad.numerics.native import call
+    from symgrad.numerics.native import evaluator as _evaluator
+    from symgrad.rewrite.regimes import ratio_tail
+
+    dt, r = sympy.symbols("dt r", real=True)
+    p = dt**4 / 2 + 10 * dt**2 + 25
+    for order, power in ((1, 1), (2, 1), (1, 2)):
+        expr = sympy.factor(sympy.together(sympy.diff(r ** (power - 1) * p / (p + r), dt, order)))
+        split = ratio_tail(expr, frozenset(), frozenset())
+        assert isinstance(split, sympy.Piecewise), expr
+        fn = _evaluator(split, [dt, r])
+        for d in (0.5, 2.0, 1e3, 1e10, 1e30, 1e100, 1e200):
+            for q in (1e-300, 1e-10, 1.0, 1e10, 1e30, 1e160, 1e300):
+                for dtype in ("float64", "float32"):
+                    point = {dt: round_to(d, dtype), r: round_to(q, dtype)}
+                    if not all(0 < v < math.inf for v in point.values()):
+                        continue
+                    want = round_to(reference_exact(expr, point), dtype)
+                    if (
+                        not math.isfinite(want)
+                        or abs(want) < 1e-290
+                        or (dtype == "float32" and abs(want) < 1e-36)
+                    ):
+                        continue  # subnormal results: a few ulps of the smallest normal
+                    with np.errstate(all="ignore"):
+                        got = float(call(fn, [point[dt], point[r]], getattr(np, dtype)))
+                    assert bits_of_error(got, want, dtype) <= 4, (expr, point, dtype, got, want)
+    # R is kept as it is factored: no power of nu alone in the numerator, no pairing
+    nu = sympy.Symbol("nu", real=True)
+    x = sympy.Symbol("x", real=True)
+    assert ratio_tail((nu + 1) * (x**2 - nu) / (nu + x**2) ** 2, frozenset(), frozenset()) is None
 
 
 def test_rational_tail_cancels_the_numerator_of_its_branch_near_zero():

@@ -82,6 +82,86 @@ _REMOVABLE_ORDER = 10
 
 
 @register("whole")
+def ratio_tail(node: sympy.Basic, params: frozenset, positive: frozenset) -> sympy.Basic | None:
+    """R*r**j/(A + c*r)**m -> R*r**(j - t)/(A + c*r)**(m - t)/(c + A/r)**t, divided through
+    by x**k for |x| >= 1: a rational function whose denominator is a polynomial A(x) of
+    degree k >= 2 plus an input r, with the numerator's power of r paired with the
+    denominator's.
+
+    r/(A + c*r) is 1/(c + A/r) (at r = 0 too, where A/r is infinite), bounded where A
+    and r are positive: where r**j overflows (r > 1e154 in float64 for j = 2) the value
+    need not. The Kalman gain's second derivative in dt,
+    8*r*(c0(dt) + c1(dt)*r)/(dt**4 + 20*dt**2 + 2*r + 50)**3, is inf/inf (NaN) at r =
+    1e160 for every dt, its numerator expanded over dt**12 or not
+    (:func:`rational_tail`); as 8*(c0 + c1*r)/B**2/(2 + A/r) it is finite. R keeps as
+    many powers of the denominator as it needs to stay bounded for large x (t is at most
+    (k*m - deg R)/k): r**2*P'/(P + r)**2 is P'*r/(P + r)/(1 + P/r), as P' alone overflows
+    where the value does not. R is kept as it is factored (x**2 - nu is not spread over
+    the terms of a sum that cancels where it does). ``None`` where ``node`` is not such a
+    function, R grows faster than the denominator or no power of r pairs.
+    """
+    if not isinstance(node, (Mul, Pow)) or node.atoms(sympy.Function):
+        return None
+    if not node.is_rational_function():
+        return None
+    numerator, denominator = sympy.fraction(sympy.together(node))
+    numerator = sympy.factor_terms(numerator)
+    for r in sorted(node.free_symbols - params, key=lambda s: s.name):
+        with_r = [f for f in Mul.make_args(denominator) if f.has(r)]
+        rest = Mul(*(f for f in Mul.make_args(denominator) if not f.has(r)))
+        if len(with_r) != 1:
+            continue
+        base, m = with_r[0].as_base_exp()
+        if not (base.is_Add and m.is_Integer and m > 0) or sympy.degree(base, r) != 1:
+            continue
+        c = base.coeff(r, 1)
+        a = sympy.expand(base - c * r)
+        if not (c.is_number and c > 0) or a.has(r):
+            continue
+        j = sum(int(e) for f in Mul.make_args(numerator) for b, e in [f.as_base_exp()] if b == r)
+        if j == 0:
+            continue
+        found = _ratio_tail(numerator / r**j, j, rest, a, c, r, int(m), params)
+        if found is not None:
+            return found
+    return None
+
+
+def _ratio_tail(
+    rest_of_numerator: sympy.Expr,
+    j: int,
+    rest: sympy.Expr,
+    a: sympy.Expr,
+    c: sympy.Expr,
+    r: sympy.Symbol,
+    m: int,
+    params: frozenset,
+) -> sympy.Expr | None:
+    """:func:`ratio_tail` of rest_of_numerator * r**j / (rest * (a + c*r)**m), or None."""
+    for x in sorted(a.free_symbols - params, key=lambda s: s.name):
+        if not a.is_polynomial(x) or rest.has(x) or not rest_of_numerator.is_polynomial(x):
+            continue
+        k = int(sympy.degree(a, x))
+        d = int(sympy.degree(rest_of_numerator, x)) if rest_of_numerator.has(x) else 0
+        if k < 2 or d > k * m:
+            continue
+        t = min(j, (k * m - d) // k)
+        if t == 0:
+            continue
+        near = rest_of_numerator * r ** (j - t) * (a + c * r) ** (t - m) * (c + a / r) ** -t / rest
+        a_scaled = sympy.expand(a / x**k)
+        tail = (
+            sympy.expand(rest_of_numerator / x ** (k * (m - t)))
+            * r ** (j - t)
+            * (a_scaled + c * r / x**k) ** (t - m)
+            * (c + a_scaled * x**k / r) ** -t
+            / rest
+        )
+        return sympy.Piecewise((near, sympy.Abs(x) < 1), (tail, True))
+    return None
+
+
+@register("whole")
 def rational_tail(node: sympy.Basic, params: frozenset, positive: frozenset) -> sympy.Basic | None:
     """P(x)/Q(x) with deg Q >= 2 -> (P/x^k)/(Q/x^k) for |x| >= 1; the same for the factors
     of a product that are rational in x, its other factors (exp(x**2)) kept as they are.
