@@ -123,9 +123,8 @@ def test_the_most_accurate_candidates_keep_their_order_and_drop_the_worse():
 
 def test_a_contest_within_the_margin_is_measured_again_on_more_points():
     """log(1 + x) is within 1/2 bit of log1p(x) on a sample whose smallest x is 0.01 (6
-    bits there); the choice measures the close forms again with ``more`` points, and the
-    tail the sample missed decides. Without ``more`` both stay, for the caller's cost to
-    decide; a form alone within the margin is not measured again."""
+    bits there); where the cheaper form would be taken on that sample, the choice measures
+    the close forms again with ``more`` points, and the tail it missed decides."""
     import sympy
 
     from symgrad import functions as F
@@ -136,20 +135,18 @@ def test_a_contest_within_the_margin_is_measured_again_on_more_points():
     points = [{x: 1.0 + k / 8} for k in range(200)] + [{x: 0.01 + k / 1e4} for k in range(10)]
     more = [{x: 10.0**-k} for k in range(8, 16)]
 
-    close = most_accurate([naive, stable], points)
-    assert [form for form, _ in close] == [naive, stable]
+    def cost(form):
+        return 0 if form == naive else 1
+
+    close = most_accurate([naive, stable], points, costs=(cost,))
+    assert [form for form, _ in close] == [naive, stable]  # the naive form would be taken
     assert close[0][1].score > close[1][1].score
-    again = most_accurate([naive, stable], points, more=more)
+    again = most_accurate([naive, stable], points, more=more, costs=(cost,))
     assert [form for form, _ in again] == [stable]
     assert again[0][1].points == len(points) + len(more)
-    # whichever form is the better measured on the first sample: a contest is measured again
-    again = most_accurate([stable, naive], points, more=more)
-    assert [form for form, _ in again] == [stable]
-    # no contest (the naive form is far worse on the tail): ``more`` is not used
-    tail = [{x: 10.0**-k} for k in range(8, 12)]
-    alone = most_accurate([naive, stable], points + tail, more=more)
-    assert [form for form, _ in alone] == [stable]
-    assert alone[0][1].points == len(points) + len(tail)
+    # no contest where the form taken is the best measured: ``more`` is not used
+    cheap_stable = most_accurate([naive, stable], points, more=more, costs=(lambda f: -cost(f),))
+    assert [form for form, _ in cheap_stable] == [naive, stable]
 
 
 def test_a_form_whose_worst_point_is_far_worse_than_the_best_forms_is_not_close():
