@@ -9,7 +9,7 @@ each input's domain, and compared with the exact value (mpmath, via
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import sympy
@@ -129,6 +129,7 @@ def most_accurate(
     points: Sequence[Mapping[sympy.Symbol, float]],
     fallbacks: Sequence[sympy.Expr] = (),
     more: Sequence[Mapping[sympy.Symbol, float]] = (),
+    costs: Sequence[Callable[[sympy.Expr], float]] = (),
 ) -> list[tuple[sympy.Expr, Accuracy]]:
     """The candidates as accurate as the best, with their measured accuracy, in the given
     order: within 1/2 bit of the best score (mean bits of error, a non-finite result
@@ -140,17 +141,16 @@ def most_accurate(
     ``fallbacks`` (other forms of the same formula) that has one. [] where none can be
     evaluated with NumPy.
 
-    A contest (more than one candidate within the margin) is measured again on ``points``
-    and ``more`` together, whichever of them the caller will take. The margin lets the
-    cheaper of two forms win on a sample that missed the tail where it fails (a split
-    quotient 4.13 bits, the unsplit 4.18 on 48 points of a two-input domain); and a
-    near-tie decided on one sample is decided by its roundings: a rewrite that moved only
-    roundings tipped a held-out second derivative to a form NaN at three more points that
-    48 did not hold."""
+    A contest is measured again on ``points`` and ``more`` together: where the cheapest of
+    the candidates within the margin by one of ``costs`` (the forms the caller will take)
+    is not the best measured. The margin lets the cheaper of two forms win on a sample
+    that missed the tail where it fails (a split quotient 4.13 bits, the unsplit 4.18 on
+    48 points of a two-input domain)."""
     reference_expr = candidates[0]
     references = _references(reference_expr, points, fallbacks)
     close = _closest(reference_expr, candidates, points, references)
-    if more and len(close) > 1:
+    best = min((accuracy.score for _, accuracy in close), default=0.0)
+    if more and any(min(close, key=lambda c: cost(c[0]))[1].score > best for cost in costs):
         references += _references(reference_expr, more, fallbacks)
         close = _closest(reference_expr, [c for c, _ in close], [*points, *more], references)
     return close

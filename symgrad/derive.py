@@ -346,12 +346,14 @@ def finish(
                 eager_only.append(product)
                 sources.setdefault(product, sources[c])
         # The formula as written is the reference and a candidate in its own right.
-        close = most_accurate([expr, *candidates, *eager_only], points, also, more)
+        close = most_accurate(
+            [expr, *candidates, *eager_only], points, also, more, (eager_cost, op_cost)
+        )
         if close:
             best, accuracy = min(close, key=lambda c: eager_cost(c[0]))
             compiled = [c for c in close if c[0] not in eager_only]
             if not compiled:  # only products are close: measured again without them
-                compiled = most_accurate([expr, *candidates], points, also, more)
+                compiled = most_accurate([expr, *candidates], points, also, more, (op_cost,))
             fused_best = min(compiled or close, key=lambda c: op_cost(c[0]))[0]
         else:  # nothing measurable: the formula as written
             best, accuracy = expr, Accuracy(math.nan, math.nan, 0, 0)
