@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from symgrad.cli import main
@@ -176,6 +177,28 @@ def test_generated_examples_are_ruff_clean():
             *("--extend-select", "UP,RUF,B", "--ignore", "B905", "examples/generated"),
         ],
         cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("where", [".", "pkg/ops"])
+def test_generated_tests_sort_their_imports_wherever_they_are_placed(tmp_path, where):
+    """The generated test imports the generated module: first-party to ruff where it lies
+    in the project's root, third-party deeper down. Either way its imports are sorted
+    (I001): the module's import is a block of its own (isort: split)."""
+    from ruff.__main__ import find_ruff_bin
+
+    names = ["test_activations_torch.py", "activations_torch.py", "test_activations_tf.py"]
+    folder = tmp_path / where
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        (folder / name).write_text((ROOT / "examples" / "generated" / name).read_text())
+    proc = subprocess.run(
+        [find_ruff_bin(), "check", "--no-cache", "--select", "I", "."],
+        cwd=tmp_path,
         capture_output=True,
         text=True,
         check=False,

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import math
 
-import activations_tf as generated
 import numpy as np
 import pytest
 import tensorflow as tf
+
+# isort: split
+# (the generated module: first-party or third-party, as the project places it)
+import activations_tf as generated
 
 MODES = ["eager", "tf.function"]
 # Same tolerances as the torch tests: benign points within 1e-9 (float64); extreme points

@@ -10,11 +10,14 @@ from __future__ import annotations
 import contextlib
 import math
 
-import activations_torch as generated
 import pytest
 import torch
 from torch.autograd import gradcheck, gradgradcheck
 from torch.utils._python_dispatch import TorchDispatchMode
+
+# isort: split
+# (the generated module: first-party or third-party, as the project places it)
+import activations_torch as generated
 
 DEVICES = [
     "cpu",

@@ -11,8 +11,11 @@ import math
 
 import numpy as np
 import pytest
-import stability_tf as generated
 import tensorflow as tf
+
+# isort: split
+# (the generated module: first-party or third-party, as the project places it)
+import stability_tf as generated
 
 MODES = ["eager", "tf.function"]
 # Same tolerances as the torch tests: benign points within 1e-9 (float64); extreme points

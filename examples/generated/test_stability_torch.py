@@ -11,10 +11,13 @@ import contextlib
 import math
 
 import pytest
-import stability_torch as generated
 import torch
 from torch.autograd import gradcheck, gradgradcheck
 from torch.utils._python_dispatch import TorchDispatchMode
+
+# isort: split
+# (the generated module: first-party or third-party, as the project places it)
+import stability_torch as generated
 
 DEVICES = [
     "cpu",

@@ -11,8 +11,11 @@ import math
 
 import numpy as np
 import pytest
-import tensor_tf as generated
 import tensorflow as tf
+
+# isort: split
+# (the generated module: first-party or third-party, as the project places it)
+import tensor_tf as generated
 
 # --- tensor expressions -------------------------------------------------------------------
 # A small tensor per input (each named axis its own size); hard rows as in the torch tests.

@@ -10,9 +10,12 @@ from __future__ import annotations
 import math
 
 import pytest
-import tensor_torch as generated
 import torch
 from torch.autograd import gradcheck, gradgradcheck
+
+# isort: split
+# (the generated module: first-party or third-party, as the project places it)
+import tensor_torch as generated
 
 DEVICES = [
     "cpu",

@@ -12,6 +12,9 @@ import math
 import numpy as np
 import pytest
 import tensorflow as tf
+
+# isort: split
+# (the generated module: first-party or third-party, as the project places it)
 import tutorial_tf as generated
 
 MODES = ["eager", "tf.function"]

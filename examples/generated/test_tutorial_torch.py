@@ -12,9 +12,12 @@ import math
 
 import pytest
 import torch
-import tutorial_torch as generated
 from torch.autograd import gradcheck, gradgradcheck
 from torch.utils._python_dispatch import TorchDispatchMode
+
+# isort: split
+# (the generated module: first-party or third-party, as the project places it)
+import tutorial_torch as generated
 
 DEVICES = [
     "cpu",
