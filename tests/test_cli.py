@@ -191,7 +191,9 @@ def test_generated_tests_sort_their_imports_wherever_they_are_placed(tmp_path, w
     (I001): the module's import is a block of its own (isort: split)."""
     from ruff.__main__ import find_ruff_bin
 
-    names = ["test_activations_torch.py", "activations_torch.py", "test_activations_tf.py"]
+    names = [
+        f"{test}activations_{target}.py" for test in ("", "test_") for target in ("torch", "tf")
+    ]
     folder = tmp_path / where
     folder.mkdir(parents=True, exist_ok=True)
     for name in names:
