@@ -106,26 +106,63 @@ def _spread(value: sympy.Expr) -> bool:
     return isinstance(value, sympy.Pow) and _spread_exponent(value.exp) and not value.base.is_number
 
 
+def _plain_product(value: sympy.Expr) -> bool:
+    """``value`` is a product of two or more factors and no denominator: ``(x - 1)*(x +
+    1)``, ``g*x``. Shared, it is computed whole, so a product that divides it by a power
+    (``t*x/(x**2 + 1)**3``) cannot spread its factors between the divisions: inf where
+    x**2 overflows, and inf/inf is NaN where the value is 0."""
+    factors = sympy.Mul.make_args(value)
+    return len(factors) >= 2 and all(
+        not f.is_number and f.as_base_exp()[1].is_positive for f in factors
+    )
+
+
 def _unshare_spread_powers(replacements, reduced, temps):
-    """See :func:`common_subexpressions`: the spread temporaries put back."""
+    """See :func:`common_subexpressions`: the spread temporaries put back, and the plain
+    products (:func:`_plain_product`) that some spread product takes back (a dry run
+    finds those: a plain product no product spreads stays as CSE wrote it)."""
+    plain = {t for t, v in replacements if _plain_product(v)}
+    if plain:
+        taken = _taken_back(replacements, reduced, temps, plain, dry=True)[0]
+        plain = {t for t in plain if t in taken}
+    return _taken_back(replacements, reduced, temps, plain)[1:]
+
+
+def _taken_back(replacements, reduced, temps, plain, dry=False):
+    """The temporaries that some product took back, and ``replacements`` and ``reduced``
+    with the spread temporaries (and the ``plain`` ones) put back where a product spreads
+    them. ``dry``: no new temporaries for the compound factors of what goes back."""
     powers: dict[sympy.Symbol, sympy.Expr] = {}  # the temporaries that go back, as values
+    taken: set[sympy.Symbol] = set()
 
     def inline(expr: sympy.Expr) -> sympy.Expr:
         def product(node: sympy.Mul) -> sympy.Expr:
-            if not node.free_symbols & powers.keys():
+            # a plain product goes back as a factor of this product (t, t**2), never into
+            # a function of a factor (tanh(t/2) is spread as it is)
+            own = {f.as_base_exp()[0] for f in node.args}
+            used = {t for t in node.free_symbols & powers.keys() if t not in plain or t in own}
+            if not used:
                 return node
-            inlined = node.xreplace(powers)
-            return inlined if interleaved_product(inlined, roots=True) is not None else node
+            factors = {t: powers[t] for t in used & plain}
+            inlined = sympy.Mul(*(f.xreplace(factors) for f in node.args))
+            inlined = inlined.xreplace({t: v for t, v in powers.items() if t not in plain})
+            if interleaved_product(inlined, roots=True) is None:
+                return node
+            taken.update(used)
+            return inlined
 
         return expr.replace(lambda e: isinstance(e, sympy.Mul), product)
 
-    def named_factors(value: sympy.Expr) -> sympy.Expr:
+    def named_factors(value: sympy.Expr, whole: bool) -> sympy.Expr:
         """``value`` with each compound factor (or base) a temporary of its own: what
-        goes back into the products is then multiplications of names alone."""
+        goes back into the products is then multiplications of names alone. ``whole``: a
+        factor that is no integer power is named itself (sqrt(|mu|) computed once)."""
         factors = []
         for f in sympy.Mul.make_args(value):
             base, e = f.as_base_exp()
-            if not (base.is_Symbol or base.is_number):
+            if whole and not e.is_Integer:
+                base, e = f, sympy.S.One
+            if not (dry or base.is_Symbol or base.is_number):
                 temp = next(temps)
                 kept.append((temp, base))
                 f = temp**e
@@ -136,7 +173,10 @@ def _unshare_spread_powers(replacements, reduced, temps):
     for temp, value in replacements:  # in order: g*t, with t = s**-2, is spread too
         value = inline(value)
         if _spread(value):
-            value = named_factors(value)
+            value = named_factors(value, whole=False)
+            powers[temp] = value
+        elif temp in plain and _plain_product(value):
+            value = named_factors(value, whole=True)
             powers[temp] = value
         kept.append((temp, value))
     reduced = [inline(e) for e in reduced]
@@ -146,7 +186,7 @@ def _unshare_spread_powers(replacements, reduced, temps):
         read = set().union(*(v.free_symbols for _, v in kept), *(e.free_symbols for e in reduced))
         unread = [(t, v) for t, v in kept if t in powers and t not in read]
         if not unread:
-            return kept, reduced
+            return taken, kept, reduced
         kept = [pair for pair in kept if pair not in unread]
 
 

@@ -114,6 +114,37 @@ def test_the_code_and_its_model_keep_a_shared_power_from_underflowing():
         assert model == pytest.approx(exact, rel=1e-5)
 
 
+def test_a_shared_product_of_factors_goes_back_into_the_products_that_spread():
+    """The second order of x/(x**2 + 1): (x - 1)*(x + 1) is shared by both gradients, and
+    computed whole it is inf for |x| > 1.3e154 in float64, where t*x/t0/t0/t0 is 0 and
+    inf * 0 is NaN; put back, the products divide between its factors. Where no product
+    spreads a product of factors (a sum reads it), it stays shared as CSE wrote it."""
+    t0 = x**2 + 1
+    exprs = [
+        a * (4 * g * x * (x - 1) * (x + 1) / t0**3 - 2 * g * x / t0**2),
+        -a * (x - 1) * (x + 1) / t0**2,
+    ]
+    replacements, _ = common_subexpressions(exprs, _temps())
+    assert (x - 1) * (x + 1) not in [v for _, v in replacements], replacements
+    assert g * x not in [v for _, v in replacements], replacements
+    tape = emit([("p", exprs[0]), ("q", exprs[1])], TorchPrinter())
+    cases = (
+        (torch.float64, [2.5e291, -9.5e201, 1e160, 3.0], 1e-300),
+        (torch.float32, [1e20], 1e-37),
+    )
+    for dtype, at, tiny in cases:
+        env = {"torch": torch, "x": torch.tensor(at, dtype=dtype)}
+        env["a"] = env["g"] = torch.ones_like(env["x"])
+        exec("\n".join(tape.lines()), env)
+        for name, expr in zip("pq", exprs):
+            exact = [float(expr.subs({a: 1, g: 1, x: sympy.Float(v, 30)})) for v in at]
+            assert env[name].tolist() == pytest.approx(exact, rel=1e-5, abs=tiny), name
+
+    kept = [(x - 1) * (x + 1) + g, b * (x - 1) * (x + 1) / t0]
+    replacements, _ = common_subexpressions(kept, _temps())
+    assert (x - 1) * (x + 1) in [v for _, v in replacements], replacements
+
+
 def test_the_model_computes_float32_in_float32():
     """NumPy's sqrt(2) is a float64 scalar: sqrt(2)*x*x would run in float64 and miss the
     overflow that torch's float32 has at x = 2e19; constants are Python floats instead."""

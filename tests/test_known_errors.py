@@ -141,3 +141,36 @@ def test_a_float32_point_gets_its_bound_where_float64_shows_the_cancellation():
     entry = _fragile(f, at, "float32", 1e-3, ex, evaluator(f, [x]))
     assert entry == pytest.approx(rounding_bound(f, at, 2.0**-23) / ex, rel=1e-6)
     assert entry > 1e-3
+
+
+def test_a_point_the_model_missed_records_at_least_the_rounding_bound(tmp_path):
+    """At x = 1e-5, (exp(x) - 1 - x)/x**2 cancels 11 digits: NumPy's model misses 1e-6 by
+    3e-6, but that is one order of operations' luck; the code may sum the terms in another
+    (its sharing across a method's formulas reorders them), off by up to the rounding
+    bound, 2.2e-5. The entry is the larger of the two."""
+    import numpy as np
+
+    from symgrad.numerics.mp import exact, rounding_bound
+    from symgrad.numerics.native import evaluator
+    from symgrad.testgen import _Form
+
+    path = tmp_path / "spec.yaml"
+    path.write_text(
+        "module: m\ntargets: [torch]\nfunctions:\n  f:\n    inputs: {x: {}}\n    output: x\n"
+    )
+    (fn,) = load_spec(path).functions
+    derived = derive_function(fn)
+    x = derived.symbols["x"]
+    f = (sympy.exp(x) - 1 - x) / x**2
+    model = evaluator(f, [x])
+    at = {x: 1e-5}
+    ex = exact(f, at)
+    measured = abs(float(model(np.float64(1e-5))) - ex) / ex
+    bound = rounding_bound(f, at, 2.0**-52) / ex
+    assert EXTREME_RTOL["float64"] < measured < bound / 4  # missed, by less than the bound
+    case = Case(inputs={"x": 1e-5}, values=(ex,), grads={}, second={})
+    form = _Form("outputs", "0", model, [x], f, f)
+    known = known_errors(derived, (case,), "float64", EXTREME_RTOL["float64"], forms=[form])
+    assert known is not None
+    (entry,) = known["outputs"]["0"]
+    assert entry == pytest.approx(bound, rel=1e-6)

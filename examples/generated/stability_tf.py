@@ -957,13 +957,13 @@ def _student_t_logpdf_grad_x(x, grad, nu):
         grad_x = -(nu + 1) / (nu / x + x) * grad
 
         def backward(grad_grad_x):
-            t1 = grad * (nu + 1)
-            t4 = nu + tf.math.square(x)
-            t5 = nu / x / x + 1
+            t4 = nu + 1
+            t5 = nu + tf.math.square(x)
+            t6 = nu / x / x + 1
             x_bar = grad_grad_x * tf.where(
                 tf.math.abs(x) < 1,
-                t1 / t4 * (-nu + tf.math.square(x)) / t4,
-                t1 / t5 / x * (-nu / x / x + 1) / t5 / x,
+                t4 / t5 * (-nu + tf.math.square(x)) / t5 * grad,
+                t4 / t6 / x * (-nu / x / x + 1) / t6 / x * grad,
             )
             grad_bar = (-nu - 1) / (nu / x + x) * grad_grad_x
             return x_bar, grad_bar

@@ -2180,8 +2180,9 @@ def _focal_loss_grad_z_backward(
     t5 = _softplus(t4, threshold=40.0, negative_of=z)
     t6 = _sigmoid(t4, negative_of=z, overwrite=True)
     t7 = _mul_into(t6**gamma, target)
-    t8 = t5 * t7
-    t9 = t7.mul_(t6)
+    if need_grad_bar:
+        t8 = t5 * t7
+    t9 = t6 * t7
     if need_z_bar:
         t10 = t3 * t9
     t11 = _mul_into(t3**gamma, 1 - target)
@@ -2189,7 +2190,7 @@ def _focal_loss_grad_z_backward(
     if need_z_bar:
         t13 = t12 * t6
         t14 = (t0 * t10).add_(t0 * t13).add_(t10).add_(t13)
-        t15 = _mul_into(gamma * t3, t8).mul_(gamma).mul_(t3).add_(t14)
+        t15 = t7.mul_((gamma * t3).mul_(t5)).mul_(gamma).mul_(t3).add_(t14)
     t16 = z > 1600.0
     t17 = z < -1600.0
     if need_z_bar:
@@ -2197,9 +2198,10 @@ def _focal_loss_grad_z_backward(
     t19 = _softplus(z, threshold=40.0)
     if need_z_bar:
         t20 = t10.mul_(t1).mul_(t5).add_(t13.mul_(t1).mul_(t19))
-    t21 = t11.mul_(t19)
+    if need_grad_bar:
+        t21 = t11 * t19
     if need_z_bar:
-        t22 = _mul_into(gamma * t6, t21).mul_(gamma).mul_(t6)
+        t22 = t11.mul_(gamma * t6).mul_(t19).mul_(gamma).mul_(t6)
         t23 = t14.add_(t22)
         t24 = t22.add_(t15)
     if need_grad_bar:
@@ -2358,10 +2360,10 @@ class FocalLossGrad(_Function):
         t19 = t10 * t2
         t20 = t5 * t9
         t21 = t1 * t19 + t1 * t20 + t19 + t20
-        t22 = gamma * t2 * t7 * gamma * t2 + t21
+        t22 = gamma * t2 * t4 * t6 * gamma * t2 + t21
         t23 = t13 | t17
         t24 = t0 * t14 * t20 + t0 * t19 * t4
-        t25 = gamma * t5 * t15 * gamma * t5
+        t25 = gamma * t5 * t14 * t8 * gamma * t5
         t26 = t21 + t25
         t27 = t22 + t25
         return grad * z_t * torch.where(
