@@ -92,6 +92,9 @@ CASES = {
     ),
     # exp(712) overflows: inf/712; exact 1.6e307.
     "expm1_over_x": ("(exp(x) - 1)/x", {"x": 712.0}, F.exprel, False, None),
+    # d/dx sin(x)/x = cos(x)/x - sin(x)/x**2 at x = 1e-6: two terms of 1e6 cancel to
+    # -3.3e-7 (about 1e-4 of it right); sinc_d(1, x) is its Taylor polynomial there.
+    "sine_over_argument": ("sin(x)/x", {"x": 1e-6}, F.sinc_d, True, None),
     # exp(1e-20) - exp(-1e-20) rounds to 0; exact 1e-20.
     "exp_difference": ("(exp(x) - exp(-x))/2", {"x": 1e-20}, sympy.sinh, False, None),
     # x**2 + y**2 overflows at 1e160; exact 2**-1.5 * 1e-160.
@@ -806,6 +809,35 @@ def test_exprel_derivatives_by_regime(n, value):
     stable = F.exprel_d(n, x, evaluate=False).regimes()
     exact = float(F.exprel_d.mp(n, mpmath.mpf(value)))
     assert run_torch(stable, {"x": value}) == pytest.approx(exact, rel=4e-15, abs=1e-300)
+
+
+@pytest.mark.parametrize("cls", [F.sinc_d, F.sincpi_d])
+@pytest.mark.parametrize("n", [0, 1, 2, 3])
+@pytest.mark.parametrize("value", [0.0, 1e-20, -3e-5, -0.75, 0.999, 1.5, 3.7, -40.3, 1e5 + 0.25])
+def test_sinc_derivatives_by_regime(cls, n, value):
+    """sinc_d(n, x) and sincpi_d(n, x), as printed (their regimes), against mpmath in
+    float64: the Taylor polynomial near 0, the recurrence beyond, 1/(n + 1) or 0 at 0."""
+    stable = cls(n, x, evaluate=False).regimes()
+    exact = float(cls.mp(n, mpmath.mpf(value))) if value else float(cls(n, sympy.S.Zero))
+    assert run_torch(stable, {"x": value}) == pytest.approx(exact, rel=2e-14, abs=1e-300)
+
+
+def test_sinc_of_pi_times_a_formula_turns():
+    """sin(pi*t*x)/(pi*t*x), the Lanczos kernel's factor, is sincpi_d(0, t*x): its sine
+    reduced modulo 2 before pi multiplies it (0 at t*x = 3, where sin(3*pi) is 3.7e-16),
+    and its derivative is tau*sincpi_d(1, t*x)."""
+    t = sympy.Symbol("t", positive=True)
+    stable = stabilize(sympy.sin(sympy.pi * t * x) / (sympy.pi * t * x))
+    assert stable == F.sincpi_d(0, t * x)
+    assert sympy.diff(stable, x) == t * F.sincpi_d(1, t * x)
+    assert run_torch(stable.subs(t, 1), {"x": 3.0}) == 0.0
+    # the denominator's powers spread over the product: pi**2 * t * x**2 is two arguments'
+    kernel = stabilize(
+        sympy.sin(sympy.pi * x) * sympy.sin(sympy.pi * t * x) / (sympy.pi**2 * t * x**2)
+    )
+    assert kernel == F.sincpi_d(0, x) * F.sincpi_d(0, t * x)
+    # nothing to pair: sin(x)/y is left as it is
+    assert not stabilize(sympy.sin(x) / y).has(F.sinc_d)
 
 
 def test_log_erfc_regimes():
