@@ -836,6 +836,9 @@ def test_sinc_of_pi_times_a_formula_turns():
         sympy.sin(sympy.pi * x) * sympy.sin(sympy.pi * t * x) / (sympy.pi**2 * t * x**2)
     )
     assert kernel == F.sincpi_d(0, x) * F.sincpi_d(0, t * x)
+    # a constant factor of the argument need not be in the denominator; powers pair too
+    assert stabilize(sympy.sin(sympy.pi * x) / x) == sympy.pi * F.sincpi_d(0, x)
+    assert stabilize(sympy.sin(x) ** 2 / x**2) == F.sinc_d(0, x) ** 2
     # nothing to pair: sin(x)/y is left as it is
     assert not stabilize(sympy.sin(x) / y).has(F.sinc_d)
 

@@ -530,26 +530,27 @@ def expm1_over_x(node):
 
 @register("stabilize")
 def sine_over_argument(node):
-    """sin(a)/a -> sinc_d(0, a) and sinpi(a)/a -> pi*sincpi_d(0, a) (also c*sin(a)/a'
-    where a = c*a', the denominator's powers spread over the product: sin(pi*t*x) / (pi**2
-    * t * x**2)): 0/0 at 0, and a derivative that does not cancel. d/dx sin(x)/x, (x*cos(x)
-    - sin(x))/x**2, keeps about x**2 of its digits (none of float32's at x = 1e-4); the
-    derivative of sinc_d(n, x) is sinc_d(n + 1, x), which has a Taylor regime there."""
+    """sin(a)**k/a**k -> sinc_d(0, a)**k and sinpi(a)**k/a**k -> (pi*sincpi_d(0, a))**k
+    (also sin(a)/a' where a = c*a', c free of the inputs: sin(pi*x)/x; the denominator's
+    powers spread over the product: sin(pi*t*x) / (pi**2 * t * x**2)): 0/0 at 0, and a
+    derivative that does not cancel. d/dx sin(x)/x, (x*cos(x) - sin(x))/x**2, keeps about
+    x**2 of its digits (none of float32's at x = 1e-4); the derivative of sinc_d(n, x) is
+    sinc_d(n + 1, x), which has a Taylor regime there."""
     if not isinstance(node, Mul):
         return None
     powers = node.as_powers_dict()
     for f in node.args:
-        if not isinstance(f, (sympy.sin, sinpi)):
+        sine, k = f.as_base_exp()
+        if not (isinstance(sine, (sympy.sin, sinpi)) and k.is_Integer and k > 0):
             continue
-        a = f.args[0]
-        c, rest = a.as_coeff_Mul()
-        if rest.is_number or not rest.free_symbols:
+        a = sine.args[0]
+        c, rest = a.as_independent(*a.free_symbols, as_Add=False)
+        if not rest.free_symbols:
             continue
         need = rest.as_powers_dict()
-        if all(e.is_Integer and e > 0 and powers.get(b, 0) <= -e for b, e in need.items()):
-            if isinstance(f, sinpi):
-                return node / f * rest * c * sympy.pi * sincpi_d(0, a)
-            return node / f * rest * c * sinc_d(0, a)
+        if all(e.is_Integer and e > 0 and powers.get(b, 0) <= -e * k for b, e in need.items()):
+            sinc = sympy.pi * sincpi_d(0, a) if isinstance(sine, sinpi) else sinc_d(0, a)
+            return node / f * (rest * c * sinc) ** k
     return None
 
 
