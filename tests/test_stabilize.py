@@ -822,6 +822,16 @@ def test_sinc_derivatives_by_regime(cls, n, value):
     assert run_torch(stable, {"x": value}) == pytest.approx(exact, rel=2e-14, abs=1e-300)
 
 
+@pytest.mark.parametrize("cls", [F.exprel_d, F.sinc_d, F.sincpi_d])
+def test_derivative_families_have_a_naive_form_at_a_compound_argument(cls):
+    """The naive form (what the exact evaluation and gen's warnings fall back on) of the
+    n-th derivative at x*y: differentiated by a dummy, then x*y put in (SymPy cannot
+    differentiate by x*y)."""
+    naive = cls(2, x * y).rewrite("naive")
+    value = float(naive.evalf(30, subs={x: sympy.Float(0.7, 30), y: sympy.Float(1.3, 30)}))
+    assert value == pytest.approx(float(cls.mp(2, mpmath.mpf(0.7) * mpmath.mpf(1.3))), rel=1e-12)
+
+
 def test_sinc_of_pi_times_a_formula_turns():
     """sin(pi*t*x)/(pi*t*x), the Lanczos kernel's factor, is sincpi_d(0, t*x): its sine
     reduced modulo 2 before pi multiplies it (0 at t*x = 3, where sin(3*pi) is 3.7e-16),
