@@ -116,6 +116,7 @@ def _generated(
     from symgrad.derive import derive_spec, internal_error, validate_spec
     from symgrad.errors import raise_all
     from symgrad.generate import generate
+    from symgrad.render import ruff_binary
     from symgrad.smoke import smoke_run
     from symgrad.write import Planned
 
@@ -128,6 +129,7 @@ def _generated(
         except SpecError as error:
             errors.append(error)
     raise_all(errors)  # every spec parses before any is derived
+    ruff_binary()  # the formatter is there before any spec is derived
     planned: list[Planned] = []
     warnings: list[SpecError] = []
     notes: list[str] = []

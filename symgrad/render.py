@@ -9,7 +9,7 @@ from pathlib import Path
 import jinja2
 
 from symgrad import __version__
-from symgrad.errors import DerivationError
+from symgrad.errors import DerivationError, SpecError
 
 
 def _templates_dir() -> Path:
@@ -47,11 +47,26 @@ def render(template: str, **context) -> str:
     return environment().get_template(template).render(version=__version__, **context)
 
 
+def ruff_binary() -> str:
+    """The executable of the ruff symgrad formats generated code with (a dependency, pinned
+    so that the output is byte-identical); a SpecError saying how to install it where it is
+    missing or broken, instead of an internal error per function."""
+    try:
+        from ruff.__main__ import find_ruff_bin
+
+        return str(find_ruff_bin())
+    except (ImportError, FileNotFoundError) as exc:
+        raise SpecError(
+            None,
+            f"ruff, which formats the generated code, cannot be run here ({exc})",
+            "install symgrad with its dependencies (pip install symgrad, or pip install -e . "
+            "in a checkout): they pin the ruff version the generated files are formatted with",
+        ) from exc
+
+
 def ruff_format(source: str, name: str) -> str:
     """Format generated Python with ruff (pinned), independent of any user config."""
-    from ruff.__main__ import find_ruff_bin
-
-    ruff = find_ruff_bin()
+    ruff = ruff_binary()
     for command in (
         ["check", "--isolated", "--select", "I,RUF022", "--fix", "--exit-zero", "--quiet"],
         ["format", "--isolated"],

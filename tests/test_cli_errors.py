@@ -123,6 +123,25 @@ def test_an_internal_failure_is_an_error_naming_the_function_not_a_traceback(tmp
     assert not (tmp_path / "generated").exists()
 
 
+def test_a_missing_formatter_is_one_error_saying_how_to_install_it(tmp_path, monkeypatch):
+    """Without an importable ruff (a broken install), gen says so once, before deriving,
+    with the fix; not an "internal error" per function that calls it a symgrad bug."""
+    import sys
+
+    derived = []
+    real = derive_module.derive_function
+    monkeypatch.setattr(derive_module, "derive_function", lambda fn: derived.append(fn) or real(fn))
+    monkeypatch.setitem(sys.modules, "ruff.__main__", None)  # import raises ImportError
+    (tmp_path / "a.yaml").write_text(GOOD.format(module="a"))
+    (tmp_path / "b.yaml").write_text(GOOD.format(module="b"))
+    result = run("gen", "a.yaml", "b.yaml", cwd=tmp_path)
+    assert result.exit_code == 1
+    assert result.output.count("ruff, which formats the generated code, cannot be run") == 1
+    assert "fix: install symgrad with its dependencies" in result.output
+    assert "internal error" not in result.output and "Traceback" not in result.output
+    assert derived == [] and not (tmp_path / "generated").exists()
+
+
 def test_check_takes_many_specs(tmp_path):
     (tmp_path / "a.yaml").write_text(GOOD.format(module="a"))
     (tmp_path / "b.yaml").write_text(GOOD.format(module="b"))
