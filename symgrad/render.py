@@ -50,7 +50,7 @@ def render(template: str, **context) -> str:
 def ruff_binary() -> str:
     """The executable of the ruff symgrad formats generated code with (a dependency, pinned
     so that the output is byte-identical); a SpecError saying how to install it where it is
-    missing or broken, instead of an internal error per function."""
+    missing, instead of an internal error per function."""
     try:
         from ruff.__main__ import find_ruff_bin
 

@@ -849,8 +849,10 @@ def test_sinc_of_pi_times_a_formula_turns():
     # a constant factor of the argument need not be in the denominator; powers pair too
     assert stabilize(sympy.sin(sympy.pi * x) / x) == sympy.pi * F.sincpi_d(0, x)
     assert stabilize(sympy.sin(x) ** 2 / x**2) == F.sinc_d(0, x) ** 2
-    # nothing to pair: sin(x)/y is left as it is
+    # nothing to pair: sin(x)/y is left as it is, and sin(x)/x**p (p a symbol)
     assert not stabilize(sympy.sin(x) / y).has(F.sinc_d)
+    p = sympy.Symbol("p", positive=True)
+    assert stabilize(sympy.sin(x) / x**p) == sympy.sin(x) / x**p
 
 
 def test_log_erfc_regimes():

@@ -548,7 +548,11 @@ def sine_over_argument(node):
         if not rest.free_symbols:
             continue
         need = rest.as_powers_dict()
-        if all(e.is_Integer and e > 0 and powers.get(b, 0) <= -e * k for b, e in need.items()):
+        have = {b: sympy.sympify(powers.get(b, 0)) for b in need}  # x**p: p is no number
+        if all(
+            e.is_Integer and e > 0 and have[b].is_Integer and have[b] <= -e * k
+            for b, e in need.items()
+        ):
             sinc = sympy.pi * sincpi_d(0, a) if isinstance(sine, sinpi) else sinc_d(0, a)
             return node / f * (rest * c * sinc) ** k
     return None
