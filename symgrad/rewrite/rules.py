@@ -790,8 +790,9 @@ def stabilize(expr: sympy.Expr, rules: tuple[Rule, ...] | None = None) -> sympy.
 
 def _pi_turns(expr: sympy.Expr) -> sympy.Expr:
     """sin(pi*u) -> sinpi(u), cos(pi*u) -> cospi(u), tan(pi*u) -> sinpi(u)/cospi(u),
-    sinc_d(n, pi*u) -> sincpi_d(n, u)/pi**n, for u free of pi: u is reduced before pi multiplies it (0 at every integer u, where
-    sin(pi*u) is 1.2e-16 at u = 1; the digits of u - n near an integer n).
+    sinc_d(n, pi*u) -> sincpi_d(n, u)/pi**n, for u free of pi: u is reduced before pi
+    multiplies it (0 at every integer u, where sin(pi*u) is 1.2e-16 at u = 1; the digits
+    of u - n near an integer n).
 
     After the rules, not one of them: the trigonometric rules (1 - cos(a), sin(a) -
     sin(b), the addition theorem) see sin and cos, and their results get the reduction
