@@ -6,17 +6,28 @@ Prints, per op, the median time over a multiply's for each dtype next to the wei
 ``symgrad.cost.OP_COST`` uses, so that the table can be checked (or re-derived) on another
 machine. Outputs are preallocated (``out=``) where the op has one, so what is measured is
 the arithmetic, not the allocator.
+
+Then the same for symgrad's own primitives that the torch printer writes out as their
+regimes (``exprel_d``, ``sinc_d``, ...): the printed code itself, evaluated eagerly on
+``3 * randn`` (so that both the series and the far regime run), one row per derivative
+order. Their weights are on another scale (they only break ties between equally accurate
+forms, and were set relative to each other); compare them with each other, not with the
+first table.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import time
 
+import sympy
 import torch
 import torch.nn.functional as F
 
+from symgrad import functions as SF
 from symgrad.cost import OP_COST
+from symgrad.printers.torch import TorchPrinter
 
 
 def median_ms(fn, repeats: int) -> float:
@@ -65,6 +76,24 @@ def ops(x: torch.Tensor, pos: torch.Tensor, out: torch.Tensor) -> dict:
     }
 
 
+def regime_primitives() -> list[sympy.Expr]:
+    """symgrad primitives the torch printer writes inline as their regimes."""
+    x = sympy.Symbol("x", real=True)
+    calls = [SF.exprel(x), SF.logcosh(x), SF.sinpi(x), SF.cospi(x)]
+    for family in (SF.exprel_d, SF.sinc_d, SF.sincpi_d):
+        calls += [family(n, x) for n in range(3)]
+    return calls
+
+
+def printed(expr: sympy.Expr):
+    """The torch code the printer writes for ``expr``, as a function of ``x``.
+
+    Only symgrad's own printed code is evaluated here (no spec is involved).
+    """
+    code = TorchPrinter().doprint(expr)
+    return eval(f"lambda x: {code}", {"torch": torch, "math": math})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=1_000_000)
@@ -86,6 +115,18 @@ def main() -> None:
     print(f"{'op':10s} {'float32':>8s} {'float64':>8s} {'OP_COST':>8s}")
     for name, (r32, r64) in ratios.items():
         print(f"{name:10s} {r32:8.1f} {r64:8.1f} {OP_COST[name]:8g}")
+    regimes: dict[str, list[float]] = {}
+    for dtype in dtypes:
+        g = torch.Generator().manual_seed(0)
+        x = 3 * torch.randn(args.size, generator=g, dtype=dtype)
+        out = torch.empty_like(x)
+        mul = median_ms(lambda: torch.mul(x, x, out=out), args.repeats)  # noqa: B023
+        for call in regime_primitives():
+            fn = printed(call)
+            regimes.setdefault(str(call), []).append(median_ms(lambda: fn(x), args.repeats) / mul)  # noqa: B023
+    print(f"\n{'regimes':16s} {'float32':>8s} {'float64':>8s} {'OP_COST':>8s}")
+    for name, (r32, r64) in regimes.items():
+        print(f"{name:16s} {r32:8.1f} {r64:8.1f} {OP_COST[name.split('(')[0]]:8g}")
 
 
 if __name__ == "__main__":
