@@ -18,20 +18,27 @@ def import_file(path: Path):
     return import_path(path)
 
 
-@pytest.fixture
-def generate_module(tmp_path):
-    """Write a spec text, generate its modules, and import the torch one."""
+def generate_into(directory: Path, text: str, target: str = "torch"):
+    """Write a spec text into ``directory``, generate its modules there, and import the
+    ``target`` one."""
     from symgrad.generate import generate
     from symgrad.spec import load_spec
 
+    path = directory / "spec.yaml"
+    path.write_text(text)
+    spec = load_spec(path)
+    suffix = {"torch": "_torch.py", "tensorflow": "_tf.py"}[target]
+    for f in generate(spec, targets=(target,), tests=False):
+        (directory / f.name).write_text(f.text)
+    return import_file(directory / f"{spec.module}{suffix}")
+
+
+@pytest.fixture
+def generate_module(tmp_path):
+    """Write a spec text, generate its modules, and import the torch one."""
+
     def _generate(text: str, target: str = "torch"):
-        path = tmp_path / "spec.yaml"
-        path.write_text(text)
-        spec = load_spec(path)
-        suffix = {"torch": "_torch.py", "tensorflow": "_tf.py"}[target]
-        for f in generate(spec, targets=(target,), tests=False):
-            (tmp_path / f.name).write_text(f.text)
-        return import_file(tmp_path / f"{spec.module}{suffix}")
+        return generate_into(tmp_path, text, target)
 
     return _generate
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import mpmath
 import numpy as np
 import pytest
+from conftest import generate_into
 
 from symgrad.ir import Tape
 from symgrad.plan import update_in_place
@@ -200,9 +201,11 @@ def _naive_bce(z, target):
     )
 
 
-@pytest.fixture
-def ip(generate_module):
-    return generate_module(SPEC)
+@pytest.fixture(scope="module")
+def ip(tmp_path_factory):
+    # generated once for the module (about 14 s): the tests only call it (a monkeypatch
+    # of one of its functions is undone after its test)
+    return generate_into(tmp_path_factory.mktemp("inplace"), SPEC)
 
 
 def test_broadcast_inputs_match_naive_and_are_not_mutated(ip):
