@@ -9,6 +9,10 @@ run at once by default (``--jobs``). Prints, per half and dtype, the per-row tab
 (``symgrad accuracy``'s) and a summary line; ``--out DIR`` also writes them to
 ``DIR/public-<half>-<dtype>.txt``. The settings (points, budget, seed) are printed in each
 file's header, so that a before/after comparison uses the same ones.
+
+``--sources`` also splits each row's mean error by the kind of point it comes from
+(:func:`error_sources`) and prints, per half and dtype, the split of the whole mean and
+the rows that contribute most (``DIR/sources-<half>-<dtype>.txt`` with ``--out``).
 """
 
 from __future__ import annotations
@@ -77,14 +81,51 @@ def write_ci_baseline() -> None:
     print(f"wrote {CI_BASELINE}")
 
 
+#: The kinds of point a row's mean error is split into (:func:`error_sources`).
+SOURCES = ("overflow", "non-finite", "naive as bad", "symgrad worse", "within 4 bits")
+#: (function, quantity, dtype) -> the row's :func:`error_sources` (filled by ``measure``)
+ROW_SOURCES: dict[tuple[str, str, str], dict[str, float]] = {}
+
+
+def error_sources(row) -> dict[str, float]:
+    """A row's mean bits of error split by the kind of point they come from (summing to
+    the mean): ``overflow``, where the exact value is an infinity the result is not;
+    ``non-finite``, where the exact value is finite and the result is not; ``naive as
+    bad``, more than 4 bits off where naive autograd is at most a bit better; ``symgrad
+    worse``, more than 4 bits off where naive autograd is more than a bit better; the
+    rest ``within 4 bits``."""
+    from symgrad.report.measure import bits_of_error
+
+    sums = dict.fromkeys(SOURCES, 0.0)
+    n = 0
+    for s in row.samples:
+        if s.exact is None:
+            continue
+        n += 1
+        bits = bits_of_error(s.symgrad, s.exact, row.dtype)
+        naive = 64.0 if s.naive is None else bits_of_error(s.naive, s.exact, row.dtype)
+        if not math.isfinite(float(s.exact)):
+            kind = "overflow"
+        elif not math.isfinite(s.symgrad):
+            kind = "non-finite"
+        elif bits <= 4:
+            kind = "within 4 bits"
+        else:
+            kind = "naive as bad" if naive >= bits - 1 else "symgrad worse"
+        sums[kind] += bits
+    return {k: v / n for k, v in sums.items()} if n else sums
+
+
 def _worker(spec_path: str, name: str, dtype: str, points: int, budget: float) -> None:
-    """Print the accuracy rows of one function as JSON lines (run in a subprocess)."""
+    """Print the accuracy rows of one function as JSON lines (run in a subprocess), each
+    with its :func:`error_sources`."""
     from symgrad.report.measure import measure_spec
     from symgrad.spec import load_spec
 
     rows = measure_spec(load_spec(spec_path), dtype, points, budget=budget, functions=[name])
     for r in rows:
         row = {f.name: getattr(r, f.name) for f in dataclasses.fields(r)}
+        row["sources"] = error_sources(r) if r.samples else None
         row.pop("samples")
         row.pop("input_names")
         print(json.dumps(row))
@@ -93,7 +134,33 @@ def _worker(spec_path: str, name: str, dtype: str, points: int, budget: float) -
 def _row(fields: dict):
     from symgrad.report.measure import Row
 
-    return Row(**fields)
+    sources = fields.pop("sources", None)
+    row = Row(**fields)
+    if sources is not None:
+        ROW_SOURCES[row.function, row.quantity, row.dtype] = sources
+    return row
+
+
+def sources_summary(rows: list, top: int = 25) -> str:
+    """The split of the mean of the rows' means by :data:`SOURCES`, then the ``top`` rows
+    with the largest means, each with its split."""
+    split = [
+        (r, ROW_SOURCES[key])
+        for r in rows
+        if (key := (r.function, r.quantity, r.dtype)) in ROW_SOURCES
+    ]
+    if not split:
+        return "no row with samples\n"
+    mean = sum(sum(s.values()) for _, s in split) / len(split)
+    parts = ", ".join(f"{k} {sum(s[k] for _, s in split) / len(split):.3f}" for k in SOURCES)
+    lines = [f"{len(split)} rows, mean {mean:.3f} bits: {parts}"]
+    lines.append(
+        f"{'function':44s} {'quantity':18s} {'mean':>6s} " + " ".join(f"{k:>13s}" for k in SOURCES)
+    )
+    for r, s in sorted(split, key=lambda rs: -sum(rs[1].values()))[:top]:
+        cells = " ".join(f"{s[k]:13.2f}" for k in SOURCES)
+        lines.append(f"{r.function[:44]:44s} {r.quantity[:18]:18s} {sum(s.values()):6.2f} {cells}")
+    return "\n".join(lines) + "\n"
 
 
 def _failed_row(name: str, dtype: str, error: str):
@@ -148,6 +215,9 @@ def main() -> None:
     parser.add_argument("--functions", nargs="+", help="only these functions")
     parser.add_argument("--out", type=Path, help="write public-<half>-<dtype>.txt here")
     parser.add_argument(
+        "--sources", action="store_true", help="split each row's mean by kind of point"
+    )
+    parser.add_argument(
         "--write-ci-baseline",
         action="store_true",
         help="measure the CI subsets and write tests/data/public_corpus_baseline.json",
@@ -179,6 +249,11 @@ def main() -> None:
             if args.out:
                 args.out.mkdir(parents=True, exist_ok=True)
                 (args.out / f"public-{half}-{dtype}.txt").write_text(text)
+            if args.sources:
+                sources = header + sources_summary(rows)
+                print(sources)
+                if args.out:
+                    (args.out / f"sources-{half}-{dtype}.txt").write_text(sources)
 
 
 if __name__ == "__main__":
