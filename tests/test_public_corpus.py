@@ -102,3 +102,24 @@ def test_no_formula_of_the_ci_subset_gets_less_accurate(half, dtype):
     missing = set(baseline) - seen
     problems += [f"{key}: no longer measured" for key in sorted(missing)]
     assert not problems, "\n".join(problems)
+
+
+def test_error_sources_split_a_rows_mean_by_kind_of_point():
+    from symgrad.report.measure import Sample
+
+    class Row:  # the fields error_sources reads
+        dtype = "float64"
+        samples = [
+            Sample((1.0,), 2.0, 2.0, 2.0),  # exact: within 4 bits
+            Sample((2.0,), math.inf, math.nan, math.nan),  # the value overflows
+            Sample((3.0,), 1.0, math.nan, 1.0),  # non-finite
+            Sample((4.0,), 1.0, 1.5, 1.5),  # 51 bits off, as naive is
+            Sample((5.0,), 1.0, 1.5, 1.0),  # 51 bits off where naive is exact
+            Sample((6.0,), None, 1.0, 1.0),  # no exact value: not counted
+        ]
+
+    sources = measure.error_sources(Row)
+    assert set(sources) == set(measure.SOURCES)
+    assert sources["within 4 bits"] == 0.0
+    assert sources["overflow"] == sources["non-finite"] == pytest.approx(64 / 5)
+    assert sources["naive as bad"] == sources["symgrad worse"] == pytest.approx(51 / 5, abs=0.1)
