@@ -83,8 +83,6 @@ def write_ci_baseline() -> None:
 
 #: The kinds of point a row's mean error is split into (:func:`error_sources`).
 SOURCES = ("overflow", "non-finite", "naive as bad", "symgrad worse", "within 4 bits")
-#: (function, quantity, dtype) -> the row's :func:`error_sources` (filled by ``measure``)
-ROW_SOURCES: dict[tuple[str, str, str], dict[str, float]] = {}
 
 
 def error_sources(row) -> dict[str, float]:
@@ -131,24 +129,18 @@ def _worker(spec_path: str, name: str, dtype: str, points: int, budget: float) -
         print(json.dumps(row))
 
 
-def _row(fields: dict):
+def _row(fields: dict) -> tuple:
+    """(the Row, its :func:`error_sources` or None) from a worker's JSON line."""
     from symgrad.report.measure import Row
 
     sources = fields.pop("sources", None)
-    row = Row(**fields)
-    if sources is not None:
-        ROW_SOURCES[row.function, row.quantity, row.dtype] = sources
-    return row
+    return Row(**fields), sources
 
 
-def sources_summary(rows: list, top: int = 25) -> str:
+def sources_summary(measured: list, top: int = 25) -> str:
     """The split of the mean of the rows' means by :data:`SOURCES`, then the ``top`` rows
-    with the largest means, each with its split."""
-    split = [
-        (r, ROW_SOURCES[key])
-        for r in rows
-        if (key := (r.function, r.quantity, r.dtype)) in ROW_SOURCES
-    ]
+    with the largest means, each with its split (``measured``: :func:`measure`'s pairs)."""
+    split = [(r, s) for r, s in measured if s is not None]
     if not split:
         return "no row with samples\n"
     mean = sum(sum(s.values()) for _, s in split) / len(split)
@@ -174,6 +166,8 @@ def _failed_row(name: str, dtype: str, error: str):
 
 
 def measure(spec: Path, names: list[str], dtype: str, args) -> list:
+    """(Row, error sources or None) for each row of ``names``, each function in a worker."""
+
     def one(name: str) -> list:
         cmd = [sys.executable, __file__, "--worker", str(spec), name, dtype]
         cmd += [str(args.points), str(args.budget)]
@@ -238,7 +232,8 @@ def main() -> None:
             names = [n for n in names if n in args.functions]
         for dtype in args.dtypes:
             start = time.monotonic()
-            rows = measure(spec, names, dtype, args)
+            measured = measure(spec, names, dtype, args)
+            rows = [row for row, _ in measured]
             header = (
                 f"# public corpus, {half} half, {dtype}: {len(names)} formulas, "
                 f"--points {args.points} --budget {args.budget:g} --timeout {args.timeout:g} "
@@ -250,7 +245,7 @@ def main() -> None:
                 args.out.mkdir(parents=True, exist_ok=True)
                 (args.out / f"public-{half}-{dtype}.txt").write_text(text)
             if args.sources:
-                sources = header + sources_summary(rows)
+                sources = header + sources_summary(measured)
                 print(sources)
                 if args.out:
                     (args.out / f"sources-{half}-{dtype}.txt").write_text(sources)
