@@ -1204,8 +1204,9 @@ def interleaved_product(
 ) -> tuple[sympy.Expr, list[tuple[str, sympy.Expr]]] | None:
     """A product with integer powers as (coefficient, [(op, factor), ...]), to be evaluated
     left to right: each base's factors spread evenly over the product, numerator and
-    denominator alike (``op`` is ``"*"`` or ``"/"``); None where the product has no power
-    to spread out, or where spreading it would cost too many operations.
+    denominator alike (``op`` is ``"*"`` or ``"/"``, or ``"**"``: the product so far to
+    the power ``factor``, where every exponent shares it); None where the product has no
+    power to spread out, or where spreading it would cost too many operations.
 
     SymPy merges repeated factors into powers, and a power overflows (or underflows) long
     before the product does: D**2 * sin(g)**2 at D = 1e200, sin(g) = 1e-201 is inf * 0,
@@ -1262,10 +1263,19 @@ def interleaved_product(
     # 1), which the gradient scales once at the end (where it came first, grad / t *
     # (w*exp(w) - x) / t overflows at w = -710, t = (1 + w)*exp(w), though the value is
     # 1.6e305).
-    upstream = {b: n for b, n in num.items() if _upstream(b)}
+    upstream = {b: n for b, n in num.items() if upstream_gradient(b)}
     if len(upstream) == len(num):  # (a gradient alone on top stays first: grad / t / t)
         upstream = {}
     _pair_ratios(num, den, upstream)
+    # Powers with a common exponent m are the m-th power of one product of fewer factors:
+    # a**2*b**2 is (a*b)**2, whose partial products a*b and its square lie between the
+    # factor and the value, where the spread a*b*a overflows at a = 3e32, b = 2e-18 in
+    # float32 though the value (a*b)**2 = 4e29 does not (and one multiply fewer).
+    common = _common_power(num, den, upstream)
+    for counts in (num, den):
+        for b in counts:
+            if b not in upstream:
+                counts[b] //= common
 
     def placed(op: str, counts: dict[sympy.Expr, int]) -> list[tuple]:
         """(position, op, factor) of each factor; "*" sorts before "/" at a tie."""
@@ -1280,6 +1290,8 @@ def interleaved_product(
     steps = [s[1:] for s in sorted(placed("*", num) + placed("/", den), key=lambda s: s[:2])]
     first = next((i for i, (op, _) in enumerate(steps) if op == "*"), 0)
     steps.insert(0, steps.pop(first))
+    if common > 1:
+        steps.append(("**", sympy.Integer(common)))
     # A coefficient above 1 in size scales last: first, it overflows a partial product
     # whose factors do not (8 * t * Ci * t at t = 1e38, Ci = 0 is inf * 0 in float32,
     # where t * Ci * t * 8 is 0); last, only where the value does. One below 1 scales
@@ -1288,6 +1300,16 @@ def interleaved_product(
         steps.append(("*", abs(coeff)))
         coeff = sympy.sign(coeff)
     return coeff, steps + [("*", b) for b, n in upstream.items() for _ in range(n)]
+
+
+def _common_power(
+    num: dict[sympy.Expr, int], den: dict[sympy.Expr, int], upstream: dict[sympy.Expr, int]
+) -> int:
+    """The greatest common divisor of the exponents of the product's factors, upstream
+    gradients aside (they scale last, see :func:`interleaved_product`), where it has two
+    bases or more; else 1 (a single base is spread out: (m/v)*(m/v))."""
+    counts = [n for counts in (num, den) for b, n in counts.items() if b not in upstream]
+    return math.gcd(*counts) if len(counts) >= 2 else 1
 
 
 def _pair_ratios(
@@ -1356,15 +1378,15 @@ def paired_product(
     if not den or (len(num) < 2 and not _divided_in_turn(num, den, scalar)):
         return None
     # bounded factors first, upstream gradients last (see interleaved_product)
-    num.sort(key=lambda f: (not _bounded(f), _upstream(f)))
+    num.sort(key=lambda f: (not _bounded(f), upstream_gradient(f)))
     steps: list[tuple[str, sympy.Expr]] = []
     for d in den:
         shared = [len(f.free_symbols & d.free_symbols) for f in num]
         if num and max(shared) > 0:
             steps += [("*", num.pop(shared.index(max(shared)))), ("/", d)]
-    steps += [("*", f) for f in num if not _upstream(f)]
+    steps += [("*", f) for f in num if not upstream_gradient(f)]
     steps += [("/", d) for d in den if ("/", d) not in steps]
-    steps += [("*", f) for f in num if _upstream(f)]
+    steps += [("*", f) for f in num if upstream_gradient(f)]
     return coeff, steps
 
 
@@ -1375,13 +1397,13 @@ def _divided_in_turn(num: list[sympy.Expr], den: list[sympy.Expr], scalar) -> bo
     operation more)."""
     return (
         len(num) == 1
-        and not _upstream(num[0])
+        and not upstream_gradient(num[0])
         and not scalar(num[0])
         and sum(not scalar(d) for d in den) >= 2
     )
 
 
-def _upstream(expr: sympy.Expr) -> bool:
+def upstream_gradient(expr: sympy.Expr) -> bool:
     """``expr`` is an upstream gradient (``grad``, ``grad_<output>``, ``grad_grad_<input>``;
     an input may be named ``grad_<name>`` too: it is then ordered as one, to no harm)."""
     return isinstance(expr, sympy.Symbol) and (expr.name == "grad" or expr.name.startswith("grad_"))
@@ -1457,7 +1479,11 @@ def print_interleaved(printer, expr: sympy.Expr) -> str | None:
     op, first = steps[0]
     text = factor_text(op, first) if op == "*" else f"1 / {factor_text(op, first)}"
     for op, factor in steps[1:]:
-        text += f" {op} {factor_text(op, factor)}"
+        if op == "**":  # the product so far, to a common power (interleaved_product)
+            power = getattr(printer, "power_of_text", None)
+            text = power(text, int(factor)) if power else f"({text})**{factor}"
+        else:
+            text += f" {op} {factor_text(op, factor)}"
     if coeff == 1:
         return text
     if coeff == -1:

@@ -201,3 +201,33 @@ def test_n2h_is_accurate_near_0_and_past_the_overflow(tmp_path):
             want = exact(naive, dict(zip(symbols, at)))
             got = value(*(dtype(v) for v in at))
             assert bits_of_error(float(got), want, dtype.__name__) <= 3, (dtype, at, got, want)
+
+
+def test_d2psi_distributes_its_factor_into_the_sum(tmp_path):
+    """Herbie's d2PSI-dDelta2-over-PSI, (2*Ci*(delta - 1)**2 - 1)*(2*Ci): as written
+    2*Ci*(delta - 1)**2 is inf at Ci = 2.5e-110, delta = -4.4e257, where the value is
+    4.7e296. Distributed (regimes.distributed_products), 4*Ci**2*(delta - 1)**2 - 2*Ci
+    is a common power, ((delta - 1)*Ci)**2 (functions.interleaved_product): finite."""
+    import numpy as np
+
+    from symgrad.numerics.floats import bits_of_error
+    from symgrad.numerics.mp import exact
+    from symgrad.numerics.native import evaluator
+
+    spec = tmp_path / "d.yaml"
+    spec.write_text(
+        "module: d\norder: 1\nfunctions:\n  d2psi:\n"
+        "    inputs: {delta: {}, Ci: {}}\n"
+        "    output: (2 * (Ci * ((delta - 1) * (delta - 1))) - 1) * (2 * Ci)\n"
+    )
+    d = derive_function(load_spec(spec).functions[0])
+    (_, forward), (_, naive) = d.outputs[0], d.naive_outputs[0]
+    symbols = [d.symbols["delta"], d.symbols["Ci"]]
+    value = evaluator(forward, symbols)
+    points = {np.float64: [(-4.436e257, 2.46e-110), (3.0, 0.5)], np.float32: [(1e30, 1e-25)]}
+    for dtype, at_dtype in points.items():
+        for at in at_dtype:
+            want = exact(naive, dict(zip(symbols, at)))
+            with np.errstate(all="ignore"):
+                got = value(*(dtype(v) for v in at))
+            assert bits_of_error(float(got), want, dtype.__name__) <= 2, (dtype, at, got, want)

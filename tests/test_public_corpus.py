@@ -123,3 +123,24 @@ def test_error_sources_split_a_rows_mean_by_kind_of_point():
     assert sources["within 4 bits"] == 0.0
     assert sources["overflow"] == sources["non-finite"] == pytest.approx(64 / 5)
     assert sources["naive as bad"] == sources["symgrad worse"] == pytest.approx(51 / 5, abs=0.1)
+
+
+def test_finite_exact_mean_counts_missed_overflows_apart():
+    from symgrad.report.measure import Sample
+
+    class Row:  # the fields finite_exact and sources_summary read
+        function, quantity, dtype = "f", "forward out", "float64"
+        samples = [
+            Sample((1.0,), 2.0, 2.0, 2.0),  # exact
+            Sample((2.0,), math.inf, math.nan, math.nan),  # overflow missed (NaN)
+            Sample((3.0,), -math.inf, -math.inf, math.nan),  # overflow right
+            Sample((4.0,), 1.0, math.nan, 1.0),  # non-finite: 64 bits, counted
+            Sample((5.0,), None, 1.0, 1.0),  # no exact value: not counted
+        ]
+
+    finite = measure.finite_exact(Row)
+    assert finite == {"mean": 32.0, "points": 2, "overflows": 2, "missed": 1}
+    sources = measure.error_sources(Row)
+    summary = measure.sources_summary([(Row, sources, finite)])
+    assert "over finite exact values: mean 32.000 bits (1 rows)" in summary
+    assert "overflows at 2 points, the result misses that infinity at 1" in summary

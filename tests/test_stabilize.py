@@ -359,6 +359,8 @@ PHASE_CASES: dict[str, dict[str, Case]] = {
         "polynomial_tails": Case(x**5 - 3 * x**3 + 2),
         # 1.7e308*x - 1.7e308 overflows at x = 1.01
         "common_factor_out": Case(sympy.Rational(17, 10) * 10**308 * (x - 1)),
+        # 2*y*(x - 1)**2 overflows at x = 1e258, y = 2.5e-110, where 4*y**2*(x - 1)**2 does not
+        "distributed_products": Case((2 * y * (x - 1) ** 2 - 1) * 2 * y),
         # (1 + x/y)**y - 1: 1 + x/y rounds x/y away
         "power_through_log1p": Case((1 + x / y) ** y - 1),
         # 1/d - 1/d at x = 2*pi*k + d: (1 - cos(x))/sin(x)'s second derivative

@@ -114,6 +114,29 @@ def error_sources(row) -> dict[str, float]:
     return {k: v / n for k, v in sums.items()} if n else sums
 
 
+def finite_exact(row) -> dict[str, float | int | None]:
+    """A row's mean bits of error over the points whose exact value is finite (``mean``,
+    None where there is none; over ``points`` of them), and the points whose exact value
+    overflows (``overflows``), of which ``missed`` have a result that is not that
+    infinity. Each missed overflow counts 64 (32) bits in the row's mean; this is the
+    mean without them, the reading the closing note of session 35 proposed for the
+    bar (the misses counted apart, as non-finite results are)."""
+    from symgrad.report.measure import bits_of_error
+
+    total, points, overflows, missed = 0.0, 0, 0, 0
+    for s in row.samples:
+        if s.exact is None:
+            continue
+        if math.isfinite(float(s.exact)):
+            total += bits_of_error(s.symgrad, s.exact, row.dtype)
+            points += 1
+        else:
+            overflows += 1
+            missed += s.symgrad != float(s.exact)
+    mean = total / points if points else None
+    return {"mean": mean, "points": points, "overflows": overflows, "missed": missed}
+
+
 def _worker(spec_path: str, name: str, dtype: str, points: int, budget: float) -> None:
     """Print the accuracy rows of one function as JSON lines (run in a subprocess), each
     with its :func:`error_sources`."""
@@ -124,28 +147,41 @@ def _worker(spec_path: str, name: str, dtype: str, points: int, budget: float) -
     for r in rows:
         row = {f.name: getattr(r, f.name) for f in dataclasses.fields(r)}
         row["sources"] = error_sources(r) if r.samples else None
+        row["finite"] = finite_exact(r) if r.samples else None
         row.pop("samples")
         row.pop("input_names")
         print(json.dumps(row))
 
 
 def _row(fields: dict) -> tuple:
-    """(the Row, its :func:`error_sources` or None) from a worker's JSON line."""
+    """(the Row, its :func:`error_sources`, its :func:`finite_exact`; None each where it
+    has no samples) from a worker's JSON line."""
     from symgrad.report.measure import Row
 
-    sources = fields.pop("sources", None)
-    return Row(**fields), sources
+    sources, finite = fields.pop("sources", None), fields.pop("finite", None)
+    return Row(**fields), sources, finite
 
 
 def sources_summary(measured: list, top: int = 25) -> str:
     """The split of the mean of the rows' means by :data:`SOURCES`, then the ``top`` rows
-    with the largest means, each with its split (``measured``: :func:`measure`'s pairs)."""
-    split = [(r, s) for r, s in measured if s is not None]
+    with the largest means, each with its split (``measured``: :func:`measure`'s triples).
+    The second line: the mean of the rows' :func:`finite_exact` means, and the points
+    whose exact value overflows, with those the result misses."""
+    split = [(r, s) for r, s, _ in measured if s is not None]
     if not split:
         return "no row with samples\n"
     mean = sum(sum(s.values()) for _, s in split) / len(split)
     parts = ", ".join(f"{k} {sum(s[k] for _, s in split) / len(split):.3f}" for k in SOURCES)
     lines = [f"{len(split)} rows, mean {mean:.3f} bits: {parts}"]
+    finite = [f for _, s, f in measured if s is not None and f and f["mean"] is not None]
+    if finite:
+        overflows = sum(f["overflows"] for _, _, f in measured if f)
+        missed = sum(f["missed"] for _, _, f in measured if f)
+        lines.append(
+            f"over finite exact values: mean {sum(f['mean'] for f in finite) / len(finite):.3f}"
+            f" bits ({len(finite)} rows); the exact value overflows at {overflows} points,"
+            f" the result misses that infinity at {missed}"
+        )
     lines.append(
         f"{'function':44s} {'quantity':18s} {'mean':>6s} " + " ".join(f"{k:>13s}" for k in SOURCES)
     )
@@ -166,7 +202,8 @@ def _failed_row(name: str, dtype: str, error: str):
 
 
 def measure(spec: Path, names: list[str], dtype: str, args) -> list:
-    """(Row, error sources or None) for each row of ``names``, each function in a worker."""
+    """(Row, error sources, finite-exact mean; None each where the row has no samples)
+    for each row of ``names``, each function in a worker."""
 
     def one(name: str) -> list:
         cmd = [sys.executable, __file__, "--worker", str(spec), name, dtype]
@@ -209,7 +246,9 @@ def main() -> None:
     parser.add_argument("--functions", nargs="+", help="only these functions")
     parser.add_argument("--out", type=Path, help="write public-<half>-<dtype>.txt here")
     parser.add_argument(
-        "--sources", action="store_true", help="split each row's mean by kind of point"
+        "--sources",
+        action="store_true",
+        help="split each row's mean by kind of point (with --out, also rows-<half>-<dtype>.jsonl)",
     )
     parser.add_argument(
         "--write-ci-baseline",
@@ -233,7 +272,7 @@ def main() -> None:
         for dtype in args.dtypes:
             start = time.monotonic()
             measured = measure(spec, names, dtype, args)
-            rows = [row for row, _ in measured]
+            rows = [row for row, *_ in measured]
             header = (
                 f"# public corpus, {half} half, {dtype}: {len(names)} formulas, "
                 f"--points {args.points} --budget {args.budget:g} --timeout {args.timeout:g} "
@@ -249,6 +288,11 @@ def main() -> None:
                 print(sources)
                 if args.out:
                     (args.out / f"sources-{half}-{dtype}.txt").write_text(sources)
+                    lines = [
+                        json.dumps({**dataclasses.asdict(r), "sources": s, "finite": f})
+                        for r, s, f in measured
+                    ]
+                    (args.out / f"rows-{half}-{dtype}.jsonl").write_text("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

@@ -38,6 +38,14 @@ class TensorFlowPrinter(FrameworkPrinter):
             text = f"({text})"
         return text if e > 0 else f"1 / {text}"
 
+    def power_of_text(self, text: str, k: int) -> str:
+        """The printed ``text`` to the integer power ``k`` >= 2, by squaring (a common
+        power of an interleaved product, :func:`symgrad.functions.print_interleaved`)."""
+        if k > MAX_SQUARINGS_POWER:
+            return f"({text})**{k}"
+        power = self._integer_power(text, f"({text})", k)
+        return f"({power})" if k % 2 else power
+
     def _integer_power(self, base: str, factor: str, k: int) -> str:
         """base**k (k >= 2) by squaring: x**5 = square(square(x)) * x, unparenthesised;
         ``factor`` is ``base`` parenthesised to stand in a product."""

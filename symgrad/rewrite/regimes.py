@@ -30,6 +30,7 @@ from symgrad.functions import (
     one_plus_erf,
     sigmoid,
     softplus,
+    upstream_gradient,
     xlog1py,
 )
 from symgrad.rewrite.phases import phase, register
@@ -1608,6 +1609,56 @@ def expanded_powers(expr: sympy.Expr) -> sympy.Expr | None:
     from symgrad.rewrite.rules import stabilize
 
     return stabilize(expanded)
+
+
+@register("candidates")
+def distributed_products(expr: sympy.Expr) -> sympy.Expr | None:
+    """c*(a*b - 1) -> c*a*b - c: the factors of a product with one sum among them
+    multiplied into each of its terms (Herbie's distribute-lft-in), upstream gradients left
+    outside; a sum is one with a term of degree 2 or more (a power or a product), where
+    the term overflows before the factor outside brings it back:
+    (2*Ci*(delta - 1)**2 - 1)*2*Ci is inf at Ci = 2.5e-110, delta = -4.4e257, where the
+    value 4*(Ci*(delta - 1))**2 - 2*Ci is 4.7e296 (Herbie's d2PSI-dDelta2-over-PSI); the
+    product's powers then share a power (:func:`~symgrad.functions.interleaved_product`).
+    The inverse of :func:`common_factor_out`; ``None`` where no product has such a sum,
+    or the result is too large (:data:`EXPAND_MAX_OPS`)."""
+
+    def one_sum(node: sympy.Basic) -> sympy.Expr | None:
+        sums = [f for f in node.args if isinstance(f, Add) and f.free_symbols]
+        if len(sums) != 1:
+            return None
+        (s,) = sums
+        return s if any(_factor_count(t) >= 2 for t in s.args) else None
+
+    def splits(node: sympy.Basic) -> bool:
+        if not isinstance(node, Mul) or one_sum(node) is None:
+            return False
+        s = one_sum(node)
+        return any(f.free_symbols and f is not s and not upstream_gradient(f) for f in node.args)
+
+    def distributed(node: sympy.Expr) -> sympy.Expr:
+        s = one_sum(node)
+        grads = [f for f in node.args if upstream_gradient(f)]
+        rest = Mul(*[f for f in node.args if f is not s and f not in grads])
+        return Mul(*grads) * Add(*[rest * t for t in s.args])
+
+    new = expr.replace(splits, distributed)
+    if new == expr or sympy.count_ops(new) > EXPAND_MAX_OPS:
+        return None
+    from symgrad.rewrite.rules import stabilize
+
+    return stabilize(new)
+
+
+def _factor_count(term: sympy.Expr) -> int:
+    """The factors of ``term`` with inputs in them, a power counted by its exponent (a
+    positive integer one; x**2*y is 3)."""
+    count = 0
+    for f in Mul.make_args(term):
+        _, e = f.as_base_exp()
+        if f.free_symbols:
+            count += int(e) if e.is_Integer and e > 0 else 1
+    return count
 
 
 def _root_tail(node: sympy.Basic) -> sympy.Basic | None:
