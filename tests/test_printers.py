@@ -297,6 +297,10 @@ def test_powers_with_a_common_exponent_are_a_power_of_their_product():
     with np.errstate(all="ignore"):
         got = call(evaluator(expr, [a, b]), point, np.float32)
     assert got == pytest.approx(exact, rel=1e-6)
+    tf = pytest.importorskip("tensorflow")
+    env = {"tf": tf, "a": tf.constant([point[0]]), "b": tf.constant([point[1]])}
+    got = eval(TensorFlowPrinter().doprint(expr), env).numpy()[0]
+    assert got == pytest.approx(exact, rel=1e-6)
 
 
 def test_a_power_over_a_power_is_a_power_of_their_ratio():

@@ -1615,7 +1615,8 @@ def expanded_powers(expr: sympy.Expr) -> sympy.Expr | None:
 def distributed_products(expr: sympy.Expr) -> sympy.Expr | None:
     """c*(a*b - 1) -> c*a*b - c: the factors of a product with one sum among them
     multiplied into each of its terms (Herbie's distribute-lft-in), upstream gradients left
-    outside; a sum is one with a term of degree 2 or more (a power or a product), where
+    outside, where the factors are a polynomial (no quotient: kept outside, it guards the
+    terms' size) and the sum has a term of degree 2 or more (a power or a product), where
     the term overflows before the factor outside brings it back:
     (2*Ci*(delta - 1)**2 - 1)*2*Ci is inf at Ci = 2.5e-110, delta = -4.4e257, where the
     value 4*(Ci*(delta - 1))**2 - 2*Ci is 4.7e296 (Herbie's d2PSI-dDelta2-over-PSI); the
@@ -1634,7 +1635,12 @@ def distributed_products(expr: sympy.Expr) -> sympy.Expr | None:
         if not isinstance(node, Mul) or one_sum(node) is None:
             return False
         s = one_sum(node)
-        return any(f.free_symbols and f is not s and not upstream_gradient(f) for f in node.args)
+        rest = [f for f in node.args if f is not s and not upstream_gradient(f)]
+        # a monomial (or a polynomial's power) outside: a quotient moved into each term
+        # would make the terms longer products of powers, with partial products that
+        # overflow where the sum's did not (r**2*dt**3/D**2 at r = 2e282, dt = 2e20)
+        outside = Mul(*rest)
+        return bool(outside.free_symbols) and outside.is_polynomial(*outside.free_symbols)
 
     def distributed(node: sympy.Expr) -> sympy.Expr:
         s = one_sum(node)
