@@ -172,6 +172,33 @@ def test_one_abs_of_a_formula_is_split_by_its_sign():
     assert _abs_free(sympy.Abs(x - y) + sympy.Abs(x + 2 * y)) is None
 
 
+def _forward_errors(tmp_path, inputs: str, output: str, points: dict) -> list[tuple]:
+    """(dtype, point, bits of error) of the chosen forward of ``output`` (one function of
+    ``inputs``, in their order) at each point of each NumPy dtype in ``points``."""
+    import numpy as np
+
+    from symgrad.numerics.floats import bits_of_error
+    from symgrad.numerics.mp import exact
+    from symgrad.numerics.native import evaluator
+
+    spec = tmp_path / "f.yaml"
+    spec.write_text(
+        f"module: f\norder: 1\nfunctions:\n  f:\n    inputs: {inputs}\n    output: {output}\n"
+    )
+    d = derive_function(load_spec(spec).functions[0])
+    (_, forward), (_, naive) = d.outputs[0], d.naive_outputs[0]
+    symbols = [d.symbols[i.name] for i in d.function.inputs]
+    value = evaluator(forward, symbols)
+    errors = []
+    for dtype, at_dtype in points.items():
+        for at in at_dtype:
+            want = exact(naive, dict(zip(symbols, at)))
+            with np.errstate(all="ignore"):
+                got = value(*(dtype(v) for v in at))
+            errors.append((dtype, at, bits_of_error(float(got), want, dtype.__name__)))
+    return errors
+
+
 def test_n2h_is_accurate_near_0_and_past_the_overflow(tmp_path):
     """Basilisk's N2H, N - (e*sinh(N) - 2N)/(e*cosh(N) - 1): as written inf/inf past |N| =
     710; as one exponential its coefficients' e terms cancel near N = 0 (0 at N = -1e-8,
@@ -181,26 +208,14 @@ def test_n2h_is_accurate_near_0_and_past_the_overflow(tmp_path):
     product_series), and the limit 1 + N past exp's underflow."""
     import numpy as np
 
-    from symgrad.numerics.floats import bits_of_error
-    from symgrad.numerics.mp import exact
-    from symgrad.numerics.native import evaluator
-
-    spec = tmp_path / "n.yaml"
-    spec.write_text(
-        "module: n\norder: 1\nfunctions:\n  n2h:\n"
-        "    inputs: {N: {}, e: {domain: [1, inf], positive: true}}\n"
-        "    output: N - (e * sinh(N) - N - N) / (e * cosh(N) - 1)\n"
-    )
-    d = derive_function(load_spec(spec).functions[0])
-    (_, forward), (_, naive) = d.outputs[0], d.naive_outputs[0]
-    symbols = [d.symbols["N"], d.symbols["e"]]
-    value = evaluator(forward, symbols)
     points = [(1.9e-13, 2e20), (-1e-8, 2.0), (0.5, 3.0), (-40.0, 1e10), (-6e31, 1.6e13)]
-    for dtype in (np.float64, np.float32):
-        for at in points:
-            want = exact(naive, dict(zip(symbols, at)))
-            got = value(*(dtype(v) for v in at))
-            assert bits_of_error(float(got), want, dtype.__name__) <= 3, (dtype, at, got, want)
+    errors = _forward_errors(
+        tmp_path,
+        "{N: {}, e: {domain: [1, inf], positive: true}}",
+        "N - (e * sinh(N) - N - N) / (e * cosh(N) - 1)",
+        {np.float64: points, np.float32: points},
+    )
+    assert all(bits <= 3 for *_, bits in errors), errors
 
 
 def test_d2psi_distributes_its_factor_into_the_sum(tmp_path):
@@ -210,24 +225,10 @@ def test_d2psi_distributes_its_factor_into_the_sum(tmp_path):
     is a common power, ((delta - 1)*Ci)**2 (functions.interleaved_product): finite."""
     import numpy as np
 
-    from symgrad.numerics.floats import bits_of_error
-    from symgrad.numerics.mp import exact
-    from symgrad.numerics.native import evaluator
-
-    spec = tmp_path / "d.yaml"
-    spec.write_text(
-        "module: d\norder: 1\nfunctions:\n  d2psi:\n"
-        "    inputs: {delta: {}, Ci: {}}\n"
-        "    output: (2 * (Ci * ((delta - 1) * (delta - 1))) - 1) * (2 * Ci)\n"
+    errors = _forward_errors(
+        tmp_path,
+        "{delta: {}, Ci: {}}",
+        "(2 * (Ci * ((delta - 1) * (delta - 1))) - 1) * (2 * Ci)",
+        {np.float64: [(-4.436e257, 2.46e-110), (3.0, 0.5)], np.float32: [(1e30, 1e-25)]},
     )
-    d = derive_function(load_spec(spec).functions[0])
-    (_, forward), (_, naive) = d.outputs[0], d.naive_outputs[0]
-    symbols = [d.symbols["delta"], d.symbols["Ci"]]
-    value = evaluator(forward, symbols)
-    points = {np.float64: [(-4.436e257, 2.46e-110), (3.0, 0.5)], np.float32: [(1e30, 1e-25)]}
-    for dtype, at_dtype in points.items():
-        for at in at_dtype:
-            want = exact(naive, dict(zip(symbols, at)))
-            with np.errstate(all="ignore"):
-                got = value(*(dtype(v) for v in at))
-            assert bits_of_error(float(got), want, dtype.__name__) <= 2, (dtype, at, got, want)
+    assert all(bits <= 2 for *_, bits in errors), errors
