@@ -119,8 +119,8 @@ def finite_exact(row) -> dict[str, float | int | None]:
     None where there is none; over ``points`` of them), and the points whose exact value
     overflows (``overflows``), of which ``missed`` have a result that is not that
     infinity. Each missed overflow counts 64 (32) bits in the row's mean; this is the
-    mean without them, the reading the closing note of session 35 proposed for the
-    bar (the misses counted apart, as non-finite results are)."""
+    mean without them, the misses counted apart as non-finite results are (see
+    ``benchmarks/accuracy/README.md``, session 36)."""
     from symgrad.report.measure import bits_of_error
 
     total, points, overflows, missed = 0.0, 0, 0, 0
@@ -139,7 +139,7 @@ def finite_exact(row) -> dict[str, float | int | None]:
 
 def _worker(spec_path: str, name: str, dtype: str, points: int, budget: float) -> None:
     """Print the accuracy rows of one function as JSON lines (run in a subprocess), each
-    with its :func:`error_sources`."""
+    with its :func:`error_sources` and :func:`finite_exact`."""
     from symgrad.report.measure import measure_spec
     from symgrad.spec import load_spec
 

@@ -1632,9 +1632,9 @@ def distributed_products(expr: sympy.Expr) -> sympy.Expr | None:
         return s if any(_factor_count(t) >= 2 for t in s.args) else None
 
     def splits(node: sympy.Basic) -> bool:
-        if not isinstance(node, Mul) or one_sum(node) is None:
+        s = one_sum(node) if isinstance(node, Mul) else None
+        if s is None:
             return False
-        s = one_sum(node)
         rest = [f for f in node.args if f is not s and not upstream_gradient(f)]
         # a monomial (or a polynomial's power) outside: a quotient moved into each term
         # would make the terms longer products of powers, with partial products that
