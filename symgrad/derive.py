@@ -196,6 +196,7 @@ def finish(
     fused: list | None = None,
     also: tuple[sympy.Expr, ...] = (),
     more: Sequence[Mapping[sympy.Symbol, float]] = (),
+    written: list | None = None,
 ) -> sympy.Expr:
     """Clean up, stabilise and simplify one formula; pick the most accurate candidate.
 
@@ -216,7 +217,10 @@ def finish(
     the scalar inputs' symbols; ``positive``: those known to be positive. ``also``: other
     forms of the same formula, stabilised and offered beside its own (with their regime
     branches); ``expr`` stays the reference the others are measured against. ``more``:
-    points where a contest within the choice's margin is measured again.
+    points where a contest within the choice's margin is measured again. ``written`` gets
+    the chosen form as the ``candidates`` phase wrote it, without its regime branches, or
+    None where the choice is not that phase's (its derivative can be better than the
+    derivative of the formula it came from: see :func:`derive_function`).
     """
     expr = _drop_dirac(expr)
     if expr.has(sympy.Heaviside):
@@ -261,6 +265,7 @@ def finish(
     candidates = []
     folds: list[sympy.Expr] = []
     sources = {expr: expr}
+    phase_forms: dict[sympy.Expr, sympy.Expr] = {}  # candidates-phase form -> as written
     splits: dict[sympy.Expr, sympy.Expr] = {}
     for c in stable:
         fired = FACTORED_FIRED.set([])
@@ -332,6 +337,7 @@ def finish(
                     if new not in candidates:
                         candidates.append(new)
                         sources.setdefault(new, sources[form])
+                        phase_forms.setdefault(new, rewritten)
         # Eager code only: dsigmoid(a) as sigmoid(a) * sigmoid(-a). torch's sigmoid costs
         # 3 multiplies to its exp's 8 (and shares sigmoid(a) with the formula), where
         # exp(-|a|) / (1 + exp(-|a|))**2 is six passes; chosen where it is as accurate.
@@ -362,6 +368,8 @@ def finish(
             record.append(accuracy)
     if unsplit is not None:
         unsplit.append(sources[best])
+    if written is not None:
+        written.append(phase_forms.get(best))
     finished = _finished(best)
     if fused is not None:
         fused.append(finished if fused_best is best else _finished(fused_best))
@@ -496,6 +504,8 @@ def derive_function(fn: Function, measure: bool = True) -> Derived:
     positive = frozenset(symbols[i.name] for i in fn.inputs if not i.is_tensor and i.domain[0] > 0)
 
     unsplit: dict[str, sympy.Expr] = {}
+    # the chosen forms the candidates phase wrote, as it wrote them (see finish)
+    written: dict[str, sympy.Expr] = {}
 
     fused: dict[str, sympy.Expr] = {}
 
@@ -503,10 +513,15 @@ def derive_function(fn: Function, measure: bool = True) -> Derived:
         record: list[Accuracy] = []
         before: list[sympy.Expr] = []
         compiled: list[sympy.Expr] = []
-        result = finish(expr, points, record, params, before, positive, compiled, also, more)
+        phase_form: list[sympy.Expr | None] = []
+        result = finish(
+            expr, points, record, params, before, positive, compiled, also, more, phase_form
+        )
         if record:
             accuracy[label] = record[0]
         unsplit[label] = before[0]
+        if phase_form[0] is not None:
+            written[label] = phase_form[0]
         if compiled[0] != result:
             fused[label] = compiled[0]
         return result
@@ -542,10 +557,16 @@ def derive_function(fn: Function, measure: bool = True) -> Derived:
                 # form (erfcx_inv) that simplify finds. The measured choice decides.
                 # (stabilised first: sigmoid(x)*sigmoid(-x) as dsigmoid(x), whose product
                 # form is for the eager code only)
+                # A forward the candidates phase wrote is differentiated as the formula it
+                # came from (x/x**2 may overflow, a polynomial may cancel), and also as it
+                # was written: compound interest's n*exprel(i*log1prel(i/n))*log1prel(i/n)
+                # has a derivative that does not cancel at i = 0 where the derivative of
+                # expm1(...)/i, two terms of 100*n/i, does.
                 terms = list(zip(outputs, grads))
                 chain = sympy.Add(*(g * real_diff(unsplit[o], symbols[i]) for (o, _), g in terms))
                 simplified = sympy.Add(*(g * plain[o][i] for (o, _), g in terms))
-                vjps[i] = chosen(f"grad_{i}", stabilize(chain), also=(simplified,))
+                own = _through_written(terms, symbols[i], unsplit, written)
+                vjps[i] = chosen(f"grad_{i}", stabilize(chain), also=(simplified, *own))
                 # Forward mode computes the chosen (measured) form too, the VJP's
                 # coefficient of each output's gradient: jvp and backward agree, and
                 # neither is the unmeasured cheapest form.
@@ -560,8 +581,14 @@ def derive_function(fn: Function, measure: bool = True) -> Derived:
             for i in diff_names:
                 # differentiate the VJP before its regime branches (see finish's ``unsplit``)
                 vjp = unsplit.get(f"grad_{i}", vjps[i])
+                as_written = written.get(f"grad_{i}")
                 second[i] = {
-                    w.name: chosen(f"d grad_{i} / d {w.name}", real_diff(vjp, w)) for w in wrt
+                    w.name: chosen(
+                        f"d grad_{i} / d {w.name}",
+                        real_diff(vjp, w),
+                        also=() if as_written is None else (real_diff(as_written, w),),
+                    )
+                    for w in wrt
                 }
     except SpecError:
         raise
@@ -587,6 +614,16 @@ def derive_function(fn: Function, measure: bool = True) -> Derived:
         },
     )
     return _with_second_partials(derived)
+
+
+def _through_written(
+    terms: list, wrt: sympy.Symbol, unsplit: dict[str, sympy.Expr], written: dict[str, sympy.Expr]
+) -> tuple[sympy.Expr, ...]:
+    """The chain rule through the outputs' forms as the candidates phase wrote them (the
+    others as differentiated), or nothing where no output's chosen form is one of those."""
+    if not any(o in written for (o, _), _g in terms):
+        return ()
+    return (sympy.Add(*(g * real_diff(written.get(o, unsplit[o]), wrt) for (o, _), g in terms)),)
 
 
 def _with_second_partials(derived: Derived) -> Derived:

@@ -9,6 +9,7 @@ row in :mod:`symgrad.ops` maps it to the best framework op.
 from __future__ import annotations
 
 import builtins
+import functools
 import math
 from collections.abc import Callable
 from fractions import Fraction
@@ -663,10 +664,15 @@ class exprel_d(StableFunction):
     @staticmethod
     def mp(n, x):
         n = int(n)
-        if abs(x) < 1:
-            return mpmath.nsum(
-                lambda k: x**k / (mpmath.factorial(k) * (k + n + 1)), [0, mpmath.inf]
-            )
+        if abs(x) < 1:  # the Taylor series, summed until its terms are below the precision
+            tiny = mpmath.mpf(2) ** -(mpmath.mp.prec + 8)
+            with mpmath.extraprec(16):
+                total, k, power = mpmath.mpf(0), 0, mpmath.mpf(1)
+                while abs(term := power / (k + n + 1)) >= tiny:
+                    total += term
+                    k += 1
+                    power = power * x / k
+            return +total
         with mpmath.extraprec(64):
             value = mpmath.expm1(x) / x
             for m in range(1, n + 1):
@@ -701,6 +707,144 @@ class exprel_d(StableFunction):
             (big, x > self.SPLIT_ABOVE),
             (middle, True),
         )
+
+
+class log1prel(StableFunction):
+    """log1p(u) / u, defined as 1 at 0: no 0/0 at 0, and a derivative that does not cancel
+    near it (d/du log1p(u)/u = (u/(1 + u) - log1p(u))/u**2 keeps about u**2 of its digits).
+    The log1p member of :class:`exprel`'s family: (1 + u)**n - 1 = expm1(n log1p(u)) is
+    u * n * exprel(a) * log1prel(u) with a = n u log1prel(u), which stays finite and exact
+    where u underflows to 0 or n u overflows (compound interest)."""
+
+    nargs = 1
+
+    @classmethod
+    def eval(cls, u):
+        if u.is_zero:
+            return sympy.S.One
+        return None
+
+    def fdiff(self, argindex=1):
+        if argindex != 1:
+            raise ArgumentIndexError(self, argindex)
+        return log1prel_d(1, self.args[0])
+
+    @staticmethod
+    def mp(u):
+        return log1prel_d.mp(0, u)
+
+    @classmethod
+    def naive(cls, u):
+        return log(1 + u) / u
+
+    def regimes(self) -> sympy.Expr:
+        return log1prel_d(0, self.args[0], evaluate=False).regimes()
+
+
+class log1prel_d(StableFunction):
+    """The n-th derivative of :class:`log1prel`: (-1)**n n! times the integral of
+    t**n / (1 + u t)**(n + 1) over [0, 1].
+
+    Evaluated by regime (:meth:`regimes`): log1p(u)/u itself for n = 0 (1 at 0); for
+    n >= 1 a polynomial in s = u/(2 + u) for -1/2 < u < 1 (|s| < 1/3), where the closed
+    form cancels; the closed form beyond (in v = 1/u above u = 1, finite at u = inf), by
+    the recurrence u L_m + m L_(m-1) =
+    (-1)**(m - 1) (m - 1)!/(1 + u)**m (the m-th derivative of u L_0 = log1p(u)). In s,
+    log1p(u)/u = (1 - s) atanh(s)/s, a series in s whose terms fall by 9 every two (a
+    series in u would fall by 2 at u = -1/2), and d/du = (1 - s)**2/2 d/ds keeps each
+    derivative a polynomial in s. The closed form loses up to about 2 bits per order at
+    the regimes' border (u = -1/2 and u = 1), as exprel_d's does at |x| = 1.
+    """
+
+    nargs = 2
+    #: u in (LOWER, UPPER) takes the polynomial in s (|s| < 1/3 there)
+    LOWER = sympy.Rational(-1, 2)
+    UPPER = sympy.S.One
+    #: a coefficient times |s|**j below 2**-TAIL_BITS of the value at 0 is left out
+    TAIL_BITS = 57
+
+    @classmethod
+    def eval(cls, n, u):
+        if n.is_Integer and n < 0:
+            raise ValueError("log1prel_d(n, u) needs n >= 0")
+        if u.is_zero and n.is_Integer:
+            return sympy.Rational((-1) ** int(n) * sympy.factorial(int(n)), int(n) + 1)
+        return None
+
+    def fdiff(self, argindex=2):
+        if argindex != 2:
+            raise ArgumentIndexError(self, argindex)
+        n, u = self.args
+        return log1prel_d(n + 1, u)
+
+    @staticmethod
+    def mp(n, u):
+        n = int(n)
+        if abs(u) < 0.5:  # the Taylor series at 0: terms fall by about |u| each
+            tiny = mpmath.mpf(2) ** -(mpmath.mp.prec + 8)
+            with mpmath.extraprec(16):
+                # (-1)**k k!/(k - n)! u**(k - n)/(k + 1), from k = n; the sum is near n!/(n+1)
+                total, k, power = mpmath.mpf(0), n, mpmath.factorial(n) * (-1) ** n
+                while abs(term := power / (k + 1)) >= tiny * mpmath.factorial(n):
+                    total += term
+                    k += 1
+                    power = -power * u * k / (k - n)
+            return +total
+        with mpmath.extraprec(64):
+            value = mpmath.log1p(u) / u
+            for m in range(1, n + 1):
+                value = ((-1) ** (m - 1) * mpmath.factorial(m - 1) / (1 + u) ** m - m * value) / u
+        return +value
+
+    @classmethod
+    def naive(cls, n, u):
+        d = sympy.Dummy(real=True)
+        return sympy.diff(log(1 + d) / d, d, int(n)).subs(d, u)
+
+    @classmethod
+    def polynomial(cls, n: int) -> list[sympy.Rational]:
+        """The coefficients (lowest first) of the n-th derivative as a polynomial in s =
+        u/(2 + u), cut where the terms left out are below 2**-TAIL_BITS of the value at 0
+        for |s| < 1/3."""
+        return list(_log1prel_polynomial(n, cls.TAIL_BITS))
+
+    def regimes(self) -> sympy.Expr:
+        """This function in elementary functions (and log1p, xlogy, xlog1py), as the
+        printers emit it. Above u = 1 in v = 1/u: log1p(u)/u = v*log1p(v) - v*log(v), a sum
+        of two terms >= 0, is 0 at u = inf (v = 0), where log1p(u)/u is inf/inf (i/n
+        overflows at i = 1e250, n = 1e-100); the recurrence multiplies by v."""
+        n, u = int(self.args[0]), self.args[1]
+        v = 1 / u
+        closed, far = log1p(u) / u, xlog1py(v, v) - xlogy(v, v)
+        for m in range(1, n + 1):
+            c = sympy.Integer((-1) ** (m - 1) * math.factorial(m - 1))
+            closed = (c / (1 + u) ** m - m * closed) / u
+            far = v * (c * (v / (1 + v)) ** m - m * far)
+        if n == 0:  # no cancellation: only 0/0 at 0 (log1p(u) is u below 1e-16)
+            return sympy.Piecewise((far, u > 1), (sympy.S.One, sympy.Eq(u, 0)), (closed, True))
+        s = u / (2 + u)
+        horner = sympy.S.Zero
+        for c in reversed(self.polynomial(n)):
+            horner = c + s * horner
+        return sympy.Piecewise(
+            (horner, (u > self.LOWER) & (u < self.UPPER)), (far, u > 1), (closed, True)
+        )
+
+
+@functools.cache
+def _log1prel_polynomial(n: int, tail_bits: int) -> tuple[sympy.Rational, ...]:
+    """log1prel_d(n, u) as a polynomial in s = u/(2 + u) (see :class:`log1prel_d`)."""
+    s = sympy.Symbol("s")
+    degree = 120  # far beyond the cut: the low coefficients of each derivative are exact
+    g = sympy.Poly(
+        (1 - s) * sum(s ** (2 * k) / sympy.Integer(2 * k + 1) for k in range(degree // 2)), s
+    )
+    for _ in range(n):
+        g = sympy.Poly((1 - s) ** 2 / 2, s) * g.diff(s)
+    coeffs = [g.coeff_monomial(s**j) for j in range(degree - 2 * n)]
+    bound = abs(coeffs[0]) * sympy.Rational(1, 2**tail_bits)
+    keep = max(j for j, c in enumerate(coeffs) if abs(c) * sympy.Rational(1, 3) ** j >= bound)
+    return tuple(coeffs[: keep + 1])
 
 
 class logcosh(StableFunction):

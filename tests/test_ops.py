@@ -32,6 +32,7 @@ ROWS = {op.name: op for op in OPS}
 SAMPLE_ARGS: dict[str, tuple] = {
     "polygamma": (2, x),
     "exprel_d": (1, x),
+    "log1prel_d": (1, x),
     "sinc_d": (1, x),
     "sincpi_d": (1, x),
     "clamp": (x, -1, 1),

@@ -92,6 +92,9 @@ CASES = {
     ),
     # exp(712) overflows: inf/712; exact 1.6e307.
     "expm1_over_x": ("(exp(x) - 1)/x", {"x": 712.0}, F.exprel, False, None),
+    # d/dx log1p(x)/x = 1/(x*(1 + x)) - log1p(x)/x**2: two terms of 1e18 at x = 1e-9;
+    # exact -0.5 (log1prel_d(1, x) is its polynomial there).
+    "log1p_over_x": ("log(1 + x)/x", {"x": 1e-9}, F.log1prel, True, None),
     # d/dx sin(x)/x = cos(x)/x - sin(x)/x**2 at x = 1e-6: two terms of 1e6 cancel to
     # -3.3e-7 (about 1e-4 of it right); sinc_d(1, x) is its Taylor polynomial there.
     "sine_over_argument": ("sin(x)/x", {"x": 1e-6}, F.sinc_d, True, None),
@@ -813,6 +816,48 @@ def test_exprel_derivatives_by_regime(n, value):
     assert run_torch(stable, {"x": value}) == pytest.approx(exact, rel=4e-15, abs=1e-300)
 
 
+@pytest.mark.parametrize("n", [0, 1, 2])
+@pytest.mark.parametrize(
+    "value",
+    [0.0, 1e-20, -1e-9, -0.3, -0.49, -0.51, 0.2, 0.99, 1.01, 3.0, -0.9, -0.999999, 1e5, 1e300],
+)
+def test_log1prel_derivatives_by_regime(n, value):
+    """log1prel_d(n, u), as printed (its regimes), against mpmath in float64: the
+    polynomial in u/(2 + u) for -1/2 < u < 1, the recurrence beyond (in 1/u above 1);
+    about 2 bits lost per order at the border (u = 1.01, n = 2: 2.1e-15)."""
+    stable = F.log1prel_d(n, x, evaluate=False).regimes()
+    exact = float(F.log1prel_d.mp(n, mpmath.mpf(value)))
+    assert run_torch(stable, {"x": value}) == pytest.approx(exact, rel=4e-15, abs=1e-300)
+
+
+@pytest.mark.parametrize("n", [0, 1, 2])
+def test_log1prel_is_0_at_infinity(n):
+    """log1p(u)/u and its derivatives tend to 0 as u grows: 0 at u = inf (i/n overflows
+    at i = 1e250, n = 1e-100), where log1p(u)/u is inf/inf."""
+    assert run_torch(F.log1prel_d(n, x, evaluate=False).regimes(), {"x": math.inf}) == 0.0
+
+
+def test_compound_interest_through_log1prel():
+    """((1 + i/n)**n - 1)/(i/n), through log1p (regimes.power_through_log1p) and then
+    expm1_over_x: n*log1prel(i/n)*exprel(i*log1prel(i/n)). It is 100*n where i/n
+    underflows (n*expm1(...)/i was 0 or inf * 0 there), and its derivative in i is a product that does not
+    cancel at i = 1e-8, where the derivative of expm1(...)/i, two terms of 100*n/i, lost 27
+    bits."""
+    i, n = sympy.symbols("i n", real=True)
+    written = 100 * n * F.expm1(F.xlog1py(n, i / n)) / i
+    stable = stabilize(written)
+    assert stable == 100 * n * F.exprel(i * F.log1prel(i / n)) * F.log1prel(i / n)
+    at = {"i": -5.2e-301, "n": -2.3e64}
+    assert run_torch(written, at) != pytest.approx(100 * -2.3e64, rel=1e-6)  # -0.0 or NaN
+    assert run_torch(stable, at) == pytest.approx(100 * -2.3e64, rel=1e-15)
+    naive = 100 * ((1 + i / n) ** n - 1) / (i / n)
+    subs = {i: sympy.Float(1e-8, 50), n: sympy.Float(0.5, 50)}
+    exact = float(sympy.diff(naive, i).evalf(50, subs=subs))
+    at = {"i": 1e-8, "n": 0.5}
+    assert run_torch(sympy.diff(written, i), at) != pytest.approx(exact, rel=1e-10)  # -25.0
+    assert run_torch(sympy.diff(stable, i), at) == pytest.approx(exact, rel=1e-14)
+
+
 @pytest.mark.parametrize("cls", [F.sinc_d, F.sincpi_d])
 @pytest.mark.parametrize("n", [0, 1, 2, 3])
 @pytest.mark.parametrize("value", [0.0, 1e-20, -3e-5, -0.75, 0.999, 1.5, 3.7, -40.3, 1e5 + 0.25])
@@ -824,7 +869,7 @@ def test_sinc_derivatives_by_regime(cls, n, value):
     assert run_torch(stable, {"x": value}) == pytest.approx(exact, rel=2e-14, abs=1e-300)
 
 
-@pytest.mark.parametrize("cls", [F.exprel_d, F.sinc_d, F.sincpi_d])
+@pytest.mark.parametrize("cls", [F.exprel_d, F.log1prel_d, F.sinc_d, F.sincpi_d])
 def test_derivative_families_have_a_naive_form_at_a_compound_argument(cls):
     """The naive form (what the exact evaluation and gen's warnings fall back on) of the
     n-th derivative at x*y: differentiated by a dummy, then x*y put in (SymPy cannot

@@ -889,11 +889,11 @@ def student_t_logpdf(x: tf.Tensor, nu: float = 3.0) -> tf.Tensor:
                          |         | 2    |
                          \         \x     /
 
-                            -nu - 1
-        d grad_x / d grad = -------
-                            nu
-                            -- + x
-                            x
+                            -(nu + 1)
+        d grad_x / d grad = ----------
+                              nu
+                              -- + x
+                              x
 
     Measured float64 error of the chosen forms vs mpmath::
 
@@ -965,7 +965,7 @@ def _student_t_logpdf_grad_x(x, grad, nu):
                 t4 / t5 * (-nu + tf.math.square(x)) / t5 * grad,
                 t4 / t6 / x * (-nu / x / x + 1) / t6 / x * grad,
             )
-            grad_bar = (-nu - 1) / (nu / x + x) * grad_grad_x
+            grad_bar = -(nu + 1) / (nu / x + x) * grad_grad_x
             return x_bar, grad_bar
 
         return grad_x, backward

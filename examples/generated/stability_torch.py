@@ -2440,11 +2440,11 @@ class StudentTLogpdf(_Function):
                          |         | 2    |
                          \         \x     /
 
-                            -nu - 1
-        d grad_x / d grad = -------
-                            nu
-                            -- + x
-                            x
+                            -(nu + 1)
+        d grad_x / d grad = ----------
+                              nu
+                              -- + x
+                              x
 
     Measured float64 error of the chosen forms vs mpmath::
 
@@ -2499,23 +2499,25 @@ def _student_t_logpdf_grad_x_backward(
     x_bar = grad_bar = None
     if need_x_bar:
         t0 = -nu
-    t1 = nu + 1
+    if need_grad_bar:
+        t1 = -nu - 1
     if need_x_bar:
-        t4 = (x**2).add_(nu)
-        t5 = (nu / x).div_(x).add_(1)
-        t2 = t1 / t4
-        t3 = t1 / t5
+        t2 = nu + 1
+        t5 = (x**2).add_(nu)
+        t6 = (nu / x).div_(x).add_(1)
+        t3 = t2 / t5
+        t4 = t2 / t6
         x_bar = _mul_into(
             grad * grad_grad_x,
             _where(
                 (x < 1) & (x > -1),
-                t2.mul_((x**2).add_(-nu)).div_(t4),
-                t3.div_(x).mul_((t0 / x).div_(x).add_(1)).div_(t5).div_(x),
+                t3.mul_((x**2).add_(-nu)).div_(t5),
+                t4.div_(x).mul_((t0 / x).div_(x).add_(1)).div_(t6).div_(x),
                 overwrite="a",
             ),
         )
     if need_grad_bar:
-        grad_bar = _mul_into(-t1 / (nu / x).add_(x), grad_grad_x)
+        grad_bar = _mul_into(t1 / (nu / x).add_(x), grad_grad_x)
     return x_bar, grad_bar
 
 
@@ -2563,7 +2565,8 @@ class StudentTLogpdfGrad(_Function):
                 )
             )
         if ctx.needs_input_grad[1]:
-            grad_bar = (-nu - 1) / (nu / x + x) * grad_grad_x
+            t0 = -nu - 1
+            grad_bar = t0 / (nu / x + x) * grad_grad_x
         return x_bar, grad_bar, None
 
     @staticmethod
@@ -2571,18 +2574,19 @@ class StudentTLogpdfGrad(_Function):
         x, grad = ctx.saved_tensors
         nu = ctx.nu
         t0 = -nu
-        t1 = nu + 1
-        t4 = nu + x**2
-        t5 = nu / x / x + 1
+        t1 = -nu - 1
+        t2 = nu + 1
+        t5 = nu + x**2
+        t6 = nu / x / x + 1
         return (
             grad
             * x_t
             * torch.where(
                 (x < 1) & (x > -1),
-                t1 / t4 * (-nu + x**2) / t4,
-                t1 / t5 / x * (t0 / x / x + 1) / t5 / x,
+                t2 / t5 * (-nu + x**2) / t5,
+                t2 / t6 / x * (t0 / x / x + 1) / t6 / x,
             )
-            - t1 / (nu / x + x) * grad_t
+            + t1 / (nu / x + x) * grad_t
         )
 
 

@@ -29,6 +29,7 @@ from symgrad.functions import (
     hypot_ratio_scaled,
     log1mexp,
     log1p,
+    log1prel,
     logaddexp,
     logcosh,
     one_plus_erf,
@@ -37,6 +38,7 @@ from symgrad.functions import (
     sincpi_d,
     sinpi,
     softplus,
+    xlog1py,
     xlogy,
 )
 from symgrad.rewrite.phases import phase, register
@@ -513,10 +515,36 @@ def sign_from_abs(node):
     return None
 
 
+def _log1p_relative(a: sympy.Expr) -> sympy.Expr:
+    """``a`` with log1p(v) written v*log1prel(v) and xlog1py(w, v) written w*v*log1prel(v)."""
+    return a.replace(
+        lambda f: isinstance(f, log1p), lambda f: f.args[0] * log1prel(f.args[0])
+    ).replace(
+        lambda f: isinstance(f, xlog1py), lambda f: f.args[0] * f.args[1] * log1prel(f.args[1])
+    )
+
+
+def _divides_out(a: sympy.Expr, b: sympy.Expr) -> sympy.Expr | None:
+    """a/b with a factor of b cancelled (i*log1prel(i/n) / i -> log1prel(i/n)), or None
+    where a and b share no factor with an input in it."""
+    try:
+        if not sympy.gcd(sympy.fraction(sympy.cancel(a))[0], b).free_symbols:
+            return None
+    except sympy.PolynomialError:  # a generator SymPy's gcd cannot take
+        return None
+    ratio = sympy.cancel(a / b)
+    return None if ratio == 0 else ratio
+
+
 @register("stabilize")
 def expm1_over_x(node):
     """expm1(a) / a -> exprel(a) (also c*expm1(a)/a' when a = c*a'): 0/0 at 0, and inf/a
-    for a in [709.8, 716] where exp overflows but the quotient does not."""
+    for a in [709.8, 716] where exp overflows but the quotient does not. Also where a has
+    a log1p(v) or xlog1py(w, v) whose v shares a factor with the denominator b: expm1(a)/b
+    -> exprel(a) * a/b with log1p(v) = v*log1prel(v): ((1 + i/n)**n - 1)/(i/n), that is
+    n*expm1(xlog1py(n, i/n))/i, -> n*log1prel(i/n)*exprel(i*log1prel(i/n)), which is n
+    where i/n underflows (0/0 before: n/i is inf) and has derivatives that do not cancel
+    near i = 0 (compound interest)."""
     if not isinstance(node, Mul):
         return None
     for e in (f for f in node.args if isinstance(f, expm1)):
@@ -525,6 +553,26 @@ def expm1_over_x(node):
             ratio = sympy.cancel(a / p.base)
             if ratio.is_number and ratio != 0:
                 return _drop(node, e, p) * ratio * exprel(a)
+            relative = _log1p_relative(a)
+            if relative != a and (ratio := _divides_out(relative, p.base)) is not None:
+                return _drop(node, e, p) * ratio * exprel(relative)
+    return None
+
+
+@register("stabilize")
+def log1p_over_x(node):
+    """log1p(v) / b -> (v/b) * log1prel(v) where v and b share a factor (also
+    xlog1py(w, v) / b -> (w*v/b) * log1prel(v)): log1p(x)/x is 0/0 at 0 and its
+    derivative, (x/(1 + x) - log1p(x))/x**2, keeps about x**2 of its digits; log1prel's
+    derivatives do not cancel."""
+    if not isinstance(node, Mul):
+        return None
+    for f in (f for f in node.args if isinstance(f, (log1p, xlog1py))):
+        relative = _log1p_relative(f)
+        for p in (g for g in node.args if isinstance(g, Pow) and g.exp == -1):
+            ratio = _divides_out(relative, p.base)
+            if ratio is not None:
+                return _drop(node, f, p) * ratio
     return None
 
 
