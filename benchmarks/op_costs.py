@@ -79,8 +79,8 @@ def ops(x: torch.Tensor, pos: torch.Tensor, out: torch.Tensor) -> dict:
 def regime_primitives() -> list[sympy.Expr]:
     """symgrad primitives the torch printer writes inline as their regimes."""
     x = sympy.Symbol("x", real=True)
-    calls = [SF.exprel(x), SF.logcosh(x), SF.sinpi(x), SF.cospi(x)]
-    for family in (SF.exprel_d, SF.sinc_d, SF.sincpi_d):
+    calls = [SF.exprel(x), SF.log1prel(x), SF.logcosh(x), SF.sinpi(x), SF.cospi(x)]
+    for family in (SF.exprel_d, SF.log1prel_d, SF.sinc_d, SF.sincpi_d):
         calls += [family(n, x) for n in range(3)]
     return calls
 

@@ -664,16 +664,10 @@ class exprel_d(StableFunction):
     @staticmethod
     def mp(n, x):
         n = int(n)
-        if abs(x) < 1:  # the Taylor series, summed until its terms are below the precision
-            tiny = mpmath.mpf(2) ** -(mpmath.mp.prec + 8)
-            with mpmath.extraprec(16):
-                total, k, power = mpmath.mpf(0), 0, mpmath.mpf(1)
-                while abs(term := power / (k + n + 1)) >= tiny:
-                    total += term
-                    k += 1
-                    power = power * x / k
-            return +total
-        with mpmath.extraprec(64):
+        if x == 0:
+            return mpmath.mpf(1) / (n + 1)
+        # each step of the recurrence cancels about log2(1/|x|) bits near 0: carried
+        with mpmath.extraprec(64 + n * max(0, -int(mpmath.mag(x)))):
             value = mpmath.expm1(x) / x
             for m in range(1, n + 1):
                 value = (mpmath.exp(x) - m * value) / x
@@ -780,17 +774,10 @@ class log1prel_d(StableFunction):
     @staticmethod
     def mp(n, u):
         n = int(n)
-        if abs(u) < 0.5:  # the Taylor series at 0: terms fall by about |u| each
-            tiny = mpmath.mpf(2) ** -(mpmath.mp.prec + 8)
-            with mpmath.extraprec(16):
-                # (-1)**k k!/(k - n)! u**(k - n)/(k + 1), from k = n; the sum is near n!/(n+1)
-                total, k, power = mpmath.mpf(0), n, mpmath.factorial(n) * (-1) ** n
-                while abs(term := power / (k + 1)) >= tiny * mpmath.factorial(n):
-                    total += term
-                    k += 1
-                    power = -power * u * k / (k - n)
-            return +total
-        with mpmath.extraprec(64):
+        if u == 0:
+            return mpmath.mpf((-1) ** n * math.factorial(n)) / (n + 1)
+        # each step of the recurrence cancels about log2(1/|u|) bits near 0: carried
+        with mpmath.extraprec(64 + n * max(0, -int(mpmath.mag(u)))):
             value = mpmath.log1p(u) / u
             for m in range(1, n + 1):
                 value = ((-1) ** (m - 1) * mpmath.factorial(m - 1) / (1 + u) ** m - m * value) / u
