@@ -13,26 +13,17 @@ rows replaced by before/ or after/; the rows of the changed formulas whose mean 
 listed.
 """
 
-import json
+import importlib.util
 from pathlib import Path
-
-from symgrad.report.measure import Row
 
 HERE = Path(__file__).parent
 BASE = HERE.parent / "public-s36"
+# its rows-*.jsonl reader and totals (load, stats)
+_spec = importlib.util.spec_from_file_location("combine_s36", BASE / "combine.py")
+_s36 = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_s36)
+load, stats = _s36.load, _s36.stats
 CHANGED = set((HERE / "functions.txt").read_text().split())
-
-
-def load(path: Path) -> list[tuple]:
-    """(Row, error sources, finite-exact mean) per line of a rows-*.jsonl file."""
-    out = []
-    for line in path.read_text().splitlines():
-        if line.strip():
-            fields = json.loads(line)
-            sources, finite = fields.pop("sources"), fields.pop("finite")
-            fields["samples"] = ()
-            out.append((Row(**fields), sources, finite))
-    return out
 
 
 def measured(when: str, half: str, dtype: str) -> list[tuple]:
@@ -45,20 +36,6 @@ def measured(when: str, half: str, dtype: str) -> list[tuple]:
     better = load(again)
     names = {r.function for r, _, _ in better}
     return [x for x in rows if x[0].function not in names] + better
-
-
-def stats(rows: list[tuple]) -> str:
-    split = [(r, s, f) for r, s, f in rows if s is not None]
-    mean = sum(sum(s.values()) for _, s, _ in split) / len(split)
-    finite = [f["mean"] for _, _, f in split if f and f["mean"] is not None]
-    nonfinite = sum(r.symgrad_nonfinite for r, _, _ in rows if r.ok)
-    worse = sum(1 for r, _, _ in rows if r.worse_than_naive)
-    overflows = sum(f["overflows"] for _, _, f in split if f)
-    missed = sum(f["missed"] for _, _, f in split if f)
-    return (
-        f"rows {len(split)} mean {mean:.3f} finite-exact {sum(finite) / len(finite):.3f} "
-        f"nonfinite {nonfinite} worse {worse} overflow {overflows} missed {missed}"
-    )
 
 
 def main() -> None:
