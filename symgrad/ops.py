@@ -411,7 +411,7 @@ OPS: tuple[Op, ...] = (
     Op(F.exprel_d, arity=(2,), mp=F.exprel_d.mp, numpy=REGIMES, python=REGIMES,
        torch=REGIMES, tf=REGIMES, cost=25, passes=12, why_not={"spelled": _DERIVED}),
     Op(F.log1prel, mp=F.log1prel.mp, numpy=REGIMES, python=REGIMES, torch=REGIMES,
-       tf=REGIMES, cost=25, passes=5, why_not={"spelled": _DERIVED}),  # log1p, /, ==, select
+       tf=REGIMES, cost=25, passes=5, why_not={"spelled": _DERIVED}),  # timed as exprel's
     Op(F.log1prel_d, arity=(2,), mp=F.log1prel_d.mp, numpy=REGIMES, python=REGIMES,
        torch=REGIMES, tf=REGIMES, cost=110, passes=45, why_not={"spelled": _DERIVED}),
     Op(F.sinc_d, arity=(2,), mp=F.sinc_d.mp, numpy=REGIMES, python=REGIMES,

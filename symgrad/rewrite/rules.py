@@ -517,11 +517,12 @@ def sign_from_abs(node):
 
 def _log1p_relative(a: sympy.Expr) -> sympy.Expr:
     """``a`` with log1p(v) written v*log1prel(v) and xlog1py(w, v) written w*v*log1prel(v)."""
-    return a.replace(
-        lambda f: isinstance(f, log1p), lambda f: f.args[0] * log1prel(f.args[0])
-    ).replace(
-        lambda f: isinstance(f, xlog1py), lambda f: f.args[0] * f.args[1] * log1prel(f.args[1])
-    )
+
+    def relative(f: sympy.Expr) -> sympy.Expr:
+        v = f.args[-1]
+        return sympy.Mul(*f.args[:-1], v, log1prel(v))
+
+    return a.replace(lambda f: isinstance(f, (log1p, xlog1py)), relative)
 
 
 def _divides_out(a: sympy.Expr, b: sympy.Expr) -> sympy.Expr | None:
@@ -543,17 +544,17 @@ def expm1_over_x(node):
     a log1p(v) or xlog1py(w, v) whose v shares a factor with the denominator b: expm1(a)/b
     -> exprel(a) * a/b with log1p(v) = v*log1prel(v): ((1 + i/n)**n - 1)/(i/n), that is
     n*expm1(xlog1py(n, i/n))/i, -> n*log1prel(i/n)*exprel(i*log1prel(i/n)), which is n
-    where i/n underflows (0/0 before: n/i is inf) and has derivatives that do not cancel
+    where i/n underflows (0 or NaN before: n/i is inf) and has derivatives that do not cancel
     near i = 0 (compound interest)."""
     if not isinstance(node, Mul):
         return None
     for e in (f for f in node.args if isinstance(f, expm1)):
         a = e.args[0]
+        relative = _log1p_relative(a)
         for p in (f for f in node.args if isinstance(f, Pow) and f.exp == -1):
             ratio = sympy.cancel(a / p.base)
             if ratio.is_number and ratio != 0:
                 return _drop(node, e, p) * ratio * exprel(a)
-            relative = _log1p_relative(a)
             if relative != a and (ratio := _divides_out(relative, p.base)) is not None:
                 return _drop(node, e, p) * ratio * exprel(relative)
     return None

@@ -51,21 +51,27 @@ def main() -> None:
             before = [x for x in after if x[0].function not in CHANGED] + old
             print(half, dtype, "before:", stats(before))
             print(half, dtype, "after: ", stats(after))
-            was = {(r.function, r.quantity): r for r, _, _ in old}
-            for r, _, _ in after:
-                o = was.get((r.function, r.quantity))
-                if r.function not in CHANGED or o is None:
-                    continue
-                if (
-                    abs(o.symgrad_mean_bits - r.symgrad_mean_bits) > 0.05
-                    or o.symgrad_nonfinite != r.symgrad_nonfinite
-                ):
-                    print(
-                        f"   {r.function:44s} {r.quantity:16s} {o.points:3d} points "
-                        f"{o.symgrad_mean_bits:6.2f} bits {o.symgrad_nonfinite} non-finite -> "
-                        f"{r.points:3d} {r.symgrad_mean_bits:6.2f} {r.symgrad_nonfinite} "
-                        f"(naive {r.naive_mean_bits:.2f})"
-                    )
+            print_moved(old, after)
+
+
+def print_moved(before: list[tuple], after: list[tuple], width: int = 16) -> None:
+    """Each row of ``after`` measured in ``before`` too whose mean moved by more than 0.05
+    bits or whose non-finite count changed."""
+    was = {(r.function, r.quantity): r for r, _, _ in before}
+    for r, _, _ in after:
+        o = was.get((r.function, r.quantity))
+        if o is None or not (r.ok and o.ok):
+            continue
+        if (
+            abs(o.symgrad_mean_bits - r.symgrad_mean_bits) > 0.05
+            or o.symgrad_nonfinite != r.symgrad_nonfinite
+        ):
+            print(
+                f"   {r.function:44s} {r.quantity:{width}s} {o.points:3d} points "
+                f"{o.symgrad_mean_bits:6.2f} bits {o.symgrad_nonfinite} non-finite -> "
+                f"{r.points:3d} {r.symgrad_mean_bits:6.2f} {r.symgrad_nonfinite} "
+                f"(naive {r.naive_mean_bits:.2f})"
+            )
 
 
 if __name__ == "__main__":

@@ -18,11 +18,11 @@ from pathlib import Path
 
 HERE = Path(__file__).parent
 BASE = HERE.parent / "public-s36"
-# its rows-*.jsonl reader and totals (load, stats)
+# its rows-*.jsonl reader, totals and list of moved rows
 _spec = importlib.util.spec_from_file_location("combine_s36", BASE / "combine.py")
 _s36 = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_s36)
-load, stats = _s36.load, _s36.stats
+load, stats, print_moved = _s36.load, _s36.stats, _s36.print_moved
 CHANGED = set((HERE / "functions.txt").read_text().split())
 
 
@@ -47,21 +47,7 @@ def main() -> None:
             new = measured("after", half, dtype)
             print(half, dtype, "before:", stats(kept + old))
             print(half, dtype, "after: ", stats(kept + new))
-            was = {(r.function, r.quantity): r for r, _, _ in old}
-            for r, _, _ in new:
-                o = was.get((r.function, r.quantity))
-                if o is None or not (r.ok and o.ok):
-                    continue
-                if (
-                    abs(o.symgrad_mean_bits - r.symgrad_mean_bits) > 0.05
-                    or o.symgrad_nonfinite != r.symgrad_nonfinite
-                ):
-                    print(
-                        f"   {r.function:44s} {r.quantity:18s} {o.points:3d} points "
-                        f"{o.symgrad_mean_bits:6.2f} bits {o.symgrad_nonfinite} non-finite -> "
-                        f"{r.points:3d} {r.symgrad_mean_bits:6.2f} {r.symgrad_nonfinite} "
-                        f"(naive {r.naive_mean_bits:.2f})"
-                    )
+            print_moved(old, new, width=18)
 
 
 if __name__ == "__main__":
