@@ -114,6 +114,8 @@ CASES = {
     "sum_to_product": ("sin(x + y) - sin(x)", {"x": 1.0, "y": 1e-20}, sympy.cos, False, None),
     # atan(1e8 + 1) - atan(1e8) keeps no digit of 1e-16
     "atan_difference": ("atan(x + 1) - atan(x)", {"x": 1e8}, F.arctan2, False, None),
+    # pi/4 - x/2 rounds to 4.8e-14 +- 1.1e-16 at x = pi/2 - 9.7e-14 (tsfn near the pole)
+    "tan_quarter_turn": ("tan(pi/4 - x/2)", {"x": 1.5707963267948}, sympy.Piecewise, False, None),
 }
 
 
@@ -162,6 +164,67 @@ def test_sum_to_product_where_the_arguments_share_a_part_only():
 )
 def test_atan_difference_forms(formula, expected):
     assert stabilize(_parse(formula)) == expected
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        "tan(pi/4 + x)",
+        "tan(pi/4 - x/2)",
+        "tan(3*pi/4 + 2*x)",
+        "tan(x - pi/4)",
+        "-tan(5*pi/4 - x)",
+        "cot(pi/4 + x/2)",
+        "cot(x - 7*pi/4)",
+    ],
+)
+@pytest.mark.parametrize(
+    "at",
+    [
+        0.0,
+        1e-300,
+        -1e-12,
+        0.3,
+        -0.7,
+        1.5707963267948966,
+        -1.5707963267948966,
+        1.5707963267948,
+        3.14159265358979,
+        2.5,
+        -4.0,
+        100.0,
+        1e22,
+    ],
+)
+def test_tan_quarter_turn_is_the_value_everywhere(shape, at):
+    """tan and cot of +-pi/4 plus a formula (odd multiples of pi/4) as sin and cos of twice
+    the formula, to 4 ulp on both sides of every pole and zero (sin(2y) >= 0 or not),
+    where the float sum pi/4 + y keeps none of the digits (past 2**53) or few (near a
+    zero of the tangent)."""
+    expr = sympy.sympify(shape, locals={"x": x})  # (cot: not in the spec language)
+    stable = stabilize(expr)
+    assert stable.has(sympy.Piecewise) and not stable.has(sympy.tan, sympy.cot), stable
+    with mpmath.workprec(256):
+        exact = float(sympy.lambdify(x, expr, "mpmath")(mpmath.mpf(at)))  # the float input, exactly
+    assert run_torch(stable, {"x": at}) == pytest.approx(exact, rel=4 * 2.0**-52, abs=1e-300)
+
+
+def test_tan_quarter_turn_leaves_other_angles():
+    for other in ("tan(x)", "tan(pi/4 + 1 + x)", "tan(pi/3 + x)", "cot(pi/2 + x)", "tan(pi/4)"):
+        assert not stabilize(sympy.sympify(other, locals={"x": x})).has(sympy.Piecewise), other
+
+
+def test_regimes_within_the_branches_a_formula_came_with():
+    """A formula with branches of its own (a where, tan_quarter_turn's select, folded
+    outermost before the split) gets each branch's regimes: x - sin(x) and x - tanh(x)
+    keep every digit at x = 1e-5 (each loses 30 bits as written)."""
+    formula = sympy.Piecewise((x - sympy.sin(x), y > 0), (x - sympy.tanh(x), True))
+    split = split_regimes(formula)
+    for branch, at_y in ((x - sympy.sin(x), 1.0), (x - sympy.tanh(x), -1.0)):
+        exact = float(branch.evalf(50, subs={x: sympy.Float("1e-5", 50)}))
+        naive = run_torch(formula, {"x": 1e-5, "y": at_y})
+        assert naive != pytest.approx(exact, rel=1e-6, abs=0)
+        assert run_torch(split, {"x": 1e-5, "y": at_y}) == pytest.approx(exact, rel=1e-14, abs=0)
 
 
 # a - b and a*b finite (past that the angle is of an infinite point: the limit's)

@@ -1006,11 +1006,18 @@ def split_regimes(
     left as they are; else the ``asymptotes`` and ``limits`` rules on the formula before
     its parts; then its parts; then the first ``regimes`` rule that applies to the formula
     with its parts split. One pass: a branch made here is not visited again (its
-    fallback is the sum). ``near_zero``: whether to try the ``limits`` rules (not inside a
-    formula that has its own polynomial near 0).
+    fallback is the sum); a formula's own branches (a where, a stabilize rule's select)
+    are each split, their conditions left as they are. ``near_zero``: whether to try the
+    ``limits`` rules (not inside a formula that has its own polynomial near 0).
     """
-    if expr.is_Atom or not expr.args or isinstance(expr, sympy.Piecewise):
+    if expr.is_Atom or not expr.args:
         return expr
+    if isinstance(expr, sympy.Piecewise):
+        # branches the formula came with (a where, a select of a stabilize rule, folded
+        # outermost): each branch's formula gets its own regimes, the conditions none
+        return sympy.Piecewise(
+            *((split_regimes(v, params, positive, near_zero), c) for v, c in expr.args)
+        )
     # Rational functions as a whole (top-down): rescaling only the denominator of a
     # quotient would leave the numerator's powers to overflow.
     whole = _first(phase("whole").rewrites, expr, params, positive)

@@ -699,6 +699,36 @@ def sum_to_product(node):
     return None
 
 
+@register("stabilize")
+def tan_quarter_turn(node):
+    """tan(pi/4 + y) -> (1 + sin(2y))/cos(2y) where sin(2y) >= 0, cos(2y)/(1 - sin(2y))
+    where not; cot(pi/4 + y) -> their reciprocals, tan(-pi/4 + y) -> -cot(pi/4 + y) and
+    cot(-pi/4 + y) -> -tan(pi/4 + y) (the constant taken modulo pi; SymPy writes
+    tan(pi/4 - y) as cot(pi/4 + y)). Herbie's hang-p-tan, tan((a + b)/2) = (sin(a) +
+    sin(b))/(cos(a) + cos(b)), at a = +-pi/2.
+
+    The sum pi/4 + y is rounded before tan sees it: where it is near a multiple of pi
+    (tan(pi/4 - phi/2) at phi = pi/2 - 1e-8, the map projections' tsfn) its digits are
+    gone, and past |y| = 2**53 pi/4 is gone altogether; 2y is exact and sin and cos
+    reduce it against pi to the last bit. Each branch divides by 1 + |sin(2y)| or
+    multiplies by it over a cosine: no cancellation on either side."""
+    if not isinstance(node, (sympy.tan, sympy.cot)) or not isinstance(node.args[0], Add):
+        return None
+    angle = node.args[0]
+    c, y = angle.as_independent(*angle.free_symbols, as_Add=True)
+    if not (y.free_symbols and c.is_number and c.has(sympy.pi)):
+        return None
+    turns = sympy.nsimplify(c / (sympy.pi / 4))
+    if not (turns.is_Integer and turns % 2 == 1):
+        return None
+    s, co = sympy.sin(2 * y), sympy.cos(2 * y)
+    tan = sympy.Piecewise((co / (1 - s), s < 0), ((1 + s) / co, True))  # tan(pi/4 + y)
+    cot = sympy.Piecewise(((1 - s) / co, s < 0), (co / (1 + s), True))  # cot(pi/4 + y)
+    if turns % 4 == 1:
+        return tan if isinstance(node, sympy.tan) else cot
+    return -cot if isinstance(node, sympy.tan) else -tan  # a quarter turn back: -pi/4
+
+
 #: c*pi/4 and c*pi/2 as c*atan(b): b = 1 and b infinite (None).
 _ATAN_CONSTANTS = {sympy.pi / 4: sympy.S.One, sympy.pi / 2: None}
 
