@@ -194,6 +194,7 @@ def test_atan_difference_forms(formula, expected):
         -4.0,
         100.0,
         1e22,
+        -1e300,
     ],
 )
 def test_tan_quarter_turn_is_the_value_everywhere(shape, at):
@@ -203,10 +204,23 @@ def test_tan_quarter_turn_is_the_value_everywhere(shape, at):
     zero of the tangent)."""
     expr = sympy.sympify(shape, locals={"x": x})  # (cot: not in the spec language)
     stable = stabilize(expr)
-    assert stable.has(sympy.Piecewise) and not stable.has(sympy.tan, sympy.cot), stable
-    with mpmath.workprec(256):
+    shifted = [f for f in stable.atoms(sympy.tan, sympy.cot) if f.args[0].has(sympy.pi)]
+    assert stable.has(sympy.Piecewise) and not shifted, stable
+    with mpmath.workprec(1200):  # 1e300 reduced against pi
         exact = float(sympy.lambdify(x, expr, "mpmath")(mpmath.mpf(at)))  # the float input, exactly
     assert run_torch(stable, {"x": at}) == pytest.approx(exact, rel=4 * 2.0**-52, abs=1e-300)
+
+
+def test_tan_quarter_turn_past_where_the_doubled_angle_overflows():
+    """tan(pi/4 + x) at x = 3e38 in float32: 2x is inf there (sin(inf) NaN), the value is
+    not; past |x| = 1e38 it is (1 + tan(x))/(1 - tan(x))."""
+    stable = stabilize(sympy.tan(sympy.pi / 4 + x))
+    at = float(torch.tensor(3e38, dtype=torch.float32))
+    with mpmath.workprec(1200):  # 1e300 reduced against pi
+        exact = float(mpmath.tan(mpmath.pi / 4 + mpmath.mpf(at)))
+    namespace = {"torch": torch, "math": math, "x": torch.tensor(at, dtype=torch.float32)}
+    got = float(eval(TorchPrinter().doprint(stable), namespace))
+    assert got == pytest.approx(exact, rel=8 * 2.0**-23)
 
 
 def test_tan_quarter_turn_leaves_other_angles():

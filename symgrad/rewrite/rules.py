@@ -699,6 +699,11 @@ def sum_to_product(node):
     return None
 
 
+#: Past this |y|, tan_quarter_turn writes tan(pi/4 + y) through tan(y) where 2y could
+#: overflow (float32 from 1.7e38); pi/4 is lost in the sum from 2**53 * pi/4 on.
+_QUARTER_TURN_DOUBLE_MAX = sympy.Float(1e38)
+
+
 @register("stabilize")
 def tan_quarter_turn(node):
     """tan(pi/4 + y) -> (1 + sin(2y))/cos(2y) where sin(2y) >= 0, cos(2y)/(1 - sin(2y))
@@ -711,7 +716,10 @@ def tan_quarter_turn(node):
     (tan(pi/4 - phi/2) at phi = pi/2 - 1e-8, the map projections' tsfn) its digits are
     gone, and past |y| = 2**53 pi/4 is gone altogether; 2y is exact and sin and cos
     reduce it against pi to the last bit. Each branch divides by 1 + |sin(2y)| or
-    multiplies by it over a cosine: no cancellation on either side."""
+    multiplies by it over a cosine: no cancellation on either side. Where 2y is not y's
+    half undone (tan(pi/4 + x): 2x overflows past |x| = 1.7e38 in float32, where the value
+    is finite), (1 + tan(y))/(1 - tan(y)) past |y| = 1e38 (_QUARTER_TURN_DOUBLE_MAX),
+    where pi/4 is long gone from the sum and tan(y) is reduced to the last bit."""
     if not isinstance(node, (sympy.tan, sympy.cot)) or not isinstance(node.args[0], Add):
         return None
     angle = node.args[0]
@@ -721,9 +729,14 @@ def tan_quarter_turn(node):
     turns = sympy.nsimplify(c / (sympy.pi / 4))
     if not (turns.is_Integer and turns % 2 == 1):
         return None
-    s, co = sympy.sin(2 * y), sympy.cos(2 * y)
-    tan = sympy.Piecewise((co / (1 - s), s < 0), ((1 + s) / co, True))  # tan(pi/4 + y)
-    cot = sympy.Piecewise(((1 - s) / co, s < 0), (co / (1 + s), True))  # cot(pi/4 + y)
+    double = 2 * y
+    s, co = sympy.sin(double), sympy.cos(double)
+    tan = [(co / (1 - s), s < 0), ((1 + s) / co, True)]  # tan(pi/4 + y)
+    cot = [((1 - s) / co, s < 0), (co / (1 + s), True)]  # cot(pi/4 + y)
+    if sympy.count_ops(double) >= sympy.count_ops(y):  # 2y may overflow where y does not
+        t, big = sympy.tan(y), sympy.Abs(y) > _QUARTER_TURN_DOUBLE_MAX
+        tan, cot = [((1 + t) / (1 - t), big), *tan], [((1 - t) / (1 + t), big), *cot]
+    tan, cot = sympy.Piecewise(*tan), sympy.Piecewise(*cot)
     if turns % 4 == 1:
         return tan if isinstance(node, sympy.tan) else cot
     return -cot if isinstance(node, sympy.tan) else -tan  # a quarter turn back: -pi/4
