@@ -216,7 +216,7 @@ def test_tan_quarter_turn_past_where_the_doubled_angle_overflows():
     not; past |x| = 1e38 it is (1 + tan(x))/(1 - tan(x))."""
     stable = stabilize(sympy.tan(sympy.pi / 4 + x))
     at = float(torch.tensor(3e38, dtype=torch.float32))
-    with mpmath.workprec(1200):  # 1e300 reduced against pi
+    with mpmath.workprec(1200):  # 3e38 reduced against pi
         exact = float(mpmath.tan(mpmath.pi / 4 + mpmath.mpf(at)))
     namespace = {"torch": torch, "math": math, "x": torch.tensor(at, dtype=torch.float32)}
     got = float(eval(TorchPrinter().doprint(stable), namespace))
