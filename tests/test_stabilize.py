@@ -228,11 +228,13 @@ def test_tan_quarter_turn_leaves_other_angles():
         assert not stabilize(sympy.sympify(other, locals={"x": x})).has(sympy.Piecewise), other
 
 
-def test_regimes_within_the_branches_a_formula_came_with():
-    """A formula with branches of its own (a where, tan_quarter_turn's select, folded
-    outermost before the split) gets each branch's regimes: x - sin(x) and x - tanh(x)
-    keep every digit at x = 1e-5 (each loses 30 bits as written)."""
-    formula = sympy.Piecewise((x - sympy.sin(x), y > 0), (x - sympy.tanh(x), True))
+@pytest.mark.parametrize("condition", [y > 0, y >= 0], ids=["y > 0", "y >= 0"])
+def test_regimes_within_the_branches_a_formula_came_with(condition):
+    """A formula with branches of its own (a where, tan_quarter_turn's select, derive's
+    split by the sign of u, folded outermost before the split) gets each branch's regimes:
+    x - sin(x) and x - tanh(x) keep every digit at x = 1e-5 (each loses 30 bits as
+    written)."""
+    formula = sympy.Piecewise((x - sympy.sin(x), condition), (x - sympy.tanh(x), True))
     split = split_regimes(formula)
     for branch, at_y in ((x - sympy.sin(x), 1.0), (x - sympy.tanh(x), -1.0)):
         exact = float(branch.evalf(50, subs={x: sympy.Float("1e-5", 50)}))
@@ -760,6 +762,33 @@ def test_a_product_series_of_functions_of_one_input():
     assert bad != pytest.approx(1.9e-13 + 2e20 * 1.9e-13**3 / 3, rel=1e-6, abs=0)
     # functions of both inputs, not of their product: nothing to collect in
     assert product_series(e * sympy.sinh(x) - x * sympy.sinh(e), frozenset(), frozenset()) is None
+
+
+@pytest.mark.parametrize("where", ["series", "leading term", "substitution"])
+def test_a_time_limit_is_not_taken_for_sympy_failing(monkeypatch, where):
+    """The regime rules catch SymPy's failures (it raises many kinds) and keep the formula;
+    derive.finish's time limit (a TimeoutError from SIGALRM) must reach finish, which then
+    keeps the candidate unsplit. Caught as a failure, the rule went on to its next choice
+    with no limit left: the logistic distribution's second derivative spent 850 s in
+    series expansions under a 60 s limit."""
+    from symgrad.rewrite import regimes
+
+    def out_of_time(*args, **kwargs):
+        raise TimeoutError
+
+    if where == "series":
+        monkeypatch.setattr(regimes, "_two_sided_series", out_of_time)
+    elif where == "leading term":
+        monkeypatch.setattr(sympy.Expr, "as_leading_term", out_of_time)
+    else:
+        monkeypatch.setattr(regimes.sympy, "expand", out_of_time)
+    e = sympy.Symbol("e", real=True)
+    node = 2 * e * x * sympy.cosh(e * x) + 2 * (e**2 * x - 1) * sympy.sinh(e * x)
+    with pytest.raises(TimeoutError):
+        regimes.product_series(node, frozenset(), frozenset())
+    if where == "series":
+        with pytest.raises(TimeoutError):
+            regimes.split_regimes(sympy.sin(x) / x, frozenset(), frozenset())
 
 
 def test_powers_of_hypot_print_as_ratios():
