@@ -83,6 +83,29 @@ def _two_sided_series(f: sympy.Expr, x: sympy.Symbol, order: int) -> tuple[sympy
     return right, left
 
 
+def _or_none(call, *args):
+    """``call(*args)``, or None where SymPy fails (it raises many kinds; the rule then
+    keeps the formula). A time limit is no failure: ``finish``'s TimeoutError (SIGALRM,
+    :func:`symgrad.derive._time_limit`) goes on to it. Caught, the rule went on to its next
+    choice with no limit left: 850 s of series under a 60 s limit."""
+    try:
+        return call(*args)
+    except TimeoutError:
+        raise
+    except Exception:  # noqa: BLE001 - SymPy raises many kinds
+        return None
+
+
+def _leading_order(term: sympy.Expr, x: sympy.Symbol) -> int | None:
+    """The degree in x of ``term``'s leading term at x = 0 (None where not a power)."""
+    lead = term.as_leading_term(x)
+    return sympy.degree(lead, x) if lead.is_polynomial(x) else None
+
+
+def _expanded_at(node: sympy.Expr, x: sympy.Symbol, value: sympy.Expr) -> sympy.Expr:
+    return sympy.expand(node.subs(x, value))
+
+
 #: Largest formula (SymPy op count) expanded in series at a removable singularity: the
 #: bound is on size, so that the cost of a derivation is bounded by its formula's.
 _REMOVABLE_MAX_OPS = 60
@@ -372,11 +395,8 @@ def removable_regime(
             continue  # no singularity at x = 0
         if not _bounded_near_zero(rest, x):
             return None  # a pole: nothing to remove
-        try:
-            sides = _two_sided_series(rest, x, _REMOVABLE_ORDER)
-        except TimeoutError:  # the caller's time limit (derive.finish): not SymPy's failure
-            raise
-        except Exception:  # noqa: BLE001 - SymPy cannot expand it: keep the formula
+        sides = _or_none(_two_sided_series, rest, x, _REMOVABLE_ORDER)
+        if sides is None:  # SymPy cannot expand it: keep the formula
             return None
         terms = [_series_terms(poly, x) for poly in sides]
         if any(t is None or sympy.degree(t[0], x) < 0 for t in terms):
@@ -572,23 +592,13 @@ def _cancelling_series(node: sympy.Expr, x: sympy.Symbol) -> tuple[list, sympy.F
     sides of 0."""
     if node.has(sympy.Piecewise) or node.subs(x, 0) != 0:
         return None
-    orders = []
-    for term in node.args:
-        try:
-            lead = term.as_leading_term(x)
-            orders.append(sympy.degree(lead, x) if lead.is_polynomial(x) else None)
-        except TimeoutError:  # the caller's time limit (derive.finish): not SymPy's failure
-            raise
-        except Exception:  # noqa: BLE001 - SymPy has no leading term for it
-            orders.append(None)
+    orders = [_or_none(_leading_order, term, x) for term in node.args]
     if not any(k is not None and k >= 1 for k in orders):
         return None
-    try:
-        right, left = _two_sided_series(node, x, 16)
-    except TimeoutError:  # the caller's time limit (derive.finish): not SymPy's failure
-        raise
-    except Exception:  # noqa: BLE001 - SymPy cannot expand it: keep the formula
+    sides = _or_none(_two_sided_series, node, x, 16)
+    if sides is None:  # SymPy cannot expand it: keep the formula
         return None
+    right, left = sides
     if sympy.expand(right - left) != 0:
         return None  # no one polynomial on both sides of 0
     terms = _series_terms(right, x)
@@ -639,13 +649,8 @@ def product_series(node: sympy.Basic, params: frozenset, positive: frozenset) ->
         coefficient = product / x  # the product is coefficient * x
         if x in coefficient.free_symbols:
             continue
-        try:
-            written = sympy.expand(node.subs(x, u / coefficient))
-        except TimeoutError:  # the caller's time limit (derive.finish): not SymPy's failure
-            raise
-        except Exception:  # noqa: BLE001 - SymPy cannot substitute it
-            continue
-        if x in written.free_symbols:
+        written = _or_none(_expanded_at, node, x, u / coefficient)
+        if written is None or x in written.free_symbols:  # (None: SymPy cannot substitute)
             continue
         parts = sympy.collect(written, e, evaluate=False)
         if any(c.has(e) for c in parts.values()):
