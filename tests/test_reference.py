@@ -62,6 +62,32 @@ def test_an_infinity_made_by_cancellation_is_not_an_exact_value():
     assert exact(sympy.exp(z), {z: 1000.0}) == float("inf")  # a true overflow stays one
 
 
+def test_a_pole_is_undefined_and_found_at_low_precision(monkeypatch):
+    """tan(pi*l) at l = 0.5 is about 2**p at p bits (pi/2 to p bits is 2**-p from the
+    pole): no precision settles it. It was unresolved after 1.7 s each (65536 bits), which
+    spent the accuracy report's budget on the points that hold l at 0.5 before any other
+    point (vandenbroeck_and_keller_equation_6 had no measured point)."""
+    from symgrad.numerics import mp
+
+    l, f = sympy.symbols("l F", real=True)
+    vk6 = sympy.pi * l - sympy.tan(sympy.pi * l) / (f * f)
+    tried: list[int] = []
+    at_precision = mp._at_precision
+
+    def recorded(expr, point, prec):
+        tried.append(prec)
+        return at_precision(expr, point, prec)
+
+    monkeypatch.setattr(mp, "_at_precision", recorded)
+    assert exact(vk6, {l: 0.5, f: 1.0}) is None
+    assert exact(sympy.diff(vk6, l, f), {l: 0.5, f: 3.0}) is None
+    assert exact(1 / sympy.cos(sympy.pi * x), {x: -2.5}) is None
+    assert max(tried) <= 16 * mp.PREC_BITS  # a 16-fold rise, not 65536 bits
+    # near a pole, at a float that is not one: a (large) value
+    assert exact(sympy.tan(x), {x: 1.5707963267948966}) == pytest.approx(1.633123935319537e16)
+    assert exact(sympy.tan(sympy.pi * l), {l: 0.49}) == pytest.approx(31.820515953773956)
+
+
 def test_a_negative_number_to_a_power_that_is_not_an_integer_is_undefined():
     """(-1e300)**1e-200 is 1 + 3e-200i: its imaginary part is below _real's threshold,
     but it is no real number (IEEE pow gives NaN); an integer power stays defined."""

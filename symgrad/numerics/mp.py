@@ -8,7 +8,7 @@ accuracy report sit on top of it).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import mpmath
 import sympy
@@ -309,17 +309,19 @@ TRUSTED_BITS = 64
 
 
 def _at_precision(expr: sympy.Basic, point: Mapping[sympy.Symbol, float], prec: int):
-    """The value rounded to float64 at ``prec`` bits (None where undefined) and the bits
-    it lost to cancellation."""
+    """The value rounded to float64 at ``prec`` bits (None where undefined), the bits it
+    lost to cancellation, and its binary exponent (None where it is 0 or not finite)."""
     trace = Trace()
     with mpmath.workprec(prec):
         env = {s: mpmath.mpf(v) for s, v in point.items()}
         try:
-            value = to_float(evaluate(expr, env, trace))
+            raw = evaluate(expr, env, trace)
         except (Undefined, ZeroDivisionError, OverflowError):
             # OverflowError: mpmath gives up on e.g. erfc(1e300); no reference there.
-            value = None
-    return value, trace.lost
+            raw = None
+        finite = raw is not None and raw != 0 and mpmath.isfinite(raw)
+        magnitude = int(mpmath.mag(raw)) if finite else None
+    return to_float(raw), trace.lost, magnitude
 
 
 #: A value that lost everything to cancellation at each precision still counts once it is
@@ -328,6 +330,23 @@ def _at_precision(expr: sympy.Basic, point: Mapping[sympy.Symbol, float], prec: 
 #: 256, 1024 and 4096 is taken for that value; higher costs seconds a point: mpmath's erf
 #: at 16384 bits takes 1.5 s.)
 SETTLED_RISE = 16
+
+
+def _pole(history: Sequence[tuple[int, bool, int | None]]) -> bool:
+    """The values at the precisions tried so far, ``(precision, trusted, exponent)``, are
+    those of a pole: the latest ones, none trusted, each at least ``2**(r/2)`` times as large
+    as the one before where the precision rose by r bits, over a :data:`SETTLED_RISE`-fold
+    rise of precision. tan(pi*l) at l = 0.5 is about 2**p at p bits (pi/2 rounded to p bits
+    is 2**-p from the pole), so no precision settles it: undefined, not a value that more
+    precision would reach."""
+    run: list[tuple[int, int]] = []  # (precision, exponent), newest first
+    for prec, trusted, exponent in reversed(history):
+        if trusted or exponent is None:
+            break
+        if run and 2 * (run[-1][1] - exponent) < run[-1][0] - prec:
+            break
+        run.append((prec, exponent))
+    return len(run) >= 2 and run[0][0] >= SETTLED_RISE * run[-1][0]
 
 
 def exact(expr: sympy.Basic, point: Mapping[sympy.Symbol, float]) -> float | None:
@@ -342,10 +361,14 @@ def exact(expr: sympy.Basic, point: Mapping[sympy.Symbol, float]) -> float | Non
     :data:`MAX_PREC_BITS`.
     """
     previous: tuple[float | None, bool] | None = None
+    history: list[tuple[int, bool, int | None]] = []
     since = prec = PREC_BITS  # the precision since which the value has not changed
     while prec <= MAX_PREC_BITS + 2 * TRUSTED_BITS:  # (the last check is a little higher)
-        value, lost = _at_precision(expr, point, prec)
+        value, lost, exponent = _at_precision(expr, point, prec)
         trusted = prec - lost >= TRUSTED_BITS
+        history.append((prec, trusted, exponent))
+        if _pole(history):
+            return None
         if previous is not None and previous[0] == value:
             # an infinity that cancellation made (log(1 - sigmoid(1e4)) is log(0) below
             # 14,000 bits) is no settled value: only a finite one settles untrusted
