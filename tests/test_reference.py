@@ -69,8 +69,8 @@ def test_a_pole_is_undefined_and_found_at_low_precision(monkeypatch):
     point (vandenbroeck_and_keller_equation_6 had no measured point)."""
     from symgrad.numerics import mp
 
-    l, f = sympy.symbols("l F", real=True)
-    vk6 = sympy.pi * l - sympy.tan(sympy.pi * l) / (f * f)
+    lam, f = sympy.symbols("l F", real=True)
+    vk6 = sympy.pi * lam - sympy.tan(sympy.pi * lam) / (f * f)
     tried: list[int] = []
     at_precision = mp._at_precision
 
@@ -79,13 +79,13 @@ def test_a_pole_is_undefined_and_found_at_low_precision(monkeypatch):
         return at_precision(expr, point, prec)
 
     monkeypatch.setattr(mp, "_at_precision", recorded)
-    assert exact(vk6, {l: 0.5, f: 1.0}) is None
-    assert exact(sympy.diff(vk6, l, f), {l: 0.5, f: 3.0}) is None
+    assert exact(vk6, {lam: 0.5, f: 1.0}) is None
+    assert exact(sympy.diff(vk6, lam, f), {lam: 0.5, f: 3.0}) is None
     assert exact(1 / sympy.cos(sympy.pi * x), {x: -2.5}) is None
     assert max(tried) <= 16 * mp.PREC_BITS  # a 16-fold rise, not 65536 bits
     # near a pole, at a float that is not one: a (large) value
     assert exact(sympy.tan(x), {x: 1.5707963267948966}) == pytest.approx(1.633123935319537e16)
-    assert exact(sympy.tan(sympy.pi * l), {l: 0.49}) == pytest.approx(31.820515953773956)
+    assert exact(sympy.tan(sympy.pi * lam), {lam: 0.49}) == pytest.approx(31.820515953773956)
 
 
 def test_a_negative_number_to_a_power_that_is_not_an_integer_is_undefined():
