@@ -964,6 +964,34 @@ def test_compound_interest_through_log1prel():
     assert run_torch(sympy.diff(stable, i), at) == pytest.approx(exact, rel=1e-14)
 
 
+@pytest.mark.parametrize(
+    ("at", "want"),
+    [
+        # 1 + x and 1 - x round to 1: the naive power is 1, the value e**2
+        ({"x": 1e-20, "y": 1e20}, math.exp(2.0)),
+        # a negative base (|x| > 1) to an even power past 2**53: (-1)**y*exp(y*log1p(2/(x - 1)))
+        ({"x": 3e200, "y": 1e200}, None),
+        ({"x": -7.0, "y": 3.0}, -((3.0 / 4.0) ** 3)),  # an odd power, -b - 1 = -1/4
+        ({"x": 0.5, "y": 0.5}, math.sqrt(3.0)),
+    ],
+)
+def test_a_power_of_a_ratio_near_one_through_log1p(at, want):
+    """((1 + x)/(1 - x))**y (PROJ's pj_tsfn, ((1 + e*sin(phi))/(1 - e*sin(phi)))**(e/2)):
+    the base minus 1 is 2x/(1 - x), without the cancellation, and minus the base minus 1
+    is 2/(x - 1) where it is negative (regimes.power_through_log1p)."""
+    naive = ((1 + x) / (1 - x)) ** y
+    stable = regimes.power_through_log1p(naive)
+    if want is None:
+        want = mp_exact(naive, {x: at["x"], y: at["y"]})
+        assert run_torch(naive, at) == 1.0  # (-1 - 2/3e200) rounds to -1
+    assert math.isfinite(want)
+    assert run_torch(stable, at) == pytest.approx(want, rel=1e-14, abs=0)
+    if at["y"] == 3.0:  # an odd power: the sign of the negative base kept
+        assert run_torch(sympy.diff(stable, x), at) == pytest.approx(
+            float(sympy.diff(naive, x).subs({x: -7, y: 3})), rel=1e-14
+        )
+
+
 @pytest.mark.parametrize("cls", [F.sinc_d, F.sincpi_d])
 @pytest.mark.parametrize("n", [0, 1, 2, 3])
 @pytest.mark.parametrize("value", [0.0, 1e-20, -3e-5, -0.75, 0.999, 1.5, 3.7, -40.3, 1e5 + 0.25])

@@ -21,6 +21,7 @@ from sympy import Add, Mul, Pow, exp, log
 
 from symgrad.functions import (
     StableFunction,
+    cospi,
     dsigmoid,
     erfcx,
     erfcx_inv,
@@ -34,6 +35,7 @@ from symgrad.functions import (
     upstream_gradient,
     xlog1py,
 )
+from symgrad.functions import round as nearest_integer
 from symgrad.rewrite.phases import phase, register
 
 _SERIES_TERMS = 4
@@ -1794,28 +1796,71 @@ def _no_integer(e: sympy.Expr) -> bool:
     return not (e.is_number and e.is_integer)
 
 
+def _minus_one(base: sympy.Expr) -> sympy.Expr | None:
+    """``base - 1`` as one fraction where its numerator and denominator cancel terms:
+    (1 + e*s)/(1 - e*s) - 1 = 2*e*s/(1 - e*s), x/(x + 1) - 1 = -1/(x + 1). None where
+    nothing cancels (x/y - 1)."""
+    num, den = sympy.fraction(sympy.together(base))
+    if den == 1:
+        return None
+    num, den = sympy.expand(num), sympy.expand(den)
+    difference = sympy.expand(num - den)
+
+    def monomials(e: sympy.Expr) -> set[sympy.Expr]:
+        return {t.as_coeff_Mul()[1] for t in Add.make_args(e)}
+
+    if not (monomials(num) | monomials(den)) - monomials(difference):
+        return None  # no term cancelled: -x - (x + 1) = -2*x - 1 only adds
+    return difference / den
+
+
 @register("candidates")
 def power_through_log1p(expr: sympy.Expr) -> sympy.Expr | None:
-    """(c + u)**v -> exp(v*log(c) + v*log1p(u/c)) where u/c > -1 (the formula as written
-    elsewhere), for an exponent v that is not an integer constant: the compound-interest
-    form, (1 + i/n)**n - 1 = expm1(n*log1p(i/n)) (Herbie's pow-to-exp with log1p), where
-    1 + i/n rounds i/n away and the power overflows long before the result does. ``None``
-    where no such power has a number term c > 0 in its base."""
+    """b**v -> exp(v*log1p(b - 1)) for an exponent v that is not an integer constant, with
+    b - 1 written without cancellation, where b > 0 (the formula as written elsewhere):
+
+    - b = c + u, c a number > 0: exp(v*log(c) + v*log1p(u/c)), the compound-interest form,
+      (1 + i/n)**n - 1 = expm1(n*log1p(i/n)) (Herbie's pow-to-exp with log1p), where
+      1 + i/n rounds i/n away and the power overflows long before the result does;
+    - b a fraction whose numerator loses a term to b - 1 (:func:`_minus_one`):
+      exp(v*log1p(b - 1)), and cospi(v)*exp(v*log1p(-b - 1)) where b < 0, v is an
+      integer and -b - 1 cancels too (cospi(v) is (-1)**v there, and its derivative 0). ((1 + e*s)/(1 - e*s))**(e/2) (PROJ's pj_tsfn) rounds to 1**v or
+      (-1)**v where e*s is past 2**53 and v is huge: the value is exp(v*2/(e*s)).
+
+    Floats past 2**53 are all integers, so a negative base has a power there; pow's
+    relative error is v times the base's, all of it where v is past 2**53. ``None`` where
+    no such power appears."""
 
     conditions = []
+
+    def times_log1p(e: sympy.Expr, w: sympy.Expr) -> sympy.Expr:
+        # v*log1p(w) as xlog1py: 0 where v = 0, also where w is inf (i/n at n = 0)
+        return xlog1py(e, w) if e.free_symbols else e * log1p(w)
 
     def through(node: sympy.Expr) -> sympy.Expr:
         base, e = node.args
         c, u = base.as_coeff_Add()
-        if not (c.is_number and c.is_positive) or not u.free_symbols or not _no_integer(e):
+        if c.is_number and c.is_positive and u.free_symbols:
+            conditions.append(u / c > -1)
+            return exp(e * log(c) + times_log1p(e, u / c))
+        above = _minus_one(base)
+        if above is None:
             return node
-        conditions.append(u / c > -1)
-        # v*log1p(u/c) as xlog1py: 0 where v = 0, also where u/c is inf (i/n at n = 0)
-        scaled = xlog1py(e, u / c) if e.free_symbols else e * log1p(u / c)
-        return exp(e * log(c) + scaled)
+        below = None if e.is_number else _minus_one(-base)
+        positive = exp(times_log1p(e, above))
+        if below is None:
+            conditions.append(above > -1)
+            return positive
+        # (-1)**v as cospi(v): exactly +-1 at an integer (its derivative, 0 there, too)
+        negative = cospi(e) * exp(times_log1p(e, below))
+        integer = sympy.Eq(nearest_integer(e), e)
+        return sympy.Piecewise(
+            (positive, above > -1), (negative, (below > -1) & integer), (node, True)
+        )
 
     rewritten = expr.replace(
-        lambda n: isinstance(n, Pow) and n.args[0].is_Add and _no_integer(n.args[1]), through
+        lambda n: isinstance(n, Pow) and n.args[0].free_symbols and _no_integer(n.args[1]),
+        through,
     )
     if rewritten == expr:
         return None
