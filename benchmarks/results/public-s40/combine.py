@@ -48,13 +48,19 @@ def main() -> None:
         for dtype in ("float64", "float32"):
             base = session38(half, dtype)
             before = replaced(base, "pole", "before", half, dtype)
-            after = replaced(replaced(base, "pole", "after", half, dtype), "power", "after", half, dtype)
+            after = replaced(
+                replaced(base, "pole", "after", half, dtype), "power", "after", half, dtype
+            )
             print(half, dtype, "before:", stats(before))
             print(half, dtype, "after: ", stats(after))
             for step in ("pole", "power"):
                 old = HERE / step / "before" / f"rows-{half}-{dtype}.jsonl"
                 if old.exists():
-                    print_moved(load(old), load(HERE / step / "after" / f"rows-{half}-{dtype}.jsonl"), width=18)
+                    print_moved(
+                        load(old),
+                        load(HERE / step / "after" / f"rows-{half}-{dtype}.jsonl"),
+                        width=18,
+                    )
 
 
 if __name__ == "__main__":
