@@ -35,7 +35,7 @@ from symgrad.functions import (
     upstream_gradient,
     xlog1py,
 )
-from symgrad.functions import round as nearest_integer
+from symgrad.functions import round as nearest_integer  # (not the builtin round)
 from symgrad.rewrite.phases import phase, register
 
 _SERIES_TERMS = 4
@@ -1822,9 +1822,10 @@ def power_through_log1p(expr: sympy.Expr) -> sympy.Expr | None:
     - b = c + u, c a number > 0: exp(v*log(c) + v*log1p(u/c)), the compound-interest form,
       (1 + i/n)**n - 1 = expm1(n*log1p(i/n)) (Herbie's pow-to-exp with log1p), where
       1 + i/n rounds i/n away and the power overflows long before the result does;
-    - b a fraction whose numerator loses a term to b - 1 (:func:`_minus_one`):
-      exp(v*log1p(b - 1)), and cospi(v)*exp(v*log1p(-b - 1)) where b < 0, v is an
-      integer and -b - 1 cancels too (cospi(v) is (-1)**v there, and its derivative 0). ((1 + e*s)/(1 - e*s))**(e/2) (PROJ's pj_tsfn) rounds to 1**v or
+    - b a fraction whose numerator and denominator cancel a term in b - 1
+      (:func:`_minus_one`): exp(v*log1p(b - 1)), and cospi(v)*exp(v*log1p(-b - 1)) where
+      b < 0, v is an integer and -b - 1 cancels too (cospi(v) is (-1)**v there, and its
+      derivative 0). ((1 + e*s)/(1 - e*s))**(e/2) (PROJ's pj_tsfn) rounds to 1**v or
       (-1)**v where e*s is past 2**53 and v is huge: the value is exp(v*2/(e*s)).
 
     Floats past 2**53 are all integers, so a negative base has a power there; pow's
