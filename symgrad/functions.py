@@ -1319,8 +1319,11 @@ def _real_derivative(d: sympy.Derivative) -> sympy.Expr:
 #: sin(a)**3*g/(D**5*t*sqrt(t)) spread is four more, and with three it was left to
 #: overflow (init_gamma0_from_alpha's d2/dD2, 0.3 -> 2.5 bits)
 INTERLEAVE_EXTRA_OPS = 4
-#: ... and has at most this many factors, powers counted by their exponent.
-INTERLEAVE_MAX_FACTORS = 12
+#: ... and has at most this many factors, powers counted by their exponent. Sixteen: the
+#: products that take shared spread temporaries back (:mod:`symgrad.cse`) are that long;
+#: pj_tsfn's d2/dphi2 has e**3*(1 - s)*k * c*w/(d**4*v**2), thirteen, and with twelve its
+#: two halves were computed apart: e**3 inf times 1/d**4 zero, NaN at e = -7.4e187.
+INTERLEAVE_MAX_FACTORS = 16
 
 
 def _far_from_one(coeff: sympy.Expr) -> bool:

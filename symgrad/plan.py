@@ -52,7 +52,9 @@ def emit(
     after a select rather than into each of its branches (:func:`_select_then_scale`).
     """
     exprs = [
-        _expand_regimes(_paired_hypot_powers(_select_then_scale(sympy.sympify(e), upstream)))
+        _factors_into_branches(
+            _expand_regimes(_paired_hypot_powers(_select_then_scale(sympy.sympify(e), upstream)))
+        )
         for _, e in assignments
     ]
     temps = fresh_symbols(exprs, temp_prefix)
@@ -109,6 +111,36 @@ def _expand_regimes(expr: sympy.Expr) -> sympy.Expr:
         ),
         expanded,
     )
+
+
+def _factors_into_branches(expr: sympy.Expr) -> sympy.Expr:
+    """c * Piecewise((b1, k1), ...) as Piecewise((c*b1, k1), ...) where c cancels a factor
+    of a branch: a primitive written out (:func:`_expand_regimes`) meets the factors around
+    it only here, after every rewrite.
+
+    log1prel_d(1, u) is v*(v/(1 + v) - v*log1p(v) + v*log(v)) above u = 1, v = 1/u: 0 where
+    u overflows, and the chain rule multiplies it by u (compound interest's d/di, u = i/n
+    at i = 3e144, n = 1e-191): inf * 0, NaN, where u * v cancels and the branch is finite.
+    A factor that cancels nothing stays outside, one multiply after the select."""
+
+    def cancels(outside: sympy.Expr, branch: sympy.Expr) -> bool:
+        powers = dict(f.as_base_exp() for f in sympy.Mul.make_args(outside) if not f.is_number)
+        return any(
+            (powers[b] * e).is_negative
+            for b, e in (f.as_base_exp() for f in sympy.Mul.make_args(branch))
+            if b in powers
+        )
+
+    def fold(node: sympy.Mul) -> sympy.Expr:
+        pieces = [f for f in node.args if isinstance(f, sympy.Piecewise)]
+        if len(pieces) != 1:
+            return node
+        outside = sympy.Mul(*(f for f in node.args if f is not pieces[0]))
+        if not any(cancels(outside, b) for b, _ in pieces[0].args):
+            return node
+        return sympy.Piecewise(*((outside * b, c) for b, c in pieces[0].args))
+
+    return expr.replace(lambda e: isinstance(e, sympy.Mul) and e.has(sympy.Piecewise), fold)
 
 
 def _select_then_scale(expr: sympy.Expr, upstream: frozenset[sympy.Symbol]) -> sympy.Expr:

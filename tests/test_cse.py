@@ -210,3 +210,24 @@ def test_a_temporary_known_to_be_nonpositive_says_so():
     assert src.startswith("-torch.exp(-t0)") and src.endswith(" * 2"), src
     fn = evaluator(expr, [g, k, y])
     assert call(fn, [1.0, 1e-10, 1e300], np.float64) == 0.0
+
+
+def test_a_product_of_two_spread_temporaries_is_spread_whole():
+    """pj_tsfn's second derivative in phi has -2 * t69 * t72, t69 = c*w/(d**4*v**2) (shared
+    with another product) and t72 = e**3*(1 - s)*k: thirteen factors in all. Computed
+    apart, e**3 overflows and 1/d**4 underflows at e = -7.4e187, d = e*s: inf * 0, NaN,
+    where the value (e/d)**3 * ... / d is finite."""
+    c, d, e, k, q, v, w = sympy.symbols("c d e k q v w", real=True)
+    shared = c * w / (d**4 * v**2)
+    exprs = [-2 * e**3 * (1 - s) * k * shared, e**3 * q * k**3 * shared]
+    tape = emit([("p", exprs[0]), ("r", exprs[1])], TorchPrinter())
+    point = {c: 0.4, d: 7.4e187, e: -7.4e187, k: -0.08, q: 3.0, s: 0.3, v: 1.5, w: 0.7}
+    env = {"torch": torch} | {
+        str(n): torch.tensor([val], dtype=torch.float64) for n, val in point.items()
+    }
+    exec("\n".join(tape.lines()), env)
+    for name, expr in zip("pr", exprs):
+        exact = float(expr.subs({n: sympy.Float(val, 30) for n, val in point.items()}))
+        assert env[name].item() == pytest.approx(exact, rel=1e-14, abs=0), name
+        model = call(evaluator(expr, list(point)), list(point.values()), np.float64)
+        assert model == pytest.approx(exact, rel=1e-14, abs=0), name

@@ -10,7 +10,14 @@ import sympy
 
 from symgrad.derive import derive_function
 from symgrad.ir import Role, Tape, Value, parse_expr
-from symgrad.plan import count_passes, emit, guarded, plan_torch, update_in_place
+from symgrad.plan import (
+    _factors_into_branches,
+    count_passes,
+    emit,
+    guarded,
+    plan_torch,
+    update_in_place,
+)
 from symgrad.printers import TorchPrinter
 from symgrad.spec import load_spec
 
@@ -147,3 +154,31 @@ def test_scalars_reach_the_backward_through_ctx(tmp_path):
     main = plan.kernels[0]
     assert "ctx.beta = beta" in main.setup.lines
     assert main.inputs == ["x", "beta"]
+
+
+def test_a_factor_that_cancels_a_written_out_branch_goes_into_it():
+    """Compound interest's d/di has (i/n) * log1prel_d(1, i/n); written out, its branch above
+    u = 1 is v*(...) with v = n/i, 0 where i/n overflows: inf * 0 = NaN. Moved into the
+    branches, i/n * n/i cancels (a factor that cancels nothing stays outside)."""
+    import math
+
+    import mpmath
+    import torch
+
+    from symgrad import functions as F
+
+    i, n, g = sympy.symbols("i n g", real=True)
+    expr = i / n * F.log1prel_d(1, i / n)
+    code = "\n".join(emit([("out", expr)], TorchPrinter()).lines())
+    at = {"i": 1e210, "n": 1e-100}
+    env = {"torch": torch, "math": math} | {
+        k: torch.tensor([v], dtype=torch.float64) for k, v in at.items()
+    }
+    exec(code, env)
+    with mpmath.workdps(50):
+        u = mpmath.mpf(1e210) / mpmath.mpf(1e-100)
+        exact = float(1 / (1 + u) - mpmath.log1p(u) / u)
+    assert exact == pytest.approx(-7.13e-308, rel=1e-2)
+    assert env["out"].item() == pytest.approx(exact, rel=1e-12)
+    written = F.log1prel_d(1, i / n).regimes()
+    assert _factors_into_branches(g * written) == g * written
