@@ -64,7 +64,10 @@ def emit(
         names = {d: next(temps) for d, _ in groups}
         replacements = [(names[d], value.xreplace(names)) for d, value in groups]
         exprs = [e.xreplace(names) for e in exprs]
-    cse_replacements, reduced = common_subexpressions(exprs, temps)
+    # each compound argument of a primitive the printer writes out once more: CSE names it
+    arguments = _written_out_arguments(exprs)
+    cse_replacements, reduced = common_subexpressions(exprs + arguments, temps)
+    reduced = reduced[: len(exprs)]
     replacements += cse_replacements
     tape = Tape(dict(values or {}))
     tape.values |= {s.name: Value(s.name, Role.NUMBER, "other") for s in printer.scalars}
@@ -111,6 +114,17 @@ def _expand_regimes(expr: sympy.Expr) -> sympy.Expr:
         ),
         expanded,
     )
+
+
+def _written_out_arguments(exprs: Sequence[sympy.Expr]) -> list[sympy.Expr]:
+    """The compound arguments of the primitives that the printer writes out itself (their
+    regimes: what :func:`_expand_regimes` left), which read their argument once per use:
+    exprel(i*t2)'s Taylor branch is a Horner scheme in its argument, and printed as it is,
+    ``i * t2`` was computed 25 times (one temporary each, in place). Given to CSE beside
+    the formulas, each is named once; the same values, one pass each."""
+    nodes = {n for e in exprs for n in e.atoms(StableFunction) if n.regimes() is not None}
+    arguments = {a for n in nodes for a in n.args if a.free_symbols and not a.is_Atom}
+    return sorted(arguments, key=sympy.default_sort_key)
 
 
 def _factors_into_branches(expr: sympy.Expr) -> sympy.Expr:

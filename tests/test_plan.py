@@ -182,3 +182,14 @@ def test_a_factor_that_cancels_a_written_out_branch_goes_into_it():
     assert env["out"].item() == pytest.approx(exact, rel=1e-12)
     written = F.log1prel_d(1, i / n).regimes()
     assert _factors_into_branches(g * written) == g * written
+
+
+def test_a_written_out_primitives_argument_is_computed_once():
+    """exprel's Taylor branch is a Horner scheme in its argument: printed as it is, each
+    use computed x * y again (25 of them for compound interest's forward)."""
+    from symgrad import functions as F
+
+    x, y = sympy.symbols("x y", real=True)
+    code = "\n".join(emit([("out", F.exprel(x * y))], TorchPrinter()).lines())
+    assert code.count("x * y") == 1, code
+    assert code.count("torch.expm1(") == 1, code
