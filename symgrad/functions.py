@@ -739,7 +739,8 @@ class log1prel_d(StableFunction):
     """The n-th derivative of :class:`log1prel`: (-1)**n n! times the integral of
     t**n / (1 + u t)**(n + 1) over [0, 1].
 
-    Evaluated by regime (:meth:`regimes`): log1p(u)/u itself for n = 0 (1 at 0); for
+    Evaluated by regime (:meth:`regimes`): log1p(u)/u itself for n = 0 (1 - u/2 for |u|
+    < 2**-30); for
     n >= 1 a polynomial in s = u/(2 + u) for -1/2 < u < 1 (|s| < 1/3), where the closed
     form cancels; the closed form beyond (in v = 1/u above u = 1, finite at u = inf), by
     the recurrence u L_m + m L_(m-1) =
@@ -807,8 +808,12 @@ class log1prel_d(StableFunction):
             c = sympy.Integer((-1) ** (m - 1) * math.factorial(m - 1))
             closed = (c / (1 + u) ** m - m * closed) / u
             far = v * (c * (v / (1 + v)) ** m - m * far)
-        if n == 0:  # no cancellation: only 0/0 at 0 (log1p(u) is u below 1e-16)
-            return sympy.Piecewise((far, u > 1), (sympy.S.One, sympy.Eq(u, 0)), (closed, True))
+        if n == 0:
+            # no cancellation: only 0/0 at 0, and 1/u's overflow where u is tiny (written
+            # log1p(i/n)*(n/i), n/i is inf in float32 at i = -1.3e-16, n = 6.3e27, where the
+            # value is 1): 1 - u/2 there, whose next term, u**2/3, is below 2**-61
+            tiny = sympy.Abs(u) < sympy.Float(2.0**-30)
+            return sympy.Piecewise((far, u > 1), (1 - u / 2, tiny), (closed, True))
         s = u / (2 + u)
         horner = sympy.S.Zero
         for c in reversed(self.polynomial(n)):

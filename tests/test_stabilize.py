@@ -936,6 +936,21 @@ def test_log1prel_derivatives_by_regime(n, value):
     assert run_torch(stable, {"x": value}) == pytest.approx(exact, rel=4e-15, abs=1e-300)
 
 
+def test_log1prel_is_1_where_its_argument_is_a_subnormal_quotient():
+    """log1p(u)/u with u = i/n: the code shares t0 = n/i with the branch above u = 1 and
+    writes the closed form t0 * log1p(u), inf where u is subnormal (compound interest in
+    float32 at i = -1.3e-16, n = 6.3e27), where the value is 1. Below 2**-30: 1 - u/2."""
+    from symgrad.plan import emit
+
+    i, n = sympy.symbols("i n", real=True)
+    code = "\n".join(emit([("out", F.log1prel_d(0, i / n))], TorchPrinter()).lines())
+    env = {"torch": torch, "math": math}
+    for name, value in (("i", [-1.3272982460673245e-16, 3e-10]), ("n", [6.301694659343017e27, 1])):
+        env[name] = torch.tensor(value, dtype=torch.float32)
+    exec(code, env)
+    assert env["out"].tolist() == [1.0, 1.0], code
+
+
 @pytest.mark.parametrize("n", [0, 1, 2])
 def test_log1prel_is_0_at_infinity(n):
     """log1p(u)/u and its derivatives tend to 0 as u grows: 0 at u = inf (i/n overflows
