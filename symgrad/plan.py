@@ -66,7 +66,7 @@ def emit(
         exprs = [e.xreplace(names) for e in exprs]
     # each compound argument of a primitive the printer writes out once more: CSE names it
     arguments = _written_out_arguments(exprs)
-    cse_replacements, reduced = common_subexpressions(exprs + arguments, temps)
+    cse_replacements, reduced = _without_aliases(*common_subexpressions(exprs + arguments, temps))
     reduced = reduced[: len(exprs)]
     replacements += cse_replacements
     tape = Tape(dict(values or {}))
@@ -114,6 +114,22 @@ def _expand_regimes(expr: sympy.Expr) -> sympy.Expr:
         ),
         expanded,
     )
+
+
+def _without_aliases(replacements, reduced):
+    """Each temporary that is another in parentheses (:class:`~symgrad.functions.grouped`
+    around a form that CSE named: ``t11 = (t9)``) replaced by that name: an alias is one
+    line more, and neither of its names may be updated in place. A grouped factor bounded
+    by 1 stays: the printers order the factors of a product by it."""
+    aliases: dict[sympy.Symbol, sympy.Symbol] = {}
+    kept = []
+    for temp, value in replacements:
+        value = value.xreplace(aliases)
+        if isinstance(value, grouped) and value.args[0].is_Symbol and value.args[1] == 0:
+            aliases[temp] = value.args[0]
+        else:
+            kept.append((temp, value))
+    return kept, [e.xreplace(aliases) for e in reduced]
 
 
 def _written_out_arguments(exprs: Sequence[sympy.Expr]) -> list[sympy.Expr]:

@@ -193,3 +193,19 @@ def test_a_written_out_primitives_argument_is_computed_once():
     code = "\n".join(emit([("out", F.exprel(x * y))], TorchPrinter()).lines())
     assert code.count("x * y") == 1, code
     assert code.count("torch.expm1(") == 1, code
+
+
+def test_a_temporary_that_only_names_another_is_no_alias():
+    """CSE names a primitive's written-out form (t0), and the form grouped as one factor of
+    a product becomes t1 = (t0): an alias line, and neither name updated in place (Lanczos'
+    kernel had it in each method). A grouped factor bounded by 1 stays, as the printers
+    order a product's factors by it."""
+    from symgrad.functions import grouped
+    from symgrad.plan import _without_aliases
+
+    x, y, z = sympy.symbols("x y z", real=True)
+    t0, t1, t2 = sympy.symbols("t0 t1 t2", real=True)
+    replacements = [(t0, x * y), (t1, grouped(t0, 0)), (t2, grouped(t0, 1))]
+    kept, reduced = _without_aliases(replacements, [t1 + t2 * z, sympy.sin(t1)])
+    assert kept == [(t0, x * y), (t2, grouped(t0, 1))]
+    assert reduced == [t0 + t2 * z, sympy.sin(t0)]
