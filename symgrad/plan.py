@@ -153,8 +153,7 @@ def _factors_into_branches(expr: sympy.Expr) -> sympy.Expr:
     at i = 3e144, n = 1e-191): inf * 0, NaN, where u * v cancels and the branch is finite.
     A factor that cancels nothing stays outside, one multiply after the select."""
 
-    def cancels(outside: sympy.Expr, branch: sympy.Expr) -> bool:
-        powers = dict(f.as_base_exp() for f in sympy.Mul.make_args(outside) if not f.is_number)
+    def cancels(powers: dict, branch: sympy.Expr) -> bool:
         return any(
             (powers[b] * e).is_negative
             for b, e in (f.as_base_exp() for f in sympy.Mul.make_args(branch))
@@ -166,7 +165,8 @@ def _factors_into_branches(expr: sympy.Expr) -> sympy.Expr:
         if len(pieces) != 1:
             return node
         outside = sympy.Mul(*(f for f in node.args if f is not pieces[0]))
-        if not any(cancels(outside, b) for b, _ in pieces[0].args):
+        powers = dict(f.as_base_exp() for f in sympy.Mul.make_args(outside) if not f.is_number)
+        if not any(cancels(powers, b) for b, _ in pieces[0].args):
             return node
         return sympy.Piecewise(*((outside * b, c) for b, c in pieces[0].args))
 
