@@ -8,6 +8,7 @@ each input's domain, and compared with the exact value (mpmath, via
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 
@@ -17,7 +18,7 @@ import sympy
 from symgrad import functions as F
 from symgrad.derived import Accuracy
 from symgrad.numerics.floats import bits_of_error, round_to
-from symgrad.numerics.mp import Unresolved, exact
+from symgrad.numerics.mp import Unresolved, at_precision, exact
 from symgrad.numerics.native import call, evaluator
 from symgrad.numerics.points import RANGE_ENDS, sample, scalar_ends, tame_value
 from symgrad.spec import Input
@@ -130,6 +131,7 @@ def most_accurate(
     fallbacks: Sequence[sympy.Expr] = (),
     more: Sequence[Mapping[sympy.Symbol, float]] = (),
     costs: Sequence[Callable[[sympy.Expr], float]] = (),
+    edges: Callable[[sympy.Expr], Sequence[Mapping[sympy.Symbol, float]]] | None = None,
 ) -> list[tuple[sympy.Expr, Accuracy]]:
     """The candidates as accurate as the best, with their measured accuracy, in the given
     order: within 1/2 bit of the best score (mean bits of error, a non-finite result
@@ -145,8 +147,13 @@ def most_accurate(
     the candidates within the margin by one of ``costs`` (the forms the caller will take)
     is not the best measured. The margin lets the cheaper of two forms win on a sample
     that missed the tail where it fails (a split quotient 4.13 bits, the unsplit 4.18 on
-    48 points of a two-input domain)."""
+    48 points of a two-input domain).
+
+    ``edges`` gives points of a reference formula measured beside ``points`` (see
+    :func:`edge_points`)."""
     reference_expr = candidates[0]
+    if edges is not None:
+        points = [*points, *edges(reference_expr)]
     references = _references(reference_expr, points, fallbacks)
     close = _closest(reference_expr, candidates, points, references)
     best = min((accuracy.score for _, accuracy in close), default=0.0)
@@ -240,6 +247,100 @@ def symbol_points(
     for p in points:
         p.update({g: 1.0 for g in extra})
     return points
+
+
+#: Binades inside an edge of the exact value's range (where it overflows float64, or passes
+#: 1e38 for float32) at which the choice measures each input, the others at their tame
+#: value: a form whose intermediate overflows before the value does fails in a band just
+#: inside the edge, which points drawn over the bit patterns can miss. Rump's polynomial
+#: over one denominator, (2*a + b*(... + 22*b**8))/(4*b), has b**9 past b = 2**113.7 where
+#: the value overflows past 2**127; x**2 in a value of size x fails 512 binades in.
+EDGE_STEPS = (1, 4, 16, 64, 256)
+
+#: The mantissa of the points put inside an edge (a power of 2 would be a point where
+#: products and squares are exact)
+_EDGE_MANTISSA = 1.6180339887498949 / 2
+
+#: Working precision of the search for an edge: only the value's size matters there
+_EDGE_PREC = 64
+
+
+def edge_points(
+    reference_expr: sympy.Expr,
+    base: Mapping[sympy.Symbol, float],
+    axes: Mapping[sympy.Symbol, Input],
+) -> list[dict[sympy.Symbol, float]]:
+    """Points just inside each edge of the range where the exact value of
+    ``reference_expr`` is finite in float64 and below 1e38 (float32), along each input of
+    ``axes`` (the others at ``base``): each way (toward infinity and toward 0) and sign,
+    the binade of the edge is found by bisection on the exponent, and points are put
+    :data:`EDGE_STEPS` binades inside it. None along an axis where the value has no such
+    edge (it stays finite to the end of the float range, or is not finite at the axis'
+    start)."""
+    points = []
+    for symbol, inp in axes.items():
+        if symbol not in reference_expr.free_symbols:
+            continue
+        integer = bool(dict(inp.assumptions).get("integer"))
+        for sign in (1.0, -1.0):
+            span = _exponents(inp, sign)
+            if span is None:
+                continue
+            lowest, start, highest = span
+            size = _size_along(reference_expr, base, symbol, sign)
+            if not size(start) < _F32_FINITE:
+                continue
+            for limit in (math.inf, _F32_FINITE):
+                for end in (highest, lowest):
+                    if end == start or (end < start and integer) or size(end) < limit:
+                        continue
+                    inside, outside = start, end  # bisect on the exponent
+                    while abs(outside - inside) > 1:
+                        middle = (inside + outside) // 2
+                        if size(middle) < limit:
+                            inside = middle
+                        else:
+                            outside = middle
+                    way = 1 if end > start else -1
+                    for k in EDGE_STEPS:
+                        e = inside - way * k
+                        if (e - start) * way < 0:
+                            break
+                        x = math.ldexp(sign * _EDGE_MANTISSA, e + 1)
+                        x32 = round_to(x, "float32")
+                        x = x32 if x32 != 0 and math.isfinite(x32) else x
+                        x = float(round(x)) if integer else x
+                        if inp.domain[0] <= x <= inp.domain[1]:
+                            points.append({**base, symbol: x})
+    return points
+
+
+def _size_along(
+    expr: sympy.Expr, base: Mapping[sympy.Symbol, float], symbol: sympy.Symbol, sign: float
+) -> Callable[[int], float]:
+    """``e -> |expr|`` at ``symbol = sign * 2**e``, the others at ``base`` (infinite where
+    undefined), at the working precision of an edge's search; each ``e`` evaluated once."""
+
+    @functools.cache
+    def size(e: int) -> float:
+        point = {**base, symbol: math.ldexp(sign, e)}
+        value = at_precision(expr, point, _EDGE_PREC)[0]
+        return math.inf if value is None else abs(value)
+
+    return size
+
+
+def _exponents(inp: Input, sign: float) -> tuple[int, int, int] | None:
+    """The least, a middle and the greatest exponent ``e`` such that ``sign * 2**e`` is in
+    ``inp``'s domain (the middle is 0 where it is in the domain); None where none is."""
+    lo, hi = (inp.domain[0], inp.domain[1]) if sign > 0 else (-inp.domain[1], -inp.domain[0])
+    if hi <= 0:
+        return None
+    lowest = -1074 if lo <= 0 else math.ceil(math.log2(lo))
+    highest = 1023 if math.isinf(hi) else math.floor(math.log2(hi))
+    if lowest > highest:
+        return None
+    return lowest, min(max(0, lowest), highest), highest
 
 
 def more_points(

@@ -8,13 +8,13 @@ import itertools
 import math
 import signal
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import sympy
 from sympy.functions.elementary.hyperbolic import HyperbolicFunction
 from sympy.functions.elementary.trigonometric import TrigonometricFunction
 
-from symgrad.choose import more_points, symbol_points
+from symgrad.choose import edge_points, more_points, symbol_points
 from symgrad.cost import eager_cost, op_cost
 from symgrad.derived import Accuracy, Derived
 from symgrad.errors import DerivationError, SpecError, raise_all
@@ -28,6 +28,8 @@ from symgrad.functions import (
     real_diff,
     sigmoid,
 )
+from symgrad.numerics.floats import round_to
+from symgrad.numerics.points import scalar_value, tame_value
 from symgrad.rewrite.phases import phase
 from symgrad.rewrite.regimes import FACTORED_FIRED, FACTORED_TAILS, split_regimes
 from symgrad.rewrite.rules import stabilize
@@ -197,6 +199,7 @@ def finish(
     also: tuple[sympy.Expr, ...] = (),
     more: Sequence[Mapping[sympy.Symbol, float]] = (),
     written: list | None = None,
+    edges: Callable[[sympy.Expr], Sequence[Mapping[sympy.Symbol, float]]] | None = None,
 ) -> sympy.Expr:
     """Clean up, stabilise and simplify one formula; pick the most accurate candidate.
 
@@ -217,7 +220,9 @@ def finish(
     the scalar inputs' symbols; ``positive``: those known to be positive. ``also``: other
     forms of the same formula, stabilised and offered beside its own (with their regime
     branches); ``expr`` stays the reference the others are measured against. ``more``:
-    points where a contest within the choice's margin is measured again. ``written`` gets
+    points where a contest within the choice's margin is measured again; ``edges``: points
+    of the formula measured beside ``points`` (:func:`~symgrad.choose.edge_points`).
+    ``written`` gets
     the chosen form as the ``candidates`` phase wrote it, without its regime branches, or
     None where the choice is not that phase's (its derivative can be better than the
     derivative of the formula it came from: see :func:`derive_function`).
@@ -353,13 +358,13 @@ def finish(
                 sources.setdefault(product, sources[c])
         # The formula as written is the reference and a candidate in its own right.
         close = most_accurate(
-            [expr, *candidates, *eager_only], points, also, more, (eager_cost, op_cost)
+            [expr, *candidates, *eager_only], points, also, more, (eager_cost, op_cost), edges
         )
         if close:
             best, accuracy = min(close, key=lambda c: eager_cost(c[0]))
             compiled = [c for c in close if c[0] not in eager_only]
             if not compiled:  # only products are close: measured again without them
-                compiled = most_accurate([expr, *candidates], points, also, more, (op_cost,))
+                compiled = most_accurate([expr, *candidates], points, also, more, (op_cost,), edges)
             fused_best = min(compiled or close, key=lambda c: op_cost(c[0]))[0]
         else:  # nothing measurable: the formula as written
             best, accuracy = expr, Accuracy(math.nan, math.nan, 0, 0)
@@ -484,6 +489,27 @@ def validate_spec(spec: Spec) -> None:
     raise_all(errors)
 
 
+def _edges(
+    fn: Function, symbols: Mapping[str, sympy.Symbol], grads: Sequence[sympy.Symbol]
+) -> Callable[[sympy.Expr], list[dict[sympy.Symbol, float]]]:
+    """The choice's points inside the edges of a formula's range (see
+    :func:`~symgrad.choose.edge_points`), along each tensor input with the others at
+    their tame value (scalars at theirs, upstream gradients 1); found once per formula."""
+    base: dict[sympy.Symbol, float] = {g: 1.0 for g in grads}
+    for inp in fn.inputs:
+        value = round_to(tame_value(inp), "float32") if inp.is_tensor else scalar_value(inp)
+        base[symbols[inp.name]] = value
+    axes = {symbols[i.name]: i for i in fn.inputs if i.is_tensor}
+    found: dict[sympy.Expr, list[dict[sympy.Symbol, float]]] = {}
+
+    def edges(reference_expr: sympy.Expr) -> list[dict[sympy.Symbol, float]]:
+        if reference_expr not in found:
+            found[reference_expr] = edge_points(reference_expr, base, axes)
+        return found[reference_expr]
+
+    return edges
+
+
 def derive_function(fn: Function, measure: bool = True) -> Derived:
     """All the formulas for one function.
 
@@ -497,6 +523,7 @@ def derive_function(fn: Function, measure: bool = True) -> Derived:
         symbol_points(fn.inputs, symbols, grads, seed=f"symgrad:{fn.name}") if measure else None
     )
     more = more_points(fn.inputs, symbols, grads, seed=f"symgrad:{fn.name}") if measure else ()
+    edges = _edges(fn, symbols, grads) if measure else None
     accuracy: dict[str, Accuracy] = {}
     params = frozenset(symbols[i.name] for i in fn.inputs if not i.is_tensor)
     # scalars whose domain is positive (x / sqrt(nu) needs to know, and nu's symbol makes
@@ -515,7 +542,17 @@ def derive_function(fn: Function, measure: bool = True) -> Derived:
         compiled: list[sympy.Expr] = []
         phase_form: list[sympy.Expr | None] = []
         result = finish(
-            expr, points, record, params, before, positive, compiled, also, more, phase_form
+            expr,
+            points,
+            record,
+            params,
+            before,
+            positive,
+            compiled,
+            also,
+            more,
+            phase_form,
+            edges,
         )
         if record:
             accuracy[label] = record[0]

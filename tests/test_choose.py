@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -193,3 +194,62 @@ def test_two_input_extremes_are_also_measured_with_the_others_tame():
     assert measure(paired, reference, [{x: 710.0, e: 0.5}]).non_finite == 0
     chosen = [form for form, _ in most_accurate([reference, product, paired], points)]
     assert paired in chosen and product not in chosen
+
+
+def test_a_form_whose_intermediate_overflows_inside_the_values_range_loses_at_its_edge():
+    """Rump's polynomial over one denominator: (44*x**8 + 1)/x has x**8 past x = 2**128,
+    where the value 44*x**7 + 1/x is finite up to 2**146. Points drawn over a benign
+    range (or over the bit patterns, for a seed that misses that band) cannot tell the
+    forms apart; the points just inside the value's edges (edge_points) can."""
+    import sympy
+
+    from symgrad.choose import edge_points, measure, most_accurate
+    from symgrad.spec import Input
+
+    x = sympy.Symbol("x", real=True)
+    inp = Input("x", "tensor", True, (-math.inf, math.inf), (), None, False, None, 1)
+    value = 44 * x**7 + 1 / x
+    one_denominator = (44 * x**8 + 1) / x
+    points = [{x: k / 4} for k in range(1, 41)]
+    assert len(most_accurate([value, one_denominator], points)) == 2  # a tie
+
+    edges = edge_points(value, {x: 0.5}, {x: inp})
+    sizes = sorted(abs(p[x]) for p in edges)
+    # inside the float64 edge at 2**145.5, and the float32 one (1e38) at 2**17.3; inside
+    # the pole's edge at 2**-1024 toward 0 (1/x overflows there): each sign
+    assert any(2.0**140 < s < 2.0**145.5 for s in sizes)
+    assert any(2.0**12 < s < 2.0**17.3 for s in sizes)
+    assert any(s < 2.0**-1000 for s in sizes)
+    assert {p[x] > 0 for p in edges} == {True, False}
+    assert measure(value, value, edges).non_finite == 0
+    assert measure(one_denominator, value, edges).non_finite64 > 0
+
+    def at_edges(reference):
+        return edge_points(reference, {x: 0.5}, {x: inp})
+
+    chosen = most_accurate([value, one_denominator], points, edges=at_edges)
+    assert [form for form, _ in chosen] == [value]
+
+
+def test_edge_points_stay_in_the_inputs_domain():
+    """Along a positive input from 0.5 up, a value with no edge toward 0 gets points only
+    toward infinity; an integer input's only toward infinity too."""
+    import sympy
+
+    from symgrad.choose import edge_points
+    from symgrad.spec import Input
+
+    x = sympy.Symbol("x", real=True)
+    positive = Input(
+        "x", "tensor", True, (0.5, math.inf), (("positive", True),), None, False, None, 1
+    )
+    points = edge_points(sympy.exp(x) / x, {x: 1.0}, {x: positive})
+    assert points and all(0.5 <= p[x] < 710 for p in points)
+    assert max(p[x] for p in points) > 300  # inside exp's edge at 709.8
+
+    n = sympy.Symbol("n", real=True)
+    integer = Input(
+        "n", "tensor", True, (-math.inf, math.inf), (("integer", True),), None, False, None, 1
+    )
+    points = edge_points(n**3 + 1 / n, {n: 1.0}, {n: integer})
+    assert points and all(abs(p[n]) >= 1 and p[n] == int(p[n]) for p in points)

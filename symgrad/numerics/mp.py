@@ -308,7 +308,7 @@ class Unresolved(ArithmeticError):
 TRUSTED_BITS = 64
 
 
-def _at_precision(expr: sympy.Basic, point: Mapping[sympy.Symbol, float], prec: int):
+def at_precision(expr: sympy.Basic, point: Mapping[sympy.Symbol, float], prec: int):
     """The value rounded to float64 at ``prec`` bits (None where undefined), the bits it
     lost to cancellation, and its binary exponent (None where it is 0 or not finite)."""
     trace = Trace()
@@ -364,7 +364,7 @@ def exact(expr: sympy.Basic, point: Mapping[sympy.Symbol, float]) -> float | Non
     history: list[tuple[int, bool, int | None]] = []
     since = prec = PREC_BITS  # the precision since which the value has not changed
     while prec <= MAX_PREC_BITS + 2 * TRUSTED_BITS:  # (the last check is a little higher)
-        value, lost, exponent = _at_precision(expr, point, prec)
+        value, lost, exponent = at_precision(expr, point, prec)
         trusted = prec - lost >= TRUSTED_BITS
         history.append((prec, trusted, exponent))
         if _pole(history):
