@@ -1339,7 +1339,9 @@ def _far_from_one(coeff: sympy.Expr) -> bool:
 
 
 def interleaved_product(
-    expr: sympy.Expr, roots: bool = False
+    expr: sympy.Expr,
+    roots: bool = False,
+    scalar: Callable[[sympy.Expr], bool] = lambda e: False,
 ) -> tuple[sympy.Expr, list[tuple[str, sympy.Expr]]] | None:
     """A product with integer powers as (coefficient, [(op, factor), ...]), to be evaluated
     left to right: each base's factors spread evenly over the product, numerator and
@@ -1358,7 +1360,8 @@ def interleaved_product(
     ``roots``, a half-integer power is its integer part and a square root: t**-1.5
     divides by t, then by sqrt(t) (t**1.5 underflows at t = 3e-228). The printers never
     see one: :mod:`symgrad.cse` writes it so, with the square root a temporary; this is
-    how it knows which shared powers the products spread.
+    how it knows which shared powers the products spread. ``scalar`` tells the factors
+    that are Python numbers at run time (see :func:`_group_equal_powers`).
     """
     coeff = sympy.S.One
     num: dict[sympy.Expr, int] = {}
@@ -1415,6 +1418,7 @@ def interleaved_product(
         for b in counts:
             if b not in upstream:
                 counts[b] //= common
+    _group_equal_powers(num, den, upstream, scalar)
 
     def placed(op: str, counts: dict[sympy.Expr, int]) -> list[tuple]:
         """(position, op, factor) of each factor; "*" sorts before "/" at a tie."""
@@ -1449,6 +1453,36 @@ def _common_power(
     bases or more; else 1 (a single base is spread out: (m/v)*(m/v))."""
     counts = [n for counts in (num, den) for b, n in counts.items() if b not in upstream]
     return math.gcd(*counts) if len(counts) >= 2 else 1
+
+
+def _group_equal_powers(
+    num: dict[sympy.Expr, int],
+    den: dict[sympy.Expr, int],
+    upstream: dict[sympy.Expr, int],
+    scalar: Callable[[sympy.Expr], bool],
+) -> None:
+    """In place: the bases of one side that share an exponent of 2 or more as one base,
+    their product, where the other side has one factor at most (upstream gradients and
+    the coefficient and scalars aside). Spread, ``c / a / b / t * f / a / b / t`` has the partial
+    product ``c*f / (a*b*t) / a``, inf at a = -5.2e-204, b = -2.6e75 (1/a is 2e203, 1/(a*b)
+    7.5e127) where the value ``c*f/(a*b*t)**2`` is 8.8e255; as ``c * f / (a*b*t) /
+    (a*b*t)`` each partial product lies between ``c*f`` and the value. The product of the
+    bases over- or underflows only where the value does (it is the value's root, up to
+    the one factor of the other side, which cannot bring it back: f / (a*b)**2 with a*b
+    past 1.8e308 is below 6e-309). Bounded factors stay apart (first, see
+    :func:`interleaved_product`)."""
+    for side, other in ((num, den), (den, num)):
+        if sum(n for b, n in other.items() if b not in upstream and not scalar(b)) > 1:
+            continue
+        by_count: dict[int, list[sympy.Expr]] = {}
+        for b, n in side.items():
+            if b not in upstream and n >= 2 and not _bounded(b):
+                by_count.setdefault(n, []).append(b)
+        for n, bases in by_count.items():
+            if len(bases) >= 2:
+                for b in bases:
+                    del side[b]
+                side[sympy.Mul(*bases)] = n
 
 
 def _pair_ratios(
@@ -1604,7 +1638,7 @@ def print_interleaved(printer, expr: sympy.Expr) -> str | None:
     """``expr`` printed by ``printer`` as an interleaved product, or None (see
     :func:`interleaved_product` and :func:`paired_product`)."""
     scalar = getattr(printer, "is_scalar", lambda e: False)  # the NumPy model has none
-    plan = interleaved_product(expr) or paired_product(expr, scalar)
+    plan = interleaved_product(expr, scalar=scalar) or paired_product(expr, scalar)
     if plan is None:
         return None
     coeff, steps = plan

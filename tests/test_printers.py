@@ -360,6 +360,35 @@ def test_a_quotient_divides_the_factor_that_shares_its_inputs_first():
     assert TorchPrinter().doprint(x0 / (1 - x1)) == "x0/(1 - x1)"
 
 
+def test_bases_with_a_common_power_over_one_factor_are_one_base():
+    """NMSE section 6.1's B, d/da: pi/2 * f / (a*b*t)**2 (t = a/b + 1, f = 2*a/b + 1)
+    spread as ``/ a / b / t * f / a / b / t`` is inf at a = -5.2e-204, b = -2.6e75 (after
+    ``/ a / b`` the partial product is 7.5e127, and 1/a is 2e203), where the value is
+    -8.8e255; as ``/ (a*b*t) * f / (a*b*t)`` each partial product lies between pi/2 and the
+    value. The code (pi/2 a scalar temporary) and the NumPy model (a number) alike. Over
+    two factors, the bases stay apart: m * n / (a*b)**2 with a*b past float64's largest is
+    a value the spread order reaches."""
+    from symgrad.numerics.native import evaluator
+
+    a, b, t3 = sympy.symbols("a b t3", real=True)
+    t, f = a / b + 1, 2 * a / b + 1
+    printer = TorchPrinter()
+    printer.scalars = frozenset({t3})
+    t10, t6 = sympy.symbols("t10 t6", real=True)
+    src = printer.doprint(-t3 * (2 * t6 + 1) / (a**2 * b**2 * t10**2))
+    assert src == "-t3 / (a*b*t10) * (2*t6 + 1) / (a*b*t10)", src
+    at = {"a": -5.207323221652861e-204, "b": -2.568336665115557e75}
+    env = {n: torch.tensor([v], dtype=torch.float64) for n, v in at.items()}
+    env |= {"t6": env["a"] / env["b"], "t3": math.pi / 2}
+    env["t10"] = env["t6"] + 1
+    value = -8.781867954940424e255
+    assert eval(src, {"torch": torch, **env}).item() == pytest.approx(value, rel=1e-14)
+    model = evaluator(-sympy.pi / 2 * f / (a**2 * b**2 * t**2), [a, b])
+    assert model(at["a"], at["b"]) == pytest.approx(value, rel=1e-14)
+    m, n = sympy.symbols("m n", real=True)
+    assert TorchPrinter().doprint(m * n / (a**2 * b**2)) == "m / a / b * n / a / b"
+
+
 def test_one_factor_over_two_tensors_is_divided_by_each_in_turn():
     """x0/(x1*(x1 - 1)) at x0 = x1 = 1e200: x1*(x1 - 1) is inf though the value is 1e-200.
     An upstream gradient keeps SymPy's order (divided by each in turn it would be

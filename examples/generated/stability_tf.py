@@ -800,13 +800,13 @@ def _focal_loss_grad_z(z, target, grad, gamma):
             t9 = t6 * t8
             t10 = 2 * gamma
             t11 = t10 * t7 + t10 * t9 + t7 + t9
-            t12 = gamma * t1 * t3 * t5 * gamma * t1 + t11
+            t12 = gamma * t1 * t3 * t5 * (gamma * t1) + t11
             t13 = z > 1600.0
             t14 = z < -1600.0
             t15 = t13 | t14
             t16 = tf.math.softplus(z)
             t17 = -gamma * t16 * t9 - gamma * t3 * t7
-            t18 = gamma * t4 * t16 * t8 * gamma * t4
+            t18 = gamma * t4 * t16 * t8 * (gamma * t4)
             t19 = t11 + t18
             t20 = t12 + t18
             z_bar = grad_grad_z * tf.where(
@@ -963,7 +963,7 @@ def _student_t_logpdf_grad_x(x, grad, nu):
             x_bar = grad_grad_x * tf.where(
                 tf.math.abs(x) < 1,
                 t4 / t5 * (-nu + tf.math.square(x)) / t5 * grad,
-                t4 / t6 / x * (-nu / x / x + 1) / t6 / x * grad,
+                t4 / (t6 * x) * (-nu / x / x + 1) / (t6 * x) * grad,
             )
             grad_bar = -(nu + 1) / (nu / x + x) * grad_grad_x
             return x_bar, grad_bar

@@ -2190,7 +2190,7 @@ def _focal_loss_grad_z_backward(
     if need_z_bar:
         t13 = t12 * t6
         t14 = (t0 * t10).add_(t0 * t13).add_(t10).add_(t13)
-        t15 = t7.mul_((gamma * t3).mul_(t5)).mul_(gamma).mul_(t3).add_(t14)
+        t15 = t7.mul_((gamma * t3).mul_(t5)).mul_(gamma * t3).add_(t14)
     t16 = z > 1600.0
     t17 = z < -1600.0
     if need_z_bar:
@@ -2201,7 +2201,7 @@ def _focal_loss_grad_z_backward(
     if need_grad_bar:
         t21 = t11 * t19
     if need_z_bar:
-        t22 = t11.mul_(gamma * t6).mul_(t19).mul_(gamma).mul_(t6)
+        t22 = t11.mul_(gamma * t6).mul_(t19).mul_(gamma * t6)
         t23 = t14.add_(t22)
         t24 = t22.add_(t15)
     if need_grad_bar:
@@ -2292,13 +2292,13 @@ class FocalLossGrad(_Function):
             t10 = t3**gamma * (1 - target)
             t11 = t10 * t8
             t12 = t0 * t11 + t0 * t9 + t11 + t9
-            t13 = gamma * t3 * t5 * t7 * gamma * t3 + t12
+            t13 = gamma * t3 * t5 * t7 * (gamma * t3) + t12
             t14 = z > 1600.0
             t15 = z < -1600.0
             t16 = t14 | t15
             t17 = torch.nn.functional.softplus(z, threshold=40.0)
             t18 = t1 * t11 * t17 + t1 * t5 * t9
-            t19 = gamma * t6 * t10 * t17 * gamma * t6
+            t19 = gamma * t6 * t10 * t17 * (gamma * t6)
             t20 = t12 + t19
             t21 = t13 + t19
             z_bar = (
@@ -2360,10 +2360,10 @@ class FocalLossGrad(_Function):
         t19 = t10 * t2
         t20 = t5 * t9
         t21 = t1 * t19 + t1 * t20 + t19 + t20
-        t22 = gamma * t2 * t4 * t6 * gamma * t2 + t21
+        t22 = gamma * t2 * t4 * t6 * (gamma * t2) + t21
         t23 = t13 | t17
         t24 = t0 * t14 * t20 + t0 * t19 * t4
-        t25 = gamma * t5 * t14 * t8 * gamma * t5
+        t25 = gamma * t5 * t14 * t8 * (gamma * t5)
         t26 = t21 + t25
         t27 = t22 + t25
         return grad * z_t * torch.where(
@@ -2506,13 +2506,13 @@ def _student_t_logpdf_grad_x_backward(
         t5 = (x**2).add_(nu)
         t6 = (nu / x).div_(x).add_(1)
         t3 = t2 / t5
-        t4 = t2 / t6
+        t4 = t6 * x
         x_bar = _mul_into(
             grad * grad_grad_x,
             _where(
                 (x < 1) & (x > -1),
                 t3.mul_((x**2).add_(-nu)).div_(t5),
-                t4.div_(x).mul_((t0 / x).div_(x).add_(1)).div_(t6).div_(x),
+                (t2 / t4).mul_((t0 / x).div_(x).add_(1)).div_(t6.mul_(x)),
                 overwrite="a",
             ),
         )
@@ -2561,7 +2561,7 @@ class StudentTLogpdfGrad(_Function):
                 * torch.where(
                     (x < 1) & (x > -1),
                     t1 / t4 * (-nu + x**2) / t4,
-                    t1 / t5 / x * (t0 / x / x + 1) / t5 / x,
+                    t1 / (t5 * x) * (t0 / x / x + 1) / (t5 * x),
                 )
             )
         if ctx.needs_input_grad[1]:
@@ -2584,7 +2584,7 @@ class StudentTLogpdfGrad(_Function):
             * torch.where(
                 (x < 1) & (x > -1),
                 t2 / t5 * (-nu + x**2) / t5,
-                t2 / t6 / x * (t0 / x / x + 1) / t6 / x,
+                t2 / (t6 * x) * (t0 / x / x + 1) / (t6 * x),
             )
             + t1 / (nu / x + x) * grad_t
         )
