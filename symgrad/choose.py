@@ -274,9 +274,9 @@ def edge_points(
     ``reference_expr`` is finite in float64 and below 1e38 (float32), along each input of
     ``axes`` (the others at ``base``): each way (toward infinity and toward 0) and sign,
     the binade of the edge is found by bisection on the exponent, and points are put
-    :data:`EDGE_STEPS` binades inside it. None along an axis where the value has no such
-    edge (it stays finite to the end of the float range, or is not finite at the axis'
-    start)."""
+    :data:`EDGE_STEPS` binades inside it. No points along an axis where the value has no
+    such edge (it stays finite to the end of the float range, or is not finite at the
+    axis' start)."""
     points = []
     for symbol, inp in axes.items():
         if symbol not in reference_expr.free_symbols:
@@ -294,25 +294,41 @@ def edge_points(
                 for end in (highest, lowest):
                     if end == start or (end < start and integer) or size(end) < limit:
                         continue
-                    inside, outside = start, end  # bisect on the exponent
-                    while abs(outside - inside) > 1:
-                        middle = (inside + outside) // 2
-                        if size(middle) < limit:
-                            inside = middle
-                        else:
-                            outside = middle
-                    way = 1 if end > start else -1
-                    for k in EDGE_STEPS:
-                        e = inside - way * k
-                        if (e - start) * way < 0:
-                            break
-                        x = math.ldexp(sign * _EDGE_MANTISSA, e + 1)
-                        x32 = round_to(x, "float32")
-                        x = x32 if x32 != 0 and math.isfinite(x32) else x
-                        x = float(round(x)) if integer else x
+                    inside = _last_below(size, limit, start, end)
+                    for x in _inside_edge(inside, start, end, sign, integer):
                         if inp.domain[0] <= x <= inp.domain[1]:
                             points.append({**base, symbol: x})
     return points
+
+
+def _last_below(size: Callable[[int], float], limit: float, start: int, end: int) -> int:
+    """The exponent from ``start`` toward ``end`` at which ``size`` is last below
+    ``limit``, by bisection (``size(start)`` is below it, ``size(end)`` is not)."""
+    inside, outside = start, end
+    while abs(outside - inside) > 1:
+        middle = (inside + outside) // 2
+        if size(middle) < limit:
+            inside = middle
+        else:
+            outside = middle
+    return inside
+
+
+def _inside_edge(inside: int, start: int, end: int, sign: float, integer: bool) -> list[float]:
+    """The points :data:`EDGE_STEPS` binades back from the edge's binade ``inside`` toward
+    ``start`` (not past it), float32 numbers where they are (integers for an integer
+    input)."""
+    way = 1 if end > start else -1
+    values = []
+    for k in EDGE_STEPS:
+        e = inside - way * k
+        if (e - start) * way < 0:
+            break
+        x = math.ldexp(sign * _EDGE_MANTISSA, e + 1)
+        x32 = round_to(x, "float32")
+        x = x32 if x32 != 0 and math.isfinite(x32) else x
+        values.append(float(round(x)) if integer else x)
+    return values
 
 
 def _size_along(

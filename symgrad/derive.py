@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import itertools
 import math
 import signal
@@ -500,14 +501,7 @@ def _edges(
         value = round_to(tame_value(inp), "float32") if inp.is_tensor else scalar_value(inp)
         base[symbols[inp.name]] = value
     axes = {symbols[i.name]: i for i in fn.inputs if i.is_tensor}
-    found: dict[sympy.Expr, list[dict[sympy.Symbol, float]]] = {}
-
-    def edges(reference_expr: sympy.Expr) -> list[dict[sympy.Symbol, float]]:
-        if reference_expr not in found:
-            found[reference_expr] = edge_points(reference_expr, base, axes)
-        return found[reference_expr]
-
-    return edges
+    return functools.cache(lambda reference_expr: edge_points(reference_expr, base, axes))
 
 
 def derive_function(fn: Function, measure: bool = True) -> Derived:
