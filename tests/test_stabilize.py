@@ -730,6 +730,59 @@ def test_a_sum_whose_leading_terms_cancel_is_a_series_near_0():
     assert series_regime(x * sympy.cosh(x) + sympy.sinh(x), frozenset(), frozenset()) is None
 
 
+@pytest.mark.parametrize(
+    ("formula", "old_cut"),
+    [
+        (x - sympy.sin(x), 0.0722),
+        (sympy.log(1 + x) - x / (1 + x), 9.03e-5),
+        ((1 - sympy.cos(x)) / x**2, 0.06),
+        ((x - sympy.sin(x)) / x**3, 0.07),
+    ],
+)
+def test_a_series_reaches_where_the_formula_stops_cancelling(formula, old_cut):
+    """Four terms of a series reach float64's epsilon only near 0; past their cut the
+    formula as written loses what it cancels (x - sin(x) at 0.3: log2(6/x**2) = 6 bits;
+    log(1 + x) - x/(1 + x) at 1e-3: 11). The series keeps terms (in Horner's form) up to
+    where the formula cancels at most a bit, or as far as 16 terms converge."""
+    split = split_regimes(formula)
+    for at in (old_cut * 0.5, old_cut * 3, old_cut * 30, 0.3, 1.0, 3.0):
+        exact = mp_exact(formula, {x: at})
+        if exact is None:
+            continue
+        got = run_torch(split, {"x": at})
+        # log(1 + x) - x/(1 + x) past its 16 terms' cut (0.097): 5.4 bits at most
+        rel = 2**-44 if at > 0.09 and formula.has(sympy.log) else 2**-50
+        assert got == pytest.approx(exact, rel=rel, abs=0), at
+    # as written, just past the four terms' cut: off by bits
+    worst = max(
+        abs(run_torch(formula, {"x": at}) / mp_exact(formula, {x: at}) - 1)
+        for at in (old_cut * k for k in (1.5, 2, 3, 4, 5, 6))
+    )
+    assert worst > 2**-48
+
+
+def test_a_sum_of_a_ratio_with_a_common_factor_is_a_series_in_the_ratio():
+    """Compound interest's second derivative in n (the formula 100*((1 + i/n)**n - 1)/(i/n)):
+    its terms share (1 + i/n)**n, and with u = i/n its coefficient of 1/n, 2*log1p(u)/u -
+    2/(u + 1) - u/(u + 1)**2, cancels to 2*u**2/3. Its part log1p(u) - u/(1 + u) has a
+    series of its own, which split_regimes makes first: the sum's series is of the sum as
+    written. At i = 0.5, n = 2e4 (u = 2.5e-5) the formula as written loses 13 bits."""
+    i, n = sympy.symbols("i n", real=True)
+    inner = -i / (n * (i / n + 1)) + F.log1p(i / n)
+    power = sympy.exp(n * F.log1p(i / n))  # (1 + i/n)**n, its rounded base not raised to n
+    node = (
+        -100 * i * power / (n**2 * (i / n + 1) ** 2)
+        + 100 * n * power * inner**2 / i
+        + 200 * power * inner / i
+    )
+    split = split_regimes(node)
+    for at in ({"i": 0.5, "n": 2e4}, {"i": -0.5, "n": 3e4}, {"i": 1e-8, "n": 0.5}):
+        exact = mp_exact(node, {sympy.Symbol(k, real=True): v for k, v in at.items()})
+        assert run_torch(split, at) == pytest.approx(exact, rel=1e-13, abs=0), at
+    exact = mp_exact(node, {i: 0.5, n: 2e4})
+    assert run_torch(node, {"i": 0.5, "n": 2e4}) != pytest.approx(exact, rel=1e-12, abs=0)
+
+
 def test_a_product_series_keeps_the_product_together():
     """The series in u = e*x nests its powers of u: written out, e**9*x**9 is inf*0 at
     e = 2e91, x = -5e-162 (u = -1e-70); nested, it is finite and right."""
@@ -776,6 +829,7 @@ def test_a_time_limit_is_not_taken_for_sympy_failing(monkeypatch, where):
     def out_of_time(*args, **kwargs):
         raise TimeoutError
 
+    regimes._cancelling_series.cache_clear()  # (a series cached by an earlier test)
     if where == "series":
         monkeypatch.setattr(regimes, "_two_sided_series", out_of_time)
     elif where == "leading term":

@@ -12,6 +12,7 @@ be positive).
 from __future__ import annotations
 
 import contextvars
+import functools
 import itertools
 import math
 
@@ -39,6 +40,14 @@ from symgrad.functions import round as nearest_integer  # (not the builtin round
 from symgrad.rewrite.phases import phase, register
 
 _SERIES_TERMS = 4
+#: Most terms a series keeps where its first :data:`_SERIES_TERMS` reach too short a way
+#: (:func:`_series_cut`), and the series' order in x that gives them.
+_MAX_SERIES_TERMS = 16
+_LONG_SERIES_ORDER = 40
+#: Bits a formula may lose to cancellation past its series' cut.
+_WRITTEN_LOSS_BITS = 1.0
+#: Working precision at which those losses are measured.
+_LOSS_PREC = 256
 _EPS = 2.0**-53
 
 
@@ -55,13 +64,86 @@ def _series_terms(poly: sympy.Expr, x: sympy.Symbol) -> list[sympy.Expr] | None:
     return terms
 
 
-def _cut(terms: list[sympy.Expr], x: sympy.Symbol) -> sympy.Float:
-    """Where the first term dropped from ``terms[:_SERIES_TERMS]`` falls under float64's
-    epsilon relative to the first kept one."""
-    lead, nxt = terms[0], terms[_SERIES_TERMS]
+def _cut(terms: list[sympy.Expr], x: sympy.Symbol, count: int = _SERIES_TERMS) -> sympy.Float:
+    """Where the first term dropped from ``terms[:count]`` falls under float64's epsilon
+    relative to the first kept one."""
+    lead, nxt = terms[0], terms[count]
     k, n = sympy.degree(lead, x), sympy.degree(nxt, x)
     ratio = abs(float(lead.coeff(x, k)) / float(nxt.coeff(x, n)))
     return sympy.Float(float(f"{(_EPS * ratio) ** (1.0 / (n - k)):.3g}"), 3)
+
+
+def _series_cut(
+    terms: list[sympy.Expr], x: sympy.Symbol, written: sympy.Expr, most: int = _MAX_SERIES_TERMS
+) -> tuple[int, sympy.Float, bool]:
+    """How many of a series' ``terms`` to keep, and the cut below which they stand for
+    the formula ``written``: :data:`_SERIES_TERMS`, and more (up to
+    :data:`_MAX_SERIES_TERMS`) while the formula still cancels past the cut.
+
+    Four terms reach float64's epsilon only close to 0, and the formula as written loses
+    there what its terms cancel: x - sin(x) past 0.072 loses log2(6/x**2) = 10 bits,
+    log(1 + x) - x/(1 + x) past 9e-5 loses 14. The kept terms reach up to where the
+    formula loses at most :data:`_WRITTEN_LOSS_BITS` (x - sin(x): 12 terms, to 2.42), or
+    as far as the series' convergence allows (log(1 + x) - x/(1 + x): 16 terms, to 0.0967,
+    where 5.4 bits are left). The third value: the terms ran out before that point.
+    ``most``: the most terms to keep."""
+    count = _SERIES_TERMS
+    cut = _cut(terms, x, count)
+    if most <= count:
+        return count, cut, False
+    needed = _tame_from(written, x, float(cut))
+    while cut < needed and count + 1 < min(len(terms), most + 1):
+        count += 1
+        cut = _cut(terms, x, count)
+    return count, cut, bool(cut < needed)
+
+
+def _tame_from(written: sympy.Expr, x: sympy.Symbol, start: float) -> float:
+    """The least binade from ``start`` up (to 2**4) from which ``written``'s sums cancel
+    at most :data:`_WRITTEN_LOSS_BITS` on both sides of 0 (``start`` where they already
+    do: no more than the series' first terms are needed)."""
+    sums = [s for s in sympy.preorder_traversal(written) if isinstance(s, Add) and s.has(x)]
+    at = start
+    while at < 2.0**4:
+        if all(_cancelled(s, x, side * at) <= _WRITTEN_LOSS_BITS for s in sums for side in (1, -1)):
+            return at
+        at *= 2
+    return at
+
+
+def _cancelled(terms: Add, x: sympy.Symbol, at: float) -> float:
+    """The bits the sum ``terms`` cancels at x = ``at``: log2 of the sum of its terms'
+    sizes over its value's (0 where it cannot be evaluated there)."""
+    from symgrad.numerics.mp import Undefined, evaluate
+
+    with mpmath.workprec(_LOSS_PREC):
+        try:
+            values = [evaluate(t, {x: mpmath.mpf(at)}) for t in terms.args]
+        except (Undefined, ArithmeticError, ValueError, NotImplementedError):
+            return 0.0
+        total = abs(mpmath.fsum(values))
+        if not all(mpmath.isfinite(v) for v in values):
+            return 0.0
+        if total == 0:
+            return math.inf
+        return float(mpmath.log(mpmath.fsum(abs(v) for v in values) / total, 2))
+
+
+def _expands_cheaply(node: sympy.Expr, x: sympy.Symbol) -> bool:
+    """SymPy expands ``node`` to :data:`_LONG_SERIES_ORDER` in a second or so: two
+    functions at most, and only polynomials divided by. A quotient of sines takes 20 s
+    (``(cos(x/2) - sin(x/2)*cos(x)/sin(x))*sin(x/2)/sin(x)``, the derivative of NMSE 3.4's
+    (1 - cos(x))/sin(x)), and keeps its first terms."""
+    divisors = [p.base for p in node.atoms(Pow) if p.exp.is_negative]
+    return len(node.atoms(sympy.Function)) <= 2 and all(d.is_polynomial(x) for d in divisors)
+
+
+def _polynomial(terms: list[sympy.Expr], x: sympy.Symbol) -> sympy.Expr:
+    """The sum of ``terms``: in Horner's form past :data:`_SERIES_TERMS` of them (x**35
+    written out is a power for each term)."""
+    if len(terms) <= _SERIES_TERMS:
+        return Add(*terms)
+    return sympy.horner(Add(*terms), x)
 
 
 def _two_sided_series(f: sympy.Expr, x: sympy.Symbol, order: int) -> tuple[sympy.Expr, sympy.Expr]:
@@ -397,18 +479,37 @@ def removable_regime(
             continue  # no singularity at x = 0
         if not _bounded_near_zero(rest, x):
             return None  # a pole: nothing to remove
-        sides = _or_none(_two_sided_series, rest, x, _REMOVABLE_ORDER)
-        if sides is None:  # SymPy cannot expand it: keep the formula
+        kept = _removable_series(rest, x, _REMOVABLE_ORDER)
+        if kept is None:
             return None
-        terms = [_series_terms(poly, x) for poly in sides]
-        if any(t is None or sympy.degree(t[0], x) < 0 for t in terms):
-            return None
-        right, left = (Add(*t[:_SERIES_TERMS]) for t in terms)
-        cut = min(_cut(t, x) for t in terms)
+        (right, right_cut, short), (left, left_cut, _) = kept
+        if short and _expands_cheaply(rest, x):  # more terms than this order has
+            kept = _removable_series(rest, x, _LONG_SERIES_ORDER) or kept
+            (right, right_cut, _), (left, left_cut, _) = kept
+        cut = min(right_cut, left_cut)
         if sympy.expand(right - left) != 0:  # a polynomial for each side (|x|/x)
             return factor * sympy.Piecewise((right, x >= 0), (left, True)), sympy.Abs(x) < cut
         return factor * right, sympy.Abs(x) < cut
     return None
+
+
+@functools.lru_cache(maxsize=1024)
+def _removable_series(rest: sympy.Expr, x: sympy.Symbol, order: int) -> list[tuple] | None:
+    """Per side of 0 (right, left), the polynomial that stands for ``rest`` near its
+    removable singularity at 0 (see :func:`_series_cut`), its cut, and whether the terms of
+    this ``order`` ran out before the cut the formula needs. None where SymPy cannot expand
+    it or it has a pole."""
+    sides = _or_none(_two_sided_series, rest, x, order)
+    if sides is None:  # SymPy cannot expand it: keep the formula
+        return None
+    kept = []
+    for poly in sides:
+        terms = _series_terms(poly, x)
+        if terms is None or sympy.degree(terms[0], x) < 0:
+            return None
+        count, cut, short = _series_cut(terms, x, rest)
+        kept.append((_polynomial(terms[:count], x), cut, short))
+    return kept
 
 
 # The regimes phase: tried on each node in this order.
@@ -582,34 +683,58 @@ def series_regime(node: sympy.Basic, params: frozenset, positive: frozenset) -> 
     if polynomial is None:
         return None
     terms, cut = polynomial
-    return sympy.Piecewise((Add(*terms[:_SERIES_TERMS]), sympy.Abs(x) < cut), (node, True))
+    return sympy.Piecewise((_polynomial(terms, x), sympy.Abs(x) < cut), (node, True))
 
 
-def _cancelling_series(node: sympy.Expr, x: sympy.Symbol) -> tuple[list, sympy.Float] | None:
-    """The Taylor polynomial of the sum ``node`` at x = 0, as its terms (lowest degree
-    first) and the cut below which its first terms are the value to float64's epsilon,
-    where the sum's leading terms cancel there: a term of the sum is of a lower order in x
-    than the sum (x*cosh(x) and sinh(x) are of order 1, their difference x**3/3). None
-    where nothing cancels, the sum is not 0 at 0, or it has no one polynomial on both
-    sides of 0."""
-    if node.has(sympy.Piecewise) or node.subs(x, 0) != 0:
+#: The variable of :func:`product_series`' coefficients (one for all: their series are
+#: cached, and the same sums come back in every candidate of a formula)
+_PRODUCT = sympy.Dummy("u", real=True)
+
+
+@functools.lru_cache(maxsize=4096)
+def _cancelling_series(
+    node: sympy.Expr, x: sympy.Symbol, most: int = _MAX_SERIES_TERMS
+) -> tuple[list, sympy.Float] | None:
+    """The Taylor polynomial of the sum ``node`` at x = 0, as the terms it keeps (lowest
+    degree first; see :func:`_series_cut`) and the cut below which they are the value to
+    float64's epsilon, where the sum's leading terms cancel there: a term of the sum is of
+    a lower order in x than the sum (x*cosh(x) and sinh(x) are of order 1, their
+    difference x**3/3). None where nothing cancels, the sum is not 0 at 0 (a term 0/0 there,
+    (log(1 + x) - x/(1 + x))/x, is as its limit), or it has no one polynomial on both
+    sides of 0. ``most``: the most terms to keep (see :func:`_series_cut`)."""
+    if node.has(sympy.Piecewise):
+        return None
+    at_zero = node.subs(x, 0)
+    if at_zero.is_finite and not at_zero.is_zero:
         return None
     orders = [_or_none(_leading_order, term, x) for term in node.args]
     if not any(k is not None and k >= 1 for k in orders):
         return None
-    sides = _or_none(_two_sided_series, node, x, 16)
-    if sides is None:  # SymPy cannot expand it: keep the formula
-        return None
-    right, left = sides
-    if sympy.expand(right - left) != 0:
-        return None  # no one polynomial on both sides of 0
-    terms = _series_terms(right, x)
+    terms = _one_sided_terms(node, x, 16)
     if terms is None:
         return None
     order = sympy.degree(terms[0], x)
     if order < 2 or not any(k is not None and 1 <= k < order for k in orders):
         return None
-    return terms, _cut(terms, x)
+    count, cut, short = _series_cut(terms, x, node, most)
+    if short and count < most and _expands_cheaply(node, x):
+        longer = _one_sided_terms(node, x, _LONG_SERIES_ORDER)
+        if longer is not None:
+            terms = longer
+            count, cut, short = _series_cut(terms, x, node, most)
+    return terms[:count], cut
+
+
+def _one_sided_terms(node: sympy.Expr, x: sympy.Symbol, order: int) -> list[sympy.Expr] | None:
+    """The terms of ``node``'s Taylor polynomial at 0 to ``order`` (see
+    :func:`_series_terms`), None where SymPy cannot expand it or its two sides differ."""
+    sides = _or_none(_two_sided_series, node, x, order)
+    if sides is None:  # SymPy cannot expand it: keep the formula
+        return None
+    right, left = sides
+    if sympy.expand(right - left) != 0:
+        return None  # no one polynomial on both sides of 0
+    return _series_terms(right, x)
 
 
 @register("regimes")
@@ -627,9 +752,31 @@ def product_series(node: sympy.Basic, params: frozenset, positive: frozenset) ->
     e*sinh(N) + N (Basilisk's N2H over one denominator) is e*(N*cosh(N) - sinh(N)) + N, 0 at
     N = 1.9e-13, e = 2e20 where the value is 1.9e-13. ``None`` where the inputs are not only
     in such arguments (and powers of e), or no coefficient cancels.
+
+    The product may be a ratio, and the sum's terms may share a factor, taken out first:
+    compound interest's second derivative in n, (i/n + 1)**n*(-i/(n**2*(i/n + 1)**2) +
+    2*(log1p(i/n) - i/(n*(i/n + 1)))/i + ...) is, with u = i/n, (u + 1)**n*((2*log1p(u)/u -
+    2/(u + 1) - u/(u + 1)**2)/n + ...), whose first coefficient is 2*u**2/3 + ... (12 bits
+    lost at i = 0.5, n = 1e4).
     """
     if not isinstance(node, Add) or node.has(sympy.Piecewise) or sympy.count_ops(node) > 80:
         return None
+    split = _product_series(node)
+    if split is not None:
+        return split
+    common = sympy.factor_terms(node)
+    sums = [a for a in Mul.make_args(common) if isinstance(a, Add)]
+    if common == node or len(sums) != 1:
+        return None
+    split = _product_series(sums[0])
+    if split is None:
+        return None
+    (near, cut), _ = split.args
+    return sympy.Piecewise((common.xreplace({sums[0]: near}), cut), (node, True))
+
+
+def _product_series(node: Add) -> sympy.Basic | None:
+    """:func:`product_series` of a sum as it is written."""
     inputs = node.free_symbols
     if len(inputs) != 2:
         return None
@@ -645,8 +792,8 @@ def product_series(node: sympy.Basic, params: frozenset, positive: frozenset) ->
         (x,) = alone
         (e,) = inputs - alone
         choices.append((x, e))  # u = x
+    u = _PRODUCT
     for product, e in choices:
-        u = sympy.Dummy("u", real=True)
         (x,) = inputs - {e}
         coefficient = product / x  # the product is coefficient * x
         if x in coefficient.free_symbols:
@@ -654,17 +801,20 @@ def product_series(node: sympy.Basic, params: frozenset, positive: frozenset) ->
         written = _or_none(_expanded_at, node, x, u / coefficient)
         if written is None or x in written.free_symbols:  # (None: SymPy cannot substitute)
             continue
-        parts = sympy.collect(written, e, evaluate=False)
-        if any(c.has(e) for c in parts.values()):
+        parts = _powers_of(written, e)
+        if parts is None:
             continue
         near, cuts = [], []
         for power, c in parts.items():
-            polynomial = _cancelling_series(c, u) if isinstance(c, Add) else None
+            # four terms: the choice also differentiates this form as written (derive's
+            # ``written``), in e and x apart, where more nested powers of u come apart
+            # (e**k/x**k): NMSE 6.1 A's d/deps went 0.8 -> 9.6 bits, NaN at eps = 4e-162
+            polynomial = _cancelling_series(c, u, _SERIES_TERMS) if isinstance(c, Add) else None
             if polynomial is not None:
                 terms, cut = polynomial
                 # nested in u: written out in e and x, e**9*x**9 is inf*0 at e = 2e91, x =
                 # -5e-162 (u = -1e-70)
-                c = sympy.horner(Add(*terms[:_SERIES_TERMS]), u)
+                c = sympy.horner(Add(*terms), u)
                 cuts.append(cut)
             near.append(power * c)
         if not cuts:
@@ -672,6 +822,18 @@ def product_series(node: sympy.Basic, params: frozenset, positive: frozenset) ->
         value = Add(*near).xreplace({u: product})
         return sympy.Piecewise((value, sympy.Abs(product) < min(cuts)), (node, True))
     return None
+
+
+def _powers_of(written: sympy.Expr, e: sympy.Symbol) -> dict | None:
+    """The expanded sum ``written`` as {power of e: coefficient free of e}, or None. Where
+    expanding spread e over a denominator (-u/(n**2*(u + 1)**2) * n expands to
+    -u/(u**2*n + 2*u*n + n)), each term over one denominator with e taken out of it."""
+    parts = sympy.collect(written, e, evaluate=False)
+    if not any(c.has(e) for c in parts.values()):
+        return parts
+    terms = [sympy.factor_terms(sympy.together(t)) for t in Add.make_args(written)]
+    parts = sympy.collect(Add(*terms), e, evaluate=False)
+    return None if any(c.has(e) for c in parts.values()) else parts
 
 
 #: exp(-800) ~ 1e-348 underflows to 0 in every dtype.
@@ -1066,10 +1228,27 @@ def split_regimes(
     args = tuple(split_regimes(a, params, positive, inner) for a in expr.args)
     node = expr.func(*args) if args != expr.args else expr
     split = _first(phase("regimes").rewrites, node, params, positive)
+    if split is None and node is not expr:
+        split = _series_of_whole(expr, node, params, positive)
     split = node if split is None else split
     for branch in reversed(branches):  # the first registered outermost
         split = sympy.Piecewise(branch, (split, True))
     return split
+
+
+def _series_of_whole(
+    expr: sympy.Expr, node: sympy.Expr, params: frozenset, positive: frozenset
+) -> sympy.Expr | None:
+    """A series of the sum ``expr`` as a whole where its parts got branches of their own
+    (``node``, which the series rules do not expand), ``node`` past its cut; None where
+    its terms do not cancel. Compound interest's second derivative in n has
+    log1p(u) - u/(1 + u), which cancels to u**2/2 and has its own series, inside
+    2*(log1p(u) - u/(1 + u))/u - u/(u + 1)**2, which cancels to 2*u**2/3 in turn."""
+    for rule in (series_regime, product_series):
+        whole = rule(expr, params, positive)
+        if isinstance(whole, sympy.Piecewise) and whole.args[-1] == (expr, True):
+            return sympy.Piecewise(*whole.args[:-1], (node, True))
+    return None
 
 
 def _first(rules, node: sympy.Basic, params: frozenset, positive: frozenset):
