@@ -458,6 +458,10 @@ PHASE_CASES: dict[str, dict[str, Case]] = {
         "root_tails": Case(x / sympy.sqrt(x**2 - 3 * y)),
         # 1 - y**2 keeps the rounding of y**2 near y = 1; (1 - y)*(1 + y) is exact there
         "factored_polynomials": Case(x * (1 - y**2)),
+        # log(x + 1) - log(x) keeps no digit at x = 1e16 (see its test)
+        "log_ratios": Case(sympy.log(x + 1) - sympy.log(x)),
+        # (x + 1)*log(x + 1) - x*log(x): log(x) + (x + 1)*log1p(1/x) beside log_ratios' form
+        "log_ratios_kept_second": Case((x + 1) * sympy.log(x + 1) - x * sympy.log(x)),
     },
     "tails": {
         # z**2 overflows at -1e200 before it meets sigmoid(z) = 0: NaN
@@ -781,6 +785,42 @@ def test_a_sum_of_a_ratio_with_a_common_factor_is_a_series_in_the_ratio():
         assert run_torch(split, at) == pytest.approx(exact, rel=1e-13, abs=0), at
     exact = mp_exact(node, {i: 0.5, n: 2e4})
     assert run_torch(node, {"i": 0.5, "n": 2e4}) != pytest.approx(exact, rel=1e-12, abs=0)
+
+
+LOG_RATIO_CASES = [
+    # Hamming's NMSE 3.3.6-type difference: nothing left of log(x + 1) - log(x) at 1e16
+    ("log(x + 1) - log(x)", (1e16, 3e8, 0.5, 1e-300)),
+    # the Mercator projection's log(tan(pi/4 + x/2)): 1 + x/2 rounded near 0
+    ("log(tan(pi/4 + x/2))", (1e-17, -3e-9, 0.2, 1.5, -1.5, 1e10)),
+    ("2*log(tan(pi/4 - x/2))", (2e-12, -1e-5, 1.2, -1.4)),
+    # Hamming's NMSE 3.8: the terms x*log(x) cancel with 1 for large x
+    ("(x + 1)*log(x + 1) - x*log(x) - 1", (1e12, 1e5, 3.0, 1e-30)),
+]
+
+
+@pytest.mark.parametrize(("text", "points"), LOG_RATIO_CASES)
+def test_log_ratios_keep_the_digits_of_a_logarithm_near_zero(text, points):
+    """log(a/b) and log(a) - log(b) through log1p of a ratio >= 0 (regimes.log_ratios):
+    right to 1e-13 where the formula as written is off by more than 1e-9 at the first
+    point, and where it is accurate (the other points)."""
+    formula = _parse(text)
+    rewritten = regimes.log_ratios(stabilize(formula))
+    assert rewritten is not None
+    for at in points:
+        exact = mp_exact(formula, {x: at})
+        assert run_torch(rewritten, {"x": at}) == pytest.approx(exact, rel=1e-13, abs=0), at
+    exact = mp_exact(formula, {x: points[0]})
+    assert run_torch(formula, {"x": points[0]}) != pytest.approx(exact, rel=1e-9, abs=0)
+
+
+@pytest.mark.parametrize("text", ["log(x + 1) - log(x)", "log((1 + sin(x))/cos(x))"])
+def test_log_ratios_are_nan_where_the_formula_is(text):
+    """No value where the formula has none: x < 0 (log(x) of a negative x), cos(x) < 0."""
+    formula = _parse(text)
+    rewritten = regimes.log_ratios(stabilize(formula))
+    for at in (-0.5, -3.0, 2.0):
+        if math.isnan(run_torch(formula, {"x": at})):
+            assert math.isnan(run_torch(rewritten, {"x": at})), at
 
 
 def test_a_product_series_keeps_the_product_together():
