@@ -462,6 +462,8 @@ PHASE_CASES: dict[str, dict[str, Case]] = {
         "log_ratios": Case(sympy.log(x + 1) - sympy.log(x)),
         # (x + 1)*log(x + 1) - x*log(x): log(x) + (x + 1)*log1p(1/x) beside log_ratios' form
         "log_ratios_kept_second": Case((x + 1) * sympy.log(x + 1) - x * sympy.log(x)),
+        # the expm1's roundings stay in the ratio near x = 0 (see its test)
+        "cancelled_arguments": Case(sympy.sqrt(F.expm1(2 * x) / F.expm1(x))),
     },
     "tails": {
         # z**2 overflows at -1e200 before it meets sigmoid(z) = 0: NaN
@@ -821,6 +823,23 @@ def test_log_ratios_are_nan_where_the_formula_is(text):
     for at in (-0.5, -3.0, 2.0):
         if math.isnan(run_torch(formula, {"x": at})):
             assert math.isnan(run_torch(rewritten, {"x": at})), at
+
+
+def test_a_ratio_inside_a_root_is_cancelled_with_its_derivatives():
+    """sqrt(expm1(2x)/expm1(x)) is sqrt(exp(x) + 1) (regimes.cancelled_arguments): as
+    written, its second derivative is terms of order 1/x that cancel near x = 0 (more than
+    1e-6 off at x = 1e-7); cancelled, value and derivatives are right to 1e-13."""
+    written = sympy.sqrt(F.expm1(2 * x) / F.expm1(x))
+    form = regimes.cancelled_arguments(written)
+    assert form == sympy.sqrt(sympy.exp(x) + 1)
+    second = sympy.diff(written, x, 2)
+    for at in (1e-7, -3e-12, 0.5, -40.0, 300.0):
+        for k in (0, 2):
+            want = mp_exact(sympy.diff(written, x, k), {x: at})
+            got = run_torch(sympy.diff(form, x, k), {"x": at})
+            assert got == pytest.approx(want, rel=1e-13, abs=0), (at, k)
+    exact = mp_exact(second, {x: 1e-7})
+    assert run_torch(second, {"x": 1e-7}) != pytest.approx(exact, rel=1e-6, abs=0)
 
 
 def test_a_product_series_keeps_the_product_together():

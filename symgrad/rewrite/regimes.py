@@ -2219,6 +2219,61 @@ def log_ratios_kept_second(expr: sympy.Expr) -> sympy.Expr | None:
     return None if other == _log_ratios(expr, keep_first=True) else other
 
 
+#: Largest formula (SymPy's count_ops) :func:`cancelled_arguments` cancels in.
+_CANCEL_MAX_OPS = 80
+
+
+@register("candidates")
+def cancelled_arguments(expr: sympy.Expr) -> sympy.Expr | None:
+    """f(p/q) -> f(r) where p and q share a factor, r = p/q cancelled: each function's
+    argument and each root's radicand as a rational function of its generators (exp(2*x)
+    is exp(x)**2, the stable functions in their naive forms), then the rules again.
+
+    SymPy's simplify cancels a quotient, but not one inside a square root or a call:
+    sqrt((exp(2*x) - 1)/(exp(x) - 1)) is sqrt(exp(x) + 1), and as written its two
+    expm1's keep their roundings in the ratio near x = 0 (and their derivatives, terms of
+    order 1/x that cancel); cancelled, neither the value nor its derivatives cancel (and
+    the removable 0/0 at x = 0 is gone). ``None`` where no argument cancels, or the
+    formula is too large (:data:`_CANCEL_MAX_OPS`)."""
+    if sympy.count_ops(expr) > _CANCEL_MAX_OPS:
+        return None
+
+    def cancelled(arg: sympy.Expr) -> sympy.Expr | None:
+        naive = arg.rewrite("naive")
+        num, den = sympy.fraction(sympy.together(naive))
+        if den.is_number or not num.free_symbols:
+            return None
+        try:
+            common = sympy.gcd(num, den)
+        except (sympy.PolynomialError, sympy.GeneratorsNeeded):
+            return None
+        return sympy.cancel(naive) if common.free_symbols else None
+
+    def takes(node: sympy.Basic) -> bool:
+        if isinstance(node, Pow):
+            return not node.exp.is_integer and node.base.free_symbols
+        return (
+            isinstance(node, sympy.Function)
+            and len(node.args) == 1
+            and not isinstance(node, sympy.Abs)
+            and node.args[0].free_symbols
+        )
+
+    def rewritten(node: sympy.Expr) -> sympy.Expr:
+        arg = node.base if isinstance(node, Pow) else node.args[0]
+        new = cancelled(arg)
+        if new is None:
+            return node
+        return Pow(new, node.exp) if isinstance(node, Pow) else node.func(new)
+
+    new = expr.replace(takes, rewritten)
+    if new == expr:
+        return None
+    from symgrad.rewrite.rules import stabilize
+
+    return stabilize(new)
+
+
 @register("tails")
 def guard_tails(expr: sympy.Expr) -> sympy.Expr:
     """q(x) * sigmoid(p(x)) -> Piecewise((0, p(x) < -800), (q(x) * sigmoid(p(x)), True))
