@@ -2116,13 +2116,13 @@ def half_angles(expr: sympy.Expr) -> sympy.Expr | None:
     return None
 
 
-#: :func:`_log_ratio` writes log(a/b) through log1p while a/b and b/a are below this; past
+#: :func:`_log_through_log1p` writes log(a/b) through log1p while a/b and b/a are below this; past
 #: it the formula as written has no cancellation to lose (log(a/b) >= 44) and a/b may
 #: overflow (1/N for N below 2.9e-39 in float32).
 _LOG_RATIO_MAX = sympy.Integer(2) ** 64
 
 
-def _log_ratio(
+def _log_through_log1p(
     a: sympy.Expr, b: sympy.Expr, c: sympy.Expr, written: sympy.Expr, guard=sympy.true
 ) -> sympy.Expr:
     """c*log(a/b) through log1p of a ratio that is never below 0: c*log1p((a - b)/b) where
@@ -2154,7 +2154,7 @@ def _log_ratios(expr: sympy.Expr, keep_first: bool) -> sympy.Expr | None:
 
     def quotient(node: sympy.Expr) -> sympy.Expr:
         num, den = sympy.fraction(node.args[0])
-        return node if den.is_number else _log_ratio(num, den, sympy.S.One, node)
+        return node if den.is_number else _log_through_log1p(num, den, sympy.S.One, node)
 
     def logs(node: Add) -> list[tuple[sympy.Expr, sympy.Expr, sympy.Expr]]:
         """(term, c, a) for each term of ``node`` that is c*log(a): log1p(u) is log(1 + u),
@@ -2181,7 +2181,7 @@ def _log_ratios(expr: sympy.Expr, keep_first: bool) -> sympy.Expr | None:
             # c1*log(a) + c2*log(b) = k*log(a) - c2*log(a/b); log(a) - log(b) is
             # log(a/b) only where both are positive: the formula as written elsewhere
             guard = sympy.And(*(p > 0 for p in (a, b) if not p.is_positive))
-            ratio = _log_ratio(a, b, -c2, t1 + t2 - k * log(a), guard)
+            ratio = _log_through_log1p(a, b, -c2, t1 + t2 - k * log(a), guard)
             return k * log(a) + ratio + _drop(node, t1, t2)
         return node
 
@@ -2205,7 +2205,10 @@ def log_ratios(expr: sympy.Expr) -> sympy.Expr | None:
     keeps none at x = 1e-17 (the Mercator projection's y), log1p((sin(x) + 2*sin(x/2)**2)/cos(x))
     all. The argument of log1p is never below 0, so never near -1 where it would cancel
     in turn. (N + 1)*log(N + 1) - N*log(N) is log(N + 1) + N*log1p(1/N) (Hamming's
-    NMSE 3.8). ``None`` where no logarithm has a quotient and no two logarithms pair."""
+    NMSE 3.8). The regimes rule :func:`log_ratio` splits log(a/b) where a and b share a
+    term that cancels in a - b; this form needs none, and has no log(a/b) of a rounded
+    quotient near 1 between its branches. ``None`` where no logarithm has a quotient and no
+    two logarithms pair."""
     return _log_ratios(expr, keep_first=True)
 
 

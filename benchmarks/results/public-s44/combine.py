@@ -1,0 +1,67 @@
+"""Before/after of session 44, from the repository root:
+
+    python benchmarks/results/public-s44/combine.py
+
+Each step measured before and after, side by side in one run (measure_corpus.py --half
+tuning|heldout --sources --jobs 1 --budget 300 --functions ...), on the formulas whose
+generated code changed when both halves were generated with the step, compared function by
+function with the code before it (<step>/functions.txt):
+
+- logratio: regimes.log_ratios and log_ratios_kept_second (log(a/b) and pairs of
+  logarithms through log1p of a ratio >= 0), at b51f86f (before/) and with the step
+  (after/);
+- cancel: regimes.cancelled_arguments (a quotient inside a root or a call cancelled), with
+  logratio (before/) and with both (after/).
+
+Each half's totals are session 43's (its combine.py) with each step's formulas' rows
+replaced by before/ (before) or after/ (after), steps in order; the rows whose mean moved
+are listed.
+"""
+
+import importlib.util
+from pathlib import Path
+
+HERE = Path(__file__).parent
+STEPS = tuple(s for s in ("logratio", "cancel") if (HERE / s / "after").exists())
+_spec = importlib.util.spec_from_file_location("combine_s43", HERE.parent / "public-s43/combine.py")
+_s43 = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_s43)
+stats, print_moved, load = _s43.stats, _s43.print_moved, _s43.load
+
+
+def session43(half: str, dtype: str) -> list[tuple]:
+    """Session 43's rows of ``half`` after its steps."""
+    rows = _s43.session42(half, dtype)
+    for step in _s43.STEPS:
+        rows = _s43.replaced(rows, step, "after", half, dtype)
+    return rows
+
+
+def replaced(rows: list[tuple], step: str, when: str, half: str, dtype: str) -> list[tuple]:
+    """``rows`` with those of ``step``'s formulas replaced by its ``when`` measurement."""
+    path = HERE / step / when / f"rows-{half}-{dtype}.jsonl"
+    if not path.exists():  # no changed formula in this half
+        return rows
+    new = load(path)
+    names = {r.function for r, _, _ in new}
+    return [x for x in rows if x[0].function not in names] + new
+
+
+def main() -> None:
+    for half in ("tuning", "heldout"):
+        for dtype in ("float64", "float32"):
+            rows = session43(half, dtype)
+            print(half, dtype, "session 43:", stats(rows))
+            for step in STEPS:
+                before = replaced(rows, step, "before", half, dtype)
+                rows = replaced(rows, step, "after", half, dtype)
+                print(half, dtype, f"{step} before:".ljust(15), stats(before))
+                print(half, dtype, f"{step} after:".ljust(15), stats(rows))
+                old = HERE / step / "before" / f"rows-{half}-{dtype}.jsonl"
+                if old.exists():
+                    new = load(HERE / step / "after" / f"rows-{half}-{dtype}.jsonl")
+                    print_moved(load(old), new, width=18)
+
+
+if __name__ == "__main__":
+    main()
