@@ -464,6 +464,8 @@ PHASE_CASES: dict[str, dict[str, Case]] = {
         "log_ratios_kept_second": Case((x + 1) * sympy.log(x + 1) - x * sympy.log(x)),
         # the expm1's roundings stay in the ratio near x = 0 (see its test)
         "cancelled_arguments": Case(sympy.sqrt(F.expm1(2 * x) / F.expm1(x))),
+        # exp(x) overflows from x = 710 where sqrt(exp(x) + 1) does not (see its test)
+        "exp_powers_factored": Case(sympy.sqrt(sympy.exp(x) + 1)),
     },
     "tails": {
         # z**2 overflows at -1e200 before it meets sigmoid(z) = 0: NaN
@@ -840,6 +842,21 @@ def test_a_ratio_inside_a_root_is_cancelled_with_its_derivatives():
             assert got == pytest.approx(want, rel=1e-13, abs=0), (at, k)
     exact = mp_exact(second, {x: 1e-7})
     assert run_torch(second, {"x": 1e-7}) != pytest.approx(exact, rel=1e-6, abs=0)
+
+
+def test_powers_of_sums_with_an_exponential_factor_it_out():
+    """sqrt(exp(x) + 1) and its derivatives, products of powers of polynomials in exp(x),
+    as exp(D*x) times powers of polynomials in exp(-x) for x >= 0
+    (regimes.exp_powers_factored): right to 1e-13 up to x = 1400, where as written they
+    are inf (or NaN) from x = 355 (the second derivative's exp(x)*(exp(x) + 2))."""
+    formula = sympy.sqrt(sympy.exp(x) + 1)
+    for k in range(3):
+        written = sympy.diff(formula, x, k)
+        form = regimes.exp_powers_factored(written)
+        for at in (1400.0, 700.0, 400.0, 0.5, -3.0, -800.0):
+            exact = mp_exact(written, {x: at})
+            assert run_torch(form, {"x": at}) == pytest.approx(exact, rel=1e-13, abs=0), (k, at)
+        assert not math.isfinite(run_torch(written, {"x": 1400.0}))
 
 
 def test_a_product_series_keeps_the_product_together():

@@ -1322,14 +1322,13 @@ def exp_rational_written_near_zero(expr: sympy.Expr) -> sympy.Expr | None:
     return _exp_rational(expr, written_near_zero=True)
 
 
-def _exp_rational(expr: sympy.Expr, written_near_zero: bool) -> sympy.Expr | None:
-    """:func:`exp_rational`; ``written_near_zero``: with the formula as written for |b| <= 10
-    (:func:`exp_rational_written_near_zero`), None where its coefficients are b's alone."""
-    calls = {f for f in expr.atoms(sympy.Function) if not isinstance(f, sympy.Abs)}
-    if expr.has(sympy.Piecewise) or sum(expr.count(c) for c in calls) < 2:
-        # one call (sigmoid(x)) is best left to the framework's op; the same call in
-        # several places (w*exp(w) / (exp(w) + w*exp(w))) is a rational function of it
-        return None
+def _one_exponential(
+    expr: sympy.Expr,
+) -> tuple[sympy.Expr, sympy.Expr, dict[sympy.Expr, sympy.Expr], sympy.Dummy] | None:
+    """(naive, b, powers, u): ``expr`` in its naive form, hyperbolic functions as
+    exponentials, where every exponential in it is exp(k*b) for one argument b of no fixed
+    sign and rational k; ``powers`` maps each exp(k*b) to u**k. None where there is no such
+    b."""
     # only the hyperbolic functions as exponentials: cos(y) stays a coefficient (of
     # atan2(sinh(x), cos(y))'s gradient), where exp(I*y) would have no sign to split on
     naive = expr.rewrite("naive").replace(
@@ -1349,10 +1348,24 @@ def _exp_rational(expr: sympy.Expr, written_near_zero: bool) -> sympy.Expr | Non
         return None
     if not base.free_symbols:
         return None
+    u = sympy.Dummy("u", positive=True)
+    return naive, base, {exp(a): u ** (a / base) for a in {first, *rest}}, u
+
+
+def _exp_rational(expr: sympy.Expr, written_near_zero: bool) -> sympy.Expr | None:
+    """:func:`exp_rational`; ``written_near_zero``: with the formula as written for |b| <= 10
+    (:func:`exp_rational_written_near_zero`), None where its coefficients are b's alone."""
+    calls = {f for f in expr.atoms(sympy.Function) if not isinstance(f, sympy.Abs)}
+    if expr.has(sympy.Piecewise) or sum(expr.count(c) for c in calls) < 2:
+        # one call (sigmoid(x)) is best left to the framework's op; the same call in
+        # several places (w*exp(w) / (exp(w) + w*exp(w))) is a rational function of it
+        return None
+    one = _one_exponential(expr)
+    if one is None:
+        return None
+    naive, base, powers, u = one
     # a factor free of b's symbols (the upstream gradient) multiplies the result once
     factor, naive = naive.as_independent(*base.free_symbols, as_Add=False)
-    u = sympy.Dummy("u", positive=True)
-    powers = {exp(a): u ** (a / base) for a in {first, *rest}}
     rational = sympy.cancel(sympy.together(naive.xreplace(powers)))
     num, den = sympy.fraction(rational)
     try:
@@ -2220,6 +2233,62 @@ def log_ratios_kept_second(expr: sympy.Expr) -> sympy.Expr | None:
     :func:`log_ratios`'s form, or there is none."""
     other = _log_ratios(expr, keep_first=False)
     return None if other == _log_ratios(expr, keep_first=True) else other
+
+
+@register("candidates")
+def exp_powers_factored(expr: sympy.Expr) -> sympy.Expr | None:
+    """c*prod(p_i(exp(b))**k_i) -> c*exp(D*b)*prod(q_i(t)**k_i) with t = exp(-b) for b >= 0,
+    c*prod(p_i(exp(b))**k_i) for b < 0: a product of powers of polynomials p_i in one
+    exponential, some powers not integers (the rational functions are
+    :func:`exp_rational`'s), each p_i(u) = u**d_i*q_i(1/u) (q_i its reversed
+    polynomial), D = sum(d_i*k_i). A radicand is cancelled first.
+
+    exp(b) overflows past b = 709.8 (88.7 in float32) where the power does not:
+    sqrt(exp(x) + 1) is inf from x = 710 where its value is exp(355); its second
+    derivative, (exp(x) + 2)*exp(x)/(4*(exp(x) + 1)**(3/2)), is inf/inf from x = 355.
+    As exp(x/2)*(1 + 2*t)/(4*(1 + t)**(3/2)) nothing overflows before the value.
+    ``None`` where ``expr`` is not such a product, or has no power that is not an
+    integer."""
+    if expr.has(sympy.Piecewise):
+        return None
+    one = _one_exponential(expr)
+    if one is None:
+        return None
+    naive, base, powers, u = one
+    factor, rest = naive.as_independent(*base.free_symbols, as_Add=False)
+    in_u = rest.xreplace(powers).replace(
+        lambda e: isinstance(e, Pow) and not e.exp.is_integer,
+        lambda e: sympy.cancel(e.base) ** e.exp,
+    )
+    product = sympy.factor(sympy.together(in_u))
+    t = sympy.Dummy("t", positive=True)
+    large, small, degree, fractional = sympy.S.One, sympy.S.One, sympy.S.Zero, False
+    for f in Mul.make_args(product):
+        p, k = f.as_base_exp()
+        if not p.has(u):
+            large, small = large * f, small * f
+            continue
+        if not k.is_Rational:
+            return None
+        try:
+            poly = sympy.Poly(p, u)
+        except sympy.PolynomialError:
+            return None
+        if any(c.has(u, exp, log) for c in poly.coeffs()):
+            return None
+        fractional = fractional or not k.is_integer
+        d = poly.degree()
+        degree += d * k
+        reversed_ = sympy.Poly(list(reversed(poly.all_coeffs())), t).as_expr()
+        large *= reversed_**k
+        small *= p.xreplace({u: t}) ** k
+    if not fractional:
+        return None
+    from symgrad.rewrite.rules import stabilize
+
+    beyond = factor * exp(degree * base) * large.xreplace({t: exp(-base)})
+    below = factor * small.xreplace({t: exp(base)})
+    return stabilize(sympy.Piecewise((beyond, base >= 0), (below, True)))
 
 
 #: Largest formula (SymPy's count_ops) :func:`cancelled_arguments` cancels in.
