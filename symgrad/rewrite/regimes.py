@@ -1324,11 +1324,12 @@ def exp_rational_written_near_zero(expr: sympy.Expr) -> sympy.Expr | None:
 
 def _one_exponential(
     expr: sympy.Expr,
-) -> tuple[sympy.Expr, sympy.Expr, dict[sympy.Expr, sympy.Expr], sympy.Dummy] | None:
-    """(naive, b, powers, u): ``expr`` in its naive form, hyperbolic functions as
-    exponentials, where every exponential in it is exp(k*b) for one argument b of no fixed
-    sign and rational k; ``powers`` maps each exp(k*b) to u**k. None where there is no such
-    b."""
+) -> tuple[sympy.Expr, sympy.Expr, sympy.Expr, dict[sympy.Expr, sympy.Expr], sympy.Dummy] | None:
+    """(factor, rest, b, powers, u): ``expr`` in its naive form, hyperbolic functions as
+    exponentials, as factor*rest with the factor free of b's inputs (an upstream
+    gradient), where every exponential in it is exp(k*b) for one argument b of no fixed
+    sign and rational k; ``powers`` maps each exp(k*b) to u**k. None where there is no
+    such b."""
     # only the hyperbolic functions as exponentials: cos(y) stays a coefficient (of
     # atan2(sinh(x), cos(y))'s gradient), where exp(I*y) would have no sign to split on
     naive = expr.rewrite("naive").replace(
@@ -1349,7 +1350,8 @@ def _one_exponential(
     if not base.free_symbols:
         return None
     u = sympy.Dummy("u", positive=True)
-    return naive, base, {exp(a): u ** (a / base) for a in {first, *rest}}, u
+    factor, naive = naive.as_independent(*base.free_symbols, as_Add=False)
+    return factor, naive, base, {exp(a): u ** (a / base) for a in {first, *rest}}, u
 
 
 def _exp_rational(expr: sympy.Expr, written_near_zero: bool) -> sympy.Expr | None:
@@ -1363,9 +1365,8 @@ def _exp_rational(expr: sympy.Expr, written_near_zero: bool) -> sympy.Expr | Non
     one = _one_exponential(expr)
     if one is None:
         return None
-    naive, base, powers, u = one
     # a factor free of b's symbols (the upstream gradient) multiplies the result once
-    factor, naive = naive.as_independent(*base.free_symbols, as_Add=False)
+    factor, naive, base, powers, u = one
     rational = sympy.cancel(sympy.together(naive.xreplace(powers)))
     num, den = sympy.fraction(rational)
     try:
@@ -2254,8 +2255,7 @@ def exp_powers_factored(expr: sympy.Expr) -> sympy.Expr | None:
     one = _one_exponential(expr)
     if one is None:
         return None
-    naive, base, powers, u = one
-    factor, rest = naive.as_independent(*base.free_symbols, as_Add=False)
+    factor, rest, base, powers, u = one
     in_u = rest.xreplace(powers).replace(
         lambda e: isinstance(e, Pow) and not e.exp.is_integer,
         lambda e: sympy.cancel(e.base) ** e.exp,
