@@ -2137,14 +2137,17 @@ _LOG_RATIO_MAX = sympy.Integer(2) ** 64
 
 
 def _log_through_log1p(
-    a: sympy.Expr, b: sympy.Expr, c: sympy.Expr, written: sympy.Expr, guard=sympy.true
+    a: sympy.Expr, b: sympy.Expr, c: sympy.Expr, written: sympy.Expr, positive: bool = False
 ) -> sympy.Expr:
     """c*log(a/b) through log1p of a ratio that is never below 0: c*log1p((a - b)/b) where
     a/b >= 1, -c*log1p((b - a)/a) where a/b < 1, the formula ``written`` where either is
-    past :data:`_LOG_RATIO_MAX` or ``guard`` fails. a - b is expanded where that cancels
-    terms ((N + 1) - N = 1); the products are xlog1py where c has an input in it (0
-    where c = 0, as N*log(N) is at N = 0). Equal to c*log(a/b) wherever a/b > 0,
-    whatever the signs of a and b; where a/b < 0 both ratios are below -1: ``written``."""
+    past :data:`_LOG_RATIO_MAX`. a - b is expanded where that cancels terms ((N + 1) - N
+    = 1); the products are xlog1py where c has an input in it (0 where c = 0, as
+    N*log(N) is at N = 0). Equal to c*log(a/b) wherever a/b > 0, whatever the signs of a
+    and b; where a/b < 0 both ratios are below -1: ``written``. ``positive``: only where
+    a > 0 and b > 0 (``written`` elsewhere), the branches taken by a >= b (which SymPy
+    decides where a - b is a number: N + 1 >= N), the guard without the condition the
+    other implies (N > 0 makes N + 1 > 0)."""
 
     def difference(p: sympy.Expr, q: sympy.Expr) -> sympy.Expr:
         expanded = sympy.expand(p - q)
@@ -2154,9 +2157,20 @@ def _log_through_log1p(
         return xlog1py(c, w) if c.free_symbols else c * log1p(w)
 
     up, down = difference(a, b) / b, difference(b, a) / a
+    if positive:
+        guard = sympy.And(
+            *(
+                p > 0
+                for p, other in ((a, b), (b, a))
+                if not p.is_positive and not (p - other).is_nonnegative
+            )
+        )
+        rising, falling = guard & (a >= b), guard & (a < b)
+    else:
+        rising, falling = up >= 0, down >= 0
     return sympy.Piecewise(
-        (times_log1p(up), guard & (up >= 0) & (up < _LOG_RATIO_MAX)),
-        (-times_log1p(down), guard & (down >= 0) & (down < _LOG_RATIO_MAX)),
+        (times_log1p(up), rising & (up < _LOG_RATIO_MAX)),
+        (-times_log1p(down), falling & (down < _LOG_RATIO_MAX)),
         (written, True),
     )
 
@@ -2194,8 +2208,7 @@ def _log_ratios(expr: sympy.Expr, keep_first: bool) -> sympy.Expr | None:
                 (t1, c1, a), (t2, c2, b) = (t2, c2, b), (t1, c1, a)
             # c1*log(a) + c2*log(b) = k*log(a) - c2*log(a/b); log(a) - log(b) is
             # log(a/b) only where both are positive: the formula as written elsewhere
-            guard = sympy.And(*(p > 0 for p in (a, b) if not p.is_positive))
-            ratio = _log_through_log1p(a, b, -c2, t1 + t2 - k * log(a), guard)
+            ratio = _log_through_log1p(a, b, -c2, t1 + t2 - k * log(a), positive=True)
             return k * log(a) + ratio + _drop(node, t1, t2)
         return node
 
