@@ -2145,9 +2145,9 @@ def _log_through_log1p(
     = 1); the products are xlog1py where c has an input in it (0 where c = 0, as
     N*log(N) is at N = 0). Equal to c*log(a/b) wherever a/b > 0, whatever the signs of a
     and b; where a/b < 0 both ratios are below -1: ``written``. ``positive``: only where
-    a > 0 and b > 0 (``written`` elsewhere), the branches taken by a >= b (which SymPy
-    decides where a - b is a number: N + 1 >= N), the guard without the condition the
-    other implies (N > 0 makes N + 1 > 0)."""
+    a > 0 and b > 0 (``written`` elsewhere), the branches taken by the sign of a - b
+    (which SymPy decides where it is a number: (N + 1) - N), the guard without the
+    condition the other implies (N > 0 makes N + 1 > 0)."""
 
     def difference(p: sympy.Expr, q: sympy.Expr) -> sympy.Expr:
         expanded = sympy.expand(p - q)
@@ -2156,7 +2156,8 @@ def _log_through_log1p(
     def times_log1p(w: sympy.Expr) -> sympy.Expr:
         return xlog1py(c, w) if c.free_symbols else c * log1p(w)
 
-    up, down = difference(a, b) / b, difference(b, a) / a
+    rise = difference(a, b)
+    up, down = rise / b, difference(b, a) / a
     if positive:
         guard = sympy.And(
             *(
@@ -2165,7 +2166,9 @@ def _log_through_log1p(
                 if not p.is_positive and not (p - other).is_nonnegative
             )
         )
-        rising, falling = guard & (a >= b), guard & (a < b)
+        # (a - b >= 0, not a >= b: SymPy 1.14's Piecewise recurses without end on some of
+        # those, sigmoid(pi/s) - u*tanh(pi/(2*s)) >= u*tanh(pi/(2*s)) + sigmoid(-pi/s))
+        rising, falling = guard & (rise >= 0), guard & (rise < 0)
     else:
         rising, falling = up >= 0, down >= 0
     return sympy.Piecewise(
