@@ -827,6 +827,16 @@ def test_log_ratios_are_nan_where_the_formula_is(text):
             assert math.isnan(run_torch(rewritten, {"x": at})), at
 
 
+def test_log_ratios_of_sums_with_calls_build():
+    """The branch conditions are a - b >= 0, not a >= b: with a and b these sums of calls
+    (a form of pbrt's sample-trimmed-logistic) SymPy 1.14's Piecewise recursed without
+    end on a >= b, and the derivation failed."""
+    u = sympy.Symbol("u", positive=True)
+    t = sympy.tanh(sympy.pi / (2 * y))
+    a, b = F.sigmoid(sympy.pi / y) - u * t, F.sigmoid(-sympy.pi / y) + u * t
+    assert regimes.log_ratios(-y * sympy.log(a) + y * sympy.log(b)) is not None
+
+
 def test_a_ratio_inside_a_root_is_cancelled_with_its_derivatives():
     """sqrt(expm1(2x)/expm1(x)) is sqrt(exp(x) + 1) (regimes.cancelled_arguments): as
     written, its second derivative is terms of order 1/x that cancel near x = 0 (more than
