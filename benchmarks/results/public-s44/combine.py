@@ -10,8 +10,11 @@ function with the code before it (<step>/functions.txt):
 - logratio: regimes.log_ratios and log_ratios_kept_second (log(a/b) and pairs of
   logarithms through log1p of a ratio >= 0), at b51f86f (before/) and with the step
   (after/);
-- cancel: regimes.cancelled_arguments (a quotient inside a root or a call cancelled), with
-  logratio (before/) and with both (after/).
+- cancel: regimes.cancelled_arguments (a quotient inside a root or a call cancelled) and
+  regimes.exp_powers_factored, with logratio (before/) and with both (after/);
+- conditions: log_ratios' pairs branched by the sign of a - b under a guard without the
+  implied conditions (fewer comparisons; a >= b sent SymPy into endless recursion), after
+  cancel (before/) and with it (after/): the same accuracy.
 
 Each half's totals are session 43's (its combine.py) with each step's formulas' rows
 replaced by before/ (before) or after/ (after), steps in order; the rows whose mean moved
@@ -37,7 +40,7 @@ STUDIED = frozenset(
         "nmse_problem_3_4_4",
     }
 )
-STEPS = tuple(s for s in ("logratio", "cancel") if (HERE / s / "after").exists())
+STEPS = tuple(s for s in ("logratio", "cancel", "conditions") if (HERE / s / "after").exists())
 _spec = importlib.util.spec_from_file_location("combine_s43", HERE.parent / "public-s43/combine.py")
 _s43 = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_s43)
