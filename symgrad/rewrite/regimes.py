@@ -2178,10 +2178,13 @@ def _log_through_log1p(
     )
 
 
-def _log_ratios(expr: sympy.Expr, keep_first: bool) -> sympy.Expr | None:
-    """:func:`log_ratios`; ``keep_first``: of a pair c1*log(a) + c2*log(b) whose
-    coefficients do not cancel, (c1 + c2)*log(a) is kept (else (c1 + c2)*log(b))."""
+def _log_ratios(expr: sympy.Expr, keep_first: bool) -> tuple[sympy.Expr | None, bool]:
+    """:func:`log_ratios`, and whether it has a pair whose coefficients do not cancel;
+    ``keep_first``: of such a pair c1*log(a) + c2*log(b), (c1 + c2)*log(a) is kept (else
+    (c1 + c2)*log(b))."""
     from symgrad.rewrite.rules import _drop, stabilize
+
+    uneven = []  # the pairs whose coefficients do not cancel
 
     def quotient(node: sympy.Expr) -> sympy.Expr:
         num, den = sympy.fraction(node.args[0])
@@ -2207,8 +2210,10 @@ def _log_ratios(expr: sympy.Expr, keep_first: bool) -> sympy.Expr | None:
             k = sympy.nsimplify(sympy.expand(c1 + c2))
             if not k.is_number or sympy.default_sort_key(a) > sympy.default_sort_key(b):
                 continue  # (each pair once: a before b)
-            if not keep_first and k != 0:
-                (t1, c1, a), (t2, c2, b) = (t2, c2, b), (t1, c1, a)
+            if k != 0:
+                uneven.append(node)
+                if not keep_first:
+                    (t1, c1, a), (t2, c2, b) = (t2, c2, b), (t1, c1, a)
             # c1*log(a) + c2*log(b) = k*log(a) - c2*log(a/b); log(a) - log(b) is
             # log(a/b) only where both are positive: the formula as written elsewhere
             ratio = _log_through_log1p(a, b, -c2, t1 + t2 - k * log(a), positive=True)
@@ -2219,7 +2224,7 @@ def _log_ratios(expr: sympy.Expr, keep_first: bool) -> sympy.Expr | None:
     folded = sympy.piecewise_fold(expr) if expr.has(sympy.Piecewise) else expr
     new = folded.replace(lambda n: isinstance(n, log) and n.args[0].is_Mul, quotient)
     new = new.replace(lambda n: isinstance(n, Add) and len(logs(n)) >= 2, pair)
-    return None if new == folded else stabilize(new)
+    return (None if new == folded else stabilize(new)), bool(uneven)
 
 
 @register("candidates")
@@ -2239,17 +2244,17 @@ def log_ratios(expr: sympy.Expr) -> sympy.Expr | None:
     term that cancels in a - b; this form needs none, and has no log(a/b) of a rounded
     quotient near 1 between its branches. ``None`` where no logarithm has a quotient and no
     two logarithms pair."""
-    return _log_ratios(expr, keep_first=True)
+    return _log_ratios(expr, keep_first=True)[0]
 
 
 @register("candidates")
 def log_ratios_kept_second(expr: sympy.Expr) -> sympy.Expr | None:
     """c1*log(a) + c2*log(b) -> k*log(b) + c1*log(a/b) (c1 + c2 = k a number, k != 0):
     :func:`log_ratios` with the other logarithm kept, a candidate beside it (which of the
-    two cancels depends on the coefficients' signs). ``None`` where it would be
-    :func:`log_ratios`'s form, or there is none."""
-    other = _log_ratios(expr, keep_first=False)
-    return None if other == _log_ratios(expr, keep_first=True) else other
+    two cancels depends on the coefficients' signs). ``None`` where there is no such pair
+    (the form would be :func:`log_ratios`'s)."""
+    other, uneven = _log_ratios(expr, keep_first=False)
+    return other if uneven else None
 
 
 @register("candidates")

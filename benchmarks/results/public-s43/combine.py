@@ -35,9 +35,12 @@ def session42(half: str, dtype: str) -> list[tuple]:
     return rows
 
 
-def replaced(rows: list[tuple], step: str, when: str, half: str, dtype: str) -> list[tuple]:
-    """``rows`` with those of ``step``'s formulas replaced by its ``when`` measurement."""
-    path = HERE / step / when / f"rows-{half}-{dtype}.jsonl"
+def replaced(
+    rows: list[tuple], step: str, when: str, half: str, dtype: str, here: Path = HERE
+) -> list[tuple]:
+    """``rows`` with those of ``step``'s formulas replaced by its ``when`` measurement (in
+    ``here``, a session's folder)."""
+    path = here / step / when / f"rows-{half}-{dtype}.jsonl"
     if not path.exists():  # no changed formula in this half
         return rows
     new = load(path)

@@ -57,12 +57,7 @@ def session43(half: str, dtype: str) -> list[tuple]:
 
 def replaced(rows: list[tuple], step: str, when: str, half: str, dtype: str) -> list[tuple]:
     """``rows`` with those of ``step``'s formulas replaced by its ``when`` measurement."""
-    path = HERE / step / when / f"rows-{half}-{dtype}.jsonl"
-    if not path.exists():  # no changed formula in this half
-        return rows
-    new = load(path)
-    names = {r.function for r, _, _ in new}
-    return [x for x in rows if x[0].function not in names] + new
+    return _s43.replaced(rows, step, when, half, dtype, here=HERE)
 
 
 def main() -> None:
