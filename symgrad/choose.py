@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
+import random
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
@@ -20,7 +21,15 @@ from symgrad.derived import Accuracy
 from symgrad.numerics.floats import bits_of_error, round_to
 from symgrad.numerics.mp import Unresolved, at_precision, exact
 from symgrad.numerics.native import call, evaluator
-from symgrad.numerics.points import RANGE_ENDS, sample, scalar_ends, tame_value
+from symgrad.numerics.points import (
+    RANGE_ENDS,
+    dtype_extremes,
+    sample,
+    sample_values,
+    scalar_ends,
+    scalar_value,
+    tame_value,
+)
 from symgrad.spec import Input
 
 POINTS = 48
@@ -32,13 +41,24 @@ POINTS = 48
 NON_FINITE_BITS = 128.0
 
 
+#: Of the forms as accurate as the best in float64, those within this many bits of the best
+#: float32 score (mean bits of float32 error at float32 points, a non-finite result counted
+#: as :data:`NON_FINITE_BITS`) are as accurate in float32: the same formula is emitted for
+#: both dtypes, and its float64 error does not rank float32 forms. The derivative of
+#: sqrt(x + 1) - sqrt(x) as -1/(2*(x**(3/2) + sqrt(x) + x*sqrt(x + 1))) is as accurate
+#: as -(1/sqrt(x + 1) + 1/sqrt(x))/(2*(sqrt(x) + sqrt(x + 1))**2) in float64; in
+#: float32, x**(3/2) overflows past x = 4.9e25, where the value is a subnormal: 0.91
+#: bits mean to the other's 0.49.
+FLOAT32_MARGIN = 0.5
+
+
 #: How many bits a form's worst point may be worse than the best form's worst and the form
 #: still count as accurate as the best: a mean hides one region (the second derivative of
 #: Student's t log-density, (nu + 1)*(x**2 - nu)/(nu + x**2)**2, cancels near x**2 = nu as a
 #: difference of two quotients: 0.42 bits mean, 27 max, to the branched form's 0.11, 2).
 WORST_SLACK = 8.0
 
-_F32_MAX = float(np.finfo(np.float32).max)
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 #: float32 results must be finite where the exact value is below this (a margin for the
 #: exact value at the float32-rounded point), or, at a point that is a float32 point,
 #: where the exact value rounds to a finite float32
@@ -59,7 +79,7 @@ def _finite_in_float32(ref: float, args: Sequence[float]) -> bool:
     two inputs or more onto 0: the value there depends on the way to it (2*p/(x +
     hypot(x, 2*p)) at x = p = 0 is 0/0, and its limits along different ways differ); where
     it moves one, ``ref`` stands for the limit (x*log(x) at x = 0: 0, what xlogy gives)."""
-    if not all(abs(a) <= _F32_MAX for a in args):
+    if not all(abs(a) <= FLOAT32_MAX for a in args):
         return False
     if sum(a != 0 and round_to(a, "float32") == 0 for a in args) >= 2:
         return False
@@ -116,6 +136,29 @@ def measure(
     )
 
 
+def float32_score(
+    expr: sympy.Expr,
+    reference_expr: sympy.Expr,
+    points: Sequence[Mapping[sympy.Symbol, float]],
+    references: Sequence[float | None],
+) -> float:
+    """Mean float32 bits of error of ``expr`` at ``points`` (float32 numbers) against the
+    exact values ``references``, where they round to a finite float32; a non-finite result
+    there counts :data:`NON_FINITE_BITS`. 0 where no point has such a value."""
+    symbols = sorted(reference_expr.free_symbols | expr.free_symbols, key=lambda s: s.name)
+    fn = evaluator(expr, symbols)
+    scores = []
+    with np.errstate(all="ignore"):
+        for point, ref in zip(points, references):
+            exact32 = math.nan if ref is None else round_to(ref, "float32")
+            if not math.isfinite(exact32):
+                continue
+            value = call(fn, [point[s] for s in symbols], np.float32)
+            bits = bits_of_error(value, exact32, "float32")
+            scores.append(bits if math.isfinite(value) else NON_FINITE_BITS)
+    return sum(scores) / len(scores) if scores else 0.0
+
+
 def _point_text(point: Mapping[sympy.Symbol, float], symbols: Sequence[sympy.Symbol]) -> str:
     """``x = -1e+04, y = 2.5``: the inputs of a point (upstream gradients left out)."""
     return ", ".join(
@@ -132,13 +175,17 @@ def most_accurate(
     more: Sequence[Mapping[sympy.Symbol, float]] = (),
     costs: Sequence[Callable[[sympy.Expr], float]] = (),
     edges: Callable[[sympy.Expr], Sequence[Mapping[sympy.Symbol, float]]] | None = None,
+    points32: Callable[[sympy.Expr], Sequence[Mapping[sympy.Symbol, float]]] | None = None,
 ) -> list[tuple[sympy.Expr, Accuracy]]:
     """The candidates as accurate as the best, with their measured accuracy, in the given
     order: within 1/2 bit of the best score (mean bits of error, a non-finite result
     counted as :data:`NON_FINITE_BITS`) and with a worst point at most
     :data:`WORST_SLACK` bits worse than the best's, of those the fewest non-finite
-    results, and of those the fewest that miss the infinity where the exact value
-    overflows. The first
+    results, of those the fewest that miss the infinity where the exact value
+    overflows, and of those (where there are two or more) the ones within
+    :data:`FLOAT32_MARGIN` of the best :func:`float32_score` at the float32 points
+    ``points32`` gives for the reference (:func:`float32_points`, and the edges of its
+    range at float32's largest number). The first
     candidate is the reference; where its exact value is unknown at a point, the first of
     ``fallbacks`` (other forms of the same formula) that has one. [] where none can be
     evaluated with NumPy.
@@ -160,6 +207,11 @@ def most_accurate(
     if more and any(min(close, key=lambda c: cost(c[0]))[1].score > best for cost in costs):
         references += _references(reference_expr, more, fallbacks)
         close = _closest(reference_expr, [c for c, _ in close], [*points, *more], references)
+    if points32 is not None and len({c for c, _ in close}) > 1:
+        at = points32(reference_expr)
+        references32 = _references(reference_expr, at, fallbacks)
+        scores = [float32_score(c, reference_expr, at, references32) for c, _ in close]
+        close = [c for c, score in zip(close, scores) if score <= min(scores) + FLOAT32_MARGIN]
     return close
 
 
@@ -257,6 +309,14 @@ def symbol_points(
 #: the value overflows past 2**127; x**2 in a value of size x fails 512 binades in.
 EDGE_STEPS = (1, 4, 16, 64, 256)
 
+#: Binades inside the edge where the exact value passes float32's largest number at which
+#: the float32 tie-break measures (0: in the edge's binade), and the mantissas there: an
+#: intermediate a few times the value overflows only in the last binades
+#: (``1/(x*sqrt(x))`` in a value of ``x**-1.5/4``, where ``x < 2.05e-26``, the value
+#: past ``8.3e37``).
+FLOAT32_EDGE_STEPS = (0, 1)
+FLOAT32_EDGE_MANTISSAS = (1.0417, 1.4142, 1.866)
+
 #: The mantissa of the points put inside an edge (a power of 2 would be a point where
 #: products and squares are exact)
 _EDGE_MANTISSA = 1.6180339887498949 / 2
@@ -269,13 +329,17 @@ def edge_points(
     reference_expr: sympy.Expr,
     base: Mapping[sympy.Symbol, float],
     axes: Mapping[sympy.Symbol, Input],
+    limits: Sequence[float] = (math.inf, _F32_FINITE),
+    steps: Sequence[int] = EDGE_STEPS,
+    mantissas: Sequence[float] = (2 * _EDGE_MANTISSA,),
 ) -> list[dict[sympy.Symbol, float]]:
     """Points just inside each edge of the range where the exact value of
-    ``reference_expr`` is finite in float64 and below 1e38 (float32), along each input of
-    ``axes`` (the others at ``base``): each way (toward infinity and toward 0) and sign,
-    the binade of the edge is found by bisection on the exponent, and points are put
-    :data:`EDGE_STEPS` binades inside it. No points along an axis where the value has no
-    such edge (it stays finite to the end of the float range, or is not finite at the
+    ``reference_expr`` is below each of ``limits`` (finite in float64, and below 1e38 for
+    float32), along each input of ``axes`` (the others at ``base``): each way (toward
+    infinity and toward 0) and sign, the binade of the edge is found by bisection on the
+    exponent, and points are put ``steps`` binades inside it (0: in the edge's binade), at
+    each of ``mantissas`` (in [1, 2)). No points along an axis where the value has no such
+    edge (it stays finite to the end of the float range, or is not finite at the
     axis' start)."""
     points = []
     for symbol, inp in axes.items():
@@ -290,12 +354,12 @@ def edge_points(
             size = _size_along(reference_expr, base, symbol, sign)
             if not size(start) < _F32_FINITE:
                 continue
-            for limit in (math.inf, _F32_FINITE):
+            for limit in limits:
                 for end in (highest, lowest):
                     if end == start or (end < start and integer) or size(end) < limit:
                         continue
                     inside = _last_below(size, limit, start, end)
-                    for x in _inside_edge(inside, start, end, sign, integer):
+                    for x in _inside_edge(inside, start, end, sign, integer, steps, mantissas):
                         if inp.domain[0] <= x <= inp.domain[1]:
                             points.append({**base, symbol: x})
     return points
@@ -314,20 +378,29 @@ def _last_below(size: Callable[[int], float], limit: float, start: int, end: int
     return inside
 
 
-def _inside_edge(inside: int, start: int, end: int, sign: float, integer: bool) -> list[float]:
-    """The points :data:`EDGE_STEPS` binades back from the edge's binade ``inside`` toward
-    ``start`` (not past it), float32 numbers where they are (integers for an integer
-    input)."""
+def _inside_edge(
+    inside: int,
+    start: int,
+    end: int,
+    sign: float,
+    integer: bool,
+    steps: Sequence[int],
+    mantissas: Sequence[float],
+) -> list[float]:
+    """The points ``steps`` binades back from the edge's binade ``inside`` toward
+    ``start`` (not past it), at each of ``mantissas``, float32 numbers where they are
+    (integers for an integer input)."""
     way = 1 if end > start else -1
     values = []
-    for k in EDGE_STEPS:
+    for k in steps:
         e = inside - way * k
         if (e - start) * way < 0:
             break
-        x = math.ldexp(sign * _EDGE_MANTISSA, e + 1)
-        x32 = round_to(x, "float32")
-        x = x32 if x32 != 0 and math.isfinite(x32) else x
-        values.append(float(round(x)) if integer else x)
+        for mantissa in mantissas:
+            x = math.ldexp(sign * mantissa, e)
+            x32 = round_to(x, "float32")
+            x = x32 if x32 != 0 and math.isfinite(x32) else x
+            values.append(float(round(x)) if integer else x)
     return values
 
 
@@ -357,6 +430,34 @@ def _exponents(inp: Input, sign: float) -> tuple[int, int, int] | None:
     if lowest > highest:
         return None
     return lowest, min(max(0, lowest), highest), highest
+
+
+def float32_points(
+    inputs: Sequence[Input],
+    symbols: Mapping[str, sympy.Symbol],
+    extra: Sequence[sympy.Symbol] = (),
+    n: int = POINTS,
+    seed: str = "symgrad",
+) -> list[dict[sympy.Symbol, float]]:
+    """Float32 points for the choice's float32 tie-break (:func:`most_accurate`), put as
+    the accuracy tables' float32 rows put theirs (another draw): each tensor input at its
+    float32 extremes with the others at their tame value, then ``n`` points drawn
+    uniformly over the float32 bit patterns of each tensor input's domain (the choice's
+    own points are drawn over float64's: mostly past float32's range). Scalars at their
+    value, ``extra`` symbols (upstream gradients) 1."""
+    rng = random.Random(f"{seed}:float32")
+    tensors = [inp for inp in inputs if inp.is_tensor]
+    fixed = {symbols[i.name]: scalar_value(i) for i in inputs if not i.is_tensor}
+    fixed.update({g: 1.0 for g in extra})
+    tame = {symbols[i.name]: round_to(tame_value(i), "float32") for i in tensors}
+    points = [
+        {**tame, **fixed, symbols[inp.name]: v}
+        for inp in tensors
+        for v in dtype_extremes(inp, "float32")
+    ]
+    columns = {symbols[i.name]: sample_values(i, n, rng, "float32") for i in tensors}
+    points += [{**{s: col[k] for s, col in columns.items()}, **fixed} for k in range(n)]
+    return points
 
 
 def more_points(

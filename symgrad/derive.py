@@ -15,7 +15,15 @@ import sympy
 from sympy.functions.elementary.hyperbolic import HyperbolicFunction
 from sympy.functions.elementary.trigonometric import TrigonometricFunction
 
-from symgrad.choose import edge_points, more_points, symbol_points
+from symgrad.choose import (
+    FLOAT32_EDGE_MANTISSAS,
+    FLOAT32_EDGE_STEPS,
+    FLOAT32_MAX,
+    edge_points,
+    float32_points,
+    more_points,
+    symbol_points,
+)
 from symgrad.cost import eager_cost, op_cost
 from symgrad.derived import Accuracy, Derived
 from symgrad.errors import DerivationError, SpecError, raise_all
@@ -201,6 +209,7 @@ def finish(
     more: Sequence[Mapping[sympy.Symbol, float]] = (),
     written: list | None = None,
     edges: Callable[[sympy.Expr], Sequence[Mapping[sympy.Symbol, float]]] | None = None,
+    points32: Callable[[sympy.Expr], Sequence[Mapping[sympy.Symbol, float]]] | None = None,
 ) -> sympy.Expr:
     """Clean up, stabilise and simplify one formula; pick the most accurate candidate.
 
@@ -222,8 +231,9 @@ def finish(
     forms of the same formula, stabilised and offered beside its own (with their regime
     branches); ``expr`` stays the reference the others are measured against. ``more``:
     points where a contest within the choice's margin is measured again; ``edges``: points
-    of the formula measured beside ``points`` (:func:`~symgrad.choose.edge_points`).
-    ``written`` gets
+    of the formula measured beside ``points`` (:func:`~symgrad.choose.edge_points`);
+    ``points32``: a formula's float32 points, where the forms tied in float64 are ranked
+    by their float32 error (see :func:`~symgrad.choose.most_accurate`). ``written`` gets
     the chosen form as the ``candidates`` phase wrote it, without its regime branches, or
     None where the choice is not that phase's (its derivative can be better than the
     derivative of the formula it came from: see :func:`derive_function`).
@@ -359,13 +369,21 @@ def finish(
                 sources.setdefault(product, sources[c])
         # The formula as written is the reference and a candidate in its own right.
         close = most_accurate(
-            [expr, *candidates, *eager_only], points, also, more, (eager_cost, op_cost), edges
+            [expr, *candidates, *eager_only],
+            points,
+            also,
+            more,
+            (eager_cost, op_cost),
+            edges,
+            points32,
         )
         if close:
             best, accuracy = min(close, key=lambda c: eager_cost(c[0]))
             compiled = [c for c in close if c[0] not in eager_only]
             if not compiled:  # only products are close: measured again without them
-                compiled = most_accurate([expr, *candidates], points, also, more, (op_cost,), edges)
+                compiled = most_accurate(
+                    [expr, *candidates], points, also, more, (op_cost,), edges, points32
+                )
             fused_best = min(compiled or close, key=lambda c: op_cost(c[0]))[0]
         else:  # nothing measurable: the formula as written
             best, accuracy = expr, Accuracy(math.nan, math.nan, 0, 0)
@@ -491,17 +509,53 @@ def validate_spec(spec: Spec) -> None:
 
 
 def _edges(
-    fn: Function, symbols: Mapping[str, sympy.Symbol], grads: Sequence[sympy.Symbol]
+    fn: Function,
+    symbols: Mapping[str, sympy.Symbol],
+    grads: Sequence[sympy.Symbol],
+    **where: Sequence,
 ) -> Callable[[sympy.Expr], list[dict[sympy.Symbol, float]]]:
     """The choice's points inside the edges of a formula's range (see
-    :func:`~symgrad.choose.edge_points`), along each tensor input with the others at
-    their tame value (scalars at theirs, upstream gradients 1); found once per formula."""
+    :func:`~symgrad.choose.edge_points`, which takes ``where``: ``limits``, ``steps``),
+    along each tensor input with the others at their tame value (scalars at theirs,
+    upstream gradients 1); found once per formula."""
     base: dict[sympy.Symbol, float] = {g: 1.0 for g in grads}
     for inp in fn.inputs:
         value = round_to(tame_value(inp), "float32") if inp.is_tensor else scalar_value(inp)
         base[symbols[inp.name]] = value
     axes = {symbols[i.name]: i for i in fn.inputs if i.is_tensor}
-    return functools.cache(lambda reference_expr: edge_points(reference_expr, base, axes))
+    return functools.cache(lambda reference_expr: edge_points(reference_expr, base, axes, **where))
+
+
+def _points32(
+    fn: Function, symbols: Mapping[str, sympy.Symbol], grads: Sequence[sympy.Symbol]
+) -> Callable[[sympy.Expr], list[dict[sympy.Symbol, float]]]:
+    """The choice's float32 points for a formula (see
+    :func:`~symgrad.choose.float32_points`), and those inside the edges of its range
+    where it passes float32's largest number (:data:`~symgrad.choose.FLOAT32_EDGE_STEPS`
+    and ``FLOAT32_EDGE_MANTISSAS``,
+    along each tensor input with the others at their tame value: a form whose
+    intermediate overflows first, ``1/(x*sqrt(x))`` in a value of ``x**-1.5/4``, fails
+    only in the binades next to it); found once per formula."""
+    drawn = float32_points(fn.inputs, symbols, grads, seed=f"symgrad:{fn.name}")
+    edges = _edges(
+        fn,
+        symbols,
+        grads,
+        limits=(FLOAT32_MAX,),
+        steps=FLOAT32_EDGE_STEPS,
+        mantissas=FLOAT32_EDGE_MANTISSAS,
+    )
+    tensors = [symbols[i.name] for i in fn.inputs if i.is_tensor]
+
+    def points(reference_expr: sympy.Expr) -> list[dict[sympy.Symbol, float]]:
+        inside = [  # (an edge past float32's range has float64 points only)
+            p
+            for p in edges(reference_expr)
+            if all(round_to(p[t], "float32") == p[t] for t in tensors)
+        ]
+        return [*drawn, *inside]
+
+    return functools.cache(points)
 
 
 def derive_function(fn: Function, measure: bool = True) -> Derived:
@@ -518,6 +572,7 @@ def derive_function(fn: Function, measure: bool = True) -> Derived:
     )
     more = more_points(fn.inputs, symbols, grads, seed=f"symgrad:{fn.name}") if measure else ()
     edges = _edges(fn, symbols, grads) if measure else None
+    points32 = _points32(fn, symbols, grads) if measure else None
     accuracy: dict[str, Accuracy] = {}
     params = frozenset(symbols[i.name] for i in fn.inputs if not i.is_tensor)
     # scalars whose domain is positive (x / sqrt(nu) needs to know, and nu's symbol makes
@@ -547,6 +602,7 @@ def derive_function(fn: Function, measure: bool = True) -> Derived:
             more,
             phase_form,
             edges,
+            points32,
         )
         if record:
             accuracy[label] = record[0]

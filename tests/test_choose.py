@@ -253,3 +253,94 @@ def test_edge_points_stay_in_the_inputs_domain():
     )
     points = edge_points(n**3 + 1 / n, {n: 1.0}, {n: integer})
     assert points and all(abs(p[n]) >= 1 and p[n] == int(p[n]) for p in points)
+
+
+def _sqrt_diff_gradients():
+    """Two forms of d/dx (sqrt(x + 1) - sqrt(x)) that float64 cannot tell apart (both
+    within a bit of the exact value) and float32 can: in the one sum of three products,
+    x**(3/2) + sqrt(x) + x*sqrt(x + 1), x**(3/2) overflows past x = 4.9e25, where the
+    value, about x**-1.5/2, is a float32 subnormal: 0 there, where the quotient of sums of
+    reciprocal roots keeps it."""
+    import sympy
+
+    from symgrad.spec import Input
+
+    x = sympy.Symbol("x", real=True)
+    inp = Input(
+        "x", "tensor", True, (0.0, math.inf), (("nonnegative", True),), None, False, None, 1
+    )
+    one_sum = -1 / (2 * (x ** sympy.Rational(3, 2) + sympy.sqrt(x) + x * sympy.sqrt(x + 1)))
+    roots = -(1 / sympy.sqrt(x + 1) + 1 / sympy.sqrt(x)) / (
+        2 * (sympy.sqrt(x) + sympy.sqrt(x + 1)) ** 2
+    )
+    return x, inp, one_sum, roots
+
+
+def test_float32_points_are_float32_numbers_of_the_domain():
+    import sympy
+
+    from symgrad.choose import float32_points
+    from symgrad.numerics.floats import round_to
+    from symgrad.numerics.points import dtype_extremes
+
+    x, inp, _, _ = _sqrt_diff_gradients()
+    g = sympy.Symbol("grad", real=True)
+    points = float32_points([inp], {"x": x}, [g], n=40)
+    values = [p[x] for p in points]
+    assert all(round_to(v, "float32") == v and 0 <= v <= 3.5e38 for v in values)
+    assert all(p[g] == 1.0 for p in points)
+    assert set(dtype_extremes(inp, "float32")) <= set(values)
+    # drawn over float32's bit patterns: binades from the subnormals to the largest
+    drawn = values[-40:]
+    assert min(drawn) < 1e-20 and max(drawn) > 1e20
+
+
+def test_forms_tied_in_float64_are_ranked_by_their_float32_error():
+    from symgrad.choose import FLOAT32_MARGIN, _reference, float32_score, measure, most_accurate
+    from symgrad.numerics.floats import round_to
+
+    x, _, one_sum, roots = _sqrt_diff_gradients()
+    points = [{x: v} for v in (1e-300, 1e-20, 1e-3, 0.5, 2.0, 3.0, 1e3, 1e20, 1e27, 1e300)]
+    assert abs(measure(one_sum, roots, points).score - measure(roots, roots, points).score) < 0.5
+    assert len(most_accurate([roots, one_sum], points)) == 2  # a tie in float64
+
+    at = [{x: round_to(v, "float32")} for v in (1e-3, 0.5, 2.0, 1e3, 1e6, 1e26, 1e27, 1e28)]
+    references = [_reference(roots, p) for p in at]
+    assert float32_score(one_sum, roots, at, references) > (
+        float32_score(roots, roots, at, references) + FLOAT32_MARGIN
+    )
+    chosen = most_accurate([roots, one_sum], points, points32=lambda reference: at)
+    assert [form for form, _ in chosen] == [roots]
+    # the written form first or not: the float32 error decides, not the order
+    chosen = most_accurate([one_sum, roots], points, points32=lambda reference: at)
+    assert [form for form, _ in chosen] == [roots]
+
+
+def test_float32_edge_points_reach_the_binade_where_an_intermediate_overflows():
+    """The second derivative of sqrt(x + 1) - sqrt(x) is about x**-1.5/4 near 0: a form
+    with 1/(x*sqrt(x)) overflows in float32 where x < 2.05e-26 and the value is still
+    below float32's largest number (3.4e38) down to x = 8.2e-27. The float32 tie-break's
+    edge points have points there; the float64 choice's edge points (one binade in at
+    least, below 1e38) do not."""
+    import sympy
+
+    from symgrad.choose import (
+        FLOAT32_EDGE_MANTISSAS,
+        FLOAT32_EDGE_STEPS,
+        FLOAT32_MAX,
+        edge_points,
+    )
+
+    x, inp, _, _ = _sqrt_diff_gradients()
+    value = (x ** sympy.Rational(-3, 2) - (x + 1) ** sympy.Rational(-3, 2)) / 4
+    edges = edge_points(
+        value,
+        {x: 0.5},
+        {x: inp},
+        limits=(FLOAT32_MAX,),
+        steps=FLOAT32_EDGE_STEPS,
+        mantissas=FLOAT32_EDGE_MANTISSAS,
+    )
+    band = [p[x] for p in edges if 8.2e-27 < p[x] < 2.05e-26]
+    assert band
+    assert not [p[x] for p in edge_points(value, {x: 0.5}, {x: inp}) if 8.2e-27 < p[x] < 2.05e-26]
