@@ -73,16 +73,30 @@ def _reference(expr: sympy.Expr, point: Mapping[sympy.Symbol, float]) -> float |
         return None
 
 
-def _finite_in_float32(ref: float, args: Sequence[float]) -> bool:
+def _at_float32(expr: sympy.Expr, point: Mapping[sympy.Symbol, float]) -> float | None:
+    """The exact value of ``expr`` at ``point`` rounded to float32."""
+    return _reference(expr, {s: round_to(v, "float32") for s, v in point.items()})
+
+
+def _finite_in_float32(
+    ref: float, args: Sequence[float], at_rounded: Callable[[], float | None]
+) -> bool:
     """The exact value ``ref`` at ``args`` is finite in float32 (at the float32-rounded
     point: with a margin where rounding moves the point). Not known where float32 moves
     two inputs or more onto 0: the value there depends on the way to it (2*p/(x +
     hypot(x, 2*p)) at x = p = 0 is 0/0, and its limits along different ways differ); where
-    it moves one, ``ref`` stands for the limit (x*log(x) at x = 0: 0, what xlogy gives)."""
+    it moves one, ``ref`` stands for the limit (x*log(x) at x = 0: 0, what xlogy gives),
+    unless the exact value there, ``at_rounded()``, is infinite: a pole (log(x) at x =
+    1e-300 is -690.8, and -inf at float32's x = 0)."""
     if not all(abs(a) <= FLOAT32_MAX for a in args):
         return False
-    if sum(a != 0 and round_to(a, "float32") == 0 for a in args) >= 2:
+    onto_zero = sum(a != 0 and round_to(a, "float32") == 0 for a in args)
+    if onto_zero >= 2:
         return False
+    if onto_zero == 1:
+        there = at_rounded()
+        if there is not None and math.isinf(there):
+            return False
     if all(round_to(a, "float32") == a for a in args):
         return math.isfinite(round_to(ref, "float32"))
     return abs(ref) < _F32_FINITE
@@ -117,7 +131,8 @@ def measure(
             bad = not math.isfinite(value)
             errors.append(bits_of_error(value, ref))
             # float32: only non-finite results count (the error is measured in float64)
-            if _finite_in_float32(ref, args):
+            at_rounded = functools.partial(_at_float32, reference_expr, point)
+            if _finite_in_float32(ref, args, at_rounded):
                 bad32 = not math.isfinite(call(fn, args, np.float32))
                 non_finite += bad32
                 bad = bad or bad32

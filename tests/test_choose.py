@@ -344,3 +344,19 @@ def test_float32_edge_points_reach_the_binade_where_an_intermediate_overflows():
     band = [p[x] for p in edges if 8.2e-27 < p[x] < 2.05e-26]
     assert band
     assert not [p[x] for p in edge_points(value, {x: 0.5}, {x: inp}) if 8.2e-27 < p[x] < 2.05e-26]
+
+
+def test_float32_non_finite_is_not_counted_at_a_pole_an_input_rounds_onto():
+    """At x = 1e-300, log(x) is -690.8; float32 rounds x to 0, where log is -inf, exactly:
+    no float32 result could be finite there. x*log(x) is 0 at float32's 0 (its limit):
+    a NaN there (0 * -inf) still counts, and xlogy's 0 does not."""
+    import sympy
+
+    from symgrad.choose import measure
+    from symgrad.functions import xlogy
+
+    x = sympy.Symbol("x", real=True)
+    at = [{x: 1e-300}, {x: 0.5}]
+    assert measure(sympy.log(x), sympy.log(x), at).non_finite == 0
+    assert measure(x * sympy.log(x), x * sympy.log(x), at).non_finite == 1
+    assert measure(xlogy(x, x), x * sympy.log(x), at).non_finite == 0
