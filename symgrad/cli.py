@@ -161,6 +161,12 @@ def _generated(
             )
             continue
         warnings += _accuracy_warnings(derived)
+        for d in derived:
+            notes += [
+                f"{d.function.location}: {line}; the code is generated without that form: "
+                "this is a symgrad bug, please report it with this function's spec"
+                for line in d.skipped
+            ]
         if run:
             failures, skipped = smoke_run(spec, [(f.name, f.text) for f in files], chosen)
             errors += [

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import functools
 import itertools
 import math
+import os
 import signal
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -54,6 +56,30 @@ SIMPLIFY_TRIG_MAX_OPS = 60
 #: A last-resort guard against a SymPy hang; never reached by the formulas seen so far
 #: (simplify takes < 0.3 s on each of them).
 SIMPLIFY_SECONDS = 60.0
+
+#: Set (to anything but "" or "0"), a candidate rewrite that raises fails the derivation,
+#: as symgrad's own tests run: unset, the form is left out and the function's ``skipped``
+#: says so (:func:`finish`).
+STRICT_REWRITES_ENV = "SYMGRAD_STRICT_REWRITES"
+
+#: The candidate rewrites that raised while the current function was derived (see
+#: :func:`finish`): lines for a note.
+_SKIPPED: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
+    "skipped_rewrites", default=None
+)
+
+
+def _skipped(rewrite: Callable, form: sympy.Expr, exc: Exception) -> None:
+    """Record (or, under :data:`STRICT_REWRITES_ENV`, raise) a candidate rewrite that
+    raised on ``form``."""
+    if os.environ.get(STRICT_REWRITES_ENV, "") not in ("", "0"):
+        raise exc
+    name = getattr(rewrite, "__name__", repr(rewrite))
+    first = (str(exc).splitlines() or [""])[0][:120]
+    line = f"the candidate rewrite {name} raised {type(exc).__name__} ({first}) on {form}"
+    skipped = _SKIPPED.get()
+    if skipped is not None and line not in skipped:
+        skipped.append(line)
 
 
 @contextlib.contextmanager
@@ -343,6 +369,10 @@ def finish(
                         rewritten = rewrite(form)
                 except TimeoutError:
                     rewritten = None
+                except Exception as exc:  # noqa: BLE001 - one optional form, not the formula
+                    # (SymPy 1.14's Piecewise recursed without end on a condition once)
+                    _skipped(rewrite, form, exc)
+                    rewritten = None
                 if rewritten is None:
                     continue
                 # a form that keeps the formula as written in a range (exp_rational's
@@ -563,7 +593,18 @@ def derive_function(fn: Function, measure: bool = True) -> Derived:
 
     With ``measure``, each formula's form is chosen by measured error (see
     :mod:`symgrad.choose`) and its float64 error is recorded in ``Derived.accuracy``.
+    ``Derived.skipped`` says which candidate rewrites raised (see :func:`finish`).
     """
+    token = _SKIPPED.set([])
+    try:
+        derived = _derive_function(fn, measure)
+        return dataclasses.replace(derived, skipped=tuple(_SKIPPED.get() or ()))
+    finally:
+        _SKIPPED.reset(token)
+
+
+def _derive_function(fn: Function, measure: bool) -> Derived:
+    """:func:`derive_function`'s formulas."""
     where = fn.location
     symbols, naive, grads, parsed_overrides = parse_function(fn)
     env: dict[str, sympy.Basic] = {**symbols, **dict(naive)}

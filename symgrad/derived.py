@@ -70,6 +70,9 @@ class Derived:
     #: :meth:`reusable_outputs`) -> its derivative w.r.t. each tensor it reads: the second
     #: order the planner uses where it saves an output instead of recomputing it
     second_partials: dict[sympy.Expr, dict[str, sympy.Expr]] = field(default_factory=dict)
+    #: the candidate rewrites that raised (a symgrad or SymPy bug) and were left out: the
+    #: code is generated without their forms; ``symgrad gen`` prints each as a note
+    skipped: tuple[str, ...] = ()
 
     @property
     def diff_inputs(self) -> tuple[str, ...]:

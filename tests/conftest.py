@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import warnings
 from pathlib import Path
 
@@ -11,6 +12,10 @@ import pytest
 from symgrad.load import import_path
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# A candidate rewrite that raises fails the derivation here (users get a note and the
+# code without that form: symgrad.derive.STRICT_REWRITES_ENV).
+os.environ.setdefault("SYMGRAD_STRICT_REWRITES", "1")
 
 
 def import_file(path: Path):

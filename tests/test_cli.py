@@ -233,3 +233,52 @@ def test_accuracy_exits_1_when_the_generated_code_raised(tmp_path, monkeypatch):
     naive_only = [measure._failed(fn, "forward out", "float64", "naive: OverflowError")]
     monkeypatch.setattr(acc, "measure_spec", lambda spec, **kw: naive_only)
     assert run("accuracy", "a.yaml", cwd=tmp_path).exit_code == 0  # the user's formula's
+
+
+def _raising_candidates(monkeypatch):
+    """The candidates phase with a rewrite that raises (as SymPy 1.14's Piecewise once
+    recursed without end) before its own."""
+    import dataclasses
+
+    import symgrad.derive
+
+    def broken_rewrite(expr):
+        raise RecursionError("maximum recursion depth exceeded")
+
+    real = symgrad.derive.phase
+
+    def phase(name):
+        found = real(name)
+        if name != "candidates":
+            return found
+        return dataclasses.replace(found, rewrites=(broken_rewrite, *found.rewrites))
+
+    monkeypatch.setattr(symgrad.derive, "phase", phase)
+
+
+def test_a_candidate_rewrite_that_raises_is_left_out_with_a_note(tmp_path, monkeypatch):
+    """One optional form's failure does not cost the user the function: it is generated
+    without that form (the others' still chosen: softplus stays stable) and gen says which
+    rewrite failed, where, and that it is a symgrad bug."""
+    monkeypatch.delenv("SYMGRAD_STRICT_REWRITES", raising=False)
+    _raising_candidates(monkeypatch)
+    (tmp_path / "a.yaml").write_text(GOOD.format(module="a"))
+    result = run("gen", "a.yaml", "--targets", "torch", "--no-tests", cwd=tmp_path)
+    assert result.exit_code == 0, result.output
+    assert "note: a.yaml:3 (function 'softplus'): the candidate rewrite broken_rewrite" in (
+        result.output
+    )
+    assert "RecursionError" in result.output and "please report it" in result.output
+    assert "softplus(x)" in (tmp_path / "generated" / "a_torch.py").read_text()
+
+
+def test_a_candidate_rewrite_that_raises_fails_symgrads_own_tests(tmp_path, monkeypatch):
+    """Under SYMGRAD_STRICT_REWRITES (set for this suite in conftest.py) the same failure
+    is an error, so that CI does not hide a broken rule behind the note."""
+    monkeypatch.setenv("SYMGRAD_STRICT_REWRITES", "1")
+    _raising_candidates(monkeypatch)
+    (tmp_path / "a.yaml").write_text(GOOD.format(module="a"))
+    result = run("gen", "a.yaml", "--targets", "torch", "--no-tests", cwd=tmp_path)
+    assert result.exit_code != 0
+    assert "maximum recursion depth exceeded" in result.output
+    assert not (tmp_path / "generated").exists()
