@@ -130,10 +130,12 @@ def measure(
                 continue
             bad = not math.isfinite(value)
             errors.append(bits_of_error(value, ref))
-            # float32: only non-finite results count (the error is measured in float64)
-            at_rounded = functools.partial(_at_float32, reference_expr, point)
-            if _finite_in_float32(ref, args, at_rounded):
-                bad32 = not math.isfinite(call(fn, args, np.float32))
+            # float32: only non-finite results count (the error is measured in float64),
+            # where the exact value is finite in float32 (asked only then: it can cost an
+            # exact value at the float32 point)
+            if not math.isfinite(call(fn, args, np.float32)):
+                at_rounded = functools.partial(_at_float32, reference_expr, point)
+                bad32 = _finite_in_float32(ref, args, at_rounded)
                 non_finite += bad32
                 bad = bad or bad32
             scores.append(NON_FINITE_BITS if bad else errors[-1])
