@@ -76,7 +76,8 @@ def _skipped(rewrite: Callable, form: sympy.Expr, exc: Exception) -> None:
         raise exc
     name = getattr(rewrite, "__name__", repr(rewrite))
     first = (str(exc).splitlines() or [""])[0][:120]
-    line = f"the candidate rewrite {name} raised {type(exc).__name__} ({first}) on {form}"
+    text = str(form) if len(str(form)) <= 100 else f"{str(form)[:97]}..."
+    line = f"the candidate rewrite {name} raised {type(exc).__name__} ({first}) on {text}"
     skipped = _SKIPPED.get()
     if skipped is not None and line not in skipped:
         skipped.append(line)
