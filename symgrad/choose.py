@@ -87,7 +87,9 @@ def _finite_in_float32(
     hypot(x, 2*p)) at x = p = 0 is 0/0, and its limits along different ways differ); where
     it moves one, ``ref`` stands for the limit (x*log(x) at x = 0: 0, what xlogy gives),
     unless the exact value there, ``at_rounded()``, is infinite: a pole (log(x) at x =
-    1e-300 is -690.8, and -inf at float32's x = 0)."""
+    1e-300 is -690.8, and -inf at float32's x = 0). Only a pole whose exact value is an
+    infinity is seen: one through a division (1/x, x**-0.1) is undefined there (None),
+    and the float32 result is still required finite."""
     if not all(abs(a) <= FLOAT32_MAX for a in args):
         return False
     onto_zero = sum(a != 0 and round_to(a, "float32") == 0 for a in args)
@@ -327,7 +329,9 @@ def symbol_points(
 EDGE_STEPS = (1, 4, 16, 64, 256)
 
 #: Binades inside the edge where the exact value passes float32's largest number at which
-#: the float32 tie-break measures (0: in the edge's binade), and the mantissas there: an
+#: the float32 tie-break measures (0: the binade of the last power of 2 inside the edge:
+#: toward infinity the one the value crosses the limit in, toward 0 the one after it,
+#: whose points are all inside), and the mantissas there: an
 #: intermediate a few times the value overflows only in the last binades
 #: (``1/(x*sqrt(x))`` in a value of ``x**-1.5/4``, where ``x < 2.05e-26``, the value
 #: past ``8.3e37``).

@@ -70,16 +70,16 @@ _SKIPPED: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
 
 
 def _skipped(rewrite: Callable, form: sympy.Expr, exc: Exception) -> None:
-    """Record (or, under :data:`STRICT_REWRITES_ENV`, raise) a candidate rewrite that
-    raised on ``form``."""
-    if os.environ.get(STRICT_REWRITES_ENV, "") not in ("", "0"):
+    """Record (or, under :data:`STRICT_REWRITES_ENV` or outside :func:`derive_function`,
+    where nothing would report it, raise) a candidate rewrite that raised on ``form``."""
+    skipped = _SKIPPED.get()
+    if skipped is None or os.environ.get(STRICT_REWRITES_ENV, "") not in ("", "0"):
         raise exc
     name = getattr(rewrite, "__name__", repr(rewrite))
     first = (str(exc).splitlines() or [""])[0][:120]
     text = str(form) if len(str(form)) <= 100 else f"{str(form)[:97]}..."
     line = f"the candidate rewrite {name} raised {type(exc).__name__} ({first}) on {text}"
-    skipped = _SKIPPED.get()
-    if skipped is not None and line not in skipped:
+    if line not in skipped:
         skipped.append(line)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -282,3 +283,20 @@ def test_a_candidate_rewrite_that_raises_fails_symgrads_own_tests(tmp_path, monk
     assert result.exit_code != 0
     assert "maximum recursion depth exceeded" in result.output
     assert not (tmp_path / "generated").exists()
+
+
+def test_a_candidate_rewrite_that_raises_outside_a_derivation_raises(monkeypatch):
+    """finish() called on its own (not through derive_function, whose note would report
+    the skipped form) keeps the error: nothing would say the form was left out."""
+    import sympy
+
+    from symgrad.choose import symbol_points
+    from symgrad.derive import finish
+    from symgrad.spec import Input
+
+    monkeypatch.delenv("SYMGRAD_STRICT_REWRITES", raising=False)
+    _raising_candidates(monkeypatch)
+    x = sympy.Symbol("x", real=True)
+    inp = Input("x", "tensor", True, (-math.inf, math.inf), (), None, False, None, 1)
+    with pytest.raises(RecursionError):
+        finish(sympy.log(1 + sympy.exp(x)), symbol_points([inp], {"x": x}))
