@@ -18,7 +18,7 @@ import sympy
 
 from symgrad import functions as F
 from symgrad.derived import Accuracy
-from symgrad.numerics.floats import bits_of_error, round_to
+from symgrad.numerics.floats import FLOAT_MAX, bits_of_error, round_to
 from symgrad.numerics.mp import Unresolved, at_precision, exact
 from symgrad.numerics.native import call, evaluator
 from symgrad.numerics.points import (
@@ -58,7 +58,6 @@ FLOAT32_MARGIN = 0.5
 #: difference of two quotients: 0.42 bits mean, 27 max, to the branched form's 0.11, 2).
 WORST_SLACK = 8.0
 
-FLOAT32_MAX = float(np.finfo(np.float32).max)
 #: float32 results must be finite where the exact value is below this (a margin for the
 #: exact value at the float32-rounded point), or, at a point that is a float32 point,
 #: where the exact value rounds to a finite float32
@@ -90,7 +89,7 @@ def _finite_in_float32(
     1e-300 is -690.8, and -inf at float32's x = 0). Only a pole whose exact value is an
     infinity is seen: one through a division (1/x, x**-0.1) is undefined there (None),
     and the float32 result is still required finite."""
-    if not all(abs(a) <= FLOAT32_MAX for a in args):
+    if not all(abs(a) <= FLOAT_MAX["float32"] for a in args):
         return False
     onto_zero = sum(a != 0 and round_to(a, "float32") == 0 for a in args)
     if onto_zero >= 2:

@@ -20,7 +20,6 @@ from sympy.functions.elementary.trigonometric import TrigonometricFunction
 from symgrad.choose import (
     FLOAT32_EDGE_MANTISSAS,
     FLOAT32_EDGE_STEPS,
-    FLOAT32_MAX,
     edge_points,
     float32_points,
     more_points,
@@ -39,7 +38,7 @@ from symgrad.functions import (
     real_diff,
     sigmoid,
 )
-from symgrad.numerics.floats import round_to
+from symgrad.numerics.floats import FLOAT_MAX, round_to
 from symgrad.numerics.points import scalar_value, tame_value
 from symgrad.rewrite.phases import phase
 from symgrad.rewrite.regimes import FACTORED_FIRED, FACTORED_TAILS, split_regimes
@@ -572,7 +571,7 @@ def _points32(
         fn,
         symbols,
         grads,
-        limits=(FLOAT32_MAX,),
+        limits=(FLOAT_MAX["float32"],),
         steps=FLOAT32_EDGE_STEPS,
         mantissas=FLOAT32_EDGE_MANTISSAS,
     )

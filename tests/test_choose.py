@@ -327,9 +327,9 @@ def test_float32_edge_points_reach_the_binade_where_an_intermediate_overflows():
     from symgrad.choose import (
         FLOAT32_EDGE_MANTISSAS,
         FLOAT32_EDGE_STEPS,
-        FLOAT32_MAX,
         edge_points,
     )
+    from symgrad.numerics.floats import FLOAT_MAX
 
     x, inp, _, _ = _sqrt_diff_gradients()
     value = (x ** sympy.Rational(-3, 2) - (x + 1) ** sympy.Rational(-3, 2)) / 4
@@ -337,7 +337,7 @@ def test_float32_edge_points_reach_the_binade_where_an_intermediate_overflows():
         value,
         {x: 0.5},
         {x: inp},
-        limits=(FLOAT32_MAX,),
+        limits=(FLOAT_MAX["float32"],),
         steps=FLOAT32_EDGE_STEPS,
         mantissas=FLOAT32_EDGE_MANTISSAS,
     )
