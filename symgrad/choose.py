@@ -52,6 +52,18 @@ NON_FINITE_BITS = 128.0
 FLOAT32_MARGIN = 0.5
 
 
+#: A chosen form is computed in float64 for float32 inputs (:func:`in_float64`) where
+#: that lowers its mean float32 error at the float32 points by this many bits or more:
+#: float32 arithmetic can lose what no form keeps (a sum of large terms of alternating
+#: signs, Lanczos' gamma series; exp(a*x) of a rounded a*x), or overflow in an
+#: intermediate although the value is a float32 number. The price (a cast of each input
+#: and of the value, float64 arithmetic: about twice the time on a CPU, more on GPUs with
+#: slow float64) is paid only where float32's own error is 3 ulps or more on average
+#: beyond it (2 bits), past what float32 math libraries allow their functions (CUDA's:
+#: 1 to 4 ulps). Binary cross-entropy's gradient, sigmoid(z) - target, loses 1 bit where
+#: the two are close, and stays in float32.
+FLOAT64_GAIN_BITS = 2.0
+
 #: How many bits a form's worst point may be worse than the best form's worst and the form
 #: still count as accurate as the best: a mean hides one region (the second derivative of
 #: Student's t log-density, (nu + 1)*(x**2 - nu)/(nu + x**2)**2, cancels near x**2 = nu as a
@@ -175,6 +187,85 @@ def float32_score(
             bits = bits_of_error(value, exact32, "float32")
             scores.append(bits if math.isfinite(value) else NON_FINITE_BITS)
     return sum(scores) / len(scores) if scores else 0.0
+
+
+def widened(expr: sympy.Expr, numbers: frozenset[sympy.Symbol] = frozenset()) -> sympy.Expr:
+    """``expr`` computed in float64: each tensor leaf (every free symbol but the Python
+    ``numbers``) as :class:`~symgrad.functions.in_float64`, the value rounded back to
+    their dtype (:class:`~symgrad.functions.rounded_like`). ``expr`` where it has none."""
+    leaves = sorted(expr.free_symbols - numbers, key=lambda s: s.name)
+    if not leaves:
+        return expr
+    inner = expr.xreplace({s: F.in_float64(s) for s in leaves})
+    return F.rounded_like(inner, *leaves)
+
+
+def _float32_values(
+    expr: sympy.Expr,
+    symbols: Sequence[sympy.Symbol],
+    points: Sequence[Mapping[sympy.Symbol, float]],
+) -> list[float]:
+    """``expr`` evaluated in float32 at each of ``points``."""
+    fn = evaluator(expr, symbols)
+    with np.errstate(all="ignore"):
+        return [call(fn, [point[s] for s in symbols], np.float32) for point in points]
+
+
+def _float32_bits(values: Sequence[float], against: Sequence[float | None]) -> list[float | None]:
+    """Float32 bits of error of each of ``values`` against the float32 numbers
+    ``against``; None where either is not finite."""
+    return [
+        bits_of_error(value, want, "float32")
+        if want is not None and math.isfinite(want) and math.isfinite(value)
+        else None
+        for value, want in zip(values, against)
+    ]
+
+
+def in_float64(
+    expr: sympy.Expr,
+    reference_expr: sympy.Expr,
+    points: Sequence[Mapping[sympy.Symbol, float]],
+    fallbacks: Sequence[sympy.Expr] = (),
+    numbers: frozenset[sympy.Symbol] = frozenset(),
+) -> sympy.Expr:
+    """``expr``, or ``expr`` computed in float64 for float32 inputs (:func:`widened`)
+    where that lowers its mean float32 bits of error at the float32 ``points`` by
+    :data:`FLOAT64_GAIN_BITS` or more against the exact values of ``reference_expr`` (of
+    ``fallbacks`` where it has none), at the points where both results are finite: the
+    precision float32 arithmetic loses. A float32 overflow in an intermediate is the
+    rewrites' to mend, where it is (``4*z*dsigmoid(2*x)`` at z = 1e38), not a reason to
+    pay for float64 everywhere. The exact values are asked only where the two forms
+    differ by that much in float32: the float64 result rounded is within half an ulp of
+    the exact value wherever float64 is accurate, so a form that float32 computes as
+    well gains nothing."""
+    wide = widened(expr, numbers)
+    if wide is expr or not points:
+        return expr
+    symbols = sorted(reference_expr.free_symbols | expr.free_symbols, key=lambda s: s.name)
+    narrow_values = _float32_values(expr, symbols, points)
+    wide_values = _float32_values(wide, symbols, points)
+    if _mean_known(_float32_bits(narrow_values, wide_values)) < FLOAT64_GAIN_BITS:
+        return expr
+    exact32 = [
+        None if ref is None else round_to(ref, "float32")
+        for ref in _references(reference_expr, points, fallbacks)
+    ]
+    both = [
+        (a, b)
+        for a, b in zip(_float32_bits(narrow_values, exact32), _float32_bits(wide_values, exact32))
+        if a is not None and b is not None
+    ]
+    if not both:
+        return expr
+    gain = sum(a - b for a, b in both) / len(both)
+    return wide if gain >= FLOAT64_GAIN_BITS else expr
+
+
+def _mean_known(bits: Sequence[float | None]) -> float:
+    """The mean of the known ``bits`` (0 where none is)."""
+    known = [b for b in bits if b is not None]
+    return sum(known) / len(known) if known else 0.0
 
 
 def _point_text(point: Mapping[sympy.Symbol, float], symbols: Sequence[sympy.Symbol]) -> str:

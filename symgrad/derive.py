@@ -427,6 +427,14 @@ def finish(
     finished = _finished(best)
     if fused is not None:
         fused.append(finished if fused_best is best else _finished(fused_best))
+    if points is not None and points32 is not None:
+        from symgrad.choose import in_float64
+
+        at = points32(expr)
+        shared = fused is not None and fused[-1] is finished
+        finished = in_float64(finished, expr, at, also, params)
+        if fused is not None:
+            fused[-1] = finished if shared else in_float64(fused[-1], expr, at, also, params)
     return finished
 
 

@@ -216,6 +216,64 @@ class log1p_square(StableFunction):
         return 2 * log1p(q * tan_half_atan(q))
 
 
+class in_float64(StableFunction):
+    """``x`` in float64 where it is a lower precision (the same value): the leaves of a
+    formula whose float32 arithmetic loses bits its float64 arithmetic keeps (see
+    :func:`symgrad.choose.in_float64`), the result rounded back by :class:`rounded_like`."""
+
+    nargs = 1
+
+    @classmethod
+    def eval(cls, x):
+        return x if x.is_Number else None
+
+    def fdiff(self, argindex=1):
+        if argindex != 1:
+            raise ArgumentIndexError(self, argindex)
+        return sympy.S.One
+
+    @staticmethod
+    def mp(x):
+        return x
+
+    @classmethod
+    def naive(cls, x):
+        return x
+
+
+class rounded_like(StableFunction):
+    """``value`` rounded to the dtype the tensors ``like`` give a formula of them (their
+    promoted dtype): the end of a formula computed in float64 (:class:`in_float64`). The
+    same value; the derivative is ``value``'s."""
+
+    @classmethod
+    def eval(cls, value, *like):
+        kept = [a for a in like if not a.is_Number]
+        if not kept or value.is_Number:
+            return value
+        if len(kept) < len(like):
+            return cls(value, *kept)
+        return None
+
+    def fdiff(self, argindex=1):
+        return sympy.S.One if argindex == 1 else sympy.S.Zero
+
+    @staticmethod
+    def mp(value, *like):
+        return value
+
+    @classmethod
+    def naive(cls, value, *like):
+        return value
+
+
+def without_float64(expr: sympy.Expr) -> sympy.Expr:
+    """``expr`` without :class:`in_float64` and :class:`rounded_like` (the same values)."""
+    if not expr.has(in_float64, rounded_like):
+        return expr
+    return expr.replace(lambda e: isinstance(e, (in_float64, rounded_like)), lambda e: e.args[0])
+
+
 class tan_half_atan(StableFunction):
     """q / (1 + hypot(q, 1)) = tan(atan(q) / 2), in (-1, 1), finite for every q in every
     dtype (hypot does not square q). A function of its own so that q * tan_half_atan(q)

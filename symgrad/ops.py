@@ -36,6 +36,11 @@ REGIMES = "regimes"
 #: one of FrameworkPrinter prints the primitive for every framework and Python numbers.
 PRINTER_CLASSES = ("FrameworkPrinter", "TorchPrinter", "TensorFlowPrinter")
 
+#: The generated torch module's helpers around a formula computed in float64 (see
+#: symgrad/runtime/torch_helpers.py): its leaves in float64, its value rounded back.
+WIDE_HELPER = "_in_float64"
+ROUNDED_HELPER = "_rounded_like"
+
 
 @dataclass(frozen=True)
 class Op:
@@ -194,6 +199,18 @@ def _xlogy(x, y):
 
 def _xlog1py(x, y):
     return np.where(x == 0, 0.0, x * _log1p(y))
+
+
+def _in_float64(x):
+    return np.float64(x) if np.ndim(x) == 0 else np.asarray(x, dtype=np.float64)
+
+
+def _rounded_like(value, *like):
+    dtype = np.result_type(*like)
+    if dtype.kind != "f":
+        dtype = np.dtype(np.float64)
+    with np.errstate(over="ignore"):  # to float32: inf, as a cast in torch and TF gives
+        return dtype.type(value) if np.ndim(value) == 0 else np.asarray(value).astype(dtype)
 
 
 def _heaviside_mp(x, h0):
@@ -393,6 +410,16 @@ OPS: tuple[Op, ...] = (
     Op(F.log1p_square, mp=F.log1p_square.mp, numpy=REGIMES, python=REGIMES, torch=REGIMES,
        tf=REGIMES, cost=21, passes=6,  # a log1p, two multiplies and its tan_half_atan
        why_not={"spelled": _DERIVED}),
+    # in_float64, rounded_like: a formula computed in float64 for float32 inputs
+    # (choose.in_float64): its leaves cast up, its value cast back; each a pass (a copy)
+    Op(F.in_float64, mp=F.in_float64.mp, numpy=_in_float64, python="{0}",
+       printer_methods=("TorchPrinter", "TensorFlowPrinter"), cost=1,
+       why_not={"spelled": _DERIVED, "torch": "the module helper _in_float64 (not on MPS)",
+                "tf": "tf.cast to tf.float64"}),
+    Op(F.rounded_like, arity=(2, 3, 4), mp=F.rounded_like.mp, numpy=_rounded_like,
+       python="{0}", printer_methods=("TorchPrinter", "TensorFlowPrinter"), cost=1,
+       why_not={"spelled": _DERIVED, "torch": "the module helper _rounded_like",
+                "tf": "tf.cast to the first tensor's dtype (TF does not promote)"}),
     # tan_half_atan: torch calls the generated module's helper, TF guards q = +-inf
     Op(F.tan_half_atan, mp=F.tan_half_atan.mp, numpy=REGIMES, python=REGIMES,
        printer_methods=("TorchPrinter", "TensorFlowPrinter"), cost=12, passes=3,  # hypot, /

@@ -27,7 +27,7 @@ from symgrad.functions import (
     tan_half_atan,
 )
 from symgrad.ir import Node, Role, Tape, Value, parse_expr
-from symgrad.ops import OPS, TORCH_ARITHMETIC, spelled
+from symgrad.ops import OPS, ROUNDED_HELPER, TORCH_ARITHMETIC, WIDE_HELPER, spelled
 from symgrad.printers import PRINTERS, FrameworkPrinter
 from symgrad.rewrite.rules import hypot_power_ratio, stabilize
 
@@ -269,6 +269,10 @@ _TORCH_FRESH = {
 _ELEMENTWISE_HELPERS = frozenset({"_tan_half_atan", ROOT_POWER_HELPER})
 
 
+#: The dtype name of the values computed from :data:`WIDE_HELPER`'s (not an identifier).
+_FLOAT64 = "<float64>"
+
+
 @dataclass(frozen=True)
 class _Value:
     """What the buffer pass knows of a tensor value.
@@ -337,7 +341,7 @@ class _Buffers:
         }
         self.keep = tape.names(Role.RESULT) if keep_results else set()
         self.numbers = tape.names(Role.NUMBER) | {"math", "torch"}
-        self.floats = {n for n, v in tensors.items() if v.kind == "float"}
+        self.floats = {n for n, v in tensors.items() if v.kind == "float"} | {_FLOAT64}
         self.routed: set[int] = set()  # id() of the sigmoid calls sent to _sigmoid
         self.tape = tape
 
@@ -456,6 +460,8 @@ class _Buffers:
 
     def call(self, node: ast.Call) -> tuple[ast.expr, _Value | None]:
         func = _dotted(node.func)
+        if func in (WIDE_HELPER, ROUNDED_HELPER):
+            return self.cast(node, func)
         if func in _ELEMENTWISE_HELPERS:
             args = [self.visit(a) for a in node.args]
             infos = [i for _, i in args if i is not None]
@@ -496,6 +502,19 @@ class _Buffers:
             kw = {k.arg: v for k, (v, _) in keywords}
             return _method(first, _TORCH_INPLACE[func], *rest, **kw), result
         return new, result
+
+    def cast(self, node: ast.Call, func: str) -> tuple[ast.expr, _Value | None]:
+        """``_in_float64(x)``, ``_rounded_like(value, *like)``: ``x`` (``value``) itself
+        where it has that dtype already, so never a buffer to update; float64 is a dtype
+        name of its own (:data:`_FLOAT64`), ``like``'s dtype theirs."""
+        args = [self.visit(a) for a in node.args]
+        new = ast.Call(node.func, [a for a, _ in args], [])
+        (_, first), rest = args[0], [i for _, i in args[1:] if i is not None]
+        if first is None:
+            return new, None
+        if func == WIDE_HELPER:
+            return new, _Value(first.shape, frozenset({_FLOAT64}), "float", False)
+        return new, _Value(first.shape, self.union(rest, "dtype"), first.kind, False)
 
     def where(self, new: ast.Call, args, result: _Value) -> ast.Call:
         """``torch.where`` -> the generated module's ``_where`` (a branch-free select on

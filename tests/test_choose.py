@@ -360,3 +360,55 @@ def test_float32_non_finite_is_not_counted_at_a_pole_an_input_rounds_onto():
     assert measure(sympy.log(x), sympy.log(x), at).non_finite == 0
     assert measure(x * sympy.log(x), x * sympy.log(x), at).non_finite == 1
     assert measure(xlogy(x, x), x * sympy.log(x), at).non_finite == 0
+
+
+def _lanczos_terms():
+    """Three terms of Lanczos' gamma series (g = 7): large, of alternating signs, summing
+    to a value 1000 times smaller near x = 1e3. No form keeps float32 arithmetic from
+    losing those bits; float64's, rounded, keeps all."""
+    import sympy
+
+    x = sympy.Symbol("x", real=True)
+    terms = (
+        sympy.Float(676.5203681218851) / (x + 1)
+        - sympy.Float(1259.1392167224028) / (x + 2)
+        + sympy.Float(771.32342877765313) / (x + 3)
+    )
+    return x, terms
+
+
+def test_a_form_float32_arithmetic_loses_is_computed_in_float64():
+    import numpy as np
+
+    from symgrad import functions as F
+    from symgrad.choose import FLOAT64_GAIN_BITS, _references, float32_score, in_float64, widened
+
+    x, terms = _lanczos_terms()
+    at = [{x: float(np.float32(v))} for v in np.geomspace(1, 1e3, 40)]
+    references = _references(terms, at, ())
+    wide = widened(terms)
+    assert wide == F.rounded_like(terms.xreplace({x: F.in_float64(x)}), x)
+    narrow_bits = float32_score(terms, terms, at, references)
+    wide_bits = float32_score(wide, terms, at, references)
+    assert narrow_bits > 2 and wide_bits < 0.1
+    assert in_float64(terms, terms, at) == wide
+    # a form float32 computes as well as float64 stays as it is (no exact value asked)
+    assert in_float64(2 * x + 1, 2 * x + 1, at) == 2 * x + 1
+    assert narrow_bits - wide_bits >= FLOAT64_GAIN_BITS
+
+
+def test_widened_leaves_python_numbers_and_upstream_free_formulas_alone():
+    import sympy
+
+    from symgrad import functions as F
+    from symgrad.choose import widened
+
+    x, g = sympy.symbols("x grad", real=True)
+    p = sympy.Symbol("p", real=True)
+    form = g * sympy.exp(p * x)
+    wide = widened(form, frozenset({p}))
+    assert wide == F.rounded_like(F.in_float64(g) * sympy.exp(p * F.in_float64(x)), g, x)
+    assert widened(2 * p, frozenset({p})) == 2 * p
+    # an upstream gradient set to a number (a Jacobian's coefficient): gone from ``like``
+    assert wide.xreplace({g: 1}) == F.rounded_like(sympy.exp(p * F.in_float64(x)), x)
+    assert F.without_float64(wide) == form

@@ -140,3 +140,59 @@ def test_log_ndtr_second_derivative_is_finite_at_the_float32_range_end(generate_
         "log_ndtr d2", sympy.diff(_LOG_NDTR, _Z, 2), _Z, {}, second, values, torch.float32
     )
     assert not failures, "\n".join(failures)
+
+
+GROWTH = """
+module: growth_spec
+functions:
+  growth:
+    inputs:
+      x: {domain: [10, 40]}
+      a: {domain: [1, 2]}
+    output: exp(a*x)
+"""
+
+
+def _ulps32(got, want):
+    """Float32 ulps (of 1, relative) between a result and a float64 value."""
+    return ((got.double() - want).abs() / torch.finfo(torch.float32).eps / want.abs()).max()
+
+
+def test_a_formula_float32_arithmetic_loses_in_is_computed_in_float64(generate_module):
+    """exp(a*x) of float32 inputs: float32 rounds a*x, and exp multiplies that error by
+    a*x (up to 80 ulps here); in float64 the product of two float32 numbers is exact. The
+    generated code computes it (and its derivatives) in float64 for float32 inputs
+    (choose.in_float64), returns float32, and says so in its docstring."""
+    mod = generate_module(GROWTH)
+    assert "(float32 in float64)" in mod.Growth.__doc__
+    gen = torch.Generator().manual_seed(0)
+    x = torch.rand(257, generator=gen).mul(30).add(10)
+    a = torch.rand(257, generator=gen).add(1)
+    xx = x.clone().requires_grad_()
+    y = mod.growth(xx, a)
+    (grad,) = torch.autograd.grad(y.sum(), xx)
+    assert y.dtype == grad.dtype == torch.float32
+    x64, a64 = x.double(), a.double()
+    want = torch.exp(a64 * x64)  # a*x exact: to float64's rounding
+    assert _ulps32(y, want) <= 1 and _ulps32(grad, a64 * want) <= 1  # rounded once
+    assert _ulps32(torch.exp(a * x), want) > 8  # float32's own: the test can fail
+    # float64 in: computed as before (the casts are no-ops)
+    assert torch.autograd.gradgradcheck(mod.growth, (x64[:5].requires_grad_(), a64[:5]))
+
+
+def test_tensorflow_computes_that_formula_in_float64_too(generate_module):
+    tf = pytest.importorskip("tensorflow")
+    mod = generate_module(GROWTH, "tensorflow")
+    gen = torch.Generator().manual_seed(0)
+    x = tf.constant(torch.rand(257, generator=gen).mul(30).add(10).numpy())
+    a = tf.constant(torch.rand(257, generator=gen).add(1).numpy())
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = mod.growth(x, a)
+        total = tf.reduce_sum(y)
+    grad = tape.gradient(total, x)
+    assert y.dtype == grad.dtype == tf.float32
+    x64, a64 = (torch.from_numpy(t.numpy()).double() for t in (x, a))
+    want = torch.exp(a64 * x64)
+    assert _ulps32(torch.from_numpy(y.numpy()), want) <= 1
+    assert _ulps32(torch.from_numpy(grad.numpy()), a64 * want) <= 1

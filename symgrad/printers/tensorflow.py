@@ -52,6 +52,18 @@ class TensorFlowPrinter(FrameworkPrinter):
         half = f"tf.math.square({base if k < 4 else self._integer_power(base, factor, k // 2)})"
         return f"{half} * {factor}" if k % 2 else half
 
+    def _print_in_float64(self, expr):
+        if self.is_scalar(expr):
+            return self._print(expr.args[0])
+        return f"tf.cast({self._print(expr.args[0])}, tf.float64)"
+
+    def _print_rounded_like(self, expr):
+        if self.is_scalar(expr):
+            return self._print(expr.args[0])
+        # TF does not promote: every tensor of a formula has one dtype, the first's
+        value, like = expr.args[0], expr.args[1]
+        return f"tf.cast({self._print(value)}, {self._print(like)}.dtype)"
+
     def _print_tan_half_atan(self, expr):
         if self.is_scalar(expr):
             return super()._print_Function(expr)

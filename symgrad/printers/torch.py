@@ -5,7 +5,7 @@ from __future__ import annotations
 import sympy
 from sympy.printing.precedence import PRECEDENCE
 
-from symgrad.ops import OPS, spelled
+from symgrad.ops import OPS, ROUNDED_HELPER, WIDE_HELPER, spelled
 from symgrad.printers.base import FrameworkPrinter
 
 
@@ -56,6 +56,18 @@ class TorchPrinter(FrameworkPrinter):
         # torch's default threshold (20) returns x where log1p(exp(x)) still differs from x
         # in float64; above 40 the two agree to the last bit in every dtype.
         return f"torch.nn.functional.softplus({self._print(expr.args[0])}, threshold=40.0)"
+
+    def _print_in_float64(self, expr):
+        if self.is_scalar(expr):
+            return self._print(expr.args[0])
+        # the generated module's helper: float64, where the device has it (not MPS)
+        return f"{WIDE_HELPER}({self._print(expr.args[0])})"
+
+    def _print_rounded_like(self, expr):
+        if self.is_scalar(expr):
+            return self._print(expr.args[0])
+        # the generated module's helper: the dtype the tensors ``like`` promote to
+        return f"{ROUNDED_HELPER}({', '.join(self._print(a) for a in expr.args)})"
 
     def _print_tan_half_atan(self, expr):
         if self.is_scalar(expr):

@@ -8,6 +8,7 @@ that it depends on torch alone; the private torch APIs are in :mod:`torch_privat
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 import types
@@ -365,6 +366,23 @@ def _horner(x: torch.Tensor, coefficients: tuple[float, ...]) -> torch.Tensor:
     for c in reversed(coefficients[:-1]):
         p = p * x + c
     return p
+
+
+def _in_float64(x: torch.Tensor) -> torch.Tensor:
+    """``x`` in float64 (``x`` itself where it is float64 already): a formula whose
+    float32 arithmetic loses bits that its float64 arithmetic keeps is computed in float64
+    and rounded back (:func:`_rounded_like`), as torch's CPU kernels accumulate float32
+    sums in double. As it is on a device without float64 (MPS)."""
+    return x if x.device.type == "mps" else x.to(torch.float64)
+
+
+def _rounded_like(value: torch.Tensor, *like: torch.Tensor) -> torch.Tensor:
+    """``value`` in the dtype that a formula of the tensors ``like`` has (their promoted
+    floating dtype): the end of a formula computed in float64 (:func:`_in_float64`)."""
+    dtype = functools.reduce(torch.promote_types, (t.dtype for t in like))
+    if not dtype.is_floating_point:
+        dtype = torch.get_default_dtype()
+    return value.to(dtype)
 
 
 def _compute_dtype(x: torch.Tensor) -> torch.Tensor:
