@@ -324,6 +324,7 @@ def show(spec_path: Path, function_name: str | None, latex: bool) -> None:
     import sympy
 
     from symgrad.derive import derive_function, internal_error, validate_spec
+    from symgrad.docstrings import shown_formula
 
     spec = _load(spec_path)
     functions = [f for f in spec.functions if function_name in (None, f.name)]
@@ -343,13 +344,13 @@ def show(spec_path: Path, function_name: str | None, latex: bool) -> None:
             except Exception as exc:  # a symgrad bug, said as an error
                 raise internal_error(fn, "deriving", exc) from exc
             click.echo(f"== {fn.name}")
-            for name, expr in d.outputs:
-                click.echo(f"{name} =\n{fmt(expr)}\n")
-            for name, expr in d.vjps.items():
-                click.echo(f"grad_{name} =\n{fmt(expr)}\n")
-            for name, row in d.second.items():
-                for w, expr in row.items():
-                    click.echo(f"d grad_{name} / d {w} =\n{fmt(expr)}\n")
+            formulas = [*d.outputs, *((f"grad_{i}", e) for i, e in d.vjps.items())]
+            for i, row in d.second.items():
+                formulas += [(f"d grad_{i} / d {w}", e) for w, e in row.items()]
+            for label, expr in formulas:
+                shown, note = shown_formula(expr)  # one computed in float64: the note says so
+                head = f"{label} = {note.strip()}" if note else f"{label} ="
+                click.echo(f"{head}\n{fmt(shown)}\n")
         for fn in tensors:
             _show_tensor(fn)
     except SpecError as error:

@@ -18,14 +18,14 @@ from symgrad.functions import rounded_like, without_float64
 def formula_doc(derived: Derived, fused: bool = False) -> list[str]:
     """The formulas, as text for the generated docstrings; with ``fused``, also the forms
     the fused path compiles instead. Printed as `symgrad show` prints them."""
-    formulas = [(name, *_shown(expr)) for name, expr in derived.outputs]
+    formulas = [(name, *shown_formula(expr)) for name, expr in derived.outputs]
     for i, expr in derived.vjps.items():
-        shown, note = _shown(expr)
+        shown, note = shown_formula(expr)
         if i in derived.overridden:
             note = "  (user-defined)"
         formulas.append((f"grad_{i}", shown, note))
     for i, row in derived.second.items():
-        formulas += [(f"d grad_{i} / d {w}", *_shown(expr)) for w, expr in row.items()]
+        formulas += [(f"d grad_{i} / d {w}", *shown_formula(expr)) for w, expr in row.items()]
     what = "Forward, gradients (VJP)" if derived.vjps else "Forward"
     if derived.second:
         what += " and second order (d grad_<input> / d <w>)"
@@ -43,7 +43,9 @@ def formula_doc(derived: Derived, fused: bool = False) -> list[str]:
             lines += [line.replace("\N{NO-BREAK SPACE}", " ") for line in wrapped]
     if fused and derived.fused:
         lines += ["", "Compiled instead by the fused path (as accurate, less arithmetic)::", ""]
-        lines += _pretty_formulas([(label, *_shown(e)) for label, e in derived.fused.items()])
+        lines += _pretty_formulas(
+            [(label, *shown_formula(e)) for label, e in derived.fused.items()]
+        )
     return lines
 
 
@@ -51,7 +53,7 @@ def formula_doc(derived: Derived, fused: bool = False) -> list[str]:
 IN_FLOAT64_NOTE = "  (float32 in float64)"
 
 
-def _shown(expr: sympy.Expr) -> tuple[sympy.Expr, str]:
+def shown_formula(expr: sympy.Expr) -> tuple[sympy.Expr, str]:
     """A formula as the docstring shows it, and its note: one computed in float64 for
     float32 inputs without its casts, and the note saying so."""
     if not expr.has(rounded_like):

@@ -130,6 +130,16 @@ def test_show_prints_the_stable_formulas(tmp_path):
     assert run("show", "a.yaml", "--function", "nope", cwd=tmp_path).exit_code == 1
 
 
+def test_show_prints_a_formula_computed_in_float64_without_its_casts(tmp_path):
+    (tmp_path / "g.yaml").write_text(
+        "module: g\nfunctions:\n  growth:\n    inputs:\n"
+        "      x: {domain: [10, 40]}\n      a: {domain: [1, 2]}\n    output: exp(a*x)\n"
+    )
+    text = run("show", "g.yaml", cwd=tmp_path).output
+    assert "out = (float32 in float64)" in text and "grad_x = (float32 in float64)" in text
+    assert "in_float64" not in text and "rounded_like" not in text
+
+
 def test_committed_examples_are_fresh():
     """examples/generated is what `symgrad gen specs/*.yaml -o examples/generated` makes."""
     specs = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "specs").glob("*.yaml"))
