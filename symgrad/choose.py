@@ -249,7 +249,7 @@ def in_float64(
         return expr
     exact32 = [
         None if ref is None else round_to(ref, "float32")
-        for ref in _references(reference_expr, points, fallbacks)
+        for ref in reference_values(reference_expr, points, fallbacks)
     ]
     both = [
         (a, b)
@@ -310,21 +310,21 @@ def most_accurate(
     reference_expr = candidates[0]
     if edges is not None:
         points = [*points, *edges(reference_expr)]
-    references = _references(reference_expr, points, fallbacks)
+    references = reference_values(reference_expr, points, fallbacks)
     close = _closest(reference_expr, candidates, points, references)
     best = min((accuracy.score for _, accuracy in close), default=0.0)
     if more and any(min(close, key=lambda c: cost(c[0]))[1].score > best for cost in costs):
-        references += _references(reference_expr, more, fallbacks)
+        references += reference_values(reference_expr, more, fallbacks)
         close = _closest(reference_expr, [c for c, _ in close], [*points, *more], references)
     if points32 is not None and len({c for c, _ in close}) > 1:
         at = points32(reference_expr)
-        references32 = _references(reference_expr, at, fallbacks)
+        references32 = reference_values(reference_expr, at, fallbacks)
         scores = [float32_score(c, reference_expr, at, references32) for c, _ in close]
         close = [c for c, score in zip(close, scores) if score <= min(scores) + FLOAT32_MARGIN]
     return close
 
 
-def _references(
+def reference_values(
     reference_expr: sympy.Expr,
     points: Sequence[Mapping[sympy.Symbol, float]],
     fallbacks: Sequence[sympy.Expr],

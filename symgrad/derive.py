@@ -428,14 +428,43 @@ def finish(
     if fused is not None:
         fused.append(finished if fused_best is best else _finished(fused_best))
     if points is not None and points32 is not None:
-        from symgrad.choose import in_float64
-
         at = points32(expr)
+        at64 = [*points, *edges(expr)] if edges is not None else list(points)
         shared = fused is not None and fused[-1] is finished
-        finished = in_float64(finished, expr, at, also, params)
-        if fused is not None:
-            fused[-1] = finished if shared else in_float64(fused[-1], expr, at, also, params)
+        finished, measured = _in_float64(finished, expr, at, at64, also, params)
+        if record is not None and measured is not None:
+            record[-1] = measured
+        if fused is not None and not shared:
+            fused[-1] = _in_float64(fused[-1], expr, at, at64, also, params)[0]
+        elif fused is not None:
+            fused[-1] = finished
     return finished
+
+
+def _in_float64(
+    form: sympy.Expr,
+    reference: sympy.Expr,
+    points32: Sequence[Mapping[sympy.Symbol, float]],
+    points64: Sequence[Mapping[sympy.Symbol, float]],
+    fallbacks: Sequence[sympy.Expr],
+    params: frozenset,
+) -> tuple[sympy.Expr, Accuracy | None]:
+    """``form`` computed in float64 for float32 inputs where
+    :func:`~symgrad.choose.in_float64` finds that better in float32 and its float64 error
+    at ``points64`` (the choice's) is as good (within 1/2 bit, no more non-finite
+    results): the casts rebuild the formula, and SymPy may order a product's factors
+    otherwise (an intermediate product can overflow first). Its float64
+    :class:`~symgrad.choose.Accuracy` where so, else None."""
+    from symgrad.choose import FLOAT32_MARGIN, in_float64, measure, reference_values
+
+    wide = in_float64(form, reference, points32, fallbacks, params)
+    if wide is form:
+        return form, None
+    exact = reference_values(reference, points64, fallbacks)
+    narrow, widened = (measure(f, reference, points64, exact) for f in (form, wide))
+    if widened.non_finite > narrow.non_finite or widened.score > narrow.score + FLOAT32_MARGIN:
+        return form, None
+    return wide, widened
 
 
 def _dsigmoid_as_product(expr: sympy.Expr) -> sympy.Expr:
