@@ -450,19 +450,24 @@ def _in_float64(
     params: frozenset,
 ) -> tuple[sympy.Expr, Accuracy | None]:
     """``form`` computed in float64 for float32 inputs where
-    :func:`~symgrad.choose.in_float64` finds that better in float32 and its float64 error
-    at ``points64`` (the choice's) is as good (within 1/2 bit, no more non-finite
-    results): the casts rebuild the formula, and SymPy may order a product's factors
-    otherwise (an intermediate product can overflow first). Its float64
-    :class:`~symgrad.choose.Accuracy` where so, else None."""
-    from symgrad.choose import FLOAT32_MARGIN, in_float64, measure, reference_values
+    :func:`~symgrad.choose.in_float64` finds that better in float32, unless at
+    ``points64`` (the choice's) it has more non-finite results than ``form`` or a float64
+    error :data:`~symgrad.choose.FLOAT64_GAIN_BITS` worse: the casts rebuild the
+    formula, and SymPy may order its terms and factors otherwise (an intermediate product
+    can overflow first; where digits cancel, another order rounds otherwise, a bit better
+    or worse). Float64 inputs run the rebuilt formula too: its float64
+    :class:`~symgrad.choose.Accuracy` is returned (what the docstring reports), None where
+    ``form`` stays."""
+    from symgrad.choose import FLOAT64_GAIN_BITS, in_float64, measure, reference_values
 
     wide = in_float64(form, reference, points32, fallbacks, params)
     if wide is form:
         return form, None
     exact = reference_values(reference, points64, fallbacks)
     narrow, widened = (measure(f, reference, points64, exact) for f in (form, wide))
-    if widened.non_finite > narrow.non_finite or widened.score > narrow.score + FLOAT32_MARGIN:
+    if widened.non_finite > narrow.non_finite or widened.mean_bits > (
+        narrow.mean_bits + FLOAT64_GAIN_BITS
+    ):
         return form, None
     return wide, widened
 
