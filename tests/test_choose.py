@@ -418,3 +418,27 @@ def test_widened_leaves_python_numbers_and_upstream_free_formulas_alone():
     # an upstream gradient set to a number (a Jacobian's coefficient): gone from ``like``
     assert wide.xreplace({g: 1}) == F.rounded_like(sympy.exp(p * F.in_float64(x)), x)
     assert F.without_float64(wide) == form
+
+
+def test_a_widened_form_worse_in_float64_is_not_taken(monkeypatch):
+    """The casts rebuild a formula (SymPy may order it otherwise); where the rebuilt
+    formula has more non-finite float64 results at the choice's points, the form stays as
+    chosen. Here in_float64 is made to offer sqrt(x**2 + 1) for hypot(x, 1): inf at x =
+    1e200, where hypot is 1e200."""
+    import sympy
+
+    import symgrad.choose as C
+    from symgrad import functions as F
+    from symgrad.derive import _in_float64
+
+    x = sympy.Symbol("x", real=True)
+    form = F.hypot(x, 1)
+    naive = F.rounded_like(sympy.sqrt(F.in_float64(x) ** 2 + 1), x)
+    points32 = [{x: 0.5}, {x: 3.0}]
+    points64 = [{x: v} for v in (0.5, 3.0, 1e10, 1e200)]
+    monkeypatch.setattr(C, "in_float64", lambda *args: naive)
+    assert _in_float64(form, form, points32, points64, (), frozenset()) == (form, None)
+    wide = C.widened(form)
+    monkeypatch.setattr(C, "in_float64", lambda *args: wide)
+    kept, accuracy = _in_float64(form, form, points32, points64, (), frozenset())
+    assert kept == wide and accuracy.points == 4 and accuracy.non_finite == 0
