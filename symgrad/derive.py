@@ -20,11 +20,15 @@ from sympy.functions.elementary.trigonometric import TrigonometricFunction
 from symgrad.choose import (
     FLOAT32_EDGE_MANTISSAS,
     FLOAT32_EDGE_STEPS,
+    FLOAT64_GAIN_BITS,
     edge_points,
     float32_points,
+    in_float64,
     more_points,
+    reference_values,
     symbol_points,
 )
+from symgrad.choose import measure as measure_error  # (``measure`` is derive's flag)
 from symgrad.cost import eager_cost, op_cost
 from symgrad.derived import Accuracy, Derived
 from symgrad.errors import DerivationError, SpecError, raise_all
@@ -434,10 +438,10 @@ def finish(
         finished, measured = _in_float64(finished, expr, at, at64, also, params)
         if record is not None and measured is not None:
             record[-1] = measured
-        if fused is not None and not shared:
-            fused[-1] = _in_float64(fused[-1], expr, at, at64, also, params)[0]
-        elif fused is not None:
-            fused[-1] = finished
+        if fused is not None:
+            fused[-1] = (
+                finished if shared else _in_float64(fused[-1], expr, at, at64, also, params)[0]
+            )
     return finished
 
 
@@ -458,13 +462,11 @@ def _in_float64(
     or worse). Float64 inputs run the rebuilt formula too: its float64
     :class:`~symgrad.choose.Accuracy` is returned (what the docstring reports), None where
     ``form`` stays."""
-    from symgrad.choose import FLOAT64_GAIN_BITS, in_float64, measure, reference_values
-
     wide = in_float64(form, reference, points32, fallbacks, params)
     if wide is form:
         return form, None
     exact = reference_values(reference, points64, fallbacks)
-    narrow, widened = (measure(f, reference, points64, exact) for f in (form, wide))
+    narrow, widened = (measure_error(f, reference, points64, exact) for f in (form, wide))
     if widened.non_finite > narrow.non_finite or widened.mean_bits > (
         narrow.mean_bits + FLOAT64_GAIN_BITS
     ):

@@ -416,7 +416,8 @@ OPS: tuple[Op, ...] = (
        printer_methods=("TorchPrinter", "TensorFlowPrinter"), cost=1,
        why_not={"spelled": _DERIVED, "torch": "the module helper _in_float64 (not on MPS)",
                 "tf": "tf.cast to tf.float64"}),
-    Op(F.rounded_like, arity=(2, 3, 4), mp=F.rounded_like.mp, numpy=_rounded_like,
+    # (arity: the value and one tensor or more, as many as the formula has)
+    Op(F.rounded_like, arity=(2,), mp=F.rounded_like.mp, numpy=_rounded_like,
        python="{0}", printer_methods=("TorchPrinter", "TensorFlowPrinter"), cost=1,
        why_not={"spelled": _DERIVED, "torch": "the module helper _rounded_like",
                 "tf": "tf.cast to the first tensor's dtype (TF does not promote)"}),

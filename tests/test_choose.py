@@ -428,6 +428,7 @@ def test_a_widened_form_worse_in_float64_is_not_taken(monkeypatch):
     import sympy
 
     import symgrad.choose as C
+    import symgrad.derive as D
     from symgrad import functions as F
     from symgrad.derive import _in_float64
 
@@ -436,9 +437,9 @@ def test_a_widened_form_worse_in_float64_is_not_taken(monkeypatch):
     naive = F.rounded_like(sympy.sqrt(F.in_float64(x) ** 2 + 1), x)
     points32 = [{x: 0.5}, {x: 3.0}]
     points64 = [{x: v} for v in (0.5, 3.0, 1e10, 1e200)]
-    monkeypatch.setattr(C, "in_float64", lambda *args: naive)
+    monkeypatch.setattr(D, "in_float64", lambda *args: naive)
     assert _in_float64(form, form, points32, points64, (), frozenset()) == (form, None)
     wide = C.widened(form)
-    monkeypatch.setattr(C, "in_float64", lambda *args: wide)
+    monkeypatch.setattr(D, "in_float64", lambda *args: wide)
     kept, accuracy = _in_float64(form, form, points32, points64, (), frozenset())
     assert kept == wide and accuracy.points == 4 and accuracy.non_finite == 0
