@@ -46,7 +46,7 @@ from symgrad.numerics.floats import FLOAT_MAX, round_to
 from symgrad.numerics.points import scalar_value, tame_value
 from symgrad.rewrite.phases import phase
 from symgrad.rewrite.regimes import FACTORED_FIRED, FACTORED_TAILS, split_regimes
-from symgrad.rewrite.rules import stabilize
+from symgrad.rewrite.rules import sign_of_factors, stabilize
 from symgrad.spec import Function, Spec
 
 #: Formulas larger than this (SymPy op count) are not given to simplify: the bound is on
@@ -388,6 +388,17 @@ def finish(
                         candidates.append(new)
                         sources.setdefault(new, sources[form])
                         phase_forms.setdefault(new, rewritten)
+        # The branch conditions of the regimes and of the candidates phase's forms as the
+        # stabilize rules write conditions (rules.sign_of_factors): those phases keep the
+        # conditions of the formula they rewrote, (a**2 - b**2)/a**2 >= 0 from the
+        # derivative through |u|, NaN where a**2 overflows
+        for i, c in enumerate(candidates):
+            signed = _signs_factored(c)
+            if signed != c and signed not in candidates:
+                candidates[i] = signed
+                sources.setdefault(signed, sources[c])
+                if c in phase_forms:
+                    phase_forms.setdefault(signed, phase_forms[c])
         # Eager code only: dsigmoid(a) as sigmoid(a) * sigmoid(-a). torch's sigmoid costs
         # 3 multiplies to its exp's 8 (and shares sigmoid(a) with the formula), where
         # exp(-|a|) / (1 + exp(-|a|))**2 is six passes; chosen where it is as accurate.
@@ -479,6 +490,19 @@ def _dsigmoid_as_product(expr: sympy.Expr) -> sympy.Expr:
     return expr.replace(
         lambda e: isinstance(e, dsigmoid), lambda e: sigmoid(e.args[0]) * sigmoid(-e.args[0])
     )
+
+
+def _signs_factored(expr: sympy.Expr) -> sympy.Expr:
+    """``expr`` with each comparison of a rational function with 0 in its branch
+    conditions written as the sign of its factors (:func:`rules.sign_of_factors`)."""
+    if not expr.has(sympy.Piecewise):
+        return expr
+
+    def signed(e: sympy.Basic) -> sympy.Basic:
+        new = sign_of_factors(e)
+        return e if new is None else new
+
+    return expr.replace(lambda e: isinstance(e, (sympy.Ge, sympy.Gt, sympy.Le, sympy.Lt)), signed)
 
 
 def _finished(best: sympy.Expr) -> sympy.Expr:

@@ -1614,11 +1614,46 @@ def paired_product(
     for d in den:
         shared = [len(f.free_symbols & d.free_symbols) for f in num]
         if num and max(shared) > 0:
-            steps += [("*", num.pop(shared.index(max(shared)))), ("/", d)]
+            # of those, one that grows as d does first (the ratio is then of degree 0 when
+            # the inputs scale together): im/hypot(im, re)/sqrt(re + hypot(im, re)), not
+            # 1/sqrt(re + hypot)/hypot*im, whose partial product 1/(s**(1/2)*s) is inf
+            # at re = 9e-279, im = 1.6e-234 where the value is 2.8e116
+            degree = scaling_degree(d)
+            keys = [
+                (n > 0 and degree is not None and scaling_degree(f) == degree, n)
+                for f, n in zip(num, shared)
+            ]
+            steps += [("*", num.pop(keys.index(max(keys)))), ("/", d)]
     steps += [("*", f) for f in num if not upstream_gradient(f)]
     steps += [("/", d) for d in den if ("/", d) not in steps]
     steps += [("*", f) for f in num if upstream_gradient(f)]
     return coeff, steps
+
+
+@functools.lru_cache(maxsize=4096)
+def scaling_degree(expr: sympy.Expr) -> sympy.Rational | None:
+    """d where ``expr`` at every input times c is c**d times ``expr`` (c > 0): 1 for
+    hypot(x, y), -1/2 for 1/sqrt(x + hypot(x, y)), 0 for a number or atan(y/x); None where
+    ``expr`` is not homogeneous in its inputs (x + 1, exp(x))."""
+    if expr.is_number:
+        return sympy.S.Zero
+    if expr.is_Symbol:
+        return sympy.S.One
+    if isinstance(expr, sympy.Pow):
+        base = scaling_degree(expr.base)
+        if base is None or not expr.exp.is_Rational:
+            return None
+        return base * expr.exp
+    args = [scaling_degree(a) for a in expr.args]
+    if None in args:
+        return None
+    if isinstance(expr, sympy.Mul):
+        return sympy.Add(*args)
+    if isinstance(expr, (sympy.Add, hypot, sympy.Abs, sympy.Max, sympy.Min)):
+        return args[0] if len(set(args)) == 1 else None
+    if isinstance(expr, sympy.sign) or (isinstance(expr, sympy.Function) and set(args) == {0}):
+        return sympy.S.Zero
+    return None
 
 
 def _divided_in_turn(num: list[sympy.Expr], den: list[sympy.Expr], scalar) -> bool:

@@ -116,6 +116,14 @@ CASES = {
     "atan_difference": ("atan(x + 1) - atan(x)", {"x": 1e8}, F.arctan2, False, None),
     # pi/4 - x/2 rounds to 4.8e-14 +- 1.1e-16 at x = pi/2 - 9.7e-14 (tsfn near the pole)
     "tan_quarter_turn": ("tan(pi/4 - x/2)", {"x": 1.5707963267948}, sympy.Piecewise, False, None),
+    # x**2 - y**2 is inf - inf at x = -6e226, y = 8e213: NaN >= 0 is False, the other branch
+    "sign_of_factors": (
+        "where((x**2 - y**2)/x**2 >= 0, 1, -1)",
+        {"x": -6e226, "y": 8e213},
+        sympy.sign,
+        False,
+        1,
+    ),
 }
 
 
@@ -1321,6 +1329,28 @@ def test_power_difference_with_a_symbolic_exponent_and_its_far_branch():
         }
         got = float(eval(TorchPrinter().doprint(stable), namespace))
         assert got == pytest.approx(exact, rel=1e-14, abs=0), at
+
+
+@pytest.mark.parametrize("order", [1, 2])
+def test_power_difference_of_a_derivative_merges_powers_and_collects_cofactors(order):
+    """The derivatives of (x + 1)**(1/n) - x**(1/n) as SymPy writes them, (x + 1)**(1/n)/(n*(x
+    + 1)) - x**(1/n)/(n*x) and its second with (x + 1)**(1/n)/(x + 1)**2 twice (cofactors
+    1/n**2 and -1/n): one power difference each, right where the powers agree in most of
+    their digits, and where n is tiny either way (k*log1p(w) of either sign)."""
+    from symgrad.rewrite.regimes import split_regimes
+
+    n = sympy.Symbol("n", real=True)
+    naive = sympy.diff((x + 1) ** (1 / n) - x ** (1 / n), x, order)
+    stable = split_regimes(stabilize(naive))
+    assert stable.has(F.expm1, F.log1p) and stable.count(F.expm1) == 2, stable
+    for at in ({"x": 1e12, "n": 3.0}, {"x": 1e12, "n": -0.5}, {"x": 30.0, "n": 1e-3}):
+        exact = mp_exact(naive, {x: at["x"], n: at["n"]})
+        got = run_torch(stable, at)
+        assert got == pytest.approx(exact, rel=1e-13, abs=0), (at, got, exact)
+    # as written, at x = 1e12 the two powers cancel to the last digits
+    bad = run_torch(naive, {"x": 1e12, "n": 3.0})
+    exact = mp_exact(naive, {x: 1e12, n: 3.0})
+    assert bad != pytest.approx(exact, rel=1e-6, abs=0)
 
 
 def test_power_difference_needs_a_shared_term_and_equal_coefficients():

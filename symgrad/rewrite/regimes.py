@@ -553,15 +553,21 @@ def _degree(expr: sympy.Expr) -> int:
 
 
 def _scaled_power(term: sympy.Expr) -> tuple[sympy.Expr, sympy.Expr, sympy.Expr] | None:
-    """(c, a, k) for a term c*a**k with c a number and k not an integer constant; else
-    None."""
+    """(c, a, k) for a term c*a**k with k not an integer constant; else None. Powers of
+    one base are one power first (Herbie's pow-plus: a**k/a is a**(k - 1)): SymPy keeps (x + 1)**(1/n)/(n*(x + 1)), the derivative of (x + 1)**(1/n),
+    as two factors, which is (x + 1)**(1/n - 1) with c = 1/n."""
     c, rest = term.as_coeff_Mul()
-    if not isinstance(rest, Pow):
-        return None
-    a, k = rest.args
+    if isinstance(rest, Pow):
+        powers = [rest]
+    else:
+        rest = sympy.powsimp(rest, combine="exp")
+        powers = [f for f in Mul.make_args(rest) if isinstance(f, Pow) and _no_integer(f.exp)]
+        if len(powers) != 1:
+            return None
+    a, k = powers[0].args
     if not a.free_symbols or not _no_integer(k):
         return None
-    return c, a, k
+    return c * Mul(*(f for f in Mul.make_args(rest) if f != powers[0])), a, k
 
 
 @register("regimes")
@@ -570,7 +576,11 @@ def power_difference(
 ) -> sympy.Basic | None:
     """c*a**k - c*b**k -> c*b**k*expm1(k*log1p((a - b)/b)) where a and b share a term
     (which cancels in a - b) and |(a - b)/b| < 1/2, for an exponent k that is not an
-    integer constant; as written elsewhere.
+    integer constant and c the same in both terms (a number, or 1/n in the derivative of
+    (x + 1)**(1/n) - x**(1/n): (x + 1)**(1/n - 1)/n - x**(1/n - 1)/n, its powers merged
+    by :func:`_scaled_power`); as written elsewhere. For an exponent that is not a
+    number, the form is the one whose expm1 argument is at most 0 (no overflow of
+    (a/b)**k where b**k underflows).
 
     (x + 1)**(1/3) - x**(1/3) at x = 1e15 keeps 4 digits (the two cube roots agree in 11);
     x**(1/3)*expm1(log1p(1/x)/3) all of them (Herbie's difference of cube roots, for any
@@ -579,27 +589,42 @@ def power_difference(
     stabilize rules' (:func:`~symgrad.rewrite.rules.sqrt_difference`)."""
     if not isinstance(node, Add):
         return None
-    terms = node.args
-    for i, first in enumerate(terms):
-        p = _scaled_power(first)
-        if p is None:
-            continue
-        for second in terms[i + 1 :]:
-            q = _scaled_power(second)
-            if q is None or q[0] != -p[0] or q[2] != p[2]:
+    # the terms of each power a**k, with their cofactors summed: the second derivative of
+    # (x + 1)**(1/n) has (x + 1)**(1/n - 2) twice, with 1/n**2 and -1/n
+    powers: dict[tuple[sympy.Expr, sympy.Expr], tuple[list[sympy.Expr], sympy.Expr]] = {}
+    for term in node.args:
+        p = _scaled_power(term)
+        if p is not None:
+            c, a, k = p
+            terms, total = powers.get((a, k), ([], sympy.S.Zero))
+            powers[a, k] = ([*terms, term], total + c)
+    pairs = list(powers.items())
+    for i, ((a, k), (firsts, c)) in enumerate(pairs):
+        for (b, k2), (seconds, c2) in pairs[i + 1 :]:
+            if k2 != k or sympy.expand(c + c2) != 0:
                 continue
-            (c, a, k), b = p, q[1]
             difference = _cancelled_difference(a, b)
             if difference is None:
                 continue
             w = difference / b
+            c = sympy.factor_terms(c)
             near = c * b**k * expm1(k * log1p(w))
-            pair = sympy.Piecewise(
-                (near, sympy.Abs(w) < sympy.Rational(1, 2)), (first + second, True)
-            )
+            if not k.is_number:
+                # an input's exponent has either sign: for k*log1p(w) > 0, (a/b)**k - 1
+                # may overflow where b**k underflows (inf*0 at n = -1e-228 in the
+                # derivative of (x + 1)**(1/n) - x**(1/n)); as -a**k*((b/a)**k - 1)
+                # there, whose expm1 lies in (-1, 0] and whose power is the larger one
+                near = sympy.Piecewise(
+                    (near, k * log1p(w) <= 0), (-c * a**k * expm1(-k * log1p(w)), True)
+                )
+            # far from a/b = 1, the difference with its cofactors collected: c*a**k - c*b**k
+            # (the second derivative as SymPy writes it is inf - inf where a**k overflows,
+            # c*a**k - c*b**k is inf)
+            far = c * a**k - c * b**k
+            pair = sympy.Piecewise((near, sympy.Abs(w) < sympy.Rational(1, 2)), (far, True))
             from symgrad.rewrite.rules import _drop
 
-            return _drop(node, first, second) + pair
+            return _drop(node, *firsts, *seconds) + pair
     return None
 
 

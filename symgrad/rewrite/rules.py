@@ -789,6 +789,55 @@ def atan_difference(node):
     return None
 
 
+#: Largest condition (SymPy op count) whose sign :func:`sign_of_factors` factors.
+_SIGN_MAX_OPS = 40
+
+
+@register("stabilize")
+def sign_of_factors(node):
+    """u >= 0 -> sign(f1)*sign(f2)*... >= 0 (and >, <, <=) for u a rational function,
+    its factors f1, f2, ... (u factored; a factor of even power in the denominator left
+    out, in the numerator sign(f)**2).
+
+    SymPy's derivative of |u| branches on the sign of u as written: (a**2 - b**2)/a**2 >= 0
+    is inf - inf, NaN, at a = -6e226, b = 8e213 (and False: the other branch, NaN under
+    its root), where sign(a - b)*sign(a + b) is 1. The sign of a product is the product
+    of the signs, which neither overflow nor underflow. The same wherever u is defined
+    (u is 0 where a factor is, and so is the product)."""
+    if not isinstance(node, (sympy.Ge, sympy.Gt, sympy.Le, sympy.Lt)):
+        return None
+    if node.rhs != 0:
+        return None
+    u = node.lhs
+    if (
+        not isinstance(u, (Add, Mul, Pow))
+        or u.has(sympy.Piecewise, sympy.sign)
+        or sympy.count_ops(u) > _SIGN_MAX_OPS
+        or not u.is_rational_function(*sorted(u.free_symbols, key=sympy.default_sort_key))
+    ):
+        return None
+    num, den = sympy.fraction(sympy.factor(sympy.together(u)))
+    coeff, signs = sympy.S.One, []
+    for side in (num, den):
+        for f in Mul.make_args(side):
+            if f.is_number:
+                coeff *= sympy.sign(f)
+                continue
+            base, e = f.as_base_exp()
+            if not e.is_Integer:
+                return None
+            if e % 2:
+                signs.append(sympy.sign(base))
+            elif side is num:
+                signs.append(sympy.sign(base) ** 2)
+    if not signs or (len(signs) == 1 and isinstance(u, Add)):
+        return None  # one factor: nothing overflows that the sign would not
+    if not coeff.is_number or coeff == 0:
+        return None
+    product = Mul(*signs) if coeff > 0 else -Mul(*signs)
+    return node.func(product, 0)
+
+
 # The clamp phase: on the chosen form only.
 
 
