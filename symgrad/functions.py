@@ -1576,7 +1576,9 @@ def _pair_ratios(
 
 
 def paired_product(
-    expr: sympy.Expr, scalar: Callable[[sympy.Expr], bool] = lambda e: False
+    expr: sympy.Expr,
+    scalar: Callable[[sympy.Expr], bool] = lambda e: False,
+    defined: Callable[[sympy.Expr], sympy.Expr] = lambda e: e,
 ) -> tuple[sympy.Expr, list[tuple[str, sympy.Expr]]] | None:
     """A product with no power to spread out but a quotient, as (coefficient, [(op,
     factor), ...]) like :func:`interleaved_product`: each denominator factor right after
@@ -1590,7 +1592,9 @@ def paired_product(
     factor divided by two tensors or more is divided by each in turn: x/(t*r) underflows
     at t = 3e-228, r = sqrt(t) (the half-integer power x*t**-1.5, see
     :mod:`symgrad.cse`), x/t/r does not. ``scalar`` tells the factors that are Python
-    numbers at run time (a tensor's shape), which stay one divisor.
+    numbers at run time (a tensor's shape), which stay one divisor. ``defined`` gives a
+    factor in the inputs where it is (or holds) a shared temporary (:mod:`symgrad.cse`):
+    the inputs it shares, and how it grows, are those of its definition.
     """
     coeff = sympy.S.One
     num: list[sympy.Expr] = []
@@ -1612,15 +1616,16 @@ def paired_product(
     num.sort(key=lambda f: (not _bounded(f), upstream_gradient(f)))
     steps: list[tuple[str, sympy.Expr]] = []
     for d in den:
-        shared = [len(f.free_symbols & d.free_symbols) for f in num]
+        d_inputs = defined(d).free_symbols
+        shared = [len(defined(f).free_symbols & d_inputs) for f in num]
         if num and max(shared) > 0:
             # of those, one that grows as d does first (the ratio is then of degree 0 when
             # the inputs scale together): im/hypot(im, re)/sqrt(re + hypot(im, re)), not
             # 1/sqrt(re + hypot)/hypot*im, whose partial product 1/(s**(1/2)*s) is inf
             # at re = 9e-279, im = 1.6e-234 where the value is 2.8e116
-            degree = scaling_degree(d)
+            degree = scaling_degree(defined(d))
             keys = [
-                (n > 0 and degree is not None and scaling_degree(f) == degree, n)
+                (n > 0 and degree is not None and scaling_degree(defined(f)) == degree, n)
                 for f, n in zip(num, shared)
             ]
             steps += [("*", num.pop(keys.index(max(keys)))), ("/", d)]
@@ -1731,7 +1736,10 @@ def print_interleaved(printer, expr: sympy.Expr) -> str | None:
     """``expr`` printed by ``printer`` as an interleaved product, or None (see
     :func:`interleaved_product` and :func:`paired_product`)."""
     scalar = getattr(printer, "is_scalar", lambda e: False)  # the NumPy model has none
-    plan = interleaved_product(expr, scalar=scalar) or paired_product(expr, scalar)
+    definitions = getattr(printer, "definitions", {})  # temporaries -> in the inputs
+    plan = interleaved_product(expr, scalar=scalar) or paired_product(
+        expr, scalar, lambda e: e.xreplace(definitions) if definitions else e
+    )
     if plan is None:
         return None
     coeff, steps = plan

@@ -196,3 +196,32 @@ def test_tensorflow_computes_that_formula_in_float64_too(generate_module):
     want = torch.exp(a64 * x64)
     assert _ulps32(torch.from_numpy(y.numpy()), want) <= 1
     assert _ulps32(torch.from_numpy(grad.numpy()), a64 * want) <= 1
+
+
+COMPLEX_ROOT = """
+module: complex_root_spec
+functions:
+  complex_root:
+    inputs: {re: {}, im: {}}
+    output: 0.5 * sqrt(2.0 * (sqrt(re * re + im * im) + re))
+"""
+
+
+def test_a_quotient_of_shared_temporaries_divides_by_what_grows_alike(generate_module):
+    """d/dim of the real part of a complex square root is im/hypot(im, re)/sqrt(...)/4 at
+    re = 9e-279, im = 1.6e-234 (2.8e116). With the gradient's graph kept (the double
+    backward's function, where hypot and re + hypot are shared temporaries), the product
+    was divided as 1/sqrt(re + hypot)/hypot first: 1/(1.3e-117*1.6e-234) = inf. Each
+    divisor now follows the factor that grows as it does (functions.paired_product), in
+    the code and in the NumPy model the choice measures alike."""
+    mod = generate_module(COMPLEX_ROOT)
+    re_, im_ = 9.185774117557052e-279, 1.6411731562446555e-234
+    re = torch.tensor([re_], dtype=torch.float64, requires_grad=True)
+    im = torch.tensor([im_], dtype=torch.float64, requires_grad=True)
+    r, i = sympy.symbols("re im")
+    naive = sympy.sqrt(2 * (sympy.sqrt(r**2 + i**2) + r)) / 2
+    want = exact(sympy.diff(naive, i), {r: re_, i: im_})
+    for create_graph in (False, True):
+        y = mod.complex_root(re, im)
+        (g,) = torch.autograd.grad(y.sum(), im, create_graph=create_graph)
+        assert float(g) == pytest.approx(want, rel=1e-14), create_graph

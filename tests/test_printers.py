@@ -473,3 +473,22 @@ def test_a_literal_coefficient_scales_first(printer):
             big = torch.tensor([1e20], dtype=torch.float32)
             got = eval(src, {"x": big, "y": big, "torch": torch, "math": math}).item()
         assert got == pytest.approx(float(expr.subs({x: 1e20, y: 1e20})), rel=1e-6), src
+
+
+def test_paired_product_divides_after_the_factor_that_grows_alike():
+    """im/(sqrt(re + h)*h) with h = hypot(im, re): im / h first (degree 0), then the root;
+    1/sqrt(re + h)/h is inf at re = 9e-279, im = 1.6e-234. Where h and re + h are shared
+    temporaries, their definitions say what they share and how they grow."""
+    from symgrad.functions import hypot, paired_product, scaling_degree
+
+    re, im, t0, t1 = sympy.symbols("re im t0 t1")
+    h = hypot(im, re)
+    assert scaling_degree(h) == 1 and scaling_degree(1 / sympy.sqrt(re + h)) == -sympy.S.Half
+    assert scaling_degree(re + 1) is None
+    _, steps = paired_product(im / (sympy.sqrt(re + h) * h))
+    assert steps[:2] == [("*", im), ("/", h)]
+    definitions = {t0: h, t1: re + h}
+    _, steps = paired_product(im / (sympy.sqrt(t1) * t0), defined=lambda e: e.xreplace(definitions))
+    assert steps[:2] == [("*", im), ("/", t0)]
+    _, steps = paired_product(im / (sympy.sqrt(t1) * t0))  # without: nothing is known
+    assert steps[:2] != [("*", im), ("/", t0)]

@@ -110,9 +110,17 @@ def evaluator(expr: sympy.Expr, symbols: Sequence[sympy.Symbol]):
     printer = _NumPyPrinter(
         {"fully_qualified_modules": False, "inline": True, "allow_unknown_functions": True}
     )
+    printer.definitions = {}
+
+    def shared(e):
+        replacements, reduced = _shared(e)
+        for temp, value in replacements:  # as plan.emit records them for its printer
+            printer.definitions[temp] = value.xreplace(printer.definitions)
+        return replacements, reduced
+
     # the same common subexpressions, so the same order of operations, as the generated
     # code (plan.emit), where an intermediate product may overflow first
-    return sympy.lambdify(symbols, expr, modules=modules, printer=printer, cse=_shared)
+    return sympy.lambdify(symbols, expr, modules=modules, printer=printer, cse=shared)
 
 
 def _python_constants(expr: sympy.Expr) -> sympy.Expr:

@@ -70,6 +70,8 @@ class FrameworkPrinter(StrPrinter):
         self.names = dict(names or {})
         self.uses_math = False
         self.booleans: set[sympy.Symbol] = set()  # temporaries holding conditions
+        #: each shared temporary printed so far, in the inputs (see functions.paired_product)
+        self.definitions: dict[sympy.Symbol, sympy.Expr] = {}
 
     # ------------------------------------------------------------------ helpers
     def is_scalar(self, expr: sympy.Basic) -> bool:
