@@ -393,7 +393,11 @@ def finish(
         # conditions of the formula they rewrote, (a**2 - b**2)/a**2 >= 0 from the
         # derivative through |u|, NaN where a**2 overflows
         for i, c in enumerate(candidates):
-            signed = _signs_factored(c)
+            try:
+                with _time_limit(SIMPLIFY_SECONDS):
+                    signed = _signs_factored(c)
+            except TimeoutError:
+                signed = c
             if signed != c and signed not in candidates:
                 candidates[i] = signed
                 sources.setdefault(signed, sources[c])

@@ -1578,13 +1578,14 @@ def _pair_ratios(
 def paired_product(
     expr: sympy.Expr,
     scalar: Callable[[sympy.Expr], bool] = lambda e: False,
-    defined: Callable[[sympy.Expr], sympy.Expr] = lambda e: e,
+    temporaries: Temporaries | None = None,
 ) -> tuple[sympy.Expr, list[tuple[str, sympy.Expr]]] | None:
     """A product with no power to spread out but a quotient, as (coefficient, [(op,
     factor), ...]) like :func:`interleaved_product`: each denominator factor right after
-    the numerator factor that shares the most inputs with it, then the other factors,
-    upstream gradients last; None where there is no denominator, or a single numerator
-    factor.
+    a numerator factor that shares inputs with it, one that grows as it does where there
+    is one (:func:`scaling_degree`: their ratio is of degree 0), else the one that shares
+    the most; then the other factors, upstream gradients last; None where there is no
+    denominator, or a single numerator factor.
 
     Written as SymPy prints it, x0*x1/(1 - x1) multiplies first: inf at x0 = x1 = 1e200,
     where the value is -1e200; x1/(1 - x1)*x0 is -1 first. The same operations, another
@@ -1592,9 +1593,9 @@ def paired_product(
     factor divided by two tensors or more is divided by each in turn: x/(t*r) underflows
     at t = 3e-228, r = sqrt(t) (the half-integer power x*t**-1.5, see
     :mod:`symgrad.cse`), x/t/r does not. ``scalar`` tells the factors that are Python
-    numbers at run time (a tensor's shape), which stay one divisor. ``defined`` gives a
-    factor in the inputs where it is (or holds) a shared temporary (:mod:`symgrad.cse`):
-    the inputs it shares, and how it grows, are those of its definition.
+    numbers at run time (a tensor's shape), which stay one divisor. ``temporaries``: the
+    shared temporaries the factors may be or hold (:mod:`symgrad.cse`), whose inputs and
+    growth are those of their values.
     """
     coeff = sympy.S.One
     num: list[sympy.Expr] = []
@@ -1615,17 +1616,18 @@ def paired_product(
     # bounded factors first, upstream gradients last (see interleaved_product)
     num.sort(key=lambda f: (not _bounded(f), upstream_gradient(f)))
     steps: list[tuple[str, sympy.Expr]] = []
+    known = Temporaries() if temporaries is None else temporaries
     for d in den:
-        d_inputs = defined(d).free_symbols
-        shared = [len(defined(f).free_symbols & d_inputs) for f in num]
+        d_inputs = known.inputs(d)
+        shared = [len(known.inputs(f) & d_inputs) for f in num]
         if num and max(shared) > 0:
             # of those, one that grows as d does first (the ratio is then of degree 0 when
             # the inputs scale together): im/hypot(im, re)/sqrt(re + hypot(im, re)), not
             # 1/sqrt(re + hypot)/hypot*im, whose partial product 1/(s**(1/2)*s) is inf
             # at re = 9e-279, im = 1.6e-234 where the value is 2.8e116
-            degree = scaling_degree(defined(d))
+            degree = known.degree(d)
             keys = [
-                (n > 0 and degree is not None and scaling_degree(defined(f)) == degree, n)
+                (n > 0 and degree is not None and known.degree(f) == degree, n)
                 for f, n in zip(num, shared)
             ]
             steps += [("*", num.pop(keys.index(max(keys)))), ("/", d)]
@@ -1635,21 +1637,25 @@ def paired_product(
     return coeff, steps
 
 
-@functools.lru_cache(maxsize=4096)
-def scaling_degree(expr: sympy.Expr) -> sympy.Rational | None:
+def scaling_degree(
+    expr: sympy.Expr, of: Callable[[sympy.Symbol], sympy.Rational | None] | None = None
+) -> sympy.Rational | None:
     """d where ``expr`` at every input times c is c**d times ``expr`` (c > 0): 1 for
-    hypot(x, y), -1/2 for 1/sqrt(x + hypot(x, y)), 0 for a number or atan(y/x); None where
-    ``expr`` is not homogeneous in its inputs (x + 1, exp(x))."""
+    hypot(x, y), -1/2 for 1/sqrt(x + hypot(x, y)), 0 for a number or atan(y/x). None where
+    ``expr`` is not homogeneous in its inputs (x + 1, exp(x)) or is not known to be (a
+    power with an exponent that is not a rational number, a call of two arguments other
+    than hypot). ``of`` gives a symbol's degree (a temporary's: :class:`Temporaries`);
+    without it every symbol is an input, of degree 1."""
     if expr.is_number:
         return sympy.S.Zero
     if expr.is_Symbol:
-        return sympy.S.One
+        return sympy.S.One if of is None else of(expr)
     if isinstance(expr, sympy.Pow):
-        base = scaling_degree(expr.base)
+        base = scaling_degree(expr.base, of)
         if base is None or not expr.exp.is_Rational:
             return None
         return base * expr.exp
-    args = [scaling_degree(a) for a in expr.args]
+    args = [scaling_degree(a, of) for a in expr.args]
     if None in args:
         return None
     if isinstance(expr, sympy.Mul):
@@ -1659,6 +1665,30 @@ def scaling_degree(expr: sympy.Expr) -> sympy.Rational | None:
     if isinstance(expr, sympy.sign) or (isinstance(expr, sympy.Function) and set(args) == {0}):
         return sympy.S.Zero
     return None
+
+
+class Temporaries:
+    """What :func:`paired_product` knows of the shared temporaries a printer has printed
+    (:mod:`symgrad.cse`): each one's inputs and :func:`scaling_degree`, from its value,
+    whose temporaries were recorded before it (so, recorded in order, without expanding
+    a temporary into the inputs: a chain of temporaries that each use the one before
+    twice would double in size at each step)."""
+
+    def __init__(self) -> None:
+        self._inputs: dict[sympy.Symbol, frozenset[sympy.Symbol]] = {}
+        self._degrees: dict[sympy.Symbol, sympy.Rational | None] = {}
+
+    def record(self, temp: sympy.Symbol, value: sympy.Expr) -> None:
+        self._inputs[temp] = self.inputs(value)
+        self._degrees[temp] = self.degree(value)
+
+    def inputs(self, expr: sympy.Expr) -> frozenset[sympy.Symbol]:
+        """The inputs ``expr`` depends on, through the temporaries in it."""
+        return frozenset().union(*(self._inputs.get(s, {s}) for s in expr.free_symbols))
+
+    def degree(self, expr: sympy.Expr) -> sympy.Rational | None:
+        """:func:`scaling_degree` of ``expr``, a temporary's that of its value."""
+        return scaling_degree(expr, lambda s: self._degrees.get(s, sympy.S.One))
 
 
 def _divided_in_turn(num: list[sympy.Expr], den: list[sympy.Expr], scalar) -> bool:
@@ -1736,10 +1766,8 @@ def print_interleaved(printer, expr: sympy.Expr) -> str | None:
     """``expr`` printed by ``printer`` as an interleaved product, or None (see
     :func:`interleaved_product` and :func:`paired_product`)."""
     scalar = getattr(printer, "is_scalar", lambda e: False)  # the NumPy model has none
-    definitions = getattr(printer, "definitions", {})  # temporaries -> in the inputs
-    plan = interleaved_product(expr, scalar=scalar) or paired_product(
-        expr, scalar, lambda e: e.xreplace(definitions) if definitions else e
-    )
+    temporaries = getattr(printer, "temporaries", None)  # the shared ones printed so far
+    plan = interleaved_product(expr, scalar=scalar) or paired_product(expr, scalar, temporaries)
     if plan is None:
         return None
     coeff, steps = plan

@@ -75,7 +75,7 @@ def emit(
         scalar = printer.is_scalar(value)
         role = Role.NUMBER if scalar else Role.TEMPORARY
         tape.define(temp.name, parse_expr(printer.doprint(value)), role)
-        printer.definitions[temp] = value.xreplace(printer.definitions)
+        printer.temporaries.record(temp, value)
         if scalar:
             printer.scalars = printer.scalars | {temp}
         if isinstance(value, sympy.logic.boolalg.Boolean):

@@ -478,8 +478,8 @@ def test_a_literal_coefficient_scales_first(printer):
 def test_paired_product_divides_after_the_factor_that_grows_alike():
     """im/(sqrt(re + h)*h) with h = hypot(im, re): im / h first (degree 0), then the root;
     1/sqrt(re + h)/h is inf at re = 9e-279, im = 1.6e-234. Where h and re + h are shared
-    temporaries, their definitions say what they share and how they grow."""
-    from symgrad.functions import hypot, paired_product, scaling_degree
+    temporaries, their values say what they share and how they grow (functions.Temporaries)."""
+    from symgrad.functions import Temporaries, hypot, paired_product, scaling_degree
 
     re, im, t0, t1 = sympy.symbols("re im t0 t1")
     h = hypot(im, re)
@@ -487,8 +487,13 @@ def test_paired_product_divides_after_the_factor_that_grows_alike():
     assert scaling_degree(re + 1) is None
     _, steps = paired_product(im / (sympy.sqrt(re + h) * h))
     assert steps[:2] == [("*", im), ("/", h)]
-    definitions = {t0: h, t1: re + h}
-    _, steps = paired_product(im / (sympy.sqrt(t1) * t0), defined=lambda e: e.xreplace(definitions))
+    temporaries = Temporaries()
+    temporaries.record(t0, h)
+    temporaries.record(t1, re + t0)  # a temporary's value holds the ones before it
+    assert temporaries.inputs(t1) == {re, im} and temporaries.degree(t1) == 1
+    assert temporaries.degree(1 / sympy.sqrt(t1)) == -sympy.S.Half
+    assert temporaries.degree(t1 + 1) is None
+    _, steps = paired_product(im / (sympy.sqrt(t1) * t0), temporaries=temporaries)
     assert steps[:2] == [("*", im), ("/", t0)]
     _, steps = paired_product(im / (sympy.sqrt(t1) * t0))  # without: nothing is known
     assert steps[:2] != [("*", im), ("/", t0)]

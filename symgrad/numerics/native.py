@@ -18,6 +18,7 @@ from symgrad import functions as F
 from symgrad.cse import common_subexpressions, fresh_symbols
 from symgrad.functions import (
     ROOT_POWER_HELPER,
+    Temporaries,
     hypot_power_parts,
     print_interleaved,
     root_exponent,
@@ -110,12 +111,12 @@ def evaluator(expr: sympy.Expr, symbols: Sequence[sympy.Symbol]):
     printer = _NumPyPrinter(
         {"fully_qualified_modules": False, "inline": True, "allow_unknown_functions": True}
     )
-    printer.definitions = {}
+    printer.temporaries = Temporaries()
 
     def shared(e):
         replacements, reduced = _shared(e)
         for temp, value in replacements:  # as plan.emit records them for its printer
-            printer.definitions[temp] = value.xreplace(printer.definitions)
+            printer.temporaries.record(temp, value)
         return replacements, reduced
 
     # the same common subexpressions, so the same order of operations, as the generated

@@ -12,6 +12,7 @@ from symgrad.errors import DerivationError
 from symgrad.functions import (
     ROOT_POWER_HELPER,
     StableFunction,
+    Temporaries,
     heaviside_as_piecewise,
     hypot_power_parts,
     print_interleaved,
@@ -70,8 +71,8 @@ class FrameworkPrinter(StrPrinter):
         self.names = dict(names or {})
         self.uses_math = False
         self.booleans: set[sympy.Symbol] = set()  # temporaries holding conditions
-        #: each shared temporary printed so far, in the inputs (see functions.paired_product)
-        self.definitions: dict[sympy.Symbol, sympy.Expr] = {}
+        #: the shared temporaries printed so far (see functions.paired_product)
+        self.temporaries = Temporaries()
 
     # ------------------------------------------------------------------ helpers
     def is_scalar(self, expr: sympy.Basic) -> bool:

@@ -589,18 +589,31 @@ def power_difference(
     stabilize rules' (:func:`~symgrad.rewrite.rules.sqrt_difference`)."""
     if not isinstance(node, Add):
         return None
-    # the terms of each power a**k, with their cofactors summed: the second derivative of
-    # (x + 1)**(1/n) has (x + 1)**(1/n - 2) twice, with 1/n**2 and -1/n
-    powers: dict[tuple[sympy.Expr, sympy.Expr], tuple[list[sympy.Expr], sympy.Expr]] = {}
-    for term in node.args:
-        p = _scaled_power(term)
-        if p is not None:
-            c, a, k = p
-            terms, total = powers.get((a, k), ([], sympy.S.Zero))
-            powers[a, k] = ([*terms, term], total + c)
-    pairs = list(powers.items())
-    for i, ((a, k), (firsts, c)) in enumerate(pairs):
-        for (b, k2), (seconds, c2) in pairs[i + 1 :]:
+    scaled = [(term, _scaled_power(term)) for term in node.args]
+    scaled = [(term, p) for term, p in scaled if p is not None]
+    # the terms of each power a**k, with their cofactors summed (the second derivative of
+    # (x + 1)**(1/n) has (x + 1)**(1/n - 2) twice, with 1/n**2 and -1/n); then, where no
+    # two sums pair, term by term (2*a**k - 2*b**k + x*a**k: 2 + x does not pair with -2)
+    collected: dict[tuple[sympy.Expr, sympy.Expr], tuple[list[sympy.Expr], sympy.Expr]] = {}
+    for term, (c, a, k) in scaled:
+        terms, total = collected.get((a, k), ([], sympy.S.Zero))
+        collected[a, k] = ([*terms, term], total + c)
+    one_by_one = [((a, k), ([term], c)) for term, (c, a, k) in scaled]
+    for groups in (list(collected.items()), one_by_one):
+        pair = _power_pair(groups)
+        if pair is not None:
+            terms, form = pair
+            from symgrad.rewrite.rules import _drop
+
+            return _drop(node, *terms) + form
+    return None
+
+
+def _power_pair(groups: list) -> tuple[list[sympy.Expr], sympy.Expr] | None:
+    """:func:`power_difference`'s first pair of ``groups`` ((a, k), (terms, c)): the
+    terms it takes and their form."""
+    for i, ((a, k), (firsts, c)) in enumerate(groups):
+        for (b, k2), (seconds, c2) in groups[i + 1 :]:
             if k2 != k or sympy.expand(c + c2) != 0:
                 continue
             difference = _cancelled_difference(a, b)
@@ -621,10 +634,8 @@ def power_difference(
             # (the second derivative as SymPy writes it is inf - inf where a**k overflows,
             # c*a**k - c*b**k is inf)
             far = c * a**k - c * b**k
-            pair = sympy.Piecewise((near, sympy.Abs(w) < sympy.Rational(1, 2)), (far, True))
-            from symgrad.rewrite.rules import _drop
-
-            return _drop(node, *firsts, *seconds) + pair
+            form = sympy.Piecewise((near, sympy.Abs(w) < sympy.Rational(1, 2)), (far, True))
+            return [*firsts, *seconds], form
     return None
 
 

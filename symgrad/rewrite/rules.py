@@ -789,35 +789,48 @@ def atan_difference(node):
     return None
 
 
-#: Largest condition (SymPy op count) whose sign :func:`sign_of_factors` factors.
+#: Largest condition (SymPy op count, and total degree) whose sign :func:`sign_of_factors`
+#: factors: factoring is fast up to there (x**60 - y**60 took SymPy 28 s).
 _SIGN_MAX_OPS = 40
+_SIGN_MAX_DEGREE = 8
 
 
 @register("stabilize")
 def sign_of_factors(node):
     """u >= 0 -> sign(f1)*sign(f2)*... >= 0 (and >, <, <=) for u a rational function,
     its factors f1, f2, ... (u factored; a factor of even power in the denominator left
-    out, in the numerator sign(f)**2).
+    out, in the numerator sign(f)**2), with exact coefficients and a total degree of at
+    most :data:`_SIGN_MAX_DEGREE`, where that leaves out a power or more than one factor.
 
     SymPy's derivative of |u| branches on the sign of u as written: (a**2 - b**2)/a**2 >= 0
     is inf - inf, NaN, at a = -6e226, b = 8e213 (and False: the other branch, NaN under
     its root), where sign(a - b)*sign(a + b) is 1. The sign of a product is the product
     of the signs, which neither overflow nor underflow. The same wherever u is defined
-    (u is 0 where a factor is, and so is the product)."""
+    (u is 0 where a factor is, and so is the product), but at a NaN: torch's sign(NaN) is
+    0, so a NaN input takes a non-strict comparison's branch, where u as written takes the
+    other (either branch computes with the NaN)."""
     if not isinstance(node, (sympy.Ge, sympy.Gt, sympy.Le, sympy.Lt)):
         return None
     if node.rhs != 0:
         return None
     u = node.lhs
+    symbols = sorted(u.free_symbols, key=sympy.default_sort_key)
     if (
         not isinstance(u, (Add, Mul, Pow))
-        or u.has(sympy.Piecewise, sympy.sign)
+        or u.has(sympy.Piecewise, sympy.sign, sympy.Float)  # (floats factor inexactly)
         or sympy.count_ops(u) > _SIGN_MAX_OPS
-        or not u.is_rational_function(*sorted(u.free_symbols, key=sympy.default_sort_key))
+        or not u.is_rational_function(*symbols)
     ):
         return None
-    num, den = sympy.fraction(sympy.factor(sympy.together(u)))
-    coeff, signs = sympy.S.One, []
+    num, den = sympy.fraction(sympy.together(u))
+    try:
+        degree = sum(sympy.Poly(p, *symbols).total_degree() for p in (num, den))
+    except sympy.PolynomialError:
+        return None
+    if degree > _SIGN_MAX_DEGREE:
+        return None
+    num, den = sympy.fraction(sympy.factor(num / den))
+    coeff, signs, powers = sympy.S.One, [], False
     for side in (num, den):
         for f in Mul.make_args(side):
             if f.is_number:
@@ -826,12 +839,13 @@ def sign_of_factors(node):
             base, e = f.as_base_exp()
             if not e.is_Integer:
                 return None
+            powers = powers or abs(e) > 1
             if e % 2:
                 signs.append(sympy.sign(base))
             elif side is num:
                 signs.append(sympy.sign(base) ** 2)
-    if not signs or (len(signs) == 1 and isinstance(u, Add)):
-        return None  # one factor: nothing overflows that the sign would not
+    if len(signs) < 2 and not powers:
+        return None  # one factor to the first power: its sign is no safer than it is
     if not coeff.is_number or coeff == 0:
         return None
     product = Mul(*signs) if coeff > 0 else -Mul(*signs)
