@@ -1594,8 +1594,9 @@ def paired_product(
     at t = 3e-228, r = sqrt(t) (the half-integer power x*t**-1.5, see
     :mod:`symgrad.cse`), x/t/r does not. ``scalar`` tells the factors that are Python
     numbers at run time (a tensor's shape), which stay one divisor. ``temporaries``: the
-    shared temporaries the factors may be or hold (:mod:`symgrad.cse`), whose inputs and
-    growth are those of their values.
+    shared temporaries the factors may be or hold (:mod:`symgrad.cse`), whose growth is
+    that of their values; a temporary shares the inputs of its value with a factor that
+    grows alike (otherwise none: the order of the products that shared nothing stays).
     """
     coeff = sympy.S.One
     num: list[sympy.Expr] = []
@@ -1618,18 +1619,27 @@ def paired_product(
     steps: list[tuple[str, sympy.Expr]] = []
     known = Temporaries() if temporaries is None else temporaries
     for d in den:
-        d_inputs = known.inputs(d)
-        shared = [len(known.inputs(f) & d_inputs) for f in num]
-        if num and max(shared) > 0:
-            # of those, one that grows as d does first (the ratio is then of degree 0 when
-            # the inputs scale together): im/hypot(im, re)/sqrt(re + hypot(im, re)), not
-            # 1/sqrt(re + hypot)/hypot*im, whose partial product 1/(s**(1/2)*s) is inf
-            # at re = 9e-279, im = 1.6e-234 where the value is 2.8e116
-            degree = known.degree(d)
-            keys = [
-                (n > 0 and degree is not None and known.degree(f) == degree, n)
-                for f, n in zip(num, shared)
-            ]
+        if not num:
+            break
+        degree = known.degree(d)
+        shared = [len(f.free_symbols & d.free_symbols) for f in num]
+        # of those that share inputs with d, one that grows as d does first (their ratio is
+        # then of degree 0 when the inputs scale together): im/hypot(im, re)/sqrt(re +
+        # hypot(im, re)), not 1/sqrt(re + hypot)/hypot*im, whose partial product
+        # 1/(s**(1/2)*s) is inf at re = 9e-279, im = 1.6e-234 where the value is 2.8e116.
+        # A shared temporary shares no input by its name; by its value, it shares those
+        # of the factors that grow alike (the same product in the double backward's
+        # function, where hypot and re + hypot are temporaries). (Not by its value for
+        # the rest: products that shared nothing keep their order, gamma's Lanczos
+        # series in float32 among them.)
+        alike = [
+            degree is not None
+            and known.degree(f) == degree
+            and (n > 0 or bool(known.inputs(f) & known.inputs(d)))
+            for f, n in zip(num, shared)
+        ]
+        if max(shared) > 0 or any(alike):
+            keys = list(zip(alike, shared))
             steps += [("*", num.pop(keys.index(max(keys)))), ("/", d)]
     steps += [("*", f) for f in num if not upstream_gradient(f)]
     steps += [("/", d) for d in den if ("/", d) not in steps]
