@@ -800,7 +800,9 @@ def sign_of_factors(node):
     """u >= 0 -> sign(f1)*sign(f2)*... >= 0 (and >, <, <=) for u a rational function,
     its factors f1, f2, ... (u factored; a factor of even power in the denominator left
     out, in the numerator sign(f)**2), with exact coefficients and a total degree of at
-    most :data:`_SIGN_MAX_DEGREE`, where that leaves out a power or more than one factor.
+    most :data:`_SIGN_MAX_DEGREE`, where that leaves out a power or more than one factor,
+    and u is a quotient or a sum (a product's own sign, beta*x <= 0, overflows to the
+    infinity of that sign, and is computed already).
 
     SymPy's derivative of |u| branches on the sign of u as written: (a**2 - b**2)/a**2 >= 0
     is inf - inf, NaN, at a = -6e226, b = 8e213 (and False: the other branch, NaN under
@@ -823,6 +825,8 @@ def sign_of_factors(node):
     ):
         return None
     num, den = sympy.fraction(sympy.together(u))
+    if not den.free_symbols and not isinstance(num, Add):
+        return None  # a product's sign as written: it overflows to inf of its sign (beta*x)
     try:
         degree = sum(sympy.Poly(p, *symbols).total_degree() for p in (num, den))
     except sympy.PolynomialError:
