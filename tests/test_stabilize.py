@@ -1358,6 +1358,28 @@ def test_power_difference_of_a_derivative_merges_powers_and_collects_cofactors(o
     assert bad != pytest.approx(exact, rel=1e-6, abs=0)
 
 
+def test_sign_of_factors_only_where_the_sign_as_written_can_fail():
+    """A quotient or a sum of exact coefficients is written as its factors' signs; a
+    product's sign (it overflows to the infinity of that sign), one factor, a float
+    coefficient (factored inexactly) and a high degree (slow to factor) are left alone."""
+    from symgrad.rewrite.rules import sign_of_factors
+
+    assert sign_of_factors((x**2 - y**2) / x**2 >= 0) == (
+        sympy.sign(x - y) * sympy.sign(x + y) >= 0
+    )
+    assert sign_of_factors((x - 1) / (x + 2) > 0) == (sympy.sign(x - 1) * sympy.sign(x + 2) > 0)
+    for kept in (
+        x * y <= 0,
+        x * (x - 1) >= 0,
+        -x >= 0,
+        x + 1 >= 0,
+        x**2 - 1.0000000000000002 * y**2 >= 0,
+        (x**60 - y**60) / x >= 0,
+        x - 1 >= 1,
+    ):
+        assert sign_of_factors(kept) is None, kept
+
+
 def test_power_difference_needs_a_shared_term_and_equal_coefficients():
     from symgrad.rewrite.regimes import power_difference
 
