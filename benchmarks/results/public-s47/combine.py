@@ -5,9 +5,11 @@
 Session 46's tables (its clean/ rows with its float64 step's after/ rows: the code at
 8f3b090, session 47's start) are the base. The session's three steps (power_difference's
 merged powers and collected cofactors, sign_of_factors, paired_product by growth and by
-the temporaries' definitions) were generated together on both halves at 8f3b090 and at
-8eb36f0 and compared function by function (functions-<half>.txt: those whose generated
-torch code changed); those functions were measured with each code side by side
+the temporaries' values) were generated together on both halves at 8f3b090 and with the
+session's last code (its measured after/ rows are 4fa3f6d's, whose generated code for
+these functions is the same as the last commit's: both generated and compared) and
+compared function by function (functions-<half>.txt: those whose generated torch code
+changed); those functions were measured with each code side by side
 (before/, after/: ``measure_corpus.py --half tuning|heldout --functions ... --sources
 --jobs 1 --timeout 900 --budget 60``), and their rows replace the base's. The moved rows
 are listed (before -> after, both at --budget 60).
