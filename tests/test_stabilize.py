@@ -445,6 +445,10 @@ PHASE_CASES: dict[str, dict[str, Case]] = {
         "rational_scaled": Case(-grad * x * (nu_positive + 1) / (nu_positive + x**2)),
         # x**2 + y**2 overflows at x = 1e200: inf/inf
         "homogeneous_scaled": Case(2 * x * y / (x**2 + y**2)),
+        # Givens' rotation d2/dy2: its fractions' terms cancel for x < 0 (see its test)
+        "radical_factored": Case(
+            sympy.diff(sympy.sqrt((1 + x / sympy.sqrt(4 * y**2 + x**2)) / 2), y, 2)
+        ),
         # x**5 - 3*x**3 is inf - inf at x = 1e70
         "polynomial_tails": Case(x**5 - 3 * x**3 + 2),
         # 1.7e308*x - 1.7e308 overflows at x = 1.01
@@ -1851,6 +1855,64 @@ def test_homogeneous_scaled_scales_a_ratio_under_a_root(at_x, at_y):
         exact = mp_exact(formula, {sympy.Symbol(k, real=True): v for k, v in point.items()})
         assert run_torch(scaled, point) == pytest.approx(exact, rel=1e-13, abs=0.0), scaled
     assert run_torch(root, {"x": 1e-200, "y": 1e100}) == math.inf  # as written: y**2 overflows
+
+
+_GIVENS = sympy.sqrt((1 + x / sympy.sqrt(4 * y**2 + x**2)) / 2)
+
+
+@pytest.mark.parametrize("wrt", [(y,), (x,), (y, y), (x, x), (x, y)], ids=str)
+@pytest.mark.parametrize(
+    ("at_x", "at_y"),
+    [
+        (-1e4, 0.5),  # the terms cancel to 25 bits (d2/dy2)
+        (-1.69e271, 4.35e-304),  # y/x underflows: 0/0 as written
+        (-1.62e-55, -9.6e-184),
+        (-2.73e218, 9.41e166),  # y**2 overflows
+        (3.0, -0.5),
+        (1e-200, 3e-190),
+        (-2.0, 5.0),
+    ],
+)
+def test_radical_factored_writes_the_cancelling_factor_as_its_conjugate(wrt, at_x, at_y):
+    """Givens' rotation sqrt((1 + x/sqrt(4*y**2 + x**2))/2) (Herbie's sidey.fpcore): its
+    derivatives with y**2 eliminated for H**2 - x**2 and factored, H + x conjugated where
+    x < 0 and the result scaled by the larger input, accurate where SymPy's form of the
+    derivative cancels, underflows to 0/0 or overflows."""
+    from symgrad.rewrite.regimes import radical_factored
+
+    formula = sympy.diff(_GIVENS, *wrt)
+    form = radical_factored(formula)
+    assert form is not None and form.has(sympy.Piecewise)
+    point = {"x": at_x, "y": at_y}
+    exact = mp_exact(formula, {sympy.Symbol(k, real=True): v for k, v in point.items()})
+    assert run_torch(form, point) == pytest.approx(exact, rel=1e-14, abs=1e-300), form
+
+
+def test_radical_factored_fixes_what_the_derivative_as_written_loses():
+    """The points of the test above where SymPy's derivative fails: its d2/dy2 cancels at
+    x = -1e4 (2.3e-13 for -4.5e-12) and is -inf at x = -1.6e-55, y = -9.6e-184 (where
+    1 + x/H is 0); radical_factored's form has neither."""
+    from symgrad.rewrite.regimes import radical_factored
+
+    formula = sympy.diff(_GIVENS, y, 2)
+    form = radical_factored(formula)
+    for point, rel in (({"x": -1e4, "y": 0.5}, 1e-9), ({"x": -1.62e-55, "y": -9.6e-184}, 0.5)):
+        exact = mp_exact(formula, {sympy.Symbol(k, real=True): v for k, v in point.items()})
+        written = run_torch(formula, point)
+        assert not written == pytest.approx(exact, rel=rel, abs=1e-300)
+        assert run_torch(form, point) == pytest.approx(exact, rel=2e-15, abs=1e-300)
+
+
+def test_radical_factored_leaves_alone_what_has_no_such_root():
+    from symgrad.rewrite.regimes import radical_factored
+
+    for formula in (
+        sympy.sqrt(x**2 + 1) - x,  # one input: conjugate_regime's
+        sympy.sqrt(x * y + 1) / (x + y),  # no input only squared
+        x / sympy.sqrt(x**2 + y**2),  # nothing cancels: no factor c*H + b with b != 0
+        sympy.sqrt(x**3 + y**2) - x,  # not a quadratic
+    ):
+        assert radical_factored(formula) is None, formula
 
 
 def test_homogeneous_scaled_scales_a_piecewise_branch_by_branch():

@@ -1541,7 +1541,7 @@ HOMOGENEOUS_MAX_DEGREE = 8
 
 
 @register("candidates")
-def homogeneous_scaled(expr: sympy.Expr) -> sympy.Expr | None:
+def homogeneous_scaled(expr: sympy.Expr, anyway: bool = False) -> sympy.Expr | None:
     """R(x, y) homogeneous of degree d -> R(1, y/x)*x**d for |y| <= |x|, R(x/y, 1)*y**d
     otherwise: a function of two inputs scaled by the larger (as hypot is, or Smith's
     complex division).
@@ -1554,14 +1554,15 @@ def homogeneous_scaled(expr: sympy.Expr) -> sympy.Expr | None:
     (sqrt(x**2 + y**2) is |x|*sqrt(1 + t**2)), absolute values and calls of degree 0
     (atan(y/x) is atan(t)). Factors free of x and y (the upstream gradient) ride along.
     ``None`` where ``expr`` is not such a function of any pair of its inputs, or has no sum
-    of degree 2 or more to overflow.
+    of degree 2 or more to overflow (unless ``anyway``: radical_factored's forms have
+    powers of H, hypot(x, y)**3, that overflow as well).
     """
     if isinstance(expr, sympy.Piecewise):
         # branch by branch (what simplify makes of a derivative through |u|: its value
         # where u = 0, and elsewhere), the conditions as they are
         if any(c.has(sympy.Piecewise) for _, c in expr.args):
             return None
-        values = [homogeneous_scaled(v) for v, _ in expr.args]
+        values = [homogeneous_scaled(v, anyway) for v, _ in expr.args]
         if all(v is None for v in values):
             return None
         return sympy.Piecewise(
@@ -1573,7 +1574,7 @@ def homogeneous_scaled(expr: sympy.Expr) -> sympy.Expr | None:
     for x, y in itertools.combinations(symbols, 2):
         scaled = _rational_scaled_by_larger(expr, x, y)
         if scaled is None and not expr.is_rational_function(x, y):
-            scaled = _scaled_by_larger(expr, x, y)
+            scaled = _scaled_by_larger(expr, x, y, anyway)
         if scaled is not None:
             return scaled
     return None
@@ -1601,14 +1602,16 @@ def _rational_scaled_by_larger(
     return factor * _branches_stabilized(branches)
 
 
-def _scaled_by_larger(expr: sympy.Expr, x: sympy.Symbol, y: sympy.Symbol) -> sympy.Expr | None:
+def _scaled_by_larger(
+    expr: sympy.Expr, x: sympy.Symbol, y: sympy.Symbol, anyway: bool = False
+) -> sympy.Expr | None:
     """:func:`homogeneous_scaled` for a formula with roots or calls, scaled as written."""
     branches = []
     for big, small in ((x, y), (y, x)):
         t = sympy.Dummy("t")
         overflows: list[bool] = []
         walked = _walk_scaled(expr, big, small, t, overflows)
-        if walked is None or not any(overflows):
+        if walked is None or not (anyway or any(overflows)):
             return None
         value, d, s = walked
         # |big|**d * sign(big)**s: big**d where the parities agree
@@ -1763,6 +1766,201 @@ def _at_one(factored: sympy.Expr, big: sympy.Symbol, small: sympy.Symbol) -> sym
             for base, e in (f.as_base_exp() for f in Mul.make_args(factored))
         )
     )
+
+
+#: radical_factored: at most this many factors a + b*sqrt(Q) conjugated by regime (each
+#: doubles the branches)
+RADICAL_MAX_FACTORS = 3
+
+
+@register("candidates")
+def radical_factored(expr: sympy.Expr) -> sympy.Expr | None:
+    """R(u, v, sqrt(a*u**2 + q(v)), sqrt(g)) -> over one denominator with u**2 written as
+    (H**2 - q)/a (H the root), its polynomials factored in H, and each factor c*H + b
+    that cancels (c*b < 0) written as (c**2*(a*u**2 + q) - b**2)/(c*H - b); then scaled by
+    the larger input (:func:`homogeneous_scaled`). g, a nested radicand, is factored the
+    same way.
+
+    The second derivative of Givens' sqrt((1 + x/sqrt(4*p**2 + x**2))/2) in p is, as
+    SymPy writes it, a sum of fractions whose terms cancel to 25 bits at p = 0.5, x = -1e4
+    (and to 0/0 where p/x underflows): with u = p eliminated the numerator is
+    x*(H + x)**2*(4*H - 5*x)/2, and H + x is 4*p**2/(H - x) for x < 0, where it cancels.
+    The polynomials' roots are then where the formula's are, and what is left of each
+    cancellation is a factor computed exactly (4*p**2), as conjugate_regime makes of one
+    sum a + b*sqrt(R). ``None`` where ``expr`` has no root of a quadratic in two or more
+    inputs with a square-only input, or nothing cancels.
+    """
+    if isinstance(expr, sympy.Piecewise):
+        if any(c.has(sympy.Piecewise) for _, c in expr.args):
+            return None
+        values = [radical_factored(v) for v, _ in expr.args]
+        if all(v is None for v in values):
+            return None
+        return sympy.Piecewise(
+            *((v if s is None else s, c) for s, (v, c) in zip(values, expr.args))
+        )
+    if expr.has(sympy.Piecewise):
+        return None
+    expr = expr.replace(
+        lambda e: isinstance(e, hypot) or type(e).__name__.startswith("hypot_ratio"),
+        lambda e: type(e).naive(*e.args),
+    )
+    from symgrad.rewrite.rules import stabilize
+
+    # each way of eliminating an input tried; kept: the one whose polynomials factor the
+    # furthest (the least of H's powers left in factors above its first), then the shortest
+    forms = [_radical_factored(found, expr) for found in _quadratic_radicands(expr)]
+    forms = [form for form in forms if form is not None]
+    if not forms:
+        return None
+    _, form = min(forms, key=lambda f: (f[0], sympy.count_ops(f[1])))
+    form = stabilize(form)
+    return homogeneous_scaled(form, anyway=True) or form
+
+
+def _quadratic_radicands(expr: sympy.Expr) -> list[tuple]:
+    """The radicands Q of ``expr``'s square roots that are quadratics in two or more
+    inputs, each with every input u that Q has only as a*u**2 (a a number): (Q, u, a,
+    Q - a*u**2). At most the first nine (the caller tries each)."""
+    found = []
+    for q in sorted(
+        {e.base for e in expr.atoms(Pow) if e.exp.is_Rational and e.exp.q == 2},
+        key=sympy.default_sort_key,
+    ):
+        symbols = sorted(q.free_symbols, key=sympy.default_sort_key)
+        if len(symbols) < 2 or not q.is_polynomial(*symbols) or q.atoms(sympy.Function):
+            continue
+        if sympy.Poly(q, *symbols).total_degree() != 2:
+            continue
+        for u in symbols:
+            in_u = sympy.Poly(q, u)
+            if in_u.degree() == 2 and in_u.coeff_monomial(u) == 0 and in_u.LC().is_Number:
+                found.append((q, u, in_u.LC(), sympy.expand(q - in_u.LC() * u**2)))
+    return found[:9]
+
+
+def _radical_factored(found: tuple, expr: sympy.Expr) -> tuple[int, sympy.Expr] | None:
+    """:func:`radical_factored` with one radicand and input to eliminate: (how much of H's
+    powers is left unfactored, the form)."""
+    q, u, a, rest = found
+    # (no assumptions: SymPy would split sqrt((H + x)/H) into two roots for a positive H)
+    h = sympy.Dummy("H")
+    e = expr.replace(
+        lambda n: isinstance(n, Pow) and n.base == q and n.exp.is_Rational and n.exp.q == 2,
+        lambda n: h ** (2 * n.exp),
+    )
+    # calls are symbols of their own here (|p|, sign(x), log(x)): the identities used hold
+    # whatever their values
+    opaque: dict[sympy.Dummy, sympy.Expr] = {}
+
+    def hide(node: sympy.Expr) -> sympy.Dummy:
+        d = sympy.Dummy("c")
+        opaque[d] = node
+        return d
+
+    e = e.replace(lambda n: isinstance(n, sympy.Function), hide)
+    # a nested radical, sqrt(g) with g in H (Givens' sqrt(1/2 + x/(2*H))): one, as F
+    nested = {n.base for n in e.atoms(Pow) if n.exp.is_Rational and n.exp.q == 2}
+    if any(n.is_Number for n in nested):
+        nested = {n for n in nested if not n.is_Number}
+    f = g = None
+    if nested:
+        bases = {b: sympy.cancel(sympy.together(b)) for b in nested}
+        g = next(iter(bases.values()))
+        if any(not sympy.cancel(b / g).is_Number for b in bases.values()):
+            return None
+        f = sympy.Dummy("F", positive=True)
+        e = e.replace(
+            lambda n: isinstance(n, Pow) and n.base in bases and n.exp.q == 2,
+            lambda n: (bases[n.base] / g) ** n.exp * f ** (2 * n.exp),
+        )
+    sides, f_power = [], 0
+    for k, side in enumerate(sympy.fraction(sympy.together(e))):
+        side = sympy.expand(side)
+        if f is not None and side.has(f):
+            try:
+                terms = sympy.Poly(side, f).terms()
+            except sympy.PolynomialError:
+                return None
+            even = Add(*(c * g ** (n // 2) for (n,), c in terms if n % 2 == 0))
+            odd = Add(*(c * g ** (n // 2) for (n,), c in terms if n % 2 == 1))
+            if (even != 0 and odd != 0) or even.has(f) or odd.has(f):
+                return None  # a + b*F: conjugate_regime's (or F not a plain power)
+            if odd != 0:
+                side, f_power = odd, f_power + (1 if k == 0 else -1)
+        sides.append(side)
+    relation = u**2 - (h**2 - rest) / a
+
+    def factored(poly: sympy.Expr) -> sympy.Expr:
+        return sympy.factor(sympy.rem(sympy.expand(poly), relation, u))
+
+    num, den = sympy.fraction(sympy.together(sides[0] / sides[1]))
+    pieces = [num, den]
+    if f_power:
+        pieces += sympy.fraction(sympy.together(g))
+    try:
+        pieces = [_conjugates_paired(factored(p), h, q) for p in pieces]
+    except sympy.PolynomialError:
+        return None
+    cancelling = []
+    for piece in pieces:
+        for base, _ in (t.as_base_exp() for t in Mul.make_args(piece)):
+            if _linear_in(base, h) and sympy.Poly(base, h).all_coeffs()[1] != 0:
+                if base not in cancelling and -base not in cancelling:
+                    cancelling.append(base)
+    if not cancelling or len(cancelling) > RADICAL_MAX_FACTORS:
+        return None
+    unfactored = sum(
+        abs(k) * (sympy.degree(base, h) - 1)
+        for piece in pieces
+        for base, k in (t.as_base_exp() for t in Mul.make_args(piece))
+        if base.has(h) and base.is_polynomial(h) and sympy.degree(base, h) > 1
+    )
+    root = sympy.sqrt(q)
+
+    def conjugated(piece: sympy.Expr) -> sympy.Expr:
+        out = []
+        for base, k in (t.as_base_exp() for t in Mul.make_args(piece)):
+            if _linear_in(base, h):
+                c, b = sympy.Poly(base, h).all_coeffs()
+                if b != 0:
+                    conjugate = sympy.factor(sympy.expand(c**2 * q - b**2)) / (c * root - b)
+                    base = sympy.Piecewise((conjugate, c * b < 0), (base, True))
+            out.append(base.xreplace({h: root}) ** k)
+        return Mul(*out)
+
+    value = conjugated(pieces[0]) / conjugated(pieces[1])
+    if f_power:
+        value *= sympy.sqrt(conjugated(pieces[2]) / conjugated(pieces[3])) ** f_power
+    value = value.xreplace({h: root}).xreplace(opaque)
+    if value.has(h) or (f is not None and value.has(f)):
+        return None
+    return unfactored, prune_branches(value)
+
+
+def _linear_in(base: sympy.Expr, h: sympy.Symbol) -> bool:
+    return base.has(h) and base.is_polynomial(h) and sympy.degree(base, h) == 1
+
+
+def _conjugates_paired(piece: sympy.Expr, h: sympy.Symbol, q: sympy.Expr) -> sympy.Expr:
+    """A product of factors with each pair (c*H + b)*(c*H - b) written as c**2*Q - b**2
+    (H = sqrt(Q)): H**2 - x**2 is 4*p**2, not a difference to compute."""
+    powers: dict[sympy.Expr, sympy.Expr] = {}
+    for base, k in (t.as_base_exp() for t in Mul.make_args(piece)):
+        powers[base] = powers.get(base, 0) + k
+    for base in list(powers):
+        if not _linear_in(base, h) or not powers.get(base):
+            continue
+        c, b = sympy.Poly(base, h).all_coeffs()
+        for other, sign in ((sympy.expand(c * h - b), 1), (sympy.expand(b - c * h), -1)):
+            k, m = powers.get(base, 0), powers.get(other, 0)
+            if b == 0 or not k or not m or (k > 0) != (m > 0):
+                continue
+            both = min(k, m) if k > 0 else max(k, m)
+            powers[base], powers[other] = k - both, m - both
+            product = sign * sympy.factor(sympy.expand(c**2 * q - b**2))
+            powers[product] = powers.get(product, 0) + both
+    return Mul(*(b**k for b, k in powers.items() if k))
 
 
 #: polynomial_tails: the largest total degree of a polynomial it rewrites
