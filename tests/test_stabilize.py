@@ -1903,6 +1903,42 @@ def test_radical_factored_fixes_what_the_derivative_as_written_loses():
         assert run_torch(form, point) == pytest.approx(exact, rel=2e-15, abs=1e-300)
 
 
+@pytest.mark.parametrize(
+    "formula",
+    [
+        # calls are symbols of their own, a call inside a call too, and a call of H
+        (sympy.sqrt(x**2 + y**2) - x) * sympy.exp(-sympy.Abs(y)),
+        (sympy.sqrt(x**2 + y**2) - x) * sympy.exp(sympy.sqrt(x**2 + y**2)),
+        # A*F + B/F: its numerator over F has only even powers of F
+        sympy.diff(y * _GIVENS, y),
+    ],
+    ids=["call-in-call", "call-of-H", "even-F"],
+)
+def test_radical_factored_keeps_the_value_and_no_placeholder(formula):
+    from symgrad.rewrite.regimes import radical_factored
+
+    form = radical_factored(formula)
+    assert form is not None and not form.atoms(sympy.Dummy), form
+    for at_x, at_y in ((-3.0, 0.25), (2.0, -1.5), (-0.5, 4.0), (1e-3, 2e-3)):
+        point = {"x": at_x, "y": at_y}
+        exact = mp_exact(formula, {sympy.Symbol(k, real=True): v for k, v in point.items()})
+        assert run_torch(form, point) == pytest.approx(exact, rel=1e-13, abs=1e-300), form
+
+
+@pytest.mark.parametrize(("at_x", "at_y"), [(-1e300, 1e300), (1e-300, -2e-300), (2e250, -1e250)])
+def test_radical_factored_scales_powers_of_the_root(at_x, at_y):
+    """The complex square root's d2/dim2 (x = re, y = im): the factored form has
+    hypot(x, y)**3 and no sum of degree 2, so it is scaled anyway (homogeneous_scaled's
+    ``anyway``); unscaled it is NaN at these points."""
+    from symgrad.rewrite.regimes import radical_factored
+
+    formula = sympy.diff(sympy.sqrt(2 * (sympy.sqrt(x**2 + y**2) + x)) / 2, y, 2)
+    point = {"x": at_x, "y": at_y}
+    exact = mp_exact(formula, {sympy.Symbol(k, real=True): v for k, v in point.items()})
+    got = run_torch(radical_factored(formula), point)
+    assert got == pytest.approx(exact, rel=1e-14, abs=1e-300) or got == exact
+
+
 def test_radical_factored_leaves_alone_what_has_no_such_root():
     from symgrad.rewrite.regimes import radical_factored
 

@@ -1853,16 +1853,20 @@ def _radical_factored(found: tuple, expr: sympy.Expr) -> tuple[int, sympy.Expr] 
     # whatever their values
     opaque: dict[sympy.Dummy, sympy.Expr] = {}
 
-    def hide(node: sympy.Expr) -> sympy.Dummy:
-        d = sympy.Dummy("c")
-        opaque[d] = node
-        return d
+    def hide(node: sympy.Expr) -> sympy.Expr:
+        # the outermost calls, whole (exp(|y|) one symbol, not exp of another)
+        if isinstance(node, sympy.Function):
+            opaque[d := sympy.Dummy("c")] = node
+            return d
+        if node.is_Atom:
+            return node
+        return node.func(*map(hide, node.args))
 
-    e = e.replace(lambda n: isinstance(n, sympy.Function), hide)
+    e = hide(e)
     # a nested radical, sqrt(g) with g in H (Givens' sqrt(1/2 + x/(2*H))): one, as F
-    nested = {n.base for n in e.atoms(Pow) if n.exp.is_Rational and n.exp.q == 2}
-    if any(n.is_Number for n in nested):
-        nested = {n for n in nested if not n.is_Number}
+    nested = {
+        n.base for n in e.atoms(Pow) if n.exp.is_Rational and n.exp.q == 2 and not n.base.is_Number
+    }
     f = g = None
     if nested:
         bases = {b: sympy.cancel(sympy.together(b)) for b in nested}
@@ -1871,7 +1875,7 @@ def _radical_factored(found: tuple, expr: sympy.Expr) -> tuple[int, sympy.Expr] 
             return None
         f = sympy.Dummy("F", positive=True)
         e = e.replace(
-            lambda n: isinstance(n, Pow) and n.base in bases and n.exp.q == 2,
+            lambda n: isinstance(n, Pow) and n.base in bases and n.exp.is_Rational and n.exp.q == 2,
             lambda n: (bases[n.base] / g) ** n.exp * f ** (2 * n.exp),
         )
     sides, f_power = [], 0
@@ -1888,6 +1892,8 @@ def _radical_factored(found: tuple, expr: sympy.Expr) -> tuple[int, sympy.Expr] 
                 return None  # a + b*F: conjugate_regime's (or F not a plain power)
             if odd != 0:
                 side, f_power = odd, f_power + (1 if k == 0 else -1)
+            else:
+                side = even
         sides.append(side)
     relation = u**2 - (h**2 - rest) / a
 
@@ -1932,8 +1938,9 @@ def _radical_factored(found: tuple, expr: sympy.Expr) -> tuple[int, sympy.Expr] 
     value = conjugated(pieces[0]) / conjugated(pieces[1])
     if f_power:
         value *= sympy.sqrt(conjugated(pieces[2]) / conjugated(pieces[3])) ** f_power
-    value = value.xreplace({h: root}).xreplace(opaque)
-    if value.has(h) or (f is not None and value.has(f)):
+    # the calls back first: theirs may hold H (exp(H), log(H + x))
+    value = value.xreplace(opaque).xreplace({h: root})
+    if value.has(h, *opaque) or (f is not None and value.has(f)):
         return None
     return unfactored, prune_branches(value)
 
