@@ -15,6 +15,7 @@ import contextvars
 import functools
 import itertools
 import math
+from collections.abc import Callable
 
 import mpmath
 import sympy
@@ -28,6 +29,7 @@ from symgrad.functions import (
     erfcx_inv,
     expm1,
     hypot,
+    hypot_ratio,
     log1p,
     log1p_square,
     one_plus_erf,
@@ -1560,14 +1562,7 @@ def homogeneous_scaled(expr: sympy.Expr, anyway: bool = False) -> sympy.Expr | N
     if isinstance(expr, sympy.Piecewise):
         # branch by branch (what simplify makes of a derivative through |u|: its value
         # where u = 0, and elsewhere), the conditions as they are
-        if any(c.has(sympy.Piecewise) for _, c in expr.args):
-            return None
-        values = [homogeneous_scaled(v, anyway) for v, _ in expr.args]
-        if all(v is None for v in values):
-            return None
-        return sympy.Piecewise(
-            *((v if s is None else s, c) for s, (v, c) in zip(values, expr.args))
-        )
+        return _by_branch(lambda v: homogeneous_scaled(v, anyway), expr)
     if expr.has(sympy.Piecewise):
         return None
     symbols = sorted(expr.free_symbols, key=sympy.default_sort_key)
@@ -1578,6 +1573,19 @@ def homogeneous_scaled(expr: sympy.Expr, anyway: bool = False) -> sympy.Expr | N
         if scaled is not None:
             return scaled
     return None
+
+
+def _by_branch(
+    rewrite: Callable[[sympy.Expr], sympy.Expr | None], expr: sympy.Piecewise
+) -> sympy.Expr | None:
+    """``rewrite`` on each branch of ``expr``, its conditions as they are, a branch it
+    leaves (None) as written; None where it rewrites none or a condition has a Piecewise."""
+    if any(c.has(sympy.Piecewise) for _, c in expr.args):
+        return None
+    values = [rewrite(v) for v, _ in expr.args]
+    if all(v is None for v in values):
+        return None
+    return sympy.Piecewise(*((v if s is None else s, c) for s, (v, c) in zip(values, expr.args)))
 
 
 def _rational_scaled_by_larger(
@@ -1791,19 +1799,11 @@ def radical_factored(expr: sympy.Expr) -> sympy.Expr | None:
     inputs with a square-only input, or nothing cancels.
     """
     if isinstance(expr, sympy.Piecewise):
-        if any(c.has(sympy.Piecewise) for _, c in expr.args):
-            return None
-        values = [radical_factored(v) for v, _ in expr.args]
-        if all(v is None for v in values):
-            return None
-        return sympy.Piecewise(
-            *((v if s is None else s, c) for s, (v, c) in zip(values, expr.args))
-        )
+        return _by_branch(radical_factored, expr)
     if expr.has(sympy.Piecewise):
         return None
     expr = expr.replace(
-        lambda e: isinstance(e, hypot) or type(e).__name__.startswith("hypot_ratio"),
-        lambda e: type(e).naive(*e.args),
+        lambda e: isinstance(e, (hypot, hypot_ratio)), lambda e: type(e).naive(*e.args)
     )
     from symgrad.rewrite.rules import stabilize
 
@@ -1946,6 +1946,7 @@ def _radical_factored(found: tuple, expr: sympy.Expr) -> tuple[int, sympy.Expr] 
 
 
 def _linear_in(base: sympy.Expr, h: sympy.Symbol) -> bool:
+    """Whether ``base`` is c*H + b (c, b free of H)."""
     return base.has(h) and base.is_polynomial(h) and sympy.degree(base, h) == 1
 
 
