@@ -48,15 +48,66 @@ def common_subexpressions(
     not (``t**1.5`` at t = 3e-228 in a product of 1e228), and written out in the printer
     it took the square root again beside the one the code had.
 
+    A power ``b**e`` with an exponent that varies, in a product with an exponential
+    ``exp(g)``, is ``h * exp(g) * h`` with ``h = b**(e/2)`` a temporary, where ``b`` is
+    known to be >= 0: the two grow against each other in the densities and the
+    Stirling-Lanczos products of special functions (``t**(z - 1/2) * exp(-t)``), and the
+    power alone overflows long before the product does (``36.5**29.5`` is inf in float32
+    where ``Gamma(30) = 8.8e30`` is not). The price is an operation on the exponent and a
+    multiply; the error, one rounding more. (Not for a base of either sign: ``(-2)**3`` is
+    -8, ``(-2)**1.5`` NaN.)
+
     The reciprocal of an input is never shared: ``t = 1/k`` is inf for a subnormal k
     (below 5.6e-309), where ``y/k`` is not (0 at y = 0); it costs the same division in
     each product that takes it back.
     """
-    replacements, reduced = sympy.cse(list(exprs), symbols=temps)
+    exprs, halves = _powers_halved_beside_exp(exprs, temps)
+    replacements, reduced = sympy.cse([*exprs, *halves.values()], symbols=temps)
+    if halves:
+        reduced, values = reduced[: len(exprs)], reduced[len(exprs) :]
+        replacements = _in_dependency_order([*replacements, *zip(halves, values)])
     replacements, reduced = _unshare_reciprocals(replacements, reduced)
     replacements, reduced = _unshare_spread_powers(replacements, reduced, temps)
     replacements, reduced = _halves_from_roots(replacements, reduced, temps)
     return _signed(*_name_spread_bases(replacements, reduced, temps))
+
+
+def _powers_halved_beside_exp(
+    exprs: Sequence[sympy.Expr], temps: Iterator[sympy.Symbol]
+) -> tuple[list[sympy.Expr], dict[sympy.Symbol, sympy.Expr]]:
+    """See :func:`common_subexpressions`: ``exprs`` with each power of a base >= 0 and an
+    exponent with inputs in it that is a factor of a product with an ``exp`` factor
+    written ``h**2``, ``h`` a new temporary; and each ``h`` with its value ``b**(e/2)``."""
+    halves: dict[sympy.Expr, sympy.Symbol] = {}
+
+    def halvable(f: sympy.Expr) -> bool:
+        return (
+            isinstance(f, sympy.Pow)
+            and bool(f.exp.free_symbols)
+            and not f.base.is_number
+            and known_nonnegative(f.base)
+        )
+
+    def splits(node: sympy.Basic) -> bool:
+        return (
+            isinstance(node, sympy.Mul)
+            and any(isinstance(f, sympy.exp) and f.free_symbols for f in node.args)
+            and any(halvable(f) for f in node.args)
+        )
+
+    def halved(node: sympy.Mul) -> sympy.Expr:
+        factors = []
+        for f in node.args:
+            if halvable(f):
+                half = f.base ** (f.exp / 2)
+                if half not in halves:
+                    halves[half] = next(temps)
+                f = halves[half] ** 2
+            factors.append(f)
+        return sympy.Mul(*factors)
+
+    new = [e.replace(splits, halved) for e in exprs]
+    return new, {h: value for value, h in halves.items()}
 
 
 def _signed(replacements, reduced):

@@ -1400,6 +1400,7 @@ def interleaved_product(
     expr: sympy.Expr,
     roots: bool = False,
     scalar: Callable[[sympy.Expr], bool] = lambda e: False,
+    temporaries: Temporaries | None = None,
 ) -> tuple[sympy.Expr, list[tuple[str, sympy.Expr]]] | None:
     """A product with integer powers as (coefficient, [(op, factor), ...]), to be evaluated
     left to right: each base's factors spread evenly over the product, numerator and
@@ -1419,7 +1420,9 @@ def interleaved_product(
     divides by t, then by sqrt(t) (t**1.5 underflows at t = 3e-228). The printers never
     see one: :mod:`symgrad.cse` writes it so, with the square root a temporary; this is
     how it knows which shared powers the products spread. ``scalar`` tells the factors
-    that are Python numbers at run time (see :func:`_group_equal_powers`).
+    that are Python numbers at run time (see :func:`_group_equal_powers`);
+    ``temporaries``, the shared temporaries printed so far (a power whose exponent varies,
+    shared, is first too: see :func:`_first`).
     """
     coeff = sympy.S.One
     num: dict[sympy.Expr, int] = {}
@@ -1481,7 +1484,7 @@ def interleaved_product(
     def placed(op: str, counts: dict[sympy.Expr, int]) -> list[tuple]:
         """(position, op, factor) of each factor; "*" sorts before "/" at a tie."""
         return [
-            (-1.0 if k == 0 and _bounded(b) else (k + 0.5) / n, op, b)
+            (-1.0 if k == 0 and _first(b, temporaries) else (k + 0.5) / n, op, b)
             for b, n in counts.items()
             if b not in upstream
             for k in range(n)
@@ -1615,7 +1618,7 @@ def paired_product(
     if not den or (len(num) < 2 and not _divided_in_turn(num, den, scalar)):
         return None
     # bounded factors first, upstream gradients last (see interleaved_product)
-    num.sort(key=lambda f: (not _bounded(f), upstream_gradient(f)))
+    num.sort(key=lambda f: (not _first(f, temporaries), upstream_gradient(f)))
     steps: list[tuple[str, sympy.Expr]] = []
     known = Temporaries() if temporaries is None else temporaries
     for d in den:
@@ -1687,10 +1690,18 @@ class Temporaries:
     def __init__(self) -> None:
         self._inputs: dict[sympy.Symbol, frozenset[sympy.Symbol]] = {}
         self._degrees: dict[sympy.Symbol, sympy.Rational | None] = {}
+        self._sweeping: set[sympy.Symbol] = set()
 
     def record(self, temp: sympy.Symbol, value: sympy.Expr) -> None:
         self._inputs[temp] = self.inputs(value)
         self._degrees[temp] = self.degree(value)
+        if _sweeping_power(value):
+            self._sweeping.add(temp)
+
+    def sweeping(self, expr: sympy.Expr) -> bool:
+        """``expr`` is a temporary whose value is a power with an exponent that varies
+        (see :func:`_first`)."""
+        return expr in self._sweeping
 
     def inputs(self, expr: sympy.Expr) -> frozenset[sympy.Symbol]:
         """The inputs ``expr`` depends on, through the temporaries in it."""
@@ -1728,6 +1739,25 @@ def _bounded(expr: sympy.Expr) -> bool:
     if isinstance(expr, sympy.exp):
         return known_nonpositive(expr.args[0])
     return isinstance(expr, (sigmoid, dsigmoid, sympy.sin, sympy.cos, sympy.tanh, sympy.erf))
+
+
+def _sweeping_power(expr: sympy.Expr) -> bool:
+    """``expr`` is a power whose exponent varies (x**(1/n), 2**(-z)): at ordinary inputs
+    it is 0 or inf, where the rational factors beside it are not."""
+    return isinstance(expr, sympy.Pow) and bool(expr.exp.free_symbols)
+
+
+def _first(expr: sympy.Expr, temporaries: Temporaries | None = None) -> bool:
+    """``expr`` is a factor that a product computes first: one bounded by 1, or a power
+    whose exponent varies (or a shared temporary that holds one, of ``temporaries``). Where it is 0 the product stays 0, and where it is inf, inf;
+    later, its 0 meets a partial product of the others that overflowed (NaN): in the
+    second derivative of (x + 1)**(1/n) - x**(1/n), (n - 1)/n/x * x**(1/n)/n/x is
+    -inf * 0 at x = 2.8e-55, n = 8e-275, x**(1/n)*(n - 1)/n/x/n/x is 0."""
+    return (
+        _bounded(expr)
+        or _sweeping_power(expr)
+        or (temporaries is not None and temporaries.sweeping(expr))
+    )
 
 
 def known_nonpositive(a: sympy.Expr) -> bool:
@@ -1777,7 +1807,9 @@ def print_interleaved(printer, expr: sympy.Expr) -> str | None:
     :func:`interleaved_product` and :func:`paired_product`)."""
     scalar = getattr(printer, "is_scalar", lambda e: False)  # the NumPy model has none
     temporaries = getattr(printer, "temporaries", None)  # the shared ones printed so far
-    plan = interleaved_product(expr, scalar=scalar) or paired_product(expr, scalar, temporaries)
+    plan = interleaved_product(expr, scalar=scalar, temporaries=temporaries) or paired_product(
+        expr, scalar, temporaries
+    )
     if plan is None:
         return None
     coeff, steps = plan

@@ -453,6 +453,10 @@ PHASE_CASES: dict[str, dict[str, Case]] = {
         "polynomial_tails": Case(x**5 - 3 * x**3 + 2),
         # 1.7e308*x - 1.7e308 overflows at x = 1.01
         "common_factor_out": Case(sympy.Rational(17, 10) * 10**308 * (x - 1)),
+        # the pairs of (x + 1)**(1/y)'s and x**(1/y)'s terms cancel at y = 1 (see its test)
+        "collected_terms": Case(
+            sympy.expand(sympy.diff((x + 1) ** (1 / y) - x ** (1 / y), x, 2), deep=False)
+        ),
         # 2*y*(x - 1)**2 overflows at x = 1e258, y = 2.5e-110, where 4*y**2*(x - 1)**2 does not
         "distributed_products": Case((2 * y * (x - 1) ** 2 - 1) * 2 * y),
         # (1 + x/y)**y - 1: 1 + x/y rounds x/y away
@@ -2136,3 +2140,47 @@ def test_exp_rational_takes_one_exponential_in_several_places(w):
     exact = reference_exact(step, {wj: w, x: -0.51417})
     assert math.isfinite(got)
     assert bits_of_error(got, exact) <= 12, (got, exact)
+
+
+#: as SymPy writes it in the derivation: -(x + 1)**(1/y)/(y*(x + 1)**2) + ...
+_POWER_DIFFERENCE_D2 = sympy.expand(sympy.diff((x + 1) ** (1 / y) - x ** (1 / y), x, 2), deep=False)
+
+
+@pytest.mark.parametrize(
+    ("at_x", "at_y", "written_fails"),
+    [
+        (0.5, 1e-8, True),  # (x + 1)**1e8 overflows: inf - inf as written, the value is inf
+        (0.5, 1e-270, True),  # and y**2 underflows
+        (1e-55, 1e-270, True),  # x + 1 rounds to 1: only (1 - y)/y**2 is inf
+        (0.5, 1.0, False),  # the coefficient is 0 (the powers are spread first: 0 as written)
+        (3.0, 0.25, False),
+        (0.5, -100.0, False),
+        (2.0, 3.0, False),
+    ],
+)
+def test_collected_terms_multiplies_each_power_once(at_x, at_y, written_fails):
+    """NMSE 3.4.6's second derivative in x as SymPy expands it: collected, each power is
+    multiplied once by its coefficient (1 - y)/y**2, inf where the power or the
+    coefficient overflows (as written, inf - inf); elsewhere the same values. (Where both
+    powers overflow, or cancel at x >> 1, it is the regime branches' to mend.)"""
+    from symgrad.rewrite.regimes import collected_terms
+
+    form = collected_terms(_POWER_DIFFERENCE_D2)
+    assert form is not None and form.count(sympy.Pow) < _POWER_DIFFERENCE_D2.count(sympy.Pow)
+    point = {"x": at_x, "y": at_y}
+    exact = mp_exact(
+        _POWER_DIFFERENCE_D2, {sympy.Symbol(k, real=True): v for k, v in point.items()}
+    )
+    written = run_torch(_POWER_DIFFERENCE_D2, point)
+    assert (written != pytest.approx(exact, rel=1e-12, abs=1e-300)) == written_fails, written
+    assert run_torch(form, point) == pytest.approx(exact, rel=1e-12, abs=1e-300), form
+
+
+def test_collected_terms_leaves_sums_without_shared_factors_alone():
+    from symgrad.rewrite.regimes import collected_terms
+
+    assert collected_terms(x**y * sympy.log(x) + x**y) is None  # factor_terms' (another T)
+    assert collected_terms(x**2 + 2 * x + 1) is None  # no transcendental factor
+    assert collected_terms(sympy.exp(x) * x + sympy.exp(x) * x**2) == stabilize(
+        x * (x + 1) * sympy.exp(x)
+    )

@@ -2062,6 +2062,66 @@ def common_factor_out(expr: sympy.Expr) -> sympy.Expr | None:
     return stabilize(factored)
 
 
+#: Largest sum of coefficients :func:`collected_terms` factors (SymPy's count_ops).
+_COLLECT_MAX_OPS = 40
+
+
+def _coefficient_and_rest(term: sympy.Expr) -> tuple[sympy.Expr, sympy.Expr]:
+    """``term`` as (its factors that are rational in the inputs: numbers and integer
+    powers of polynomials, upstream gradients among them; the rest: powers with an
+    exponent that varies or is not an integer, calls)."""
+    rational, rest = [], []
+    for f in Mul.make_args(term):
+        base, e = f.as_base_exp()
+        if f.is_number or (e.is_Integer and base.is_polynomial(*base.free_symbols)):
+            rational.append(f)
+        else:
+            rest.append(f)
+    return Mul(*rational), Mul(*rest)
+
+
+@register("candidates")
+def collected_terms(expr: sympy.Expr) -> sympy.Expr | None:
+    """a*T + b*T -> (a + b)*T: in each sum, the terms that share their transcendental
+    factors T (powers with an exponent that varies, calls) collected, their rational
+    coefficients over one denominator and factored (Herbie's distribute-lft-out, for a part
+    of a sum). SymPy writes the second derivative of (x + 1)**(1/n) - x**(1/n) in x as
+    four terms, (x + 1)**(1/n)/(n**2*(x + 1)**2) - (x + 1)**(1/n)/(n*(x + 1)**2) + ...,
+    whose pairs cancel at n = 1 (1.1e-16 where the value is 0) and are inf - inf where the
+    power overflows (NaN where the value is inf); collected, each power is multiplied once
+    by (1 - n)/n**2, as the power's own derivative a*(a - 1)*b**(a - 2) is. ``None`` where
+    no two terms of a sum share such factors, or the coefficients are too large to factor
+    (:data:`_COLLECT_MAX_OPS`)."""
+
+    def groups(node: sympy.Basic) -> dict[sympy.Expr, list[sympy.Expr]] | None:
+        if not isinstance(node, Add):
+            return None
+        shared: dict[sympy.Expr, list[sympy.Expr]] = {}
+        for term in node.args:
+            coefficient, rest = _coefficient_and_rest(term)
+            shared.setdefault(rest, []).append(coefficient)
+        if not any(rest != 1 and len(cs) > 1 for rest, cs in shared.items()):
+            return None
+        if any(sympy.count_ops(Add(*cs)) > _COLLECT_MAX_OPS for cs in shared.values()):
+            return None
+        return shared
+
+    def collected(node: sympy.Expr) -> sympy.Expr:
+        return Add(
+            *(
+                rest * (sympy.factor(sympy.together(Add(*cs))) if rest != 1 else Add(*cs))
+                for rest, cs in groups(node).items()
+            )
+        )
+
+    new = expr.replace(lambda e: groups(e) is not None, collected)
+    if new == expr:
+        return None
+    from symgrad.rewrite.rules import stabilize
+
+    return stabilize(new)
+
+
 #: expanded_powers: the most operations the expanded form may have
 EXPAND_MAX_OPS = 60
 
