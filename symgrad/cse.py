@@ -14,7 +14,12 @@ from collections.abc import Iterator, Sequence
 
 import sympy
 
-from symgrad.functions import interleaved_product, known_nonnegative, known_nonpositive
+from symgrad.functions import (
+    interleaved_product,
+    known_nonnegative,
+    known_nonpositive,
+    varying_power,
+)
 
 
 def fresh_symbols(exprs: Sequence[sympy.Expr], prefix: str) -> Iterator[sympy.Symbol]:
@@ -81,12 +86,7 @@ def _powers_halved_beside_exp(
     halves: dict[sympy.Expr, sympy.Symbol] = {}
 
     def halvable(f: sympy.Expr) -> bool:
-        return (
-            isinstance(f, sympy.Pow)
-            and bool(f.exp.free_symbols)
-            and not f.base.is_number
-            and known_nonnegative(f.base)
-        )
+        return varying_power(f) and not f.base.is_number and known_nonnegative(f.base)
 
     def splits(node: sympy.Basic) -> bool:
         return (

@@ -1695,7 +1695,7 @@ class Temporaries:
     def record(self, temp: sympy.Symbol, value: sympy.Expr) -> None:
         self._inputs[temp] = self.inputs(value)
         self._degrees[temp] = self.degree(value)
-        if _sweeping_power(value):
+        if varying_power(value):
             self._sweeping.add(temp)
 
     def sweeping(self, expr: sympy.Expr) -> bool:
@@ -1741,7 +1741,7 @@ def _bounded(expr: sympy.Expr) -> bool:
     return isinstance(expr, (sigmoid, dsigmoid, sympy.sin, sympy.cos, sympy.tanh, sympy.erf))
 
 
-def _sweeping_power(expr: sympy.Expr) -> bool:
+def varying_power(expr: sympy.Expr) -> bool:
     """``expr`` is a power whose exponent varies (x**(1/n), 2**(-z)): at ordinary inputs
     it is 0 or inf, where the rational factors beside it are not."""
     return isinstance(expr, sympy.Pow) and bool(expr.exp.free_symbols)
@@ -1749,13 +1749,14 @@ def _sweeping_power(expr: sympy.Expr) -> bool:
 
 def _first(expr: sympy.Expr, temporaries: Temporaries | None = None) -> bool:
     """``expr`` is a factor that a product computes first: one bounded by 1, or a power
-    whose exponent varies (or a shared temporary that holds one, of ``temporaries``). Where it is 0 the product stays 0, and where it is inf, inf;
-    later, its 0 meets a partial product of the others that overflowed (NaN): in the
-    second derivative of (x + 1)**(1/n) - x**(1/n), (n - 1)/n/x * x**(1/n)/n/x is
-    -inf * 0 at x = 2.8e-55, n = 8e-275, x**(1/n)*(n - 1)/n/x/n/x is 0."""
+    whose exponent varies (or a shared temporary that holds one, of ``temporaries``).
+    Where it is 0 the product stays 0, and where it is inf, inf; later, its 0 meets a
+    partial product of the others that overflowed (NaN): in the second derivative of
+    (x + 1)**(1/n) - x**(1/n), (n - 1)/n/x * x**(1/n)/n/x is -inf * 0 at x = 2.8e-55,
+    n = 8e-275, x**(1/n)*(n - 1)/n/x/n/x is 0."""
     return (
         _bounded(expr)
-        or _sweeping_power(expr)
+        or varying_power(expr)
         or (temporaries is not None and temporaries.sweeping(expr))
     )
 

@@ -36,6 +36,7 @@ from symgrad.functions import (
     sigmoid,
     softplus,
     upstream_gradient,
+    varying_power,
     xlog1py,
     xlogy,
 )
@@ -2080,49 +2081,50 @@ def _coefficient_and_rest(term: sympy.Expr) -> tuple[sympy.Expr, sympy.Expr]:
     return Mul(*rational), Mul(*rest)
 
 
-def _has_varying_power(rest: sympy.Expr) -> bool:
-    """``rest`` has a factor that is a power whose exponent varies (x**(1/n), t**gamma)."""
-    return any(isinstance(f, Pow) and f.exp.free_symbols for f in Mul.make_args(rest))
-
-
 @register("candidates")
 def collected_terms(expr: sympy.Expr) -> sympy.Expr | None:
     """a*T + b*T -> (a + b)*T: in each sum, the terms that share their transcendental
     factors T (calls, powers with an exponent that varies: one of those among them)
     collected, their rational coefficients over one denominator and factored (Herbie's
-    distribute-lft-out, for a part of a sum). SymPy writes the second derivative of (x + 1)**(1/n) - x**(1/n) in x as
-    four terms, (x + 1)**(1/n)/(n**2*(x + 1)**2) - (x + 1)**(1/n)/(n*(x + 1)**2) + ...,
-    whose pairs cancel at n = 1 (1.1e-16 where the value is 0) and are inf - inf where the
-    power overflows (NaN where the value is inf); collected, each power is multiplied once
-    by (1 - n)/n**2, as the power's own derivative a*(a - 1)*b**(a - 2) is. ``None`` where
+    distribute-lft-out, for a part of a sum). SymPy writes the second derivative of
+    (x + 1)**(1/n) - x**(1/n) in x as four terms, (x + 1)**(1/n)/(n**2*(x + 1)**2) -
+    (x + 1)**(1/n)/(n*(x + 1)**2) + ..., whose pairs are inf - inf where the power
+    overflows (NaN where the value is inf); collected, each power is multiplied once by
+    (1 - n)/n**2, as the power's own derivative a*(a - 1)*b**(a - 2) is. ``None`` where
     no two terms of a sum share such factors, or the coefficients are too large to factor
     (:data:`_COLLECT_MAX_OPS`). Only around a power whose exponent varies: collected
     around exponentials alone (the second derivative of pbrt's trimmed logistic sample in
     s), the choice took a form that overflows in float32 at 7 of 69 points the choice's
     own did not see."""
 
-    def groups(node: sympy.Basic) -> dict[sympy.Expr, list[sympy.Expr]] | None:
+    found: dict[sympy.Basic, dict[sympy.Expr, list[sympy.Expr]]] = {}  # sum -> groups
+
+    def splits(node: sympy.Basic) -> bool:
         if not isinstance(node, Add):
-            return None
+            return False
         shared: dict[sympy.Expr, list[sympy.Expr]] = {}
         for term in node.args:
             coefficient, rest = _coefficient_and_rest(term)
             shared.setdefault(rest, []).append(coefficient)
-        if not any(len(cs) > 1 and _has_varying_power(rest) for rest, cs in shared.items()):
-            return None
+        if not any(
+            len(cs) > 1 and any(varying_power(f) for f in Mul.make_args(rest))
+            for rest, cs in shared.items()
+        ):
+            return False
         if any(sympy.count_ops(Add(*cs)) > _COLLECT_MAX_OPS for cs in shared.values()):
-            return None
-        return shared
+            return False
+        found[node] = shared
+        return True
 
     def collected(node: sympy.Expr) -> sympy.Expr:
         return Add(
             *(
                 rest * (sympy.factor(sympy.together(Add(*cs))) if rest != 1 else Add(*cs))
-                for rest, cs in groups(node).items()
+                for rest, cs in found[node].items()
             )
         )
 
-    new = expr.replace(lambda e: groups(e) is not None, collected)
+    new = expr.replace(splits, collected)
     if new == expr:
         return None
     from symgrad.rewrite.rules import stabilize
