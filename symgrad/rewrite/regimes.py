@@ -2017,21 +2017,45 @@ def polynomial_tails(expr: sympy.Expr) -> sympy.Expr | None:
         # scaling (so not the formula as written inside the unit square either)
         return sympy.Piecewise(
             (factor * parts.get(0, sympy.S.Zero), sympy.Eq(x, 0) & sympy.Eq(y, 0)),
-            (factor * _horner(parts, n, x, [y]), sympy.Abs(y) <= sympy.Abs(x)),
-            (factor * _horner(parts, n, y, [x]), True),
+            (factor * _horner_in_larger(terms, x, y), sympy.Abs(y) <= sympy.Abs(x)),
+            (factor * _horner_in_larger(terms, y, x), True),
         )
     return None
 
 
-def _horner(parts: dict[int, sympy.Expr], n: int, big: sympy.Symbol, small: list) -> sympy.Expr:
-    """Horner's rule in ``big`` for the polynomial whose terms of degree k are
-    ``parts[k]``, each coefficient a polynomial in small/big: for |big| >= 1 each step
-    grows towards the value, so no step overflows before it does (x**3 * (...) overflows
-    in float32 at x = 4e19 where 1.5e-23 times it does not); below 1 the steps shrink,
-    and nothing overflows."""
+def _horner_in_larger(terms: tuple[sympy.Expr, ...], big: sympy.Symbol, small: sympy.Symbol):
+    """The polynomial with these terms by Horner's rule in ``big``, its coefficients
+    polynomials in small/big, where |small| <= |big|. A power of ``small`` common to
+    every term multiplies each coefficient as it is, never as (small/big)**j * big**j:
+    where small/big underflows (|small| < 1e-308 |big|) that product is 0, and the
+    derivative 4*b*(a**2 + b**2) + 8*b would be 0 at a = -5e144, b = 2e-290, where its
+    value is 1.9."""
+    j = min(sympy.degree(term, small) for term in terms)
+    common = small**j
+    parts: dict[int, sympy.Expr] = {}
+    for term in terms:
+        kept = sympy.expand(term / common)
+        k = sympy.Poly(kept, big, small).total_degree()
+        parts[k] = parts.get(k, 0) + kept
+    return _horner(parts, max(parts), big, [small], common)
+
+
+def _horner(
+    parts: dict[int, sympy.Expr],
+    n: int,
+    big: sympy.Symbol,
+    small: list,
+    common: sympy.Expr = sympy.S.One,
+) -> sympy.Expr:
+    """Horner's rule in ``big`` for ``common`` times the polynomial whose terms of degree
+    k are ``parts[k]``, each coefficient a polynomial in small/big times ``common``: for
+    |big| >= 1 each step grows towards the value, so no step overflows before it does
+    (x**3 * (...) overflows in float32 at x = 4e19 where 1.5e-23 times it does not);
+    below 1 the steps shrink, and nothing overflows."""
     nested = sympy.S.Zero
     for k in range(n, -1, -1):
-        nested = nested * big + (_part_at_one(parts[k], big, small) if k in parts else 0)
+        at_one = _part_at_one(parts[k], big, small) if k in parts else sympy.S.Zero
+        nested = nested * big + common * at_one
     return nested
 
 
