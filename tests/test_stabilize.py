@@ -2007,6 +2007,24 @@ def test_polynomial_tails_give_the_infinity_or_the_value(at_x, at_y):
         assert got == pytest.approx(exact, rel=1e-13, abs=0.0)
 
 
+@pytest.mark.parametrize(
+    ("at_x", "at_y"), [(3e249, 8e-225), (-5e144, 2e-290), (4e-200, -1e-201), (0.5, -0.25)]
+)
+def test_polynomial_tails_keep_a_power_of_the_smaller_input_common_to_every_term(at_x, at_y):
+    from symgrad.rewrite.regimes import polynomial_tails
+
+    # every term has y: as (y/x)*x**3, its leading part was 0 where y/x underflows (the
+    # first two points; the value is -5.8e275 and -4e-1)
+    formula = -8 * x**2 * y + 16 * y**3 + 3 * x * y
+    scaled = polynomial_tails(formula)
+    point = {"x": at_x, "y": at_y}
+    exact = mp_exact(formula, {sympy.Symbol(k, real=True): v for k, v in point.items()})
+    assert run_torch(scaled, point) == pytest.approx(exact, rel=1e-13, abs=0.0)
+    # x and y swapped: the common power is the other input's
+    swapped = polynomial_tails(formula.xreplace({x: y, y: x}))
+    assert run_torch(swapped, {"x": at_y, "y": at_x}) == pytest.approx(exact, rel=1e-13, abs=0.0)
+
+
 def test_polynomial_tails_steps_stay_in_float32_range():
     from symgrad.rewrite.regimes import polynomial_tails
 

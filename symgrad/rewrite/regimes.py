@@ -1988,8 +1988,10 @@ def polynomial_tails(expr: sympy.Expr) -> sympy.Expr | None:
     float64's range. Nested, each step multiplies by |x|, where |x| >= 1 growing towards
     the value: no step overflows before the value does (x**3*(...) would overflow in float32
     at x = 4e19 where 1.5e-23*x**3 does not), and past it the result is the infinity of the
-    leading part; below, the terms are the formula's, with one rounding of y/x. A factor
-    free of the inputs (the upstream gradient) multiplies the result once. ``None`` where
+    leading part; below, the terms are the formula's, with one rounding of y/x. A power
+    of y common to every term multiplies each coefficient as it is, not as a power of y/x
+    (see :func:`_horner_in_larger`). A factor free of the inputs (the upstream gradient)
+    multiplies the result once. ``None`` where
     ``expr`` is not a polynomial in one input or two (and nothing else), or is a single
     term, or has degree below 2.
     """
