@@ -59,6 +59,28 @@ def test_samples_stay_inside_a_bounded_domain(tmp_path):
     assert 1.0 in extremes and min(extremes) > 0  # domain edge, and no 0 (positive)
 
 
+def test_range_ends_are_extreme_points_inside_the_domain_and_the_dtype(tmp_path):
+    path = tmp_path / "acosh.yaml"
+    path.write_text(
+        "module: m\nfunctions:\n  f:\n    inputs: {x: {domain: [1, inf], positive: true}}\n"
+        "    output: log(x + sqrt(x*x - 1))\n"
+    )
+    fn = load_spec(path).functions[0]
+    plain = [p["x"] for p in acc.sample_points(fn, 0, random.Random(0))]
+    ends = [p["x"] for p in acc.sample_points(fn, 0, random.Random(0), range_ends=True)]
+    assert max(plain) < 1e38  # (the test extremes stop at 1e4)
+    assert ends[: len(plain)] == plain
+    assert set(ends) - set(plain) == {
+        1e38,
+        3.0000000054977558e38,  # (3e38 in float32)
+        3.4028234663852886e38,
+        1e308,
+        1.7976931348623157e308,
+    }
+    ends32 = [p["x"] for p in acc.sample_points(fn, 0, random.Random(0), "float32", True)]
+    assert max(ends32) == 3.4028234663852886e38 and min(ends32) >= 1  # none negative
+
+
 # --------------------------------------------------------------------------- references
 def test_suspicious_reference_is_resolved_or_disputed():
     x = sympy.Symbol("x", real=True)

@@ -137,13 +137,17 @@ def finite_exact(row) -> dict[str, float | int | None]:
     return {"mean": mean, "points": points, "overflows": overflows, "missed": missed}
 
 
-def _worker(spec_path: str, name: str, dtype: str, points: int, budget: float) -> None:
+def _worker(
+    spec_path: str, name: str, dtype: str, points: int, budget: float, range_ends: bool = False
+) -> None:
     """Print the accuracy rows of one function as JSON lines (run in a subprocess), each
     with its :func:`error_sources` and :func:`finite_exact`."""
     from symgrad.report.measure import measure_spec
     from symgrad.spec import load_spec
 
-    rows = measure_spec(load_spec(spec_path), dtype, points, budget=budget, functions=[name])
+    rows = measure_spec(
+        load_spec(spec_path), dtype, points, budget=budget, functions=[name], range_ends=range_ends
+    )
     for r in rows:
         row = {f.name: getattr(r, f.name) for f in dataclasses.fields(r)}
         row["sources"] = error_sources(r) if r.samples else None
@@ -207,7 +211,7 @@ def measure(spec: Path, names: list[str], dtype: str, args) -> list:
 
     def one(name: str) -> list:
         cmd = [sys.executable, __file__, "--worker", str(spec), name, dtype]
-        cmd += [str(args.points), str(args.budget)]
+        cmd += [str(args.points), str(args.budget), "range-ends" if args.range_ends else ""]
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
         except subprocess.TimeoutExpired:
@@ -251,6 +255,12 @@ def main() -> None:
         help="split each row's mean by kind of point (with --out, also rows-<half>-<dtype>.jsonl)",
     )
     parser.add_argument(
+        "--range-ends",
+        action="store_true",
+        help="also measure each input at the ends of the dtype's range (where symgrad gen's "
+        "accuracy choice measures: 1e38, 3.4e38, 1e308, 1.8e308 and their negatives)",
+    )
+    parser.add_argument(
         "--write-ci-baseline",
         action="store_true",
         help="measure the CI subsets and write tests/data/public_corpus_baseline.json",
@@ -275,7 +285,8 @@ def main() -> None:
             rows = [row for row, *_ in measured]
             header = (
                 f"# public corpus, {half} half, {dtype}: {len(names)} formulas, "
-                f"--points {args.points} --budget {args.budget:g} --timeout {args.timeout:g} "
+                f"--points {args.points} --budget {args.budget:g} --timeout {args.timeout:g}"
+                f"{' --range-ends' if args.range_ends else ''} "
                 f"({time.monotonic() - start:.0f} s)\n"
             )
             text = header + format_table(rows) + formula_summary(rows) + "\n"
@@ -297,7 +308,7 @@ def main() -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
-        spec_path, name, dtype, points, budget = sys.argv[2:7]
-        _worker(spec_path, name, dtype, int(points), float(budget))
+        spec_path, name, dtype, points, budget, ends = sys.argv[2:8]
+        _worker(spec_path, name, dtype, int(points), float(budget), ends == "range-ends")
     else:
         main()

@@ -30,7 +30,14 @@ from symgrad.numerics.floats import (
     ulp_distance,
 )
 from symgrad.numerics.mp import Undefined, evaluate, exact, to_float
-from symgrad.numerics.points import dtype_extremes, sample_values, scalar_value, tame_value
+from symgrad.numerics.points import (
+    RANGE_ENDS,
+    dtype_extremes,
+    float_domain,
+    sample_values,
+    scalar_value,
+    tame_value,
+)
 from symgrad.spec import Function, Spec
 
 #: Supported dtypes: name -> (struct float format, struct int format, bits).
@@ -47,13 +54,20 @@ WORSE_MARGIN_BITS = 0.5
 
 # --------------------------------------------------------------------------- sample points
 def sample_points(
-    fn: Function, n: int, rng: random.Random, dtype: str = "float64"
+    fn: Function,
+    n: int,
+    rng: random.Random,
+    dtype: str = "float64",
+    range_ends: bool = False,
 ) -> list[dict[str, float]]:
     """Points for ``fn``: extreme points first, then ``n`` Herbie-style random points.
 
     Extreme points put one differentiable input (or the only tensor input) at each of its
     extreme values and the other tensors at a tame value; random points draw every tensor
-    input independently. Scalars take their defaults.
+    input independently. Scalars take their defaults. ``range_ends``: the extreme values
+    include the ends of the dtype's range inside the domain (``RANGE_ENDS``, where the
+    accuracy choice measures too: ``x + sqrt(x*x - 1)`` overflows past 9e307), which
+    points drawn over the bit patterns almost never reach.
     """
     tensors = [i for i in fn.inputs if i.is_tensor]
     scalars = {i.name: scalar_value(i) for i in fn.inputs if not i.is_tensor}
@@ -62,7 +76,12 @@ def sample_points(
     for inp in tensors:
         if not inp.gets_gradient and len(tensors) > 1:
             continue
-        for v in dtype_extremes(inp, dtype):
+        values = dtype_extremes(inp, dtype)
+        if range_ends:
+            lo, hi = float_domain(inp, dtype)
+            ends = {round_to(v, dtype) for v in RANGE_ENDS}
+            values += sorted(v for v in ends - set(values) if math.isfinite(v) and lo <= v <= hi)
+        for v in values:
             points.append({**tame, inp.name: v, **scalars})
     columns = {i.name: sample_values(i, n, rng, dtype) for i in tensors}
     for k in range(n):
@@ -482,13 +501,15 @@ def measure_function(
     budget: float | None = 30.0,
     pool: ProcessPoolExecutor | None = None,
     device: str = "cpu",
+    range_ends: bool = False,
 ) -> list[Row]:
     """Rows for one derived function, with symgrad's code taken from ``module``, run on
-    ``device`` (both sides: symgrad's code and autograd of the naive formula)."""
+    ``device`` (both sides: symgrad's code and autograd of the naive formula);
+    ``range_ends``: see :func:`sample_points`."""
     fn = derived.function
     qs = quantities(derived)
     rng = random.Random(f"symgrad-accuracy:{seed}:{fn.name}:{dtype}")
-    candidates = sample_points(fn, points, rng, dtype)
+    candidates = sample_points(fn, points, rng, dtype, range_ends)
     envs = [{derived.symbols[name]: v for name, v in p.items()} for p in candidates]
     exprs = [(q.reference, q.stable) for q in qs]
     try:
@@ -523,6 +544,7 @@ def measure_spec(
     progress: Callable[[str], None] | None = None,
     fused: bool = False,
     device: str = "cpu",
+    range_ends: bool = False,
 ) -> list[Row]:
     """Accuracy rows for every function of ``spec`` (or only those named in ``functions``).
 
@@ -535,7 +557,8 @@ def measure_spec(
     ``fused`` measures the generated module with ``use_fused()`` on: its math compiled by
     torch.compile (the compiler's own forms of an op included), first and second order.
     ``device`` is where the torch code runs ("cuda": the GPU's kernels, and Triton's when
-    ``fused``); the exact values are always computed on the host.
+    ``fused``); the exact values are always computed on the host. ``range_ends`` adds the
+    ends of the dtype's range to each input's extreme points (:func:`sample_points`).
     """
     _check_dtype(dtype)
     chosen = [f for f in spec.functions if functions is None or f.name in functions]
@@ -565,7 +588,15 @@ def measure_spec(
             if d.function.name in modules:
                 start = time.monotonic()
                 new = measure_function(
-                    d, modules[d.function.name], dtype, points, seed, budget, pool, device
+                    d,
+                    modules[d.function.name],
+                    dtype,
+                    points,
+                    seed,
+                    budget,
+                    pool,
+                    device,
+                    range_ends,
                 )
                 rows += new
                 if progress is not None:
