@@ -47,25 +47,25 @@ def _row(rows, function, quantity):
     return next(r for r in rows if r.function == function and r.quantity == quantity)
 
 
-def test_samples_stay_inside_a_bounded_domain(tmp_path):
-    path = tmp_path / "logit.yaml"
+def _positive_x(tmp_path, domain: str, output: str):
+    """The function of a one-function spec in a positive input x on ``domain``."""
+    path = tmp_path / "f.yaml"
     path.write_text(
-        "module: m\nfunctions:\n  logit:\n    inputs: {x: {domain: [0, 1], positive: true}}\n"
-        "    output: log(x/(1 - x))\n"
+        f"module: m\nfunctions:\n  f:\n    inputs: {{x: {{domain: {domain}, positive: true}}}}\n"
+        f"    output: {output}\n"
     )
-    fn = load_spec(path).functions[0]
+    return load_spec(path).functions[0]
+
+
+def test_samples_stay_inside_a_bounded_domain(tmp_path):
+    fn = _positive_x(tmp_path, "[0, 1]", "log(x/(1 - x))")
     points = acc.sample_points(fn, 5, random.Random(0))
     extremes = [p["x"] for p in points[:-5]]
     assert 1.0 in extremes and min(extremes) > 0  # domain edge, and no 0 (positive)
 
 
 def test_range_ends_are_extreme_points_inside_the_domain_and_the_dtype(tmp_path):
-    path = tmp_path / "acosh.yaml"
-    path.write_text(
-        "module: m\nfunctions:\n  f:\n    inputs: {x: {domain: [1, inf], positive: true}}\n"
-        "    output: log(x + sqrt(x*x - 1))\n"
-    )
-    fn = load_spec(path).functions[0]
+    fn = _positive_x(tmp_path, "[1, inf]", "log(x + sqrt(x*x - 1))")
     plain = [p["x"] for p in acc.sample_points(fn, 0, random.Random(0))]
     ends = [p["x"] for p in acc.sample_points(fn, 0, random.Random(0), range_ends=True)]
     assert max(plain) < 1e38  # (the test extremes stop at 1e4)
