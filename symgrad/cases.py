@@ -26,7 +26,8 @@ class Quantity:
     ``reference`` is the naive formula (or its SymPy derivative, or the user's override);
     ``stable`` symgrad's derived formula for the same value, used to cross-check suspicious
     references. ``naive_available`` is False where plain autograd has nothing to compare
-    (a gradient the user overrides).
+    (a gradient the user overrides). A second derivative differentiates the gradient for
+    ``input`` again, with respect to ``partner`` (``input`` itself unless it is mixed).
     """
 
     label: str
@@ -36,10 +37,16 @@ class Quantity:
     reference: sympy.Expr
     stable: sympy.Expr | None
     naive_available: bool
+    partner: str | None = None
 
 
-def quantities(derived: Derived) -> list[Quantity]:
-    """Every quantity measured for a function, in table order."""
+def quantities(derived: Derived, mixed: bool = False) -> list[Quantity]:
+    """Every quantity measured for a function, in table order.
+
+    Second derivatives (``order: 2``) are the Hessian's diagonal, and with ``mixed`` also
+    its entries above it: ``d2 out/d a d b`` differentiates the gradient for ``a`` (the
+    user's override where there is one) with respect to ``b``, a later input.
+    """
     fn = derived.function
     syms = derived.symbols
     result: list[Quantity] = []
@@ -59,18 +66,22 @@ def quantities(derived: Derived) -> list[Quantity]:
             stable = derived.jacobian[out][name]
             result.append(Quantity(f"d {out}/d {name}", "grad", k, name, d, stable, not overridden))
             if fn.order >= 2:
-                second = derived.second.get(name, {}).get(name)
-                result.append(
-                    Quantity(
-                        f"d2 {out}/d {name}2",
-                        "second",
-                        k,
-                        name,
-                        real_diff(d, syms[name]),
-                        second.xreplace(only_this) if second is not None else None,
-                        not overridden,
+                later = derived.diff_inputs[derived.diff_inputs.index(name) + 1 :]
+                for other in [name, *later] if mixed else [name]:
+                    second = derived.second.get(name, {}).get(other)
+                    label = f"d2 {out}/d {name}2" if other == name else f"d2 {out}/d {name} d {other}"
+                    result.append(
+                        Quantity(
+                            label,
+                            "second",
+                            k,
+                            name,
+                            real_diff(d, syms[other]),
+                            second.xreplace(only_this) if second is not None else None,
+                            not overridden,
+                            other,
+                        )
                     )
-                )
     return result
 
 

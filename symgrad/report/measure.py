@@ -58,14 +58,14 @@ def sample_points(
     n: int,
     rng: random.Random,
     dtype: str = "float64",
-    range_ends: bool = False,
+    range_ends: bool = True,
 ) -> list[dict[str, float]]:
     """Points for ``fn``: extreme points first, then ``n`` Herbie-style random points.
 
     Extreme points put one differentiable input (or the only tensor input) at each of its
     extreme values and the other tensors at a tame value; random points draw every tensor
-    input independently. Scalars take their defaults. ``range_ends``: the extreme values
-    include the ends of the dtype's range inside the domain (``RANGE_ENDS``, where the
+    input independently. Scalars take their defaults. ``range_ends`` (the default): the
+    extreme values include the ends of the dtype's range inside the domain (``RANGE_ENDS``, where the
     accuracy choice measures too: ``x + sqrt(x*x - 1)`` overflows past 9e307), which
     points drawn over the bit patterns almost never reach.
     """
@@ -327,7 +327,7 @@ def torch_values(
                         firsts[key] = _grad(outs[q.output], values[q.input], second_order)
                     t = firsts[key]
                     if q.kind == "second":
-                        t = _grad(t, values[q.input], False)
+                        t = _grad(t, values[q.partner or q.input], False)
                 result[q.label] = t.detach().to("cpu", torch.float64).reshape(-1).tolist()
             except Exception as exc:  # noqa: BLE001 - reported in the row
                 result[q.label] = f"{type(exc).__name__}: {exc}"
@@ -501,13 +501,13 @@ def measure_function(
     budget: float | None = 30.0,
     pool: ProcessPoolExecutor | None = None,
     device: str = "cpu",
-    range_ends: bool = False,
+    range_ends: bool = True,
 ) -> list[Row]:
     """Rows for one derived function, with symgrad's code taken from ``module``, run on
     ``device`` (both sides: symgrad's code and autograd of the naive formula);
     ``range_ends``: see :func:`sample_points`."""
     fn = derived.function
-    qs = quantities(derived)
+    qs = quantities(derived, mixed=True)
     rng = random.Random(f"symgrad-accuracy:{seed}:{fn.name}:{dtype}")
     candidates = sample_points(fn, points, rng, dtype, range_ends)
     envs = [{derived.symbols[name]: v for name, v in p.items()} for p in candidates]
@@ -544,7 +544,7 @@ def measure_spec(
     progress: Callable[[str], None] | None = None,
     fused: bool = False,
     device: str = "cpu",
-    range_ends: bool = False,
+    range_ends: bool = True,
 ) -> list[Row]:
     """Accuracy rows for every function of ``spec`` (or only those named in ``functions``).
 
@@ -558,7 +558,8 @@ def measure_spec(
     torch.compile (the compiler's own forms of an op included), first and second order.
     ``device`` is where the torch code runs ("cuda": the GPU's kernels, and Triton's when
     ``fused``); the exact values are always computed on the host. ``range_ends`` adds the
-    ends of the dtype's range to each input's extreme points (:func:`sample_points`).
+    ends of the dtype's range to each input's extreme points (:func:`sample_points`). Second
+    derivatives include the mixed ones (:func:`symgrad.cases.quantities` with ``mixed``).
     """
     _check_dtype(dtype)
     chosen = [f for f in spec.functions if functions is None or f.name in functions]
