@@ -69,7 +69,9 @@ def quantities(derived: Derived, mixed: bool = False) -> list[Quantity]:
                 later = derived.diff_inputs[derived.diff_inputs.index(name) + 1 :]
                 for other in [name, *later] if mixed else [name]:
                     second = derived.second.get(name, {}).get(other)
-                    label = f"d2 {out}/d {name}2" if other == name else f"d2 {out}/d {name} d {other}"
+                    label = (
+                        f"d2 {out}/d {name}2" if other == name else f"d2 {out}/d {name} d {other}"
+                    )
                     result.append(
                         Quantity(
                             label,
