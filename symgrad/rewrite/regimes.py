@@ -578,7 +578,8 @@ def power_difference(
     node: sympy.Basic, params: frozenset, positive: frozenset
 ) -> sympy.Basic | None:
     """c*a**k - c*b**k -> c*b**k*expm1(k*log1p((a - b)/b)) where a and b share a term
-    (which cancels in a - b) and |(a - b)/b| < 1/2, for an exponent k that is not an
+    (which cancels in a - b) and |(a - b)/b| < 1/2 (or, for an exponent that is not a
+    number, where |k*log1p((a - b)/b)| < 1/2: (a/b)**k near 1), for an exponent k that is not an
     integer constant and c the same in both terms (a number, or 1/n in the derivative of
     (x + 1)**(1/n) - x**(1/n): (x + 1)**(1/n - 1)/n - x**(1/n - 1)/n, its powers merged
     by :func:`_scaled_power`); as written elsewhere. For an exponent that is not a
@@ -637,7 +638,13 @@ def _power_pair(groups: list) -> tuple[list[sympy.Expr], sympy.Expr] | None:
             # (the second derivative as SymPy writes it is inf - inf where a**k overflows,
             # c*a**k - c*b**k is inf)
             far = c * a**k - c * b**k
-            form = sympy.Piecewise((near, sympy.Abs(w) < sympy.Rational(1, 2)), (far, True))
+            near_one = sympy.Abs(w) < sympy.Rational(1, 2)
+            if not k.is_number:
+                # the powers cancel wherever (a/b)**k is near 1, which for an input's
+                # exponent is not only near a/b = 1: (x + 1)**(1/n) - x**(1/n) at
+                # x = 1e-99, n = -2e33 is 1 - (1 + 1e-31), nothing left of it as written
+                near_one = near_one | (sympy.Abs(k * log1p(w)) < sympy.Rational(1, 2))
+            form = sympy.Piecewise((near, near_one), (far, True))
             return [*firsts, *seconds], form
     return None
 
