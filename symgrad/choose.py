@@ -400,7 +400,7 @@ def symbol_points(
         extremes = extreme_points(inp)
         points += [{**base, symbols[inp.name]: v} for v in extremes + edges]
         if tame is not None:
-            points += [{**tame, symbols[inp.name]: v} for v in extremes]
+            points += [{**tame, symbols[inp.name]: v} for v in extremes + edges]
         # scalars at the ends of their domain too: beta*x overflows for beta = 10
         for scalar in scalar_ends(inputs):
             values = {symbols[name]: v for name, v in scalar.items()}

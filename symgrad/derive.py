@@ -45,7 +45,12 @@ from symgrad.functions import (
 from symgrad.numerics.floats import FLOAT_MAX, round_to
 from symgrad.numerics.points import scalar_value, tame_value
 from symgrad.rewrite.phases import phase
-from symgrad.rewrite.regimes import FACTORED_FIRED, FACTORED_TAILS, split_regimes
+from symgrad.rewrite.regimes import (
+    FACTORED_FIRED,
+    FACTORED_TAILS,
+    linear_terms_unscaled,
+    split_regimes,
+)
 from symgrad.rewrite.rules import sign_of_factors, stabilize
 from symgrad.spec import Function, Spec
 
@@ -388,6 +393,20 @@ def finish(
                         candidates.append(new)
                         sources.setdefault(new, sources[form])
                         phase_forms.setdefault(new, rewritten)
+        # Each candidate with the sums that have a term linear in an input divided by its
+        # power-of-two coefficient (regimes.linear_terms_unscaled): 2*r overflows at
+        # r = 1e308 in SymPy's (dt**4 + 50)/(dt**4 + 2*r + 50)
+        for c in list(candidates):
+            try:
+                with _time_limit(SIMPLIFY_SECONDS):
+                    unscaled = linear_terms_unscaled(c)
+            except TimeoutError:
+                unscaled = None
+            if unscaled is not None and unscaled not in candidates:
+                candidates.append(unscaled)
+                sources.setdefault(unscaled, sources[c])
+                if c in phase_forms:
+                    phase_forms.setdefault(unscaled, phase_forms[c])
         # The branch conditions of the regimes and of the candidates phase's forms as the
         # stabilize rules write conditions (rules.sign_of_factors): those phases keep the
         # conditions of the formula they rewrote, (a**2 - b**2)/a**2 >= 0 from the

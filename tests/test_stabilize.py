@@ -463,6 +463,8 @@ PHASE_CASES: dict[str, dict[str, Case]] = {
         ),
         # x**2 is inf, exp 0 at 1e200: NaN
         "gaussian_tail": Case((2 - x**2) * sympy.exp(-(x**2) / 2), {"x": 1e200}),
+        # x*y overflows at 1e200 * 1e200 where exp(-x*y) is 0: inf * 0
+        "exp_tail": Case((x * y - 1) * sympy.exp(-x * y), {"x": 1e200, "y": 1e200}),
         # x**3 + 1 is inf, sigmoid 0 at 1e200: NaN (a lone x**3 is printed after the
         # sigmoid: sigmoid(-x**3) * x * x * x is 0)
         "sigmoid_tail": Case((x**3 + 1) * F.sigmoid(-(x**3)), {"x": 1e200}),
@@ -552,6 +554,7 @@ HELPERS = {
     "split_regimes": "applies the whole, asymptotes, limits and regimes phases",
     "phase": "the registry: a phase by name",
     "register": "the registry: the decorator",
+    "linear_terms_unscaled": "a form offered beside every candidate of the choice (finish)",
 }
 
 
@@ -1431,6 +1434,26 @@ def test_power_difference_of_a_derivative_merges_powers_and_collects_cofactors(o
     bad = run_torch(naive, {"x": 1e12, "n": 3.0})
     exact = mp_exact(naive, {x: 1e12, n: 3.0})
     assert bad != pytest.approx(exact, rel=1e-6, abs=0)
+
+
+def test_linear_terms_unscaled_divides_the_power_of_two_that_overflows_a_sum():
+    """Kalman's P = r*N/(N + r), N = dt**4/2 + 10*dt**2 + 25, as SymPy clears its fractions:
+    r*(dt**4 + 20*dt**2 + 50)/(dt**4 + 20*dt**2 + 2*r + 50), where 2*r overflows at
+    r = 1e308 (the value is 27.5). Divided by 2, the sum is dt**4/2 + 10*dt**2 + r + 25."""
+    from symgrad.rewrite.regimes import linear_terms_unscaled
+
+    dt, r = sympy.symbols("dt r", positive=True)
+    naive = r * (dt**4 + 20 * dt**2 + 50) / (dt**4 + 20 * dt**2 + 2 * r + 50)
+    unscaled = linear_terms_unscaled(naive)
+    assert sympy.simplify(unscaled - naive) == 0
+    assert dt**4 / 2 + 10 * dt**2 + r + 25 in unscaled.atoms(sympy.Add)
+    at = {"dt": 0.5, "r": 1e308}
+    exact = mp_exact(naive, {dt: 0.5, r: 1e308})
+    assert run_torch(unscaled, at) == pytest.approx(exact, rel=1e-15, abs=0)
+    assert run_torch(naive, at) == 0  # 2*r is inf
+    # only a power of two (exact), only on a term linear in an input
+    for kept in (r / (3 * r + 1), r / (2 * r**2 + 1), r / (r + 2)):
+        assert linear_terms_unscaled(kept) is None, kept
 
 
 def test_sign_of_factors_only_where_the_sign_as_written_can_fail():

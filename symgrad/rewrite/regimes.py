@@ -917,6 +917,37 @@ def gaussian_tail(node: sympy.Basic, params: frozenset, positive: frozenset) -> 
     return sympy.Piecewise((node, sympy.Abs(x) < cut), (0, True))
 
 
+#: exp_tail: below this exponent exp is 1e-4343, which no polynomial of degree
+#: EXP_TAIL_MAX_DEGREE in float inputs (each below 1.8e308, a product below 1e4000) lifts
+#: to a float
+_TAIL_EXPONENT = -10000
+EXP_TAIL_MAX_DEGREE = 12
+
+
+@register("regimes")
+def exp_tail(node: sympy.Basic, params: frozenset, positive: frozenset) -> sympy.Basic | None:
+    """p * exp(w) -> 0 where w < -10000, for p and w polynomials in the inputs (p of degree
+    at most 12): the exact value is below any float there, but p can overflow first.
+
+    The mixed second derivative of exp(-a*b) is (a*b - 1)*exp(-a*b), inf*0 = NaN where
+    a*b overflows (a = 1.4e235, b = 6.7e188), and the gradient of exp(-x) times 2*x is
+    inf*0 past x = 9e307. :func:`gaussian_tail` first, which puts its cut on the input.
+    NaN inputs stay NaN (the comparison is false).
+    """
+    if not isinstance(node, Mul) or len(node.free_symbols) == 0:
+        return None
+    exps = [f for f in node.args if isinstance(f, exp)]
+    if len(exps) != 1:
+        return None
+    w = exps[0].args[0]
+    others = Mul(*(f for f in node.args if f is not exps[0]))
+    if not (w.free_symbols and others.free_symbols and w.is_polynomial(*w.free_symbols)):
+        return None
+    if not others.is_polynomial(*others.free_symbols) or _degree(others) > EXP_TAIL_MAX_DEGREE:
+        return None
+    return sympy.Piecewise((0, w < _TAIL_EXPONENT), (node, True))
+
+
 def _decays(f: sympy.Basic) -> bool:
     """``f`` is a sigmoid, a dsigmoid or a positive power of one."""
     base, power = f.as_base_exp()
@@ -1544,6 +1575,57 @@ def rational_scaled(expr: sympy.Expr) -> sympy.Expr | None:
         ]
         return factor * terms[0] / terms[1]
     return None
+
+
+def _linear_scale(node: sympy.Expr) -> sympy.Expr | None:
+    """:func:`linear_terms_unscaled`'s scale of one sum: the largest power of two above 1
+    among the coefficients of its terms that are linear in an input, or None."""
+    scales = []
+    for term in node.args:
+        c, rest = term.as_coeff_Mul()
+        powers = rest.as_powers_dict()
+        if any(isinstance(b, sympy.Symbol) and e == 1 for b, e in powers.items()):
+            scales.append(abs(c))
+    top = max(scales, default=sympy.S.One)
+    if top > 1 and top.is_Integer and top & (top - 1) == 0:
+        return top
+    return None
+
+
+def linear_terms_unscaled(expr: sympy.Expr) -> sympy.Expr | None:
+    """Each sum with a term c*x*(...) that is linear in an input x, c a power of two above
+    1, divided by the largest such c (and multiplied by it outside): dt**4 + 2*r + 50 ->
+    2*(dt**4/2 + r + 25).
+
+    SymPy clears fractions to integer coefficients (N/(N + r) with N = dt**4/2 + 25 is
+    (dt**4 + 50)/(dt**4 + 2*r + 50)), and c*x overflows where x is within a factor c of
+    the top of the range, where the value is finite: the Kalman gain's gradient is 0/0 at
+    r = 1e308. A term linear in its input is one that reaches the range's end (a power
+    overflows far earlier, a matter for the regimes); powers of two divide exactly. The
+    constant joins the product's coefficient, applied after the quotient. Offered beside
+    every candidate of the choice (:func:`symgrad.derive.finish`): regime branches
+    included, where the other inputs' overflow is already handled.
+    """
+    changed = False
+
+    def unscaled(node: sympy.Expr) -> sympy.Expr:
+        nonlocal changed
+        base, power = (node.base, node.exp) if isinstance(node, Pow) else (node, sympy.S.One)
+        if not (isinstance(base, Add) and power.is_Integer):
+            return node
+        c = _linear_scale(base)
+        if c is None:
+            return node
+        changed = True
+        return c**power * Pow(Add(*(t / c for t in base.args)), power)
+
+    def factors(node: sympy.Expr) -> sympy.Expr:
+        return Mul(*(unscaled(f) for f in node.args))
+
+    result = expr.replace(lambda e: isinstance(e, Mul), factors)
+    if isinstance(result, Pow):
+        result = unscaled(result)
+    return result if changed else None
 
 
 #: homogeneous_scaled: the largest total degree of a polynomial it rescales
