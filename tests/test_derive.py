@@ -259,3 +259,32 @@ def test_d2psi_distributes_its_factor_into_the_sum(tmp_path):
         {np.float64: [(-4.436e257, 2.46e-110), (3.0, 0.5)], np.float32: [(1e30, 1e-25)]},
     )
     assert all(bits <= 2 for *_, bits in errors), errors
+
+
+def test_diff_by_blocks_simplifies_the_quotient_rule_of_one_input():
+    """d/de of sqrt((e + 1)/(e - 1))*t/(1 + (e + 1)/(e - 1)*t**2), the gradient in H of
+    held-out h2f (t = tanh(H/2)): by SymPy's quotient rule two terms of 3e-39 at e = 3e38
+    whose difference is -2e-77; with (e + 1)/(e - 1) and its root differentiated as blocks
+    of e alone and simplified, no cancellation. derive offers it to the choice beside the
+    derivative as SymPy takes it."""
+    import numpy as np
+
+    from symgrad.derive import diff_by_blocks
+    from symgrad.numerics.floats import bits_of_error
+    from symgrad.numerics.mp import exact
+    from symgrad.numerics.native import evaluator
+
+    e, h = sympy.symbols("e h", real=True)
+    t = sympy.tanh(h / 2)
+    vjp = grad * sympy.sqrt(e + 1) * sympy.sqrt(1 / (e - 1)) * (1 - t**2)
+    vjp = vjp / (1 + (e + 1) * t**2 / (e - 1))
+    blockwise = diff_by_blocks(vjp, e)
+    assert sympy.simplify(blockwise - sympy.diff(vjp, e)) == 0
+    args = (1.0, 0.5, 3e38)
+    want = exact(sympy.diff(vjp, e), dict(zip((grad, h, e), args)))
+    for form, bound in ((blockwise, 3), (sympy.diff(vjp, e), None)):
+        with np.errstate(all="ignore"):
+            got = float(evaluator(form, [grad, h, e])(*(np.float64(v) for v in args)))
+        bits = bits_of_error(got, want, "float64")
+        assert bits <= 3 if bound else bits > 40, (form, got, want)
+    assert diff_by_blocks(grad * h * e, h) is None  # no block of h alone but h itself
