@@ -48,6 +48,7 @@ from symgrad.rewrite.phases import phase
 from symgrad.rewrite.regimes import (
     FACTORED_FIRED,
     FACTORED_TAILS,
+    linear_ratios,
     linear_terms_unscaled,
     split_regimes,
 )
@@ -394,19 +395,22 @@ def finish(
                         sources.setdefault(new, sources[form])
                         phase_forms.setdefault(new, rewritten)
         # Each candidate with the sums that have a term linear in an input divided by its
-        # power-of-two coefficient (regimes.linear_terms_unscaled): 2*r overflows at
-        # r = 1e308 in SymPy's (dt**4 + 50)/(dt**4 + 2*r + 50)
-        for c in list(candidates):
-            try:
-                with _time_limit(SIMPLIFY_SECONDS):
-                    unscaled = linear_terms_unscaled(c)
-            except TimeoutError:
-                unscaled = None
-            if unscaled is not None and unscaled not in candidates:
-                candidates.append(unscaled)
-                sources.setdefault(unscaled, sources[c])
-                if c in phase_forms:
-                    phase_forms.setdefault(unscaled, phase_forms[c])
+        # power-of-two coefficient (regimes.linear_terms_unscaled)
+        # (2*r overflows at r = 1e308 in SymPy's (dt**4 + 50)/(dt**4 + 2*r + 50)), then
+        # with each input's ratio to a sum it is a term of as one number
+        # (regimes.linear_ratios: r/(r + N) as 1/(1 + N/r))
+        for rewrite in (linear_terms_unscaled, linear_ratios):
+            for c in list(candidates):
+                try:
+                    with _time_limit(SIMPLIFY_SECONDS):
+                        form = rewrite(c)
+                except TimeoutError:
+                    form = None
+                if form is not None and form not in candidates:
+                    candidates.append(form)
+                    sources.setdefault(form, sources[c])
+                    if c in phase_forms:
+                        phase_forms.setdefault(form, phase_forms[c])
         # The branch conditions of the regimes and of the candidates phase's forms as the
         # stabilize rules write conditions (rules.sign_of_factors): those phases keep the
         # conditions of the formula they rewrote, (a**2 - b**2)/a**2 >= 0 from the

@@ -555,6 +555,7 @@ HELPERS = {
     "phase": "the registry: a phase by name",
     "register": "the registry: the decorator",
     "linear_terms_unscaled": "a form offered beside every candidate of the choice (finish)",
+    "linear_ratios": "a form offered beside every candidate of the choice (finish)",
 }
 
 
@@ -1454,6 +1455,27 @@ def test_linear_terms_unscaled_divides_the_power_of_two_that_overflows_a_sum():
     # only a power of two (exact), only on a term linear in an input
     for kept in (r / (3 * r + 1), r / (2 * r**2 + 1), r / (r + 2)):
         assert linear_terms_unscaled(kept) is None, kept
+
+
+def test_linear_ratios_divide_before_the_product_overflows():
+    """The Kalman covariance's gradient in dt as the choice had it, r*N'/((r + N)*(2 +
+    2*N/r)) up to constants: inf/inf at r = 1e308 (the value is 10.25 at dt = 0.5). With
+    r/(r + N) as 1/(1 + N/r) nothing overflows, and r = 0 gives 0 (N/0 is inf)."""
+    from symgrad.rewrite.regimes import linear_ratios, linear_terms_unscaled
+
+    dt, r = sympy.symbols("dt r", positive=True)
+    n = dt**4 + 20 * dt**2 + 50
+    naive = 8 * dt * r * (dt**2 + 10) / ((2 + n / r) * (n + 2 * r))
+    ratio = linear_ratios(linear_terms_unscaled(naive))
+    assert sympy.simplify(ratio - naive) == 0
+    assert not any(f == r for f in sympy.Mul.make_args(sympy.numer(sympy.together(ratio))))
+    for at in ({"dt": 0.5, "r": 1e308}, {"dt": 0.5, "r": 1.7976931348623157e308}):
+        exact = mp_exact(naive, {dt: at["dt"], r: at["r"]})
+        assert run_torch(ratio, at) == pytest.approx(exact, rel=1e-14, abs=0)
+    assert math.isnan(run_torch(naive, {"dt": 0.5, "r": 1e308}))  # inf/inf
+    assert run_torch(ratio, {"dt": 0.5, "r": 0.0}) == 0
+    assert linear_ratios(r / (dt + 1)) is None  # r is no term of the sum
+    assert linear_ratios(r / (r**2 + 1)) is None  # nor is r**2
 
 
 def test_sign_of_factors_only_where_the_sign_as_written_can_fail():

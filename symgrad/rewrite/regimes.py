@@ -1628,6 +1628,47 @@ def linear_terms_unscaled(expr: sympy.Expr) -> sympy.Expr | None:
     return result if changed else None
 
 
+def linear_ratios(expr: sympy.Expr) -> sympy.Expr | None:
+    """x**j/(x + b)**m in a product, x an input -> 1/(1 + b/x)**p times what is left
+    (p = min(j, m)): the ratio of x to a sum it is a term of, computed as one number.
+
+    A product multiplies its numerator before it divides: x*N'/((x + N)*(2 + 2*N/x)) is
+    inf/inf at x = 1e308 (the Kalman filter's covariance gradient, r*N/(N + r) in dt, at
+    r = 1e308, where the value is 10.25); 1/(1 + N/x) is at most 1 where N and x are
+    positive, and 0 at x = 0 (N/0 is inf). Offered beside every candidate of the choice,
+    which measures where b/x cancels against 1 (x near -b).
+    """
+    changed = False
+
+    def paired(node: sympy.Expr) -> sympy.Expr:
+        nonlocal changed
+        factors = list(node.args)
+        for k, f in enumerate(factors):
+            base, power = f.as_base_exp()
+            if not (isinstance(base, Add) and power.is_Integer and power < 0):
+                continue
+            for x in sorted(base.free_symbols, key=sympy.default_sort_key):
+                if x not in base.args:
+                    continue
+                own = [j for j, g in enumerate(factors) if g.as_base_exp()[0] == x]
+                if not own:
+                    continue
+                j = own[0]
+                xp = factors[j].as_base_exp()[1]
+                if not (xp.is_Integer and xp > 0):
+                    continue
+                p = min(xp, -power)
+                rest = Add(*(t / x for t in base.args if t != x))
+                factors[j] = x ** (xp - p)
+                factors[k] = base ** (power + p) * Pow(1 + rest, -p)
+                changed = True
+                break
+        return Mul(*factors)
+
+    result = expr.replace(lambda e: isinstance(e, Mul), paired)
+    return result if changed else None
+
+
 #: homogeneous_scaled: the largest total degree of a polynomial it rescales
 HOMOGENEOUS_MAX_DEGREE = 8
 
