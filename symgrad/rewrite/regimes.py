@@ -1608,23 +1608,26 @@ def linear_terms_unscaled(expr: sympy.Expr) -> sympy.Expr | None:
     """
     changed = False
 
-    def unscaled(node: sympy.Expr) -> sympy.Expr:
+    def unscaled(node: sympy.Expr) -> tuple[sympy.Expr, sympy.Expr]:
+        """(constant, factor) whose product is ``node``."""
         nonlocal changed
         base, power = (node.base, node.exp) if isinstance(node, Pow) else (node, sympy.S.One)
-        if not (isinstance(base, Add) and power.is_Integer):
-            return node
+        if not (isinstance(base, Add) and power.is_Rational):
+            return sympy.S.One, node
         c = _linear_scale(base)
         if c is None:
-            return node
+            return sympy.S.One, node
         changed = True
-        return c**power * Pow(Add(*(t / c for t in base.args)), power)
+        return c**power, Pow(Add(*(t / c for t in base.args)), power)
 
     def factors(node: sympy.Expr) -> sympy.Expr:
-        return Mul(*(unscaled(f) for f in node.args))
+        # the constants apart: Mul(2, x + y) would distribute the 2 back into the sum
+        pairs = [unscaled(f) for f in node.args]
+        return Mul(Mul(*(c for c, _ in pairs)), *(f for _, f in pairs))
 
     result = expr.replace(lambda e: isinstance(e, Mul), factors)
     if isinstance(result, Pow):
-        result = unscaled(result)
+        result = Mul(*unscaled(result))
     return result if changed else None
 
 
