@@ -1608,26 +1608,23 @@ def linear_terms_unscaled(expr: sympy.Expr) -> sympy.Expr | None:
     """
     changed = False
 
-    def unscaled(node: sympy.Expr) -> tuple[sympy.Expr, sympy.Expr]:
-        """(constant, factor) whose product is ``node``."""
+    def unscaled(node: sympy.Expr) -> sympy.Expr:
         nonlocal changed
         base, power = (node.base, node.exp) if isinstance(node, Pow) else (node, sympy.S.One)
-        if not (isinstance(base, Add) and power.is_Rational):
-            return sympy.S.One, node
+        if not (isinstance(base, Add) and power.is_Integer):
+            return node
         c = _linear_scale(base)
         if c is None:
-            return sympy.S.One, node
+            return node
         changed = True
-        return c**power, Pow(Add(*(t / c for t in base.args)), power)
+        return c**power * Pow(Add(*(t / c for t in base.args)), power)
 
     def factors(node: sympy.Expr) -> sympy.Expr:
-        # the constants apart: Mul(2, x + y) would distribute the 2 back into the sum
-        pairs = [unscaled(f) for f in node.args]
-        return Mul(Mul(*(c for c, _ in pairs)), *(f for _, f in pairs))
+        return Mul(*(unscaled(f) for f in node.args))
 
     result = expr.replace(lambda e: isinstance(e, Mul), factors)
     if isinstance(result, Pow):
-        result = Mul(*unscaled(result))
+        result = unscaled(result)
     return result if changed else None
 
 
