@@ -927,7 +927,8 @@ EXP_TAIL_MAX_DEGREE = 12
 @register("regimes")
 def exp_tail(node: sympy.Basic, params: frozenset, positive: frozenset) -> sympy.Basic | None:
     """p * exp(w) -> 0 where w < -10000, for p and w polynomials in the inputs (p of degree
-    at most 12): the exact value is below any float there, but p can overflow first.
+    at most 12, sharing an input with w): the exact value is below any float there, but p
+    can overflow first.
 
     The mixed second derivative of exp(-a*b) is (a*b - 1)*exp(-a*b), inf*0 = NaN where
     a*b overflows (a = 1.4e235, b = 6.7e188), and the gradient of exp(-x) times 2*x is
@@ -941,8 +942,8 @@ def exp_tail(node: sympy.Basic, params: frozenset, positive: frozenset) -> sympy
         return None
     w = exps[0].args[0]
     others = Mul(*(f for f in node.args if f is not exps[0]))
-    if not (w.free_symbols and others.free_symbols and w.is_polynomial(*w.free_symbols)):
-        return None
+    if not (others.free_symbols & w.free_symbols and w.is_polynomial(*w.free_symbols)):
+        return None  # (grad*exp(x): nothing grows with x but the exponential)
     if not others.is_polynomial(*others.free_symbols) or _degree(others) > EXP_TAIL_MAX_DEGREE:
         return None
     return sympy.Piecewise((0, w < _TAIL_EXPONENT), (node, True))
