@@ -65,9 +65,9 @@ def sample_points(
     Extreme points put one differentiable input (or the only tensor input) at each of its
     extreme values and the other tensors at a tame value; random points draw every tensor
     input independently. Scalars take their defaults. ``range_ends`` (the default): the
-    extreme values include the ends of the dtype's range inside the domain (``RANGE_ENDS``, where the
-    accuracy choice measures too: ``x + sqrt(x*x - 1)`` overflows past 9e307), which
-    points drawn over the bit patterns almost never reach.
+    extreme values include the ends of the dtype's range inside the domain
+    (``RANGE_ENDS``, where the accuracy choice measures too: ``x + sqrt(x*x - 1)``
+    overflows past 9e307), which points drawn over the bit patterns almost never reach.
     """
     tensors = [i for i in fn.inputs if i.is_tensor]
     scalars = {i.name: scalar_value(i) for i in fn.inputs if not i.is_tensor}

@@ -579,8 +579,8 @@ def power_difference(
 ) -> sympy.Basic | None:
     """c*a**k - c*b**k -> c*b**k*expm1(k*log1p((a - b)/b)) where a and b share a term
     (which cancels in a - b) and |(a - b)/b| < 1/2 (or, for an exponent that is not a
-    number, where |k*log1p((a - b)/b)| < 1/2: (a/b)**k near 1), for an exponent k that is not an
-    integer constant and c the same in both terms (a number, or 1/n in the derivative of
+    number, where |k*log1p((a - b)/b)| < 1/2: (a/b)**k near 1), for an exponent k that
+    is not an integer constant and c the same in both terms (a number, or 1/n in the derivative of
     (x + 1)**(1/n) - x**(1/n): (x + 1)**(1/n - 1)/n - x**(1/n - 1)/n, its powers merged
     by :func:`_scaled_power`); as written elsewhere. For an exponent that is not a
     number, the form is the one whose expm1 argument is at most 0 (no overflow of
@@ -883,6 +883,16 @@ def _powers_of(written: sympy.Expr, e: sympy.Symbol) -> dict | None:
     return None if any(c.has(e) for c in parts.values()) else parts
 
 
+def _one_exp(node: sympy.Basic) -> tuple[sympy.Expr, sympy.Expr] | None:
+    """(w, the other factors) of a product of inputs with one factor exp(w), or None."""
+    if not isinstance(node, Mul) or len(node.free_symbols) == 0:
+        return None
+    exps = [f for f in node.args if isinstance(f, exp)]
+    if len(exps) != 1:
+        return None
+    return exps[0].args[0], Mul(*(f for f in node.args if f is not exps[0]))
+
+
 #: exp(-800) ~ 1e-348 underflows to 0 in every dtype.
 _UNDERFLOW_EXPONENT = 800
 
@@ -894,12 +904,10 @@ def gaussian_tail(node: sympy.Basic, params: frozenset, positive: frozenset) -> 
     Beyond that point the exact value is below any float, but p(x) can overflow first
     (x**2 at |x| > 1e154) and make inf * 0 = NaN.
     """
-    if not isinstance(node, Mul) or len(node.free_symbols) == 0:
+    split = _one_exp(node)
+    if split is None:
         return None
-    exps = [f for f in node.args if isinstance(f, exp)]
-    if len(exps) != 1:
-        return None
-    arg = exps[0].args[0]
+    arg, others = split
     symbols = arg.free_symbols
     if len(symbols) != 1 or not arg.is_polynomial(*symbols):
         return None
@@ -908,7 +916,6 @@ def gaussian_tail(node: sympy.Basic, params: frozenset, positive: frozenset) -> 
     lead = poly.LC()
     if poly.degree() < 2 or not (lead.is_Number and lead < 0):
         return None
-    others = Mul(*(f for f in node.args if f is not exps[0]))
     if not others.has(x):
         return None  # nothing that could overflow before the exponential underflows
     if others.has(exp, sympy.erfc, one_plus_erf, erfcx, sympy.cosh, sympy.sinh, sympy.gamma):
@@ -935,13 +942,10 @@ def exp_tail(node: sympy.Basic, params: frozenset, positive: frozenset) -> sympy
     inf*0 past x = 9e307. :func:`gaussian_tail` first, which puts its cut on the input.
     NaN inputs stay NaN (the comparison is false).
     """
-    if not isinstance(node, Mul) or len(node.free_symbols) == 0:
+    split = _one_exp(node)
+    if split is None:
         return None
-    exps = [f for f in node.args if isinstance(f, exp)]
-    if len(exps) != 1:
-        return None
-    w = exps[0].args[0]
-    others = Mul(*(f for f in node.args if f is not exps[0]))
+    w, others = split
     if not (others.free_symbols & w.free_symbols and w.is_polynomial(*w.free_symbols)):
         return None  # (grad*exp(x): nothing grows with x but the exponential)
     if not others.is_polynomial(*others.free_symbols) or _degree(others) > EXP_TAIL_MAX_DEGREE:
