@@ -883,7 +883,7 @@ def _powers_of(written: sympy.Expr, e: sympy.Symbol) -> dict | None:
     return None if any(c.has(e) for c in parts.values()) else parts
 
 
-def _one_exp(node: sympy.Basic) -> tuple[sympy.Expr, sympy.Expr] | None:
+def _exp_factor(node: sympy.Basic) -> tuple[sympy.Expr, sympy.Expr] | None:
     """(w, the other factors) of a product of inputs with one factor exp(w), or None."""
     if not isinstance(node, Mul) or len(node.free_symbols) == 0:
         return None
@@ -904,7 +904,7 @@ def gaussian_tail(node: sympy.Basic, params: frozenset, positive: frozenset) -> 
     Beyond that point the exact value is below any float, but p(x) can overflow first
     (x**2 at |x| > 1e154) and make inf * 0 = NaN.
     """
-    split = _one_exp(node)
+    split = _exp_factor(node)
     if split is None:
         return None
     arg, others = split
@@ -942,7 +942,7 @@ def exp_tail(node: sympy.Basic, params: frozenset, positive: frozenset) -> sympy
     inf*0 past x = 9e307. :func:`gaussian_tail` first, which puts its cut on the input.
     NaN inputs stay NaN (the comparison is false).
     """
-    split = _one_exp(node)
+    split = _exp_factor(node)
     if split is None:
         return None
     w, others = split
