@@ -780,6 +780,25 @@ def test_hypot_minus_one_regimes():
     assert run_torch(stable, {"x": 1e200}) == pytest.approx(1e200, rel=1e-15)
 
 
+def test_hypot_power_ratio_divides_a_sum_of_its_arguments_term_by_term():
+    """The complex square root's mixed second derivative, its branch for re >= 0 as the
+    choice had it: (2*re + hypot(im, re))*im/(sqrt(re + hypot(im, re))*hypot(im, re)**2)
+    is inf/inf at re = 1e308 (2*re and hypot**2 overflow); term by term over one hypot,
+    (2*hypot_ratio(re, im, re) + 1)*hypot_ratio(im, im, re)/sqrt(re + hypot(im, re))."""
+    h = F.hypot(y, x)
+    naive = (2 * x + h) * y / (sympy.sqrt(x + h) * h**2)
+    stable = stabilize(naive, (rules.hypot_power_ratio,))
+    ratio = F.hypot_ratio
+    assert stable == (2 * ratio(x, y, x) + 1) * ratio(y, y, x) / sympy.sqrt(x + h), stable
+    assert math.isnan(run_torch(naive, {"x": 1e308, "y": 0.5}))
+    for at in ({"x": 1e308, "y": 0.5}, {"x": 3.0, "y": -4.0}, {"x": 1e-300, "y": 1e300}):
+        want = mp_exact(naive, {x: at["x"], y: at["y"]})
+        assert run_torch(stable, at) == pytest.approx(want, rel=1e-15, abs=0), at
+    # a term of another input, or of an argument squared, is left as it is
+    for kept in ((x + 1) * y / h**2, (x**2 + h) * y / h**3):
+        assert rules._hypot_sum_ratios(sympy.Mul.make_args(kept)[0], h) is None
+
+
 def test_a_conjugates_difference_is_split_in_turn():
     """1 - sqrt((1 + 1/hypot(1, x))/2) (Herbie's Given's rotation SVD example, simplified)
     cancels near x = 0; its conjugate's numerator 1 - 1/hypot(1, x) cancels too, and is

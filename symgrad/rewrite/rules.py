@@ -662,13 +662,35 @@ def sigmoid_product(node):
     return None
 
 
+def _hypot_sum_ratios(f: sympy.Expr, h: hypot) -> sympy.Expr | None:
+    """``f / h`` term by term, for ``f`` a sum of terms c*x, c*y or c*h (c a number, x and
+    y the arguments of ``h``) with at least one of x or y; else None."""
+    if not isinstance(f, Add):
+        return None
+    ratios = []
+    for term in f.args:
+        c, b = term.as_coeff_Mul()
+        if b == h:
+            ratios.append(c)
+        elif b in h.args:
+            ratios.append(c * hypot_ratio.of(b, *h.args))
+        else:
+            return None
+    return None if all(r.is_Number for r in ratios) else Add(*ratios)
+
+
 @register("stabilize")
 def hypot_power_ratio(node):
     """y**m / hypot(x, y)**k -> hypot_ratio(y, x, y)**m / hypot(x, y)**(k-m) (m < k): each
     ratio is at most 1, where hypot**k overflows long before the value (y**2/hypot**3).
     Where x or y is computed, m = k too: y/hypot(x, y) is inf/inf where y overflows
     (sinh(Ce)/hypot(cos(Cn), sinh(Ce)) at Ce = 1000, whose value is 1), and the ratio is
-    then :class:`~symgrad.functions.hypot_ratio_scaled`."""
+    then :class:`~symgrad.functions.hypot_ratio_scaled`.
+
+    A sum of such terms of degree 1 (c*x, c*y, c*hypot(x, y), c a number) over hypot**k
+    is divided by one hypot term by term: (2*re + hypot(im, re))/hypot(im, re)**2, in the
+    complex square root's second derivative, is inf/inf at re = 1e308 (2*re overflows),
+    (2*hypot_ratio(re, im, re) + 1)/hypot(im, re) is 0 there, as the value nearly is."""
     if not isinstance(node, Mul):
         return None
     for h in node.args:
@@ -676,6 +698,9 @@ def hypot_power_ratio(node):
         if not (isinstance(base, hypot) and power.is_Integer and power <= -1):
             continue
         for f in node.args:
+            ratios = _hypot_sum_ratios(f, base)
+            if ratios is not None:
+                return _drop(node, h, f) * ratios * base ** (power + 1)
             b, m = f.as_base_exp()
             if not (b in base.args and m.is_Integer and 1 <= m <= -power):
                 continue
