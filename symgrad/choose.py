@@ -78,8 +78,15 @@ _F32_FINITE = 1e38
 
 def _reference(expr: sympy.Expr, point: Mapping[sympy.Symbol, float]) -> float | None:
     """The exact value at ``point``; None where undefined or unknown (not measured)."""
+    return _cached_reference(expr, tuple(point.items()))
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _cached_reference(expr: sympy.Expr, point: tuple) -> float | None:
+    """:func:`_reference`, once per formula and point (the choice asks again where it
+    splits by regime: :func:`regime_split`)."""
     try:
-        return exact(expr, point)
+        return exact(expr, dict(point))
     except Unresolved:
         return None
 
@@ -115,6 +122,38 @@ def _finite_in_float32(
     return abs(ref) < _F32_FINITE
 
 
+def _scored(
+    expr: sympy.Expr,
+    reference_expr: sympy.Expr,
+    points: Sequence[Mapping[sympy.Symbol, float]],
+    references: Sequence[float | None],
+):
+    """Per point of ``points``: None where the exact value is unknown; "overflow" or
+    "missed" where it overflows and the result is or is not that infinity; else (bits of
+    float64 error, non-finite in float64, non-finite in float32 where the exact value fits
+    there)."""
+    symbols = sorted(reference_expr.free_symbols | expr.free_symbols, key=lambda s: s.name)
+    fn = evaluator(expr, symbols)
+    with np.errstate(all="ignore"):
+        for point, ref in zip(points, references):
+            if ref is None:
+                yield None
+                continue
+            args = [point[s] for s in symbols]
+            value = call(fn, args, np.float64)
+            if not math.isfinite(ref):
+                yield "missed" if value != ref else "overflow"
+                continue
+            bad32 = False
+            # float32: only non-finite results count (the error is measured in float64),
+            # where the exact value is finite in float32 (asked only then: it can cost an
+            # exact value at the float32 point)
+            if not math.isfinite(call(fn, args, np.float32)):
+                at_rounded = functools.partial(_at_float32, reference_expr, point)
+                bad32 = _finite_in_float32(ref, args, at_rounded)
+            yield bits_of_error(value, ref), not math.isfinite(value), bad32
+
+
 def measure(
     expr: sympy.Expr,
     reference_expr: sympy.Expr,
@@ -124,39 +163,28 @@ def measure(
     """Float64 error of ``expr`` against the exact value of ``reference_expr``; non-finite
     results counted in float64 and float32 (where the exact value fits in float32)."""
     symbols = sorted(reference_expr.free_symbols | expr.free_symbols, key=lambda s: s.name)
-    fn = evaluator(expr, symbols)
     if references is None:
         references = [_reference(reference_expr, p) for p in points]
     errors, scores, non_finite, non_finite64, overflow_misses = [], [], 0, 0, 0
     worst, worst_key = "", (-1, -1.0)
-    with np.errstate(all="ignore"):
-        for point, ref in zip(points, references):
-            if ref is None:
-                continue
-            args = [point[s] for s in symbols]
-            value = call(fn, args, np.float64)
-            if not math.isfinite(ref):
-                # the exact value overflows: right where the result does too. Counted
-                # apart, a tie-break (most_accurate): in the score, formulas whose
-                # points mostly overflow would be chosen by these points alone
-                overflow_misses += value != ref
-                continue
-            bad = not math.isfinite(value)
-            errors.append(bits_of_error(value, ref))
-            # float32: only non-finite results count (the error is measured in float64),
-            # where the exact value is finite in float32 (asked only then: it can cost an
-            # exact value at the float32 point)
-            if not math.isfinite(call(fn, args, np.float32)):
-                at_rounded = functools.partial(_at_float32, reference_expr, point)
-                bad32 = _finite_in_float32(ref, args, at_rounded)
-                non_finite += bad32
-                bad = bad or bad32
-            scores.append(NON_FINITE_BITS if bad else errors[-1])
-            non_finite += not math.isfinite(value)
-            non_finite64 += not math.isfinite(value)
-            if (bad, errors[-1]) > worst_key:
-                worst_key = (bad, errors[-1])
-                worst = _point_text(point, symbols)
+    for point, result in zip(points, _scored(expr, reference_expr, points, references)):
+        if result is None or result == "overflow":
+            continue
+        if result == "missed":
+            # the exact value overflows and the result is not that infinity. Counted
+            # apart, a tie-break (most_accurate): in the score, formulas whose points
+            # mostly overflow would be chosen by these points alone
+            overflow_misses += 1
+            continue
+        bits, bad64, bad32 = result
+        bad = bad64 or bad32
+        errors.append(bits)
+        scores.append(NON_FINITE_BITS if bad else bits)
+        non_finite += bad64 + bad32
+        non_finite64 += bad64
+        if (bad, bits) > worst_key:
+            worst_key = (bad, bits)
+            worst = _point_text(point, symbols)
     if not errors:
         return Accuracy(0.0, 0.0, 0, 0, overflow_misses=overflow_misses)
     mean = sum(errors) / len(errors)
@@ -164,6 +192,111 @@ def measure(
     return Accuracy(
         mean, max(errors), non_finite, len(errors), worst, non_finite64, score, overflow_misses
     )
+
+
+#: A split of two forms by the size of one input (:func:`regime_split`) is taken where it
+#: lowers the choice's score (mean bits, a non-finite result counted as
+#: :data:`NON_FINITE_BITS`) by this many bits, at the choice's points and at more points
+#: drawn apart (a threshold drawn from one sample can fit that sample alone).
+REGIME_GAIN_BITS = 1.0
+
+#: :func:`regime_split` pairs each of this many forms of the lowest score with every form
+REGIME_PAIRED = 4
+
+
+def _point_scores(
+    expr: sympy.Expr,
+    reference_expr: sympy.Expr,
+    points: Sequence[Mapping[sympy.Symbol, float]],
+    references: Sequence[float | None],
+) -> list[float | None]:
+    """The choice's score of ``expr`` at each point (see :func:`measure`); None where the
+    point does not count (the exact value unknown, or overflowing)."""
+    return [
+        result
+        if result is None
+        else None
+        if isinstance(result, str)
+        else NON_FINITE_BITS
+        if result[1] or result[2]
+        else result[0]
+        for result in _scored(expr, reference_expr, points, references)
+    ]
+
+
+def regime_split(
+    reference_expr: sympy.Expr,
+    candidates: Sequence[sympy.Expr],
+    points: Sequence[Mapping[sympy.Symbol, float]],
+    references: Sequence[float | None],
+) -> tuple[sympy.Expr, sympy.Expr, sympy.Expr, sympy.Basic] | None:
+    """Herbie's regimes for two forms: the pair of ``candidates`` and the threshold on the
+    size of one input that, with one form below it and the other at or above it, has the
+    lowest mean score at ``points`` (see :func:`measure`), as (low form, high form, input,
+    threshold); None where no split lowers the best single form's by
+    :data:`REGIME_GAIN_BITS`. The threshold is a power of 2 between the sizes of the two
+    points it parts (the one nearest their geometric mean), a boundary the sample says
+    little more about.
+
+    One form can be exact where another's intermediate overflows, and NaN where the
+    other is exact: the second derivative of (x + 1)**(1/n) - x**(1/n) in x as a power
+    difference, ((1 - 1/n)/n)*(x + 1)**(1/n - 2)*expm1(...), is exact at x = 1e308 but
+    inf*0 where n is near 0 (1/n**2 overflows where the power underflows), and as the
+    quotients SymPy writes, inf/inf at x = 1e308 and exact near n = 0."""
+    table = []
+    for candidate in candidates:
+        try:
+            table.append((candidate, _point_scores(candidate, reference_expr, points, references)))
+        except (TypeError, NameError, KeyError, AttributeError):
+            continue  # cannot be evaluated with NumPy
+    counted = [i for i in range(len(points)) if table and all(t[1][i] is not None for t in table)]
+    if len(counted) < 2:
+        return None
+    symbols = sorted(reference_expr.free_symbols, key=lambda s: s.name)
+    varying = [v for v in symbols if len({abs(points[i][v]) for i in counted}) > 1]
+    mean = {c: sum(scores[i] for i in counted) / len(counted) for c, scores in table}
+    ranked = sorted(table, key=lambda t: mean[t[0]])
+    best_single = mean[ranked[0][0]]
+    found, lowest = None, best_single - REGIME_GAIN_BITS
+    for v in varying:
+        order = sorted(counted, key=lambda i: abs(points[i][v]))
+        sizes = [abs(points[i][v]) for i in order]
+        for a, scores_a in ranked[:REGIME_PAIRED]:
+            for b, scores_b in table:
+                if b is a:
+                    continue
+                # a below the threshold and b above, and b below and a above
+                for low, high in ((scores_a, scores_b), (scores_b, scores_a)):
+                    below, above = 0.0, sum(high[i] for i in order)
+                    for k in range(1, len(order)):
+                        below += low[order[k - 1]]
+                        above -= high[order[k - 1]]
+                        if sizes[k - 1] == sizes[k]:
+                            continue
+                        total = (below + above) / len(order)
+                        if total < lowest:
+                            lowest = total
+                            pair = (a, b) if low is scores_a else (b, a)
+                            found = (*pair, v, _threshold(sizes[k - 1], sizes[k]))
+    return found
+
+
+def _threshold(below: float, above: float) -> float:
+    """A power of 2 in (below, above], the one nearest their geometric mean."""
+    if below == 0:
+        return math.ldexp(1.0, math.frexp(above)[1] - 1)
+    middle = round((math.log2(below) + math.log2(above)) / 2)
+    for e in (middle, middle + 1, middle - 1):
+        t = math.ldexp(1.0, e)
+        if below < t <= above:
+            return t
+    return above
+
+
+def split_form(low: sympy.Expr, high: sympy.Expr, v: sympy.Symbol, at: float) -> sympy.Expr:
+    """``low`` where ``|v| < at``, else ``high`` (:func:`regime_split`'s result as a
+    formula; NaN inputs take ``high``)."""
+    return sympy.Piecewise((low, sympy.Abs(v) < sympy.Float(at)), (high, True))
 
 
 def float32_score(

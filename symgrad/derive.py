@@ -21,11 +21,14 @@ from symgrad.choose import (
     FLOAT32_EDGE_MANTISSAS,
     FLOAT32_EDGE_STEPS,
     FLOAT64_GAIN_BITS,
+    REGIME_GAIN_BITS,
     edge_points,
     float32_points,
     in_float64,
     more_points,
     reference_values,
+    regime_split,
+    split_form,
     symbol_points,
 )
 from symgrad.choose import measure as measure_error  # (``measure`` is derive's flag)
@@ -460,6 +463,13 @@ def finish(
         else:  # nothing measurable: the formula as written
             best, accuracy = expr, Accuracy(math.nan, math.nan, 0, 0)
             fused_best = best
+        if close and (accuracy.non_finite or accuracy.score > REGIME_GAIN_BITS):
+            at = [*points, *edges(expr)] if edges is not None else list(points)
+            split = _split_by_regime(expr, [expr, *candidates], best, at, more, also)
+            if split is not None:
+                (best, accuracy), low = split, split[0].args[0].expr
+                fused_best = best
+                sources[best] = sources.get(low, expr)
         if record is not None:
             record.append(accuracy)
     if unsplit is not None:
@@ -481,6 +491,36 @@ def finish(
                 finished if shared else _in_float64(fused[-1], expr, at, at64, also, params)[0]
             )
     return finished
+
+
+def _split_by_regime(
+    expr: sympy.Expr,
+    forms: Sequence[sympy.Expr],
+    best: sympy.Expr,
+    points: Sequence[Mapping[sympy.Symbol, float]],
+    more: Sequence[Mapping[sympy.Symbol, float]],
+    fallbacks: Sequence[sympy.Expr],
+) -> tuple[sympy.Expr, Accuracy] | None:
+    """Two of ``forms``, each where the size of one input says
+    (:func:`~symgrad.choose.regime_split`), with its accuracy at ``points``: where that
+    scores :data:`~symgrad.choose.REGIME_GAIN_BITS` better than ``best`` there, and no
+    worse at the ``more`` points; else None."""
+    references = reference_values(expr, points, fallbacks)
+    found = regime_split(expr, forms, points, references)
+    if found is None:
+        return None
+    form = split_form(*found)
+    accuracy = measure_error(form, expr, points, references)
+    if accuracy.score > measure_error(best, expr, points, references).score - REGIME_GAIN_BITS:
+        return None
+    if more:
+        again = reference_values(expr, more, fallbacks)
+        if (
+            measure_error(form, expr, more, again).score
+            > measure_error(best, expr, more, again).score
+        ):
+            return None
+    return form, accuracy
 
 
 def _in_float64(

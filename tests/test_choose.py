@@ -443,3 +443,37 @@ def test_a_widened_form_worse_in_float64_is_not_taken(monkeypatch):
     monkeypatch.setattr(D, "in_float64", lambda *args: wide)
     kept, accuracy = _in_float64(form, form, points32, points64, (), frozenset())
     assert kept == wide and accuracy.points == 4 and accuracy.non_finite == 0
+
+
+def test_two_forms_each_accurate_in_its_own_regime_are_split_by_an_inputs_size():
+    """Herbie's regimes: log(1 + x) keeps no digit below x = 1e-16, its Taylor
+    polynomial x - x**2/2 + x**3/3 none past x = 0.1; no single form of the two is
+    accurate, the pair split at a power of 2 between the sample's sizes is (the choice
+    takes it where that scores REGIME_GAIN_BITS better and no worse on more points)."""
+    import sympy
+
+    from symgrad import functions as F
+    from symgrad.choose import (
+        REGIME_GAIN_BITS,
+        measure,
+        reference_values,
+        regime_split,
+        split_form,
+    )
+
+    x = sympy.Symbol("x", real=True)
+    logged, series = sympy.log(1 + x), x - x**2 / 2 + x**3 / 3
+    points = [{x: 10.0**-k} for k in range(1, 30)] + [{x: 1.5 + k} for k in range(20)]
+    references = reference_values(logged, points, ())
+    found = regime_split(logged, [logged, series], points, references)
+    assert found is not None
+    low, high, v, at = found
+    assert (low, high, v) == (series, logged, x)
+    assert 1e-16 < at < 0.1 and math.log2(at).is_integer()
+    split = measure(split_form(*found), logged, points, references)
+    singles = [measure(f, logged, points, references) for f in (logged, series)]
+    assert split.score <= min(s.score for s in singles) - REGIME_GAIN_BITS
+    assert split.max_bits < 16 < min(s.max_bits for s in singles)
+    # one form accurate everywhere: nothing to split
+    exact_everywhere = F.log1p(x)
+    assert regime_split(logged, [logged, series, exact_everywhere], points, references) is None
