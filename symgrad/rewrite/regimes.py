@@ -609,7 +609,10 @@ def power_difference(
             terms, form = pair
             from symgrad.rewrite.rules import _drop
 
-            return _drop(node, *terms) + form
+            # the other terms may pair too (the mixed second derivative has a power
+            # difference and a power-log difference)
+            rest = _drop(node, *terms)
+            return (power_difference(rest, params, positive) or rest) + form
     return None
 
 
@@ -618,12 +621,17 @@ def _power_pair(groups: list) -> tuple[list[sympy.Expr], sympy.Expr] | None:
     terms it takes and their form."""
     for i, ((a, k), (firsts, c)) in enumerate(groups):
         for (b, k2), (seconds, c2) in groups[i + 1 :]:
-            if k2 != k or sympy.expand(c + c2) != 0:
+            if k2 != k:
+                continue
+            logged = None if sympy.expand(c + c2) == 0 else _log_weights(c, c2, a, b)
+            if logged is None and sympy.expand(c + c2) != 0:
                 continue
             difference = _cancelled_difference(a, b)
             if difference is None:
                 continue
             w = difference / b
+            if logged is not None:
+                return [*firsts, *seconds], _power_log_pair(logged, a, b, k, w)
             c = sympy.factor_terms(c)
             near = c * b**k * expm1(k * log1p(w))
             if not k.is_number:
@@ -647,6 +655,60 @@ def _power_pair(groups: list) -> tuple[list[sympy.Expr], sympy.Expr] | None:
             form = sympy.Piecewise((near, near_one), (far, True))
             return [*firsts, *seconds], form
     return None
+
+
+def _log_of(f: sympy.Expr) -> sympy.Expr | None:
+    """u for a factor log(u) or log1p(u - 1); else None."""
+    if isinstance(f, log):
+        return f.args[0]
+    if isinstance(f, log1p):
+        return f.args[0] + 1
+    return None
+
+
+def _log_form(u: sympy.Expr) -> sympy.Expr:
+    """log(u), as log1p(u - 1) where u is 1 plus a sum (log(x + 1) keeps no digit of a
+    small x)."""
+    one, rest = u.as_coeff_Add()
+    return log1p(rest) if one == 1 and rest != 0 else log(u)
+
+
+def _log_weights(c: sympy.Expr, c2: sympy.Expr, a: sympy.Expr, b: sympy.Expr) -> sympy.Expr | None:
+    """d for cofactors c = d*log(a) and c2 = -d*log(b) (log1p(x) standing for log(x + 1));
+    else None."""
+    for f in Mul.make_args(c):
+        if _log_of(f) != a:
+            continue
+        d = c / f
+        for g in Mul.make_args(c2):
+            if _log_of(g) == b and sympy.expand(d + c2 / g) == 0:
+                return d
+    return None
+
+
+def _power_log_pair(
+    d: sympy.Expr, a: sympy.Expr, b: sympy.Expr, k: sympy.Expr, w: sympy.Expr
+) -> sympy.Expr:
+    """d*(a**k*log(a) - b**k*log(b)) for a = b*(1 + w): the power difference's derivative
+    in its exponent (d/dn of (x + 1)**(1/n) - x**(1/n) is -((x + 1)**(1/n)*log(x + 1) -
+    x**(1/n)*log(x))/n**2, whose terms agree in all their digits past x = 1e16: 0 at
+    x = 1e38, where the value is -2.4e41). With l = log1p(w), a**k = b**k*exp(k*l) and
+    log(a) = log(b) + l, so the difference is a**k*l + b**k*log(b)*expm1(k*l), nothing
+    left to cancel; where k*l > 0, b**k*l - a**k*log(a)*expm1(-k*l) (the larger power
+    and an expm1 in (-1, 0], as :func:`power_difference` mirrors). Near a/b = 1, as there;
+    as written elsewhere."""
+    lw = log1p(w)
+    log_a, log_b = _log_form(a), _log_form(b)
+    forms = (
+        d * (a**k * lw + b**k * log_b * expm1(k * lw)),
+        d * (b**k * lw - a**k * log_a * expm1(-k * lw)),
+    )
+    near = sympy.Piecewise((forms[0], k * lw <= 0), (forms[1], True))
+    near_one = sympy.Abs(w) < sympy.Rational(1, 2)
+    if not k.is_number:
+        near_one = near_one | (sympy.Abs(k * lw) < sympy.Rational(1, 2))
+    far = d * (a**k * log_a - b**k * log_b)
+    return sympy.Piecewise((near, near_one), (far, True))
 
 
 @register("regimes")
