@@ -288,3 +288,35 @@ def test_diff_by_blocks_simplifies_the_quotient_rule_of_one_input():
         bits = bits_of_error(got, want, "float64")
         assert bits <= 3 if bound else bits > 40, (form, got, want)
     assert diff_by_blocks(grad * h * e, h) is None  # no block of h alone but h itself
+
+
+def test_a_split_by_regime_is_taken_only_where_it_scores_better_here_and_on_more_points():
+    """finish's use of choose.regime_split: log(1 + x) (no digit left below x = 1e-16) and
+    its Taylor polynomial (none past x = 0.1), each where the size of x says, where no
+    single form is accurate; not where the chosen form is already as good, and not where
+    the split is worse on the points drawn apart (``more``) than the form it replaces
+    (REGIME_GAIN_BITS better on the choice's points is the first test)."""
+    import math
+
+    from symgrad.derive import _split_by_regime
+    from symgrad.functions import log1p
+
+    x = sympy.Symbol("x", real=True)
+    logged, series = sympy.log(1 + x), x - x**2 / 2 + x**3 / 3
+    points = [{x: 10.0**-k} for k in range(1, 30)] + [{x: 1.5 + k} for k in range(20)]
+    more = [{x: 10.0**-k - 1e-3} for k in range(4, 9)] + [{x: 3.25 + k} for k in range(5)]
+    split = _split_by_regime(logged, [logged, series], logged, points, more, ())
+    assert split is not None
+    form, accuracy = split
+    assert isinstance(form, sympy.Piecewise) and form.args[0].expr == series
+    assert accuracy.max_bits < 16 and not math.isnan(accuracy.score)
+    assert accuracy.points == len(points)
+    # the chosen form is exact: no split scores REGIME_GAIN_BITS better
+    assert _split_by_regime(logged, [logged, series, log1p(x)], log1p(x), points, more, ()) is None
+    # a form with a pole at x = 1e-6, which the sample misses and the more points have:
+    # the split that takes it there loses to the logarithm alone on them
+    pole = series + sympy.Float(1e-300) / (x - sympy.Float(1e-6))
+    sample = [p for p in points if p[x] != 1e-6]
+    at_pole = [{x: 1e-6}] * 3
+    assert _split_by_regime(logged, [logged, pole], logged, sample, (), ()) is not None
+    assert _split_by_regime(logged, [logged, pole], logged, sample, at_pole, ()) is None
