@@ -467,9 +467,11 @@ def finish(
             at = [*points, *edges(expr)] if edges is not None else list(points)
             split = _split_by_regime(expr, [expr, *candidates], best, at, more, also)
             if split is not None:
-                (best, accuracy), low = split, split[0].args[0].expr
-                fused_best = best
-                sources[best] = sources.get(low, expr)
+                # differentiated as the form it replaces would have been: the split's
+                # forms can come from formulas whose derivatives are worse
+                form, accuracy = split
+                sources[form] = sources.get(best, expr)
+                best = fused_best = form
         if record is not None:
             record.append(accuracy)
     if unsplit is not None:
