@@ -7,7 +7,7 @@ Measured as session 53's tables (range ends, mixed second derivatives), each wit
 half before the session's rules (``heldout-before/``, at 9da29eb: session 53's final code
 with its tails' helper no longer shadowed) and after them (``heldout-after/``, at the final
 code); the tuning half whole at 9da29eb (``tuning-before/``; session 53 measured only its
-CI subset with the new points). For each table it prints both readings of the mean (the
+CI subset with the new points) and at the final code (``tuning-after/``, with ``--jobs 2``). For each table it prints both readings of the mean (the
 mean over rows of each row's mean over the points whose exact value is finite, as Herbie
 samples, and over all points, a missed overflow counted as 64 bits), naive autograd's, the
 non-finite results where the exact value is finite, the rows worse than naive, the points
@@ -27,6 +27,7 @@ TABLES = [
     ("heldout", "heldout-before"),
     ("heldout", "heldout-after"),
     ("tuning", "tuning-before"),
+    ("tuning", "tuning-after"),
 ]
 
 
@@ -59,34 +60,35 @@ def line(table: list[tuple]) -> str:
     )
 
 
-def same_points(dtype: str) -> None:
-    """Both held-out means over the rows with as many points before as after."""
+def same_points(half: str, dtype: str) -> None:
+    """Both means of a half over the rows with as many points before as after."""
     tables = {
-        when: {(r.function, r.quantity): (r, f) for r, _, f in load(HERE / when / name)}
-        for when in ("heldout-before", "heldout-after")
-        if (HERE / when / (name := f"rows-heldout-{dtype}.jsonl")).exists()
+        when: {(r.function, r.quantity): (r, f) for r, _, f in load(HERE / folder / name)}
+        for when, folder in (("before", f"{half}-before"), ("after", f"{half}-after"))
+        if (HERE / folder / (name := f"rows-{half}-{dtype}.jsonl")).exists()
     }
     if len(tables) < 2:
         return
     keys = [
         k
-        for k, (r, f) in tables["heldout-before"].items()
-        if r.ok and f and f["mean"] is not None and k in tables["heldout-after"]
-        and tables["heldout-after"][k][0].points == r.points
-        and tables["heldout-after"][k][1] and tables["heldout-after"][k][1]["mean"] is not None
+        for k, (r, f) in tables["before"].items()
+        if r.ok and f and f["mean"] is not None and k in tables["after"]
+        and tables["after"][k][0].points == r.points
+        and tables["after"][k][1] and tables["after"][k][1]["mean"] is not None
     ]  # fmt: skip
     for when, table in tables.items():
         finite = sum(table[k][1]["mean"] for k in keys) / len(keys)
         every = sum(table[k][0].symgrad_mean_bits for k in keys) / len(keys)
         print(
-            f"{dtype} {when:14s}: the {len(keys)} rows with the same points: "
+            f"{half:7s} {dtype} {when:6s}: the {len(keys)} rows with the same points: "
             f"finite-exact {finite:.3f}  all points {every:.3f}"
         )
 
 
 def main() -> None:
-    for dtype in ("float64", "float32"):
-        same_points(dtype)
+    for half in ("heldout", "tuning"):
+        for dtype in ("float64", "float32"):
+            same_points(half, dtype)
     for half, when in TABLES:
         for dtype in ("float64", "float32"):
             path = HERE / when / f"rows-{half}-{dtype}.jsonl"
