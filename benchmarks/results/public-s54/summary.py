@@ -7,7 +7,10 @@ Measured as session 53's tables (range ends, mixed second derivatives), each wit
 half before the session's rules (``heldout-before/``, at 9da29eb: session 53's final code
 with its tails' helper no longer shadowed) and after them (``heldout-after/``, at the final
 code); the tuning half whole at 9da29eb (``tuning-before/``; session 53 measured only its
-CI subset with the new points) and at the final code (``tuning-after/``, with ``--jobs 2``). For each table it prints both readings of the mean (the
+CI subset with the new points) and, float64 only, at e113a58
+(``tuning-after/``, with ``--jobs 2``; the float32 run was stopped for time). The last
+commit (the regime split's worst-point guard) came after both "after" runs: it only
+takes splits back, none of the held-out rows' (their worst points are within 8 bits). For each table it prints both readings of the mean (the
 mean over rows of each row's mean over the points whose exact value is finite, as Herbie
 samples, and over all points, a missed overflow counted as 64 bits), naive autograd's, the
 non-finite results where the exact value is finite, the rows worse than naive, the points
