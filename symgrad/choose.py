@@ -212,16 +212,14 @@ def _point_scores(
 ) -> list[float | None]:
     """The choice's score of ``expr`` at each point (see :func:`measure`); None where the
     point does not count (the exact value unknown, or overflowing)."""
-    return [
-        result
-        if result is None
-        else None
-        if isinstance(result, str)
-        else NON_FINITE_BITS
-        if result[1] or result[2]
-        else result[0]
-        for result in _scored(expr, reference_expr, points, references)
-    ]
+    scores: list[float | None] = []
+    for result in _scored(expr, reference_expr, points, references):
+        if result is None or isinstance(result, str):
+            scores.append(None)
+        else:
+            bits, bad64, bad32 = result
+            scores.append(NON_FINITE_BITS if bad64 or bad32 else bits)
+    return scores
 
 
 def regime_split(
@@ -229,7 +227,7 @@ def regime_split(
     candidates: Sequence[sympy.Expr],
     points: Sequence[Mapping[sympy.Symbol, float]],
     references: Sequence[float | None],
-) -> tuple[sympy.Expr, sympy.Expr, sympy.Expr, sympy.Basic] | None:
+) -> tuple[sympy.Expr, sympy.Expr, sympy.Symbol, float] | None:
     """Herbie's regimes for two forms: the pair of ``candidates`` and the threshold on the
     size of one input that, with one form below it and the other at or above it, has the
     lowest mean score at ``points`` (see :func:`measure`), as (low form, high form, input,
