@@ -65,6 +65,14 @@ def common_subexpressions(
     The reciprocal of an input is never shared: ``t = 1/k`` is inf for a subnormal k
     (below 5.6e-309), where ``y/k`` is not (0 at y = 0); it costs the same division in
     each product that takes it back.
+
+    Nor is a product shared into a product with a power whose exponent varies: the
+    printers multiply that power first (:func:`~symgrad.functions.varying_power`), 0 or
+    inf long before the other factors are, and a shared part of the others is computed
+    before it. In the second derivative of ``(x + 1)**(1/n) - x**(1/n)``, ``t = (1 -
+    1/n)/n``, shared by ``x**(1/n - 2)*t`` and ``(x + 1)**(1/n - 2)*t``, is -inf at n =
+    -1e-228 where both powers are 0 (NaN); put back, each product is ``x**(1/n - 2) / n
+    * (1 - 1/n)``, 0. The price is a multiplication per product that takes it back.
     """
     exprs, halves = _powers_halved_beside_exp(exprs, temps)
     replacements, reduced = sympy.cse([*exprs, *halves.values()], symbols=temps)
@@ -72,6 +80,7 @@ def common_subexpressions(
         reduced, values = reduced[: len(exprs)], reduced[len(exprs) :]
         replacements = _in_dependency_order([*replacements, *zip(halves, values)])
     replacements, reduced = _unshare_reciprocals(replacements, reduced)
+    replacements, reduced = _unshare_beside_varying_powers(replacements, reduced)
     replacements, reduced = _unshare_spread_powers(replacements, reduced, temps)
     replacements, reduced = _halves_from_roots(replacements, reduced, temps)
     return _signed(*_name_spread_bases(replacements, reduced, temps))
@@ -138,6 +147,46 @@ def _unshare_reciprocals(replacements, reduced):
         else:
             kept.append((temp, value))
     return kept, [e.xreplace(inlined) for e in reduced]
+
+
+def _unshare_beside_varying_powers(replacements, reduced):
+    """See :func:`common_subexpressions`: each temporary that is a product of two
+    tensors or more, none a power whose exponent varies, put back as factors into the
+    products that have such a power (directly, or as a temporary whose value is one);
+    kept for its other uses, and dropped where none is left."""
+    values = dict(replacements)
+    sweeping = {t for t, v in replacements if varying_power(v)}
+    shared = {
+        t
+        for t, v in replacements
+        if isinstance(v, sympy.Mul)
+        and sum(not f.is_number for f in v.args) >= 2
+        and not any(varying_power(f) or f in sweeping for f in v.args)
+    }
+    if not shared:
+        return replacements, reduced
+
+    def product(node: sympy.Expr) -> sympy.Expr:
+        if not isinstance(node, sympy.Mul):
+            return node
+        if not any(varying_power(f) or f in sweeping for f in node.args):
+            return node
+        if not any(f in shared for f in node.args):
+            return node
+        # (again: a shared product's value may hold another, g*t with t = (1 - 1/n)/n)
+        return product(sympy.Mul(*(values[f] if f in shared else f for f in node.args)))
+
+    def inline(expr: sympy.Expr) -> sympy.Expr:
+        return expr.replace(lambda e: isinstance(e, sympy.Mul), product)
+
+    kept = [(t, inline(v)) for t, v in replacements]
+    reduced = [inline(e) for e in reduced]
+    while True:  # a shared product no longer read (nor what only it read) goes
+        read = set().union(*(v.free_symbols for _, v in kept), *(e.free_symbols for e in reduced))
+        unread = [(t, v) for t, v in kept if t in shared and t not in read]
+        if not unread:
+            return kept, reduced
+        kept = [pair for pair in kept if pair not in unread]
 
 
 def _spread_exponent(e: sympy.Expr) -> bool:

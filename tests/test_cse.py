@@ -311,3 +311,27 @@ def test_a_power_whose_exponent_varies_comes_first_in_its_product():
         assert values[0] == 0.0, code
     model = call(evaluator(alone, [n, x]), [point[n], point[x]], np.float64)
     assert model == 0.0
+
+
+def test_a_product_shared_beside_a_varying_power_goes_back_into_its_products():
+    """(1 - 1/n)/n, shared by x**(1/n - 2)*c and (x + 1)**(1/n - 2)*c (the power-difference
+    form of NMSE 3.4.6's second derivative), is -inf at n = -1e-228 where both powers are
+    0: shared, each product is NaN; put back, each multiplies its power first (0), in the
+    code and in its model. Elsewhere the product stays shared."""
+    n = sympy.Symbol("n", real=True)
+    c = (1 - 1 / n) / n
+    p = 1 / n - 2
+    exprs = [x**p * c * sympy.exp(x / 4), (x + 1) ** p * c * g, c * g * x]
+    replacements, reduced = common_subexpressions(exprs, _temps())
+    values = _values(replacements)
+    shared = [t for t, v in values.items() if v == c]
+    assert shared, replacements  # still shared by c*g*x
+    assert not any(e.has(shared[0]) for e in reduced[:2]), reduced
+    assert [e.xreplace(values) for e in reduced] == exprs
+    point = {x: 30.0, n: -1.0572790548467556e-228, g: 3.0}
+    code, results = _run_torch(exprs[:2], point, torch.float64)
+    assert results == [0.0, 0.0], code
+    for expr in exprs[:2]:
+        symbols = sorted(expr.free_symbols, key=lambda s: s.name)
+        model = call(evaluator(expr, symbols), [point[s] for s in symbols], np.float64)
+        assert model == 0.0, expr
