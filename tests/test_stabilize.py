@@ -1547,6 +1547,23 @@ def test_power_log_difference_of_the_derivative_in_the_exponent():
         assert run_torch(paired, at) == pytest.approx(exact, rel=1e-12, abs=0), at
 
 
+def test_power_log_difference_with_a_power_of_the_logarithms():
+    """The second derivative in the exponent: d*(a**k*log(a)**2 - b**k*log(b)**2) is
+    d*(a**k*l*(log(a) + log(b)) + b**k*log(b)**2*expm1(k*l)), l = log1p(w); as written,
+    the terms of d2/dk2 of (x + 1)**k - x**k agree in all their digits at x = 1e20, and
+    float64 keeps none (for k*l of either sign)."""
+    from symgrad.rewrite.regimes import split_regimes
+
+    k = sympy.Symbol("k", real=True)
+    second = sympy.diff((x + 1) ** k - x**k, k, 2)
+    stable = split_regimes(stabilize(second))
+    assert stable.has(F.expm1)
+    for at in ({"x": 1e20, "k": 0.5}, {"x": 1e12, "k": -3.0}, {"x": 3.0, "k": 0.25}):
+        exact = mp_exact(second, {x: at["x"], k: at["k"]})
+        assert run_torch(stable, at) == pytest.approx(exact, rel=1e-12, abs=0), at
+    assert run_torch(second, {"x": 1e20, "k": 0.5}) == 0  # as written: nothing left
+
+
 def test_power_difference_needs_a_shared_term_and_equal_coefficients():
     from symgrad.rewrite.regimes import power_difference
 

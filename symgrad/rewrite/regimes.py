@@ -673,41 +673,56 @@ def _log_form(u: sympy.Expr) -> sympy.Expr:
     return log1p(rest) if one == 1 and rest != 0 else log(u)
 
 
-def _log_weights(c: sympy.Expr, c2: sympy.Expr, a: sympy.Expr, b: sympy.Expr) -> sympy.Expr | None:
-    """d for cofactors c = d*log(a) and c2 = -d*log(b) (log1p(x) standing for log(x + 1));
-    else None."""
-    for f in Mul.make_args(c):
-        if _log_of(f) != a:
-            continue
-        d = c / f
-        for g in Mul.make_args(c2):
-            if _log_of(g) == b and sympy.expand(d + c2 / g) == 0:
-                return d
-    return None
+def _log_weights(
+    c: sympy.Expr, c2: sympy.Expr, a: sympy.Expr, b: sympy.Expr
+) -> tuple[sympy.Expr, int] | None:
+    """(d, m) for cofactors c = d*log(a)**m and c2 = -d*log(b)**m, m >= 1 (log1p(x)
+    standing for log(x + 1), and log(x + 1)*log1p(x) for log(x + 1)**2); else None."""
+
+    def logs(c: sympy.Expr, u: sympy.Expr) -> tuple[sympy.Expr, int]:
+        """c without its factors log(u) (as powers), and their multiplicity."""
+        m, rest = 0, []
+        for f in Mul.make_args(c):
+            base, e = f.as_base_exp()
+            if _log_of(base) == u and e.is_Integer and e > 0:
+                m += int(e)
+            else:
+                rest.append(f)
+        return Mul(*rest), m
+
+    d, m = logs(c, a)
+    d2, m2 = logs(c2, b)
+    if m == 0 or m2 != m or sympy.expand(d + d2) != 0:
+        return None
+    return d, m
 
 
 def _power_log_pair(
-    d: sympy.Expr, a: sympy.Expr, b: sympy.Expr, k: sympy.Expr, w: sympy.Expr
+    logged: tuple[sympy.Expr, int], a: sympy.Expr, b: sympy.Expr, k: sympy.Expr, w: sympy.Expr
 ) -> sympy.Expr:
-    """d*(a**k*log(a) - b**k*log(b)) for a = b*(1 + w): the power difference's derivative
-    in its exponent (d/dn of (x + 1)**(1/n) - x**(1/n) is -((x + 1)**(1/n)*log(x + 1) -
-    x**(1/n)*log(x))/n**2, whose terms agree in all their digits past x = 1e16: 0 at
-    x = 1e38, where the value is -2.4e41). With l = log1p(w), a**k = b**k*exp(k*l) and
-    log(a) = log(b) + l, so the difference is a**k*l + b**k*log(b)*expm1(k*l), nothing
-    left to cancel; where k*l > 0, b**k*l - a**k*log(a)*expm1(-k*l) (the larger power
-    and an expm1 in (-1, 0], as :func:`power_difference` mirrors). Near a/b = 1, as there;
-    as written elsewhere."""
+    """d*(a**k*log(a)**m - b**k*log(b)**m) for a = b*(1 + w), ``logged`` = (d, m): the
+    power difference's derivatives in its exponent (d/dn of (x + 1)**(1/n) - x**(1/n) is
+    -((x + 1)**(1/n)*log(x + 1) - x**(1/n)*log(x))/n**2, whose terms agree in all their
+    digits past x = 1e16: 0 at x = 1e38, where the value is -2.4e41; d2/dn2 has the
+    squares of the logarithms). With l = log1p(w), a**k = b**k*exp(k*l) and log(a) =
+    log(b) + l, so log(a)**m - log(b)**m is l*S, S = the sum of log(a)**j*log(b)**(m-1-j),
+    and the difference is a**k*l*S + b**k*log(b)**m*expm1(k*l), nothing left to cancel
+    (for m = 1: a**k*l + b**k*log(b)*expm1(k*l)); where k*l > 0, b**k*l*S -
+    a**k*log(a)**m*expm1(-k*l) (the larger power and an expm1 in (-1, 0], as
+    :func:`power_difference` mirrors). Near a/b = 1, as there; as written elsewhere."""
+    d, m = logged
     lw = log1p(w)
     log_a, log_b = _log_form(a), _log_form(b)
+    sum_ = Add(*(log_a**j * log_b ** (m - 1 - j) for j in range(m)))
     forms = (
-        d * (a**k * lw + b**k * log_b * expm1(k * lw)),
-        d * (b**k * lw - a**k * log_a * expm1(-k * lw)),
+        d * (a**k * lw * sum_ + b**k * log_b**m * expm1(k * lw)),
+        d * (b**k * lw * sum_ - a**k * log_a**m * expm1(-k * lw)),
     )
     near = sympy.Piecewise((forms[0], k * lw <= 0), (forms[1], True))
     near_one = sympy.Abs(w) < sympy.Rational(1, 2)
     if not k.is_number:
         near_one = near_one | (sympy.Abs(k * lw) < sympy.Rational(1, 2))
-    far = d * (a**k * log_a - b**k * log_b)
+    far = d * (a**k * log_a**m - b**k * log_b**m)
     return sympy.Piecewise((near, near_one), (far, True))
 
 
