@@ -534,6 +534,8 @@ PHASE_CASES: dict[str, dict[str, Case]] = {
         "cancelled_arguments": Case(sympy.sqrt(F.expm1(2 * x) / F.expm1(x))),
         # exp(x) overflows from x = 710 where sqrt(exp(x) + 1) does not (see its test)
         "exp_powers_factored": Case(sympy.sqrt(sympy.exp(x) + 1)),
+        # 2*pi*x overflows at x = 1e308 where (2*pi*x)**((1 - y)/2) does not (see its test)
+        "number_factor_apart": Case((2 * sympy.pi * x) ** ((1 - y) / 2)),
     },
     "tails": {
         # z**2 overflows at -1e200 before it meets sigmoid(z) = 0: NaN
@@ -626,6 +628,25 @@ def test_every_rewrite_fires_on_its_case(name, rewrite, monkeypatch):
         assert not (math.isfinite(bad) and bad == pytest.approx(exact, rel=1e-6, abs=1e-300))
         good = run_torch(after, case.at)
         assert good == pytest.approx(exact, rel=1e-12, abs=1e-300), (after, good, exact)
+
+
+def test_a_number_factor_of_a_base_is_taken_apart_where_it_overflows():
+    """Migdal et al.'s equation (51), (2*pi*n)**((1 - k)/2)/sqrt(k) (the tuning half):
+    2*pi*n is inf at n = 1e308, where the value at k = 1/2 is 2.6e77, and its derivative
+    in k has log(2*pi*n). Apart, (2*pi)**e*n**e and log(2*pi) + log(n), where |n| >= 1;
+    as written below 1, where (2*pi)**e and n**e grow against each other (n = 0.5, k =
+    1e4: 0*inf)."""
+    k, n = sympy.symbols("k n", real=True)
+    written = (2 * sympy.pi * n) ** ((1 - k) / 2) / sympy.sqrt(k)
+    for formula in (written, sympy.diff(written, k)):
+        apart = regimes.number_factor_apart(formula)
+        assert apart is not None and isinstance(apart, sympy.Piecewise)
+        for at in ({"n": 1e308, "k": 0.5}, {"n": 0.5, "k": 1e4}, {"n": 3.0, "k": 2.5}):
+            exact = mp_exact(formula, {n: at["n"], k: at["k"]})
+            assert run_torch(apart, at) == pytest.approx(exact, rel=1e-13, abs=0), (at, formula)
+        assert not math.isfinite(run_torch(formula, {"n": 1e308, "k": 0.5}))
+    assert regimes.number_factor_apart((n + 1) ** k) is None  # no number factor
+    assert regimes.number_factor_apart((-2 * n) ** k) is None  # (-2)**k is NaN
 
 
 def test_softplus_at_1000_prints_and_evaluates():

@@ -2917,6 +2917,59 @@ def cancelled_arguments(expr: sympy.Expr) -> sympy.Expr | None:
     return stabilize(new)
 
 
+@register("candidates")
+def number_factor_apart(expr: sympy.Expr) -> sympy.Expr | None:
+    """(c*u)**e -> c**e*u**e and log(c*u) -> log(c) + log(u) for a number c > 0 (not 1)
+    and an exponent that is not a number (Herbie's unpow-prod-down and log-prod), where
+    |u| >= 1 for c > 1 (|u| <= 1 for c < 1): c*u overflows before the power or the
+    logarithm brings it back. Migdal et al.'s equation (51), (2*pi*n)**((1 - k)/2)/sqrt(k),
+    is inf at n = 1e308, k = 1/2, where the value is 2.6e77, and its derivative in k has
+    log(2*pi*n). Where u is on the other side of 1, c**e and u**e grow against each
+    other (inf*0 at n = 0.5, k = 1e4) and log(c) + log(u) cancels near c*u = 1: as
+    written there. One condition for the whole formula where all its parts have the same
+    u (else one each). A candidate beside the formula (one power and one rounding more):
+    the choice measures both. ``None`` where there is no such power or logarithm."""
+
+    def parts(base: sympy.Expr) -> tuple[sympy.Expr, sympy.Expr] | None:
+        if not isinstance(base, Mul):
+            return None
+        c, u = base.as_coeff_Mul()
+        number = Mul(*[f for f in Mul.make_args(u) if f.is_number])
+        c, u = c * number, u / number
+        if not (c.is_number and c.is_positive and c != 1 and u.free_symbols):
+            return None
+        return c, u
+
+    def takes(node: sympy.Basic) -> bool:
+        if isinstance(node, Pow):
+            return not node.exp.is_number and parts(node.base) is not None
+        return isinstance(node, log) and parts(node.args[0]) is not None
+
+    def same_side(c: sympy.Expr, u: sympy.Expr) -> sympy.Boolean:
+        return sympy.Abs(u) >= 1 if c > 1 else sympy.Abs(u) <= 1
+
+    def apart(node: sympy.Expr) -> sympy.Expr:
+        if isinstance(node, Pow):
+            c, u = parts(node.base)
+            return Mul(Pow(c, node.exp), Pow(u, node.exp), evaluate=False)
+        c, u = parts(node.args[0])
+        return Add(log(c), log(u), evaluate=False)
+
+    nodes = [n for n in sympy.preorder_traversal(expr) if takes(n)]
+    if not nodes:
+        return None
+    sides = {same_side(*parts(n.base if isinstance(n, Pow) else n.args[0])) for n in nodes}
+    if len(sides) == 1:
+        (side,) = sides
+        return sympy.Piecewise((expr.replace(takes, apart), side), (expr, True))
+    return expr.replace(
+        takes,
+        lambda n: sympy.Piecewise(
+            (apart(n), same_side(*parts(n.base if isinstance(n, Pow) else n.args[0]))), (n, True)
+        ),
+    )
+
+
 @register("tails")
 def guard_tails(expr: sympy.Expr) -> sympy.Expr:
     """q(x) * sigmoid(p(x)) -> Piecewise((0, p(x) < -800), (q(x) * sigmoid(p(x)), True))
