@@ -1350,11 +1350,67 @@ def real_diff(expr: sympy.Expr, wrt: sympy.Symbol) -> sympy.Expr:
     it cannot prove ``u`` real (``1 - b**2/a**2`` is ``zoo`` at ``a = 0``). Every input is
     real, so ``|u|' = sign(u)*u'``, and sign has derivative 0 (PyTorch's convention, and the
     value almost everywhere).
+
+    In a branch of a Piecewise whose conditions (its own, and the earlier ones false) fix
+    the sign of ``u``, ``|u|`` is ``u`` (or ``-u``) first (:func:`_branch_signs`): the
+    branch's derivative is then its own at the branch's edge too. The Lambert W Newton
+    step, ``wj - (wj*exp(wj) - x)/(exp(wj) + wj*exp(wj))``, is chosen as branches on the
+    sign of wj in ``exp(-|wj|)``; differentiated as written, ``sign(wj)`` is 0 at wj = 0
+    and the gradient there -0.5, not -1.
     """
+    if expr.has(sympy.Piecewise) and expr.has(sympy.Abs):
+        expr = expr.replace(lambda e: isinstance(e, sympy.Piecewise), _branch_signs)
     result = sympy.diff(expr, wrt)
     if result.has(sympy.Derivative):
         result = result.replace(lambda e: isinstance(e, sympy.Derivative), _real_derivative)
     return result
+
+
+def _branch_signs(pw: sympy.Piecewise) -> sympy.Piecewise:
+    """``pw`` with ``|u|`` written ``u`` (or ``-u``) in each branch whose conditions fix
+    the sign of ``u`` (see :func:`real_diff`): the branch's own condition, and the
+    earlier ones' negations (a later branch is taken where they are false)."""
+    args, earlier = [], []
+    for value, cond in pw.args:
+        signs: dict[sympy.Expr, int] = {}
+        _sign_facts(cond, True, signs)
+        for previous in earlier:
+            _sign_facts(previous, False, signs)
+        if signs:
+            value = value.xreplace(
+                {
+                    a: signs[a.args[0]] * a.args[0]
+                    for a in value.atoms(sympy.Abs)
+                    if a.args[0] in signs
+                }
+            )
+        args.append((value, cond))
+        earlier.append(cond)
+    return sympy.Piecewise(*args)
+
+
+def _sign_facts(cond: sympy.Basic, holds: bool, signs: dict[sympy.Expr, int]) -> None:
+    """Into ``signs``: u -> 1 where ``cond`` (or, for ``holds`` False, its negation)
+    makes u >= 0, -1 where it makes u <= 0; for u compared with a number, conjunctions
+    of such (a disjunction that is false: each part false)."""
+    if isinstance(cond, sympy.And if holds else sympy.Or):
+        for part in cond.args:
+            _sign_facts(part, holds, signs)
+        return
+    if not isinstance(cond, sympy.core.relational.Relational):
+        return
+    if not holds:
+        cond = cond.negated
+    lhs, rhs = cond.lhs, cond.rhs
+    if lhs.is_number and not rhs.is_number:
+        cond = cond.reversed
+        lhs, rhs = cond.lhs, cond.rhs
+    if not rhs.is_number or lhs.is_number or not rhs.is_extended_real:
+        return
+    if isinstance(cond, (sympy.GreaterThan, sympy.StrictGreaterThan)) and rhs >= 0:
+        signs.setdefault(lhs, 1)
+    elif isinstance(cond, (sympy.LessThan, sympy.StrictLessThan)) and rhs <= 0:
+        signs.setdefault(lhs, -1)
 
 
 def _real_derivative(d: sympy.Derivative) -> sympy.Expr:

@@ -102,6 +102,31 @@ def test_abs_of_what_sympy_cannot_prove_real_is_differentiated():
     assert real_diff(sympy.sign(u) * x, x) == sympy.sign(u)
 
 
+def test_abs_in_a_branch_that_fixes_its_sign_is_differentiated_as_that_branch():
+    """The Lambert W Newton step (tuning half), wj - (wj*exp(wj) - x)/(exp(wj) +
+    wj*exp(wj)), is chosen as branches on wj's sign with exp(-|wj|) in them. As written,
+    the derivative of |wj| is sign(wj), 0 at wj = 0: the gradient there was -0.5, not -1
+    (and d2/(dwj dx) -1, not -2). In the branch wj >= 0, |wj| is wj; in the one after it
+    (wj < 0), -wj."""
+    wj = sympy.Symbol("wj", real=True)
+    t = sympy.exp(-sympy.Abs(wj))
+    chosen = sympy.Piecewise(
+        (wj**2 / (wj + 1), wj > 745),
+        ((t * x + wj**2) / (wj + 1), wj >= 0),
+        ((t * wj**2 + x) / (t * (wj + 1)), True),
+    )
+    written = wj - (wj * sympy.exp(wj) - x) / (sympy.exp(wj) + wj * sympy.exp(wj))
+    for at in ({wj: 0, x: sympy.Rational(1, 2)}, {wj: -2, x: 3}, {wj: 5, x: 3}):
+        for var in (wj, x):
+            got = real_diff(chosen, wj).subs(at)
+            assert sympy.simplify(got - sympy.diff(written, wj).subs(at)) == 0, (at, got)
+            mixed = real_diff(real_diff(chosen, wj), var).subs(at)
+            assert sympy.simplify(mixed - sympy.diff(written, wj, var).subs(at)) == 0, at
+    # a condition that does not fix the sign leaves |u| as it is
+    loose = real_diff(sympy.Piecewise((sympy.Abs(wj), wj > -1), (0, True)), wj)
+    assert loose.has(sympy.sign)
+
+
 def test_a_function_with_abs_of_a_ratio_derives_to_second_order(tmp_path):
     path = tmp_path / "m.yaml"
     path.write_text(
