@@ -2970,35 +2970,6 @@ def number_factor_apart(expr: sympy.Expr) -> sympy.Expr | None:
     )
 
 
-@register("candidates")
-def power_of_scaled_sum(expr: sympy.Expr) -> sympy.Expr | None:
-    """(c*u + w)**e -> c**e*(u + w/c)**e for a number e (a root, a divisor), c the largest
-    coefficient of the sum's terms in magnitude, above 1: c*u overflows where the power
-    of the sum does not. The optimal throwing angle, atan(v/sqrt(v*v - 2*9.8*H)), is 0 at
-    v = 1/2, H = -1e308 (19.6*H is -inf) where its value is 1.1e-155, and its derivative
-    in v, 49*sqrt(5)*H/(sqrt(5*v**2 - 98*H)*(49*H - 5*v**2)), NaN there. The same
-    operations (a number multiplies another term), c**e a number: a candidate beside the
-    formula, measured. ``None`` where no power of a sum has such a coefficient."""
-
-    def scale(base: sympy.Expr) -> sympy.Expr | None:
-        if not isinstance(base, Add):
-            return None
-        coeffs = [abs(t.as_coeff_Mul()[0]) for t in base.args if t.free_symbols]
-        c = max(coeffs, default=sympy.S.One)
-        return c if c.is_number and c > 1 else None
-
-    def takes(node: sympy.Basic) -> bool:
-        return isinstance(node, Pow) and node.exp.is_number and scale(node.base) is not None
-
-    def scaled(node: sympy.Expr) -> sympy.Expr:
-        c = scale(node.base)
-        inner = Add(*[t / c for t in node.base.args])
-        return Mul(Pow(c, node.exp), Pow(inner, node.exp), evaluate=False)
-
-    new = expr.replace(takes, scaled)
-    return None if new == expr else new
-
-
 @register("tails")
 def guard_tails(expr: sympy.Expr) -> sympy.Expr:
     """q(x) * sigmoid(p(x)) -> Piecewise((0, p(x) < -800), (q(x) * sigmoid(p(x)), True))
