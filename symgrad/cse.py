@@ -156,12 +156,16 @@ def _unshare_beside_varying_powers(replacements, reduced):
     kept for its other uses, and dropped where none is left."""
     values = dict(replacements)
     sweeping = {t for t, v in replacements if varying_power(v)}
+
+    def sweeps(f: sympy.Expr) -> bool:
+        return varying_power(f) or f in sweeping
+
     shared = {
         t
         for t, v in replacements
         if isinstance(v, sympy.Mul)
         and sum(not f.is_number for f in v.args) >= 2
-        and not any(varying_power(f) or f in sweeping for f in v.args)
+        and not any(sweeps(f) for f in v.args)
     }
     if not shared:
         return replacements, reduced
@@ -169,7 +173,7 @@ def _unshare_beside_varying_powers(replacements, reduced):
     def product(node: sympy.Expr) -> sympy.Expr:
         if not isinstance(node, sympy.Mul):
             return node
-        if not any(varying_power(f) or f in sweeping for f in node.args):
+        if not any(sweeps(f) for f in node.args):
             return node
         if not any(f in shared for f in node.args):
             return node
@@ -179,13 +183,18 @@ def _unshare_beside_varying_powers(replacements, reduced):
     def inline(expr: sympy.Expr) -> sympy.Expr:
         return expr.replace(lambda e: isinstance(e, sympy.Mul), product)
 
-    kept = [(t, inline(v)) for t, v in replacements]
     reduced = [inline(e) for e in reduced]
-    while True:  # a shared product no longer read (nor what only it read) goes
+    return _without_unread([(t, inline(v)) for t, v in replacements], reduced, shared), reduced
+
+
+def _without_unread(kept, reduced, droppable):
+    """``kept`` without the temporaries of ``droppable`` that nothing reads any more (nor
+    those of them that only such a temporary read)."""
+    while True:
         read = set().union(*(v.free_symbols for _, v in kept), *(e.free_symbols for e in reduced))
-        unread = [(t, v) for t, v in kept if t in shared and t not in read]
+        unread = [(t, v) for t, v in kept if t in droppable and t not in read]
         if not unread:
-            return kept, reduced
+            return kept
         kept = [pair for pair in kept if pair not in unread]
 
 
@@ -282,12 +291,7 @@ def _taken_back(replacements, reduced, temps, plain, dry=False):
     reduced = [inline(e) for e in reduced]
     # a temporary that every product took back is no longer read (nor, then, what only
     # it read)
-    while True:
-        read = set().union(*(v.free_symbols for _, v in kept), *(e.free_symbols for e in reduced))
-        unread = [(t, v) for t, v in kept if t in powers and t not in read]
-        if not unread:
-            return taken, kept, reduced
-        kept = [pair for pair in kept if pair not in unread]
+    return taken, _without_unread(kept, reduced, powers.keys()), reduced
 
 
 def _halves(e: sympy.Expr) -> bool:

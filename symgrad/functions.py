@@ -1370,12 +1370,13 @@ def _branch_signs(pw: sympy.Piecewise) -> sympy.Piecewise:
     """``pw`` with ``|u|`` written ``u`` (or ``-u``) in each branch whose conditions fix
     the sign of ``u`` (see :func:`real_diff`): the branch's own condition, and the
     earlier ones' negations (a later branch is taken where they are false)."""
-    args, earlier = [], []
+    args = []
+    earlier: dict[sympy.Expr, int] = {}  # what the earlier conditions, all false, say
     for value, cond in pw.args:
         signs: dict[sympy.Expr, int] = {}
         _sign_facts(cond, True, signs)
-        for previous in earlier:
-            _sign_facts(previous, False, signs)
+        for u, sign in earlier.items():
+            signs.setdefault(u, sign)
         if signs:
             value = value.xreplace(
                 {
@@ -1385,7 +1386,7 @@ def _branch_signs(pw: sympy.Piecewise) -> sympy.Piecewise:
                 }
             )
         args.append((value, cond))
-        earlier.append(cond)
+        _sign_facts(cond, False, earlier)
     return sympy.Piecewise(*args)
 
 

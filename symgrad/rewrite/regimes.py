@@ -2930,44 +2930,41 @@ def number_factor_apart(expr: sympy.Expr) -> sympy.Expr | None:
     u (else one each). A candidate beside the formula (one power and one rounding more):
     the choice measures both. ``None`` where there is no such power or logarithm."""
 
-    def parts(base: sympy.Expr) -> tuple[sympy.Expr, sympy.Expr] | None:
+    def parts(node: sympy.Basic) -> tuple[sympy.Expr, sympy.Expr] | None:
+        """(c, u) of a power (c*u)**e with an exponent that is not a number, or of
+        log(c*u); else None."""
+        if isinstance(node, Pow) and not node.exp.is_number:
+            base = node.base
+        elif isinstance(node, log):
+            base = node.args[0]
+        else:
+            return None
         if not isinstance(base, Mul):
             return None
-        c, u = base.as_coeff_Mul()
-        number = Mul(*[f for f in Mul.make_args(u) if f.is_number])
-        c, u = c * number, u / number
-        if not (c.is_number and c.is_positive and c != 1 and u.free_symbols):
-            return None
-        return c, u
+        c, u = base.as_independent(*base.free_symbols, as_Add=False)
+        return (c, u) if c.is_positive and c != 1 and u.free_symbols else None
 
     def takes(node: sympy.Basic) -> bool:
-        if isinstance(node, Pow):
-            return not node.exp.is_number and parts(node.base) is not None
-        return isinstance(node, log) and parts(node.args[0]) is not None
+        return parts(node) is not None
 
-    def same_side(c: sympy.Expr, u: sympy.Expr) -> sympy.Boolean:
+    def same_side(node: sympy.Expr) -> sympy.Boolean:
+        c, u = parts(node)
         return sympy.Abs(u) >= 1 if c > 1 else sympy.Abs(u) <= 1
 
     def apart(node: sympy.Expr) -> sympy.Expr:
+        c, u = parts(node)
         if isinstance(node, Pow):
-            c, u = parts(node.base)
             return Mul(Pow(c, node.exp), Pow(u, node.exp), evaluate=False)
-        c, u = parts(node.args[0])
         return Add(log(c), log(u), evaluate=False)
 
     nodes = [n for n in sympy.preorder_traversal(expr) if takes(n)]
     if not nodes:
         return None
-    sides = {same_side(*parts(n.base if isinstance(n, Pow) else n.args[0])) for n in nodes}
+    sides = {same_side(n) for n in nodes}
     if len(sides) == 1:
         (side,) = sides
         return sympy.Piecewise((expr.replace(takes, apart), side), (expr, True))
-    return expr.replace(
-        takes,
-        lambda n: sympy.Piecewise(
-            (apart(n), same_side(*parts(n.base if isinstance(n, Pow) else n.args[0]))), (n, True)
-        ),
-    )
+    return expr.replace(takes, lambda n: sympy.Piecewise((apart(n), same_side(n)), (n, True)))
 
 
 @register("tails")
