@@ -20,10 +20,8 @@ measured at the same points before and after (the 10 s budget makes a row's poin
 depend on the machine's load), where only the code differs.
 """
 
-import json
+import importlib.util
 from pathlib import Path
-
-from symgrad.report.measure import Row
 
 HERE = Path(__file__).parent
 TABLES = [
@@ -34,34 +32,13 @@ TABLES = [
     ("tuning", "tuning-after"),
 ]
 
-
-def load(path: Path) -> list[tuple]:
-    """(Row, error sources, finite-exact mean) per line of a rows-*.jsonl file."""
-    out = []
-    for line in path.read_text().splitlines():
-        if line.strip():
-            fields = json.loads(line)
-            sources, finite = fields.pop("sources"), fields.pop("finite")
-            fields["samples"] = ()
-            out.append((Row(**fields), sources, finite))
-    return out
-
-
-def line(table: list[tuple]) -> str:
-    split = [(r, s, f) for r, s, f in table if s is not None and r.ok]
-    finite = [f["mean"] for _, _, f in split if f and f["mean"] is not None]
-    naive = [r.naive_mean_bits for r, _, _ in split if r.naive_mean_bits is not None]
-    return (
-        f"rows {len(split):3d} (without numbers {sum(1 for r, _, _ in table if not r.ok)})  "
-        f"finite-exact {sum(finite) / len(finite):.3f}  "
-        f"all points {sum(r.symgrad_mean_bits for r, _, _ in split) / len(split):.3f}  "
-        f"(naive {sum(naive) / len(naive):.3f})  "
-        f"non-finite {sum(r.symgrad_nonfinite for r, _, _ in split)}  "
-        f"(naive {sum(r.naive_nonfinite or 0 for r, _, _ in split)})  "
-        f"worse {sum(1 for r, _, _ in split if r.worse_than_naive)}  "
-        f"missed infinities {sum(f['missed'] for _, _, f in split if f)} of "
-        f"{sum(f['overflows'] for _, _, f in split if f)}"
-    )
+# session 54's reader and summary line (its script reads no file when imported)
+_spec = importlib.util.spec_from_file_location(
+    "s54_summary", HERE.parent / "public-s54" / "summary.py"
+)
+_s54 = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_s54)
+load, line = _s54.load, _s54.line
 
 
 #: the before and after tables of each half that the same-points means compare
