@@ -351,23 +351,29 @@ def _fmt(v: float) -> str:
     return repr(float(v)) if v != int(v) or abs(v) >= 1e16 else str(int(v))
 
 
-def render(formulas: list[Formula], half: str, commits: dict[str, str]) -> str:
+def render(formulas: list[Formula], half: str, commits: dict[str, str], draw: int = 1) -> str:
     tuning = half == "tuning"
+    module = f"public_{half}" if draw == 1 else f"public_{half}{draw}"
+    name = f"{half} half" if draw == 1 else f"{half} half of draw {draw}"
     lines = [
-        f"# Public accuracy corpus, {half} half: FPBench and Herbie benchmark formulas in one or",
+        f"# Public accuracy corpus, {name}: FPBench and Herbie benchmark formulas in one or",
         "# two real arguments, translated to symgrad specs by fpcore_corpus.py (do not edit by",
         "# hand: rerun it). Each function's comments name its source file, its FPCore name and",
         "# its precondition; the domain is the precondition's bounds on single arguments.",
         f"# Sources: FPBench/FPBench@{commits['FPBench']}, herbie-fp/herbie@{commits['Herbie']}.",
         "# The split rule and how this corpus is measured: README.md in this folder.",
     ]
+    if draw != 1:
+        lines.append(
+            f"# Draw {draw}: Herbie's bench/ files that draw 1 (public_tuning/heldout) missed."
+        )
     if tuning:
         lines.append("# Tuning half: rules may be studied and written on these formulas.")
     else:
         lines.append("# HELD-OUT half: measured, never tuned on.")
     lines += [
-        f"module: public_{half}",
-        f"doc: FPBench/Herbie formulas ({half} half) for measuring symgrad's accuracy.",
+        f"module: {module}",
+        f"doc: FPBench/Herbie formulas ({name}) for measuring symgrad's accuracy.",
         "targets: [torch]",
         "order: 2",
         "functions:",
@@ -413,15 +419,18 @@ def _commit(repo: Path) -> str:
     ).stdout.strip()
 
 
-def _files(repo: Path, pattern: str) -> list[tuple[str, str]]:
-    """(path, text) of the files matching ``pattern`` in a checkout or a bare mirror."""
+def _files(repo: Path, wanted) -> list[tuple[str, str]]:
+    """(path, text) of the ``.fpcore`` files whose path (relative, with ``/``) ``wanted``
+    accepts, in a checkout or a bare mirror, sorted by path."""
     if (repo / ".git").exists() or not (repo / "HEAD").exists():
-        return [(str(p.relative_to(repo)), p.read_text()) for p in sorted(repo.glob(pattern))]
+        listing = [p.relative_to(repo).as_posix() for p in repo.rglob("*.fpcore")]
+        paths = sorted(p for p in listing if wanted(p))
+        return [(p, (repo / p).read_text()) for p in paths]
     git = ["git", f"--git-dir={repo}"]
     listing = subprocess.run(
         [*git, "ls-tree", "-r", "--name-only", "HEAD"], capture_output=True, text=True, check=True
     ).stdout.split()
-    paths = sorted(p for p in listing if Path(p).match(pattern))
+    paths = sorted(p for p in listing if p.endswith(".fpcore") and wanted(p))
     return [
         (
             p,
@@ -433,13 +442,19 @@ def _files(repo: Path, pattern: str) -> list[tuple[str, str]]:
     ]
 
 
-def main(fpbench: Path, herbie: Path) -> None:
-    commits = {"FPBench": _commit(fpbench), "Herbie": _commit(herbie)}
-    sources = [("FPBench", p, t) for p, t in _files(fpbench, "benchmarks/*.fpcore")]
-    sources += [("Herbie", p, t) for p, t in _files(herbie, "bench/**/*.fpcore")]
+def _depth(path: str, folder: str) -> int | None:
+    """How many folders below ``folder`` the file ``path`` is (None: not under it)."""
+    if not path.startswith(folder + "/"):
+        return None
+    return path[len(folder) + 1 :].count("/")
+
+
+def _draw(
+    sources: list[tuple[str, str, str]], seen: set[str], skipped: dict[str, int]
+) -> tuple[list[Formula], int]:
+    """The formulas of ``sources`` ((who, path, text)) whose canonical form is not in
+    ``seen`` (which they are added to), in order, and the number of duplicates dropped."""
     formulas: list[Formula] = []
-    skipped: dict[str, int] = {}
-    seen: set[str] = set()
     duplicates = 0
     for who, path, text in sources:
         found, why = read_fpcores(text, f"{who} {path}")
@@ -455,20 +470,58 @@ def main(fpbench: Path, herbie: Path) -> None:
                 continue
             seen.add(key)
             formulas.append(f)
-    taken: set[str] = set()
+    return formulas, duplicates
+
+
+def _split(formulas: list[Formula], taken: set[str]) -> dict[str, list[Formula]]:
+    """Name the formulas (names in ``taken`` are not reused) and split them by the rule."""
     for f in formulas:
         f.spec_name = spec_name(f.fpname, taken)
         taken.add(f.spec_name)
     studied = old_corpus_names()
-    halves = {"tuning": [], "heldout": []}
+    halves: dict[str, list[Formula]] = {"tuning": [], "heldout": []}
     for f in formulas:
         half = "tuning" if f.fpname in studied or not held_out(f.spec_name) else "heldout"
         halves[half].append(f)
+    return halves
+
+
+def main(fpbench: Path, herbie: Path) -> None:
+    commits = {"FPBench": _commit(fpbench), "Herbie": _commit(herbie)}
+    sources = [
+        ("FPBench", p, t) for p, t in _files(fpbench, lambda p: _depth(p, "benchmarks") == 0)
+    ]
+    # Draw 1 took Herbie's bench/<folder>/<file>.fpcore only: its pattern,
+    # ``bench/**/*.fpcore``, was matched with pathlib's ``match``, which reads ``**`` as
+    # one folder. Kept, so that draw 1 reproduces byte for byte.
+    herbie_files = _files(herbie, lambda p: _depth(p, "bench") == 1)
+    sources += [("Herbie", p, t) for p, t in herbie_files]
+    skipped: dict[str, int] = {}
+    seen: set[str] = set()
+    formulas, duplicates = _draw(sources, seen, skipped)
+    taken: set[str] = set()
+    halves = _split(formulas, taken)
     for half, fs in halves.items():
         (HERE / f"public_{half}.yaml").write_text(render(fs, half, commits))
     print(
-        f"{len(formulas)} formulas ({duplicates} duplicates dropped): "
+        f"draw 1: {len(formulas)} formulas ({duplicates} duplicates dropped): "
         f"{len(halves['tuning'])} tuning, {len(halves['heldout'])} held out"
+    )
+    # Draw 2: the Herbie benchmark files that draw 1's pattern missed (bench/*.fpcore and
+    # files three or more folders deep), at the same commit, less draw 1's formulas.
+    drawn = {p for p, _ in herbie_files}
+    rest = [
+        ("Herbie", p, t)
+        for p, t in _files(herbie, lambda p: _depth(p, "bench") is not None)
+        if p not in drawn
+    ]
+    formulas2, duplicates2 = _draw(rest, seen, skipped)
+    halves2 = _split(formulas2, taken)
+    for half, fs in halves2.items():
+        (HERE / f"public_{half}2.yaml").write_text(render(fs, half, commits, draw=2))
+    print(
+        f"draw 2: {len(formulas2)} formulas ({duplicates2} duplicates dropped): "
+        f"{len(halves2['tuning'])} tuning, {len(halves2['heldout'])} held out"
     )
     for why, n in sorted(skipped.items(), key=lambda kv: -kv[1]):
         print(f"  left out: {n:4d} {why}")
