@@ -279,3 +279,16 @@ def test_plot_shows_every_point_the_table_counts(tmp_path):
     symgrad_bits = [py for px, py in ax.collections[0].get_offsets()]
     assert max(symgrad_bits) > 10  # 1e-10 relative is ~19 bits: on the axes, not off them
     plt.close(fig)
+
+
+def test_naive_second_derivative_of_abs_has_numbers(tmp_path):
+    """torch's second derivative of abs is an unmaterialised zero tensor; the row reads it."""
+    pytest.importorskip("torch")
+    path = tmp_path / "f.yaml"
+    path.write_text(
+        "module: m\nfunctions:\n  f:\n    inputs: {a: {}, b: {}}\n    output: Abs(a - b)/2\n"
+    )
+    rows = acc.measure_spec(load_spec(path), "float64", points=8, seed=1, budget=None)
+    second = _row(rows, "f", "d2 out/d a2")
+    assert second.ok, second.error
+    assert second.naive_mean_bits == 0.0 and second.naive_nonfinite == 0

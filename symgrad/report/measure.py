@@ -328,7 +328,10 @@ def torch_values(
                     t = firsts[key]
                     if q.kind == "second":
                         t = _grad(t, values[q.partner or q.input], False)
-                result[q.label] = t.detach().to("cpu", torch.float64).reshape(-1).tolist()
+                # clone: autograd may give an unmaterialised zero tensor (abs's second
+                # derivative), which has no storage to read.
+                t = t.detach().to("cpu", torch.float64).clone()
+                result[q.label] = t.reshape(-1).tolist()
             except Exception as exc:  # noqa: BLE001 - reported in the row
                 result[q.label] = f"{type(exc).__name__}: {exc}"
     return result
