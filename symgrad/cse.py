@@ -205,12 +205,15 @@ def _spread_exponent(e: sympy.Expr) -> bool:
 
 
 def _spread(value: sympy.Expr) -> bool:
-    """``value`` is a power that a product spreads out (x**2, (1 + t)**-3, t**-1.5), one
-    dividing a number (8 / t**3), or a product that is spread out itself (a * b**-2)."""
+    """``value`` is a power that a product spreads out (x**2, (1 + t)**-3, t**-1.5), a
+    number times one (8 / t**3, 4*y**3), or a product that is spread out itself (a *
+    b**-2)."""
     if isinstance(value, sympy.Mul):
         coeff, rest = value.as_coeff_Mul()
-        if coeff != 1 and isinstance(rest, sympy.Pow) and rest.exp.is_negative:
-            return _spread(rest)  # 8 / t**3: the products divide by t three times
+        if coeff != 1 and isinstance(rest, sympy.Pow):
+            # 8 / t**3: the products divide by t three times; 4*y**3 in -4*y**3/t**3 is
+            # (y/t)**3 * -4, where y**3 overflows first (y = 1e250, t = y*x + 2)
+            return _spread(rest)
         return interleaved_product(value, roots=True) is not None
     return isinstance(value, sympy.Pow) and _spread_exponent(value.exp) and not value.base.is_number
 

@@ -90,6 +90,20 @@ def test_a_number_over_a_shared_power_stays_in_each_product():
     )
 
 
+def test_a_number_times_a_shared_power_stays_in_each_product():
+    """4*y**3 shared by -4*y**3/t**3 and -4*y**3/(v*x)**3 (the two branches of a
+    second derivative of x - y/(1 + x*y/2), t = x*y + 2): as a temporary it is inf at y
+    = 1e250, where each product is (y/t)**3 * -4, about -4/x**3."""
+    t, v, y = sympy.symbols("t v y", real=True)
+    exprs = [-4 * y**3 * t**-3, -4 * y**3 * (v * x) ** -3]
+    replacements, _ = common_subexpressions(exprs, _temps())
+    assert all(not value.has(y**3) for _, value in replacements), replacements
+    point = {t: 2e252, v: 1e250, x: 100.0, y: 1e250}
+    code, results = _run_torch(exprs, point, torch.float64)
+    for expr, result in zip(exprs, results, strict=True):
+        assert result == pytest.approx(float(expr.subs(point)), rel=1e-14), code
+
+
 def test_a_power_read_by_a_sum_stays_shared_there():
     exprs = [a * s**-2 * (s + 1), s**-2 + b]
     replacements, reduced = common_subexpressions(exprs, _temps())

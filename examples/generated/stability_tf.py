@@ -470,17 +470,14 @@ def gelu(x: tf.Tensor) -> tf.Tensor:
                       |      ____                2          |
                       \  2*\/ pi                            /
 
-                         /                       2
-                         |                     -x
-                         |                     ----
-                         |  ___      /     2\   2
-                         |\/ 2 *grad*\2 - x /*e
-        d grad_x / d x = <-------------------------  for |x| < 40.0
-                         |            ____
-                         |        2*\/ pi
-                         |
-                         |            0                otherwise
-                         \
+                              /              2             2 \
+                              |            -x            -x  |
+                              |            ----          ----|
+                              |    ___  2   2       ___   2  |
+                              |  \/ 2 *x *e       \/ 2 *e    |
+        d grad_x / d x = grad*|- -------------- + -----------|
+                              |         ____          ____   |
+                              \     2*\/ pi         \/ pi    /
 
                                        2
                                      -x                 /  ___  \
@@ -495,7 +492,7 @@ def gelu(x: tf.Tensor) -> tf.Tensor:
 
         out: 0.1 bits mean, 10 max over 77 points
         grad_x, d grad_x / d grad: 0.0 bits mean, 2 max over 75 points
-        d grad_x / d x: 0.1 bits mean, 1 max over 73 points
+        d grad_x / d x: 0.5 bits mean, 1 max over 121 points
     """
 
     @tf.custom_gradient
@@ -524,12 +521,11 @@ def _gelu_grad_x(x, grad):
         )
 
         def backward(grad_grad_x):
-            t0 = tf.math.square(x)
-            x_bar = grad_grad_x * tf.where(
-                tf.math.abs(x) < 40.0,
-                0.3989422804014327 * grad * (2 - t0) * tf.math.exp(-t0 / 2),
-                tf.constant(0.0, grad.dtype),
-            )
+            t0 = math.sqrt(2)
+            t1 = 1 / math.sqrt(math.pi)
+            t2 = tf.math.square(x) / 2
+            t3 = tf.math.exp(-t2)
+            x_bar = grad * grad_grad_x * (-0.5 * x * t0 * t1 * t3 * x + t0 * t1 * t3)
             t0 = 0.7071067811865476 * x
             grad_bar = grad_grad_x * (
                 t0 * tf.math.exp(-tf.math.square(x) / 2) / math.sqrt(math.pi)
