@@ -536,6 +536,8 @@ PHASE_CASES: dict[str, dict[str, Case]] = {
         "exp_powers_factored": Case(sympy.sqrt(sympy.exp(x) + 1)),
         # 2*pi*x overflows at x = 1e308 where (2*pi*x)**((1 - y)/2) does not (see its test)
         "number_factor_apart": Case((2 * sympy.pi * x) ** ((1 - y) / 2)),
+        # 9*x overflows at x = 1e308 where (x - 1/3)/sqrt(9*x - 3) does not (see its test)
+        "common_bases_merged": Case((x - sympy.Rational(1, 3)) / sympy.sqrt(9 * x - 3)),
     },
     "tails": {
         # z**2 overflows at -1e200 before it meets sigmoid(z) = 0: NaN
@@ -647,6 +649,31 @@ def test_a_number_factor_of_a_base_is_taken_apart_where_it_overflows():
         assert not math.isfinite(run_torch(formula, {"n": 1e308, "k": 0.5}))
     assert regimes.number_factor_apart((n + 1) ** k) is None  # no number factor
     assert regimes.number_factor_apart((-2 * n) ** k) is None  # (-2)**k is NaN
+
+
+def test_sums_that_are_multiples_of_one_another_are_one_base():
+    """Marsaglia and Tsang's gamma sampler (a - 1/3)*(1 + r/sqrt(9*(a - 1/3))) (Octave's
+    randg, the tuning half of draw 2): its gradient in r, (a - 1/3)/sqrt(9*a - 3), is 0
+    at a = 1e308 (9*a is inf) where the value is 3.3e153; over one base it is
+    sqrt(a - 1/3)/3, and its derivative in a, a difference of two powers of the two
+    sums, is 1/(6*sqrt(a - 1/3)), 1.7e-155 there."""
+    a, r = sympy.symbols("a r", real=True)
+    third = sympy.Rational(1, 3)
+    gradient = sympy.diff((a - third) * (1 + r / sympy.sqrt(9 * (a - third))), r)
+    for formula, merged in (
+        (gradient, sympy.sqrt(a - third) / 3),
+        (sympy.diff(gradient, a), 1 / (6 * sympy.sqrt(a - third))),
+    ):
+        assert regimes.common_bases_merged(formula) == merged
+        exact = mp_exact(formula, {a: 1e308})
+        assert run_torch(merged, {"a": 1e308}) == pytest.approx(exact, rel=1e-15, abs=0)
+        written = run_torch(formula, {"a": 1e308})  # 0 and NaN: 9*a is inf
+        assert written != pytest.approx(exact, rel=0.5, abs=0), written
+    x = sympy.Symbol("x", real=True)
+    merged = regimes.common_bases_merged((x + 1) ** 2 / (2 * x + 2) ** 3)
+    assert merged == sympy.Rational(1, 8) / (x + 1)
+    assert regimes.common_bases_merged((x + 1) / (x + 2)) is None  # no multiples
+    assert regimes.common_bases_merged((x - 1) / (1 - x)) is None  # a negative multiple
 
 
 def test_softplus_at_1000_prints_and_evaluates():

@@ -2967,6 +2967,64 @@ def number_factor_apart(expr: sympy.Expr) -> sympy.Expr | None:
     return expr.replace(takes, lambda n: sympy.Piecewise((apart(n), same_side(n)), (n, True)))
 
 
+def _monic(base: sympy.Expr) -> tuple[sympy.Expr, sympy.Expr] | None:
+    """(c, m) with base = c*m, c a positive number and m a sum whose first term's
+    coefficient is 1 (9*a - 3 is 9*(a - 1/3)); None where base is no such sum."""
+    if not isinstance(base, Add) or not base.free_symbols:
+        return None
+    lead = base.as_ordered_terms()[0].as_coeff_Mul()[0]
+    if not (lead.is_Rational and lead.is_positive):
+        return None
+    return lead, sympy.expand(base / lead)
+
+
+@register("candidates")
+def common_bases_merged(expr: sympy.Expr) -> sympy.Expr | None:
+    """(c*u)**q -> c**q * u**q for a number c > 0, where the formula has powers of two
+    sums that are positive multiples of one another (u and c*u): over one base, SymPy
+    merges the powers in each product and collects the terms that differ by a number
+    (Herbie's pow-prod-down, after factoring the number out; SymPy writes 9*(a - 1/3) as
+    9*a - 3). The gradient of Marsaglia and Tsang's (a - 1/3)*(1 + r/sqrt(9*(a - 1/3)))
+    in r is (a - 1/3)/sqrt(9*a - 3), 0 at a = 1e308 (9*a is inf) where the value is
+    sqrt(a - 1/3)/3 = 3.3e153; merged, it is that, one square root and no division; its
+    derivative in a, 1/sqrt(9*a - 3) - 9*(a - 1/3)/(2*(9*a - 3)**(3/2)), is
+    1/(6*sqrt(a - 1/3)). Equal wherever both are defined (the powers of c > 0 split off
+    exactly; SymPy merges u**p*u**q only where that holds). ``None`` where the formula
+    has no two such sums."""
+    bases = {
+        f.as_base_exp()[0]
+        for n in sympy.preorder_traversal(expr)
+        if isinstance(n, Mul)
+        for f in n.args
+    }
+    bases |= {n.base for n in sympy.preorder_traversal(expr) if isinstance(n, Pow)}
+    monic = {b: m for b in bases if (m := _monic(b)) is not None}
+    by_sum: dict[sympy.Expr, set[sympy.Expr]] = {}
+    for b, (_, m) in monic.items():
+        by_sum.setdefault(m, set()).add(b)
+    targets = {b: monic[b] for group in by_sum.values() if len(group) > 1 for b in group}
+    if not targets:
+        return None
+
+    def rebased(node: sympy.Expr) -> sympy.Expr:
+        if isinstance(node, Pow):
+            c, m = targets[node.base]
+            return Mul(Pow(c, node.exp), Pow(m, node.exp))
+        return Mul(*(Mul(*targets[f], evaluate=False) if f in targets else f for f in node.args))
+
+    def takes(node: sympy.Basic) -> bool:
+        if isinstance(node, Pow):
+            return node.base in targets
+        return isinstance(node, Mul) and any(f in targets for f in node.args)
+
+    new = expr.replace(takes, rebased)
+    if new == expr:
+        return None
+    from symgrad.rewrite.rules import stabilize
+
+    return stabilize(new)
+
+
 @register("tails")
 def guard_tails(expr: sympy.Expr) -> sympy.Expr:
     """q(x) * sigmoid(p(x)) -> Piecewise((0, p(x) < -800), (q(x) * sigmoid(p(x)), True))
