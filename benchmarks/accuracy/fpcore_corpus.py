@@ -2,7 +2,8 @@
 
     python benchmarks/accuracy/fpcore_corpus.py FPBENCH_CHECKOUT HERBIE_CHECKOUT
 
-writes ``public_tuning.yaml`` and ``public_heldout.yaml`` next to this file. The inputs are
+writes ``public_tuning.yaml`` and ``public_heldout.yaml`` (draw 1), and
+``public_tuning2.yaml`` and ``public_heldout2.yaml`` (draw 2), next to this file. The inputs are
 checkouts of https://github.com/FPBench/FPBench and https://github.com/herbie-fp/herbie (the
 commits used are recorded in the specs' headers). Nothing in an FPCore file is executed: it
 is read as S-expressions and translated term by term.
@@ -10,7 +11,10 @@ is read as S-expressions and translated term by term.
 Selection (decided before any measurement, see README.md in this folder):
 
 - real formulas of one or two arguments, from FPBench ``benchmarks/*.fpcore`` and Herbie
-  ``bench/**/*.fpcore``, that use only operations symgrad's spec language has (``if``,
+  ``bench/<folder>/*.fpcore`` (draw 1; its pattern, ``bench/**/*.fpcore``, was matched
+  with pathlib's ``match``, which reads ``**`` as one folder), and from Herbie's other
+  ``bench/`` files at the same commit less draw 1's formulas (draw 2, session 56), that
+  use only operations symgrad's spec language has (``if``,
   ``while``, tensors, ``cbrt`` and the rounding/remainder operations are left out);
 - ``let``/``let*`` bindings are substituted; ``fma(a, b, c)`` is written ``a*b + c``,
   ``exp2``/``log10`` through ``exp``/``log``, ``fabs``/``fmax``/``fmin`` as
