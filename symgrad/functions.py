@@ -1860,17 +1860,54 @@ class grouped(sympy.Function):
         return self.args[0].is_extended_real
 
 
+def _plain_product(expr: sympy.Expr) -> tuple[sympy.Expr, list[tuple[str, sympy.Expr]]] | None:
+    """A product of a number above 1 in magnitude and two factors or more that are not
+    upstream gradients, no divisor among them, as (coefficient, [("*", factor), ...]) in
+    SymPy's order (for :func:`_scaled_last`); else None."""
+    if not isinstance(expr, sympy.Mul):
+        return None
+    coeff, rest = expr.as_coeff_Mul()
+    factors = sympy.Mul.make_args(rest)
+    if not (coeff.is_number and abs(coeff) > 1):
+        return None
+    if any(f.as_base_exp()[1].is_negative for f in factors):
+        return None  # a quotient: paired_product's, or as SymPy prints it
+    if sum(not upstream_gradient(f) for f in factors) < 2:
+        return None
+    return coeff, [("*", f) for f in factors]
+
+
+def _scaled_last(
+    coeff: sympy.Expr, steps: list[tuple[str, sympy.Expr]]
+) -> tuple[sympy.Expr, list[tuple[str, sympy.Expr]]]:
+    """A coefficient above 1 in magnitude multiplied last, before the upstream gradients
+    (as :func:`interleaved_product` does): first, it overflows a partial product whose
+    factors do not; last, only where the value does. The derivative of a*(1 - e*e) in e,
+    -2*a*e, is -inf at a = 1e308, e = 0.5, where a*e*(-2) is -1e308. Its sign stays with
+    it (one multiplication, no negation)."""
+    if not (coeff.is_number and abs(coeff) > 1):
+        return coeff, steps
+    tail = len(steps)
+    while tail and steps[tail - 1][0] == "*" and upstream_gradient(steps[tail - 1][1]):
+        tail -= 1
+    if not any(op == "*" for op, _ in steps[:tail]):
+        return coeff, steps  # (1 / t * grad: nothing before the gradients to scale)
+    return sympy.S.One, [*steps[:tail], ("*", coeff), *steps[tail:]]
+
+
 def print_interleaved(printer, expr: sympy.Expr) -> str | None:
     """``expr`` printed by ``printer`` as an interleaved product, or None (see
     :func:`interleaved_product` and :func:`paired_product`)."""
     scalar = getattr(printer, "is_scalar", lambda e: False)  # the NumPy model has none
     temporaries = getattr(printer, "temporaries", None)  # the shared ones printed so far
-    plan = interleaved_product(expr, scalar=scalar, temporaries=temporaries) or paired_product(
-        expr, scalar, temporaries
+    plan = (
+        interleaved_product(expr, scalar=scalar, temporaries=temporaries)
+        or paired_product(expr, scalar, temporaries)
+        or _plain_product(expr)
     )
     if plan is None:
         return None
-    coeff, steps = plan
+    coeff, steps = _scaled_last(*plan)
     level = PRECEDENCE["Mul"]
 
     def factor_text(op: str, factor: sympy.Expr) -> str:

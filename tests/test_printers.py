@@ -342,6 +342,31 @@ def test_an_interleaved_products_coefficient_above_1_scales_last():
         assert call(evaluator(8 * ci * t**2, [ci, t]), [0.0, 1e38], np.float32) == 0.0
 
 
+def test_a_plain_products_coefficient_above_1_scales_last():
+    """2*x*y*exp(y**2) (the gradient of x*exp(y*y) in y, Data.Number.Erf's erfcx) and
+    -2*a*e (of a*(1 - e*e) in e) at x = a = 1e308, y = e = 0.5: 2 * x overflows first,
+    though the values are 1.3e308 and -1e308. Scaled last, before the upstream gradient
+    (its sign with it), neither does, in the code and in its NumPy model."""
+    from symgrad.numerics.native import call, evaluator
+
+    a, e, y, grad = sympy.symbols("a e y grad", real=True)
+    for expr, point in (
+        (2 * x * y * sympy.exp(y**2), {x: 1e308, y: 0.5}),
+        (-2 * a * e, {a: 1e308, e: 0.5}),
+        (-2 * a * e * grad, {a: 1e308, e: 0.5, grad: 1.0}),
+    ):
+        src = TorchPrinter().doprint(expr)
+        exact = float(expr.subs(point))
+        env = {"torch": torch} | {
+            str(k): torch.tensor([v], dtype=torch.float64) for k, v in point.items()
+        }
+        assert eval(src, env).item() == pytest.approx(exact, rel=1e-15), src
+        symbols = sorted(point, key=str)
+        model = call(evaluator(expr, symbols), [point[s] for s in symbols], np.float64)
+        assert model == pytest.approx(exact, rel=1e-15), expr
+    assert TorchPrinter().doprint(-2 * a * e * grad) == "a * e * (-2) * grad"
+
+
 def test_a_quotient_divides_the_factor_that_shares_its_inputs_first():
     """x0*x1/(1 - x1) at x0 = x1 = 1e200: x0*x1 is inf though the value is -1e200;
     x1/(1 - x1) is -1 first. The NumPy model of the accuracy choice prints it the same."""

@@ -355,12 +355,8 @@ def mish(x: tf.Tensor) -> tf.Tensor:
 
         out = x*tanh(softplus(x))
 
-        grad_x = grad*(((4 + exp(-Abs(x)))*exp(-Abs(x)) + 4*Min(745.2, Max(-745.2, x)) +
-            6)*exp(-Abs(x)) + 4*Min(745.2, Max(-745.2, x)) + 4)*exp(-Abs(x))/((((4 +
-            exp(-Abs(x)))*exp(-Abs(x)) + 8)*exp(-Abs(x)) + 8)*exp(-Abs(x)) + 4) if x <=
-            0 else grad*((((4*Min(745.2, Max(-745.2, x)) + 4)*exp(-Abs(x)) +
-            4*Min(745.2, Max(-745.2, x)) + 6)*exp(-Abs(x)) + 4)*exp(-Abs(x)) + 1)/((((8
-            + 4*exp(-Abs(x)))*exp(-Abs(x)) + 8)*exp(-Abs(x)) + 4)*exp(-Abs(x)) + 1)
+        grad_x = grad*(4*x*sigmoid(x)*sigmoid(-2*softplus(x))*sigmoid(2*softplus(x)) +
+            tanh(softplus(x)))
 
         d grad_x / d x =
             grad*(4*x*sigmoid(-x)*sigmoid(x)*sigmoid(-2*softplus(x))*sigmoid(2*softplus(x))
@@ -370,17 +366,14 @@ def mish(x: tf.Tensor) -> tf.Tensor:
             + 4*x*sigmoid(-x)*sigmoid(x)*sigmoid(-2*softplus(x))*sigmoid(2*softplus(x))
             + 8*sigmoid(x)*sigmoid(-2*softplus(x))*sigmoid(2*softplus(x)))
 
-        d grad_x / d grad = (((4 + exp(-Abs(x)))*exp(-Abs(x)) + 4*Min(745.2, Max(-745.2,
-            x)) + 6)*exp(-Abs(x)) + 4*Min(745.2, Max(-745.2, x)) + 4)*exp(-Abs(x))/((((4
-            + exp(-Abs(x)))*exp(-Abs(x)) + 8)*exp(-Abs(x)) + 8)*exp(-Abs(x)) + 4) if x
-            <= 0 else ((((4*Min(745.2, Max(-745.2, x)) + 4)*exp(-Abs(x)) + 4*Min(745.2,
-            Max(-745.2, x)) + 6)*exp(-Abs(x)) + 4)*exp(-Abs(x)) + 1)/((((8 +
-            4*exp(-Abs(x)))*exp(-Abs(x)) + 8)*exp(-Abs(x)) + 4)*exp(-Abs(x)) + 1)
+        d grad_x / d grad =
+            4*x*sigmoid(x)*sigmoid(-2*softplus(x))*sigmoid(2*softplus(x)) +
+            tanh(softplus(x))
 
     Measured float64 error of the chosen forms vs mpmath::
 
         out: 0.1 bits mean, 1 max over 125 points
-        grad_x, d grad_x / d grad: 0.1 bits mean, 2 max over 73 points
+        grad_x, d grad_x / d grad: 0.1 bits mean, 3 max over 121 points
         d grad_x / d x: 0.4 bits mean, 4 max over 121 points
     """
 
@@ -402,17 +395,11 @@ def _mish_grad_x(x, grad):
 
     @tf.custom_gradient
     def forward(x, grad):
-        t0 = tf.math.exp(-tf.math.abs(x))
-        t1 = t0 * (t0 + 4)
-        t2 = 4 * tf.math.minimum(tf.math.maximum(x, -745.2), 745.2)
-        t3 = t2 + 6
-        t4 = t2 + 4
-        grad_x = tf.where(
-            x <= 0,
-            (t0 * (t1 + t3) + t4) / (t0 * (t0 * (t1 + 8) + 8) + 4) * t0 * grad,
-            (t0 * (t0 * (t0 * t4 + t3) + 4) + 1)
-            / (t0 * (t0 * (t0 * (4 * t0 + 8) + 8) + 4) + 1)
-            * grad,
+        t0 = tf.math.softplus(x)
+        t1 = 2 * t0
+        grad_x = grad * (
+            x * tf.math.sigmoid(t1) * tf.math.sigmoid(x) * tf.math.sigmoid(-t1) * 4
+            + tf.math.tanh(t0)
         )
 
         def backward(grad_grad_x):
@@ -422,22 +409,17 @@ def _mish_grad_x(x, grad):
             t3 = tf.math.sigmoid(-t2)
             t4 = tf.math.sigmoid(t2)
             t5 = t0 * t3 * t4
-            t6 = 4 * t5 * x * tf.math.sigmoid(-x) + 8 * t5
+            t6 = t5 * x * tf.math.sigmoid(-x) * 4 + 8 * t5
             x_bar = grad_grad_x * tf.where(
                 x < -1600.0,
                 grad * t6,
                 grad * (-tf.math.tanh(t1) * t0 * t3 * t4 * x * t0 * 8 + t6),
             )
-            t0 = tf.math.exp(-tf.math.abs(x))
-            t1 = t0 * (t0 + 4)
-            t2 = 4 * tf.math.minimum(tf.math.maximum(x, -745.2), 745.2)
-            t3 = t2 + 6
-            t4 = t2 + 4
-            grad_bar = grad_grad_x * tf.where(
-                x <= 0,
-                (t0 * (t1 + t3) + t4) / (t0 * (t0 * (t1 + 8) + 8) + 4) * t0,
-                (t0 * (t0 * (t0 * t4 + t3) + 4) + 1)
-                / (t0 * (t0 * (t0 * (4 * t0 + 8) + 8) + 4) + 1),
+            t0 = tf.math.softplus(x)
+            t1 = 2 * t0
+            grad_bar = grad_grad_x * (
+                x * tf.math.sigmoid(t1) * tf.math.sigmoid(x) * tf.math.sigmoid(-t1) * 4
+                + tf.math.tanh(t0)
             )
             return x_bar, grad_bar
 
@@ -632,7 +614,7 @@ def _swish_grad_x(x, grad, beta):
                 * grad_grad_x
                 * (
                     -tf.math.tanh(t0 / 2) * beta * t1 * t2 * x * beta
-                    + 2 * beta * t1 * t2
+                    + beta * t1 * t2 * 2
                 )
             )
             t0 = beta * x
@@ -1765,8 +1747,7 @@ def _scaled_erfc_grad_x(x, grad):
             grad
             * (
                 -2 * t0
-                + 2
-                * x
+                + x
                 * tf.where(
                     x < 9,
                     tf.math.exp(tf.math.square(tf.math.minimum(x, 9.0)))
@@ -1840,6 +1821,7 @@ def _scaled_erfc_grad_x(x, grad):
                     )
                     / (math.sqrt(math.pi) * tf.math.maximum(x, 9.0)),
                 )
+                * 2
             ),
             grad
             * (
@@ -2002,7 +1984,7 @@ def _scaled_erfc_grad_x(x, grad):
             t22 = 1 / tf.math.square(tf.math.square(x))
             x_bar = grad_grad_x * tf.where(
                 x < 9,
-                grad * (t0 + 2 * x * (t0 * x - t2)),
+                grad * (t0 + x * (t0 * x - t2) * 2),
                 grad
                 * (
                     (
@@ -2117,8 +2099,7 @@ def _scaled_erfc_grad_x(x, grad):
             grad_bar = grad_grad_x * tf.where(
                 x < 9,
                 -2 * t0
-                + 2
-                * x
+                + x
                 * tf.where(
                     x < 9,
                     tf.math.exp(tf.math.square(tf.math.minimum(x, 9.0)))
@@ -2191,7 +2172,8 @@ def _scaled_erfc_grad_x(x, grad):
                         - 1.5641774239803108e16 / tf.math.maximum(x, 9.0) ** 38
                     )
                     / (math.sqrt(math.pi) * tf.math.maximum(x, 9.0)),
-                ),
+                )
+                * 2,
                 (
                     1 / (tf.math.square(x) * x)
                     - 3 / (tf.math.square(tf.math.square(x)) * x)

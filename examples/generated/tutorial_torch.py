@@ -632,7 +632,7 @@ class Square(_Function):
     @staticmethod
     def jvp(ctx, x_t):
         (x,) = ctx.saved_tensors
-        return 2 * x * x_t
+        return x * x_t * 2
 
 
 _Square = _without_jvp(Square)
@@ -790,7 +790,7 @@ class CubeGrad(_Function):
     @staticmethod
     def jvp(ctx, x_t, grad_t):
         x, grad = ctx.saved_tensors
-        return 6 * grad * x * x_t + x * x * 3 * grad_t
+        return grad * x * x_t * 6 + x * x * 3 * grad_t
 
 
 _CubeGrad = _without_jvp(CubeGrad)
