@@ -326,7 +326,13 @@ def test_root_tails_divide_each_root_by_its_power():
     assert run_torch(tail, {"x": 0.5, "y": -1.0}) == pytest.approx(0.5 / math.sqrt(3.25))
     cubed = regimes.root_tails(x**3 * (x**2 + y) ** sympy.Rational(-3, 2))
     assert run_torch(cubed, {"x": -1e200, "y": 1.0}) == -1.0
-    assert regimes.root_tails(sympy.sqrt(x**2 - y)) is None  # a lone root: the rules' own
+    # a lone root (the quaternion log's sqrt(x*x + y), draw 2's tuning half): x**2 is inf
+    # from |x| = 1.3e154, |x|*sqrt(1 - y/x**2) is not
+    lone = regimes.root_tails(sympy.sqrt(x**2 - y))
+    for at in (-1e200, 1e200):
+        assert run_torch(lone, {"x": at, "y": 3.0}) == pytest.approx(1e200, rel=1e-15)
+        assert run_torch(sympy.sqrt(x**2 - y), {"x": at, "y": 3.0}) == math.inf
+    assert run_torch(lone, {"x": 0.5, "y": -1.0}) == pytest.approx(math.sqrt(1.25), rel=1e-15)
     assert regimes.root_tails(x / sympy.sqrt(x * y + 1)) is None  # odd degree: no |x|
 
 

@@ -2457,8 +2457,11 @@ def _root_tail(node: sympy.Basic) -> sympy.Basic | None:
     are kept as they are; a root of odd degree in x (sqrt(x*y + 1)) has no |x| to take out.
     None where ``node`` is no such product."""
     factors = Mul.make_args(node)
-    if not isinstance(node, Mul) or sum(1 for f in factors if not f.is_number) < 2:
-        return None  # a lone root is left to the rules (hypot)
+    lone = isinstance(node, Pow) and node.exp.is_Rational and node.exp.q == 2
+    if not lone and (not isinstance(node, Mul) or sum(1 for f in factors if not f.is_number) < 2):
+        return None
+    # (a lone root too: sqrt(x**2 + y) is inf from |x| = 1.3e154, |x|*sqrt(1 + y/x**2)
+    # is not; the rules leave it, as it is no hypot)
     for x in sorted(node.free_symbols, key=lambda s: s.name):
         parts, integer_power, root_power, overflows = [], 0, sympy.S.Zero, False
         for f in factors:
