@@ -284,8 +284,10 @@ def _taken_back(replacements, reduced, temps, plain, dry=False):
     kept = []
     for temp, value in replacements:  # in order: g*t, with t = s**-2, is spread too
         value = inline(value)
-        if _spread(value):
-            value = named_factors(value, whole=False)
+        # (and 4*t: a number times a spread temporary, which no product took back alone)
+        whole = value.xreplace({t: v for t, v in powers.items() if t not in plain})
+        if _spread(value) or (whole != value and _spread(whole)):
+            value = named_factors(whole, whole=False)
             powers[temp] = value
         elif temp in plain and _plain_product(value):
             value = named_factors(value, whole=True)

@@ -104,6 +104,47 @@ def test_a_number_times_a_shared_power_stays_in_each_product():
         assert result == pytest.approx(float(expr.subs(point)), rel=1e-14), code
 
 
+def test_a_number_times_a_shared_spread_temporary_goes_back_too():
+    """The second derivatives of x*y/((x + y)**2*(x + y + 1)) (math-functions'
+    incompleteBetaApprox, draw 2's tuning half) share t = (x + y)**-3, and 4*t: at x =
+    4.3e-131, y = 1.9e-255 t is inf (NaN in d2/dx2, whose value is 4.9e136). Each
+    product that spreads 4*t takes it back, and t is not computed."""
+    y = sympy.Symbol("y", real=True)
+    u, v = x + y, x + y + 1
+    exprs = [  # as symgrad derives them (grad_x's gradients in x, y and grad = g)
+        g
+        * (
+            2 * x * y / (u**2 * v**3)
+            + 4 * x * y / (u**3 * v**2)
+            + 6 * x * y / (u**4 * v)
+            - 2 * y / (u**2 * v**2)
+            - 4 * y / (u**3 * v)
+        ),
+        g
+        * (
+            2 * x * y / v**2
+            + 4 * x * y / (u * v)
+            + 6 * x * y / u**2
+            - x / v
+            - 2 * x / u
+            - y / v
+            - 2 * y / u
+            + 1
+        )
+        / (u**2 * v),
+        -x * y / (u**2 * v**2) - 2 * x * y / (u**3 * v) + y / (u**2 * v),
+    ]
+    replacements, _ = common_subexpressions(exprs, _temps())
+    assert not any(isinstance(value, sympy.Pow) and value.exp <= -2 for _, value in replacements), (
+        replacements
+    )
+    point = {x: 4.2576517326330346e-131, y: 1.9076271210123947e-255, g: 1.0}
+    code, results = _run_torch(exprs[:2], point, torch.float64)
+    for expr, result in zip(exprs, results, strict=False):
+        exact = float(sympy.N(expr.subs(point), 30))
+        assert result == pytest.approx(exact, rel=1e-13), code
+
+
 def test_a_power_read_by_a_sum_stays_shared_there():
     exprs = [a * s**-2 * (s + 1), s**-2 + b]
     replacements, reduced = common_subexpressions(exprs, _temps())
