@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+
+import mpmath
 import pytest
 import sympy
 
@@ -96,3 +99,23 @@ def test_a_negative_number_to_a_power_that_is_not_an_integer_is_undefined():
     assert exact(b**e, {b: -2.0, e: 0.5}) is None
     assert exact(b**e, {b: -2.0, e: 3.0}) == -8.0
     assert exact(b**e, {b: -1e300, e: 1e200}) == float("inf")  # an even integer
+
+
+def test_a_power_with_a_huge_exponent_is_evaluated():
+    """l**exp(w) at w = 1e308 (Herbie's "exp-w (used to crash)") asked mpmath to raise l
+    to an integer of 1e308 bits: MemoryError. It is 0 for l < 1 and inf for l > 1; a
+    negative base to a huge odd integer keeps its sign."""
+    from symgrad.numerics.mp import evaluate
+
+    w, base, c = sympy.symbols("w base c", real=True)
+    formula = sympy.exp(-w) * base ** sympy.exp(w)
+    assert exact(formula, {w: 1e308, base: 0.5}) == 0.0
+    assert exact(formula, {w: 30.0, base: 0.5}) == 0.0  # 0.5**1e13: underflows too
+    assert exact(formula, {w: 1.0, base: 0.5}) == pytest.approx(
+        math.exp(-1) * 0.5**math.e, rel=1e-15
+    )
+    huge_odd = sympy.Integer(2**70 + 1)
+    with mpmath.workprec(128):  # (2**70 + 1 rounds to 2**70 at 53 bits)
+        assert evaluate(c**huge_odd, {c: mpmath.mpf(-3)}) == -mpmath.inf
+        assert evaluate(c ** (huge_odd + 1), {c: mpmath.mpf(-3)}) == mpmath.inf
+        assert evaluate(c**huge_odd, {c: mpmath.mpf(-0.5)}) == 0

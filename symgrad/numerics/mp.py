@@ -168,6 +168,29 @@ def evaluate(expr: sympy.Basic, env: Mapping[sympy.Symbol, mpmath.mpf], trace: T
     return _evaluate(expr, env, trace, {})
 
 
+#: Exponents above this in size are raised through exp and log: mpmath raises an
+#: integer-valued exponent exactly, by squaring, with an integer of log2|e| bits (and
+#: takes exp(t) apart with an integer of log2|t| bits).
+_HUGE = mpmath.mpf(2) ** 64
+
+
+def _power(base: mpmath.mpf, e: mpmath.mpf) -> mpmath.mpf:
+    """base**e, also where e is too large in size to raise by squaring: l**exp(w) at w =
+    1e308 (Herbie's exp-w regression) asked mpmath for an integer of 1e308 bits. Then
+    |base|**e is exp(e*log|base|), inf or 0 where that exponent is itself huge (beyond
+    every float); for a base < 0 (e is then an integer) the sign is e's parity."""
+    if not (mpmath.isfinite(e) and abs(e) > _HUGE and base != 0):
+        return mpmath.power(base, e)
+    t = e * mpmath.log(abs(base))
+    if abs(t) > _HUGE:
+        magnitude = mpmath.inf if t > 0 else mpmath.mpf(0)
+    else:
+        magnitude = mpmath.exp(t)
+    man, exp = e.man_exp
+    odd = exp <= 0 and (man >> -exp) & 1
+    return -magnitude if base < 0 and odd else magnitude
+
+
 def _evaluate(expr: sympy.Basic, env, trace: Trace | None, memo: dict):
     """:func:`evaluate`'s recursion; ``memo`` holds the values of the subexpressions seen
     (derivatives repeat theirs many times)."""
@@ -221,7 +244,7 @@ def _node(expr: sympy.Basic, env, trace: Trace | None, memo: dict):
             # complex, however small its imaginary part: (-1e300)**1e-200 is
             # 1 + 3e-200i, real to the threshold of _real but no real number (NaN in IEEE)
             raise Undefined("a negative number to a power that is not an integer")
-        value = _real(mpmath.power(base, e))
+        value = _real(_power(base, e))
         if trace is not None:
             # relative error |e| times the base's, plus |e*log(base)| times the exponent's
             lost = max(trace.of(args[0]), trace.of(args[1]))
