@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import enum
+import sys
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
@@ -63,7 +64,25 @@ class Node:
         return [n.id for n in ast.walk(self.expr) if isinstance(n, ast.Name)]
 
     def line(self) -> str:
-        return f"{self.target.name} = {ast.unparse(self.expr)}"
+        return f"{self.target.name} = {unparse(self.expr)}"
+
+
+#: Python frames that :func:`unparse` may use: ast.unparse takes about three a level, and
+#: a chain of in-place updates is a level a link (the second derivative of Wilkinson's
+#: product (x - 1)*...*(x - 20), Herbie's demo, is 381 levels deep; at the default limit
+#: of 1000 it raised RecursionError). Six thousand: about 2000 levels, and in Python 3.10,
+#: whose Python calls grow the C stack, a few MB of the main thread's 8.
+UNPARSE_FRAMES = 6_000
+
+
+def unparse(expr: ast.expr) -> str:
+    """``ast.unparse(expr)``, with room for deep expressions (:data:`UNPARSE_FRAMES`)."""
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, UNPARSE_FRAMES))
+    try:
+        return ast.unparse(expr)
+    finally:
+        sys.setrecursionlimit(limit)
 
 
 def parse_expr(code: str) -> ast.expr:

@@ -209,3 +209,15 @@ def test_a_temporary_that_only_names_another_is_no_alias():
     kept, reduced = _without_aliases(replacements, [t1 + t2 * z, sympy.sin(t1)])
     assert kept == [(t0, x * y), (t2, grouped(t0, 1))]
     assert reduced == [t0 + t2 * z, sympy.sin(t0)]
+
+
+def test_a_deep_chain_of_updates_is_printed():
+    """A statement 400 levels deep (Wilkinson's product's second derivative is 381):
+    ast.unparse's recursion ran past Python's default limit of 1000 frames."""
+    from symgrad.ir import Node, unparse
+
+    code = "t0" + "".join(f".mul_(x{k % 7})" for k in range(400))
+    expr = parse_expr(code)
+    node = Node(Value("t1", Role.TEMPORARY), expr)
+    assert node.line() == f"t1 = {code}"
+    assert unparse(parse_expr("a + b")) == "a + b"
