@@ -3,6 +3,8 @@ defined (a precondition that relates inputs is no ``domain:``)."""
 
 from __future__ import annotations
 
+import random
+
 import numpy as np
 import pytest
 
@@ -82,3 +84,22 @@ def test_where_nothing_is_below_1e100_the_box_where_it_is_finite(tmp_path):
     huge = next(f for f in load_spec(path).functions if f.name == "huge")
     lo, hi = random_domains(derive_function(huge))["t"]
     assert lo == pytest.approx(1.92, abs=0.01) and 2.0 < hi < 1 + np.finfo(np.float64).max / 1.7e308
+
+
+def test_a_domain_as_wide_as_the_floats_is_sampled_as_an_unbounded_one(tmp_path):
+    """Herbie's peicewise-defined has the precondition -1.79e308 <= p <= 1.79e308: the
+    benign interval's width overflowed, its ends were inf and -inf, and the generated test
+    file wrote NaN inputs (a NameError on import)."""
+    from symgrad.numerics.points import domain_interior, sample_points
+
+    path = tmp_path / "w.yaml"
+    path.write_text(
+        "module: w\nfunctions:\n  f:\n    inputs: {p: {domain: [-1.79e308, 1.79e308]}}\n"
+        "    output: p + 1\n"
+    )
+    (inp,) = load_spec(path).functions[0].inputs
+    assert domain_interior(inp) == (-2.0, 2.0)
+    assert all(-2 <= v <= 2 for v in sample_points(inp, random.Random(0), 8))
+    assert random_domains(derive_function(load_spec(path).functions[0], measure=False)) == {
+        "p": (-2.0, 2.0)
+    }

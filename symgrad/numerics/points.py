@@ -52,6 +52,11 @@ def domain_interior(inp: Input) -> tuple[float, float]:
         return (lo + 0.2, lo + 3.0)
     if math.isinf(lo):
         return (hi - 3.0, hi - 0.2)
+    if math.isinf(hi - lo):
+        # as wide as the floats ([-1.79e308, 1.79e308]): sampled as an unbounded domain
+        # (the interval below was (inf, -inf): NaN samples, and a generated test file
+        # that did not import)
+        return (-2.0, 2.0)
     width = hi - lo
     return (lo + 0.1 * width, hi - 0.1 * width)
 
