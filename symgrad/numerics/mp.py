@@ -168,21 +168,21 @@ def evaluate(expr: sympy.Basic, env: Mapping[sympy.Symbol, mpmath.mpf], trace: T
     return _evaluate(expr, env, trace, {})
 
 
-#: Exponents above this in size are raised through exp and log: mpmath raises an
-#: integer-valued exponent exactly, by squaring, with an integer of log2|e| bits (and
-#: takes exp(t) apart with an integer of log2|t| bits).
-_HUGE = mpmath.mpf(2) ** 64
+#: Exponents of more bits than this are raised through exp and log: mpmath raises an
+#: integer-valued exponent exactly, by squaring, with an integer of that many bits (a
+#: float's 1/y at y = 1e-300 has 997; exp(w) at w = 1e308 has 1.4e308).
+_HUGE_BITS = 4096
 
 
 def _power(base: mpmath.mpf, e: mpmath.mpf) -> mpmath.mpf:
-    """base**e, also where e is too large in size to raise by squaring: l**exp(w) at w =
-    1e308 (Herbie's exp-w regression) asked mpmath for an integer of 1e308 bits. Then
-    |base|**e is exp(e*log|base|), inf or 0 where that exponent is itself huge (beyond
-    every float); for a base < 0 (e is then an integer) the sign is e's parity."""
-    if not (mpmath.isfinite(e) and abs(e) > _HUGE and base != 0):
+    """base**e, also where e is too large to raise by squaring: l**exp(w) at w = 1e308
+    (Herbie's exp-w regression) asked mpmath for an integer of 1e308 bits. Then |base|**e
+    is exp(e*log|base|), inf or 0 where that exponent is itself that large (beyond every
+    float); for a base < 0 (e is then an integer) the sign is e's parity."""
+    if not (mpmath.isfinite(e) and mpmath.mag(e) > _HUGE_BITS and base != 0):
         return mpmath.power(base, e)
     t = e * mpmath.log(abs(base))
-    if abs(t) > _HUGE:
+    if t != 0 and mpmath.mag(t) > _HUGE_BITS:
         magnitude = mpmath.inf if t > 0 else mpmath.mpf(0)
     else:
         magnitude = mpmath.exp(t)
