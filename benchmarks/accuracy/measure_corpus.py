@@ -1,6 +1,6 @@
 """Measure the public corpus: ``symgrad accuracy`` per function, each in its own process.
 
-    python benchmarks/accuracy/measure_corpus.py                      # both halves, both dtypes
+    python benchmarks/accuracy/measure_corpus.py                      # every half of both draws, both dtypes
     python benchmarks/accuracy/measure_corpus.py --half heldout --dtypes float32
 
 Each function is derived and measured in a subprocess with a time limit (``--timeout``):
