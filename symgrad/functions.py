@@ -1860,7 +1860,7 @@ class grouped(sympy.Function):
         return self.args[0].is_extended_real
 
 
-def _plain_product(expr: sympy.Expr) -> tuple[sympy.Expr, list[tuple[str, sympy.Expr]]] | None:
+def _plain_product_plan(expr: sympy.Expr) -> tuple[sympy.Expr, list[tuple[str, sympy.Expr]]] | None:
     """A product of a number above 1 in magnitude and two factors or more that are not
     upstream gradients, no divisor among them, as (coefficient, [("*", factor), ...]) in
     SymPy's order (for :func:`_scaled_last`); else None."""
@@ -1903,7 +1903,7 @@ def print_interleaved(printer, expr: sympy.Expr) -> str | None:
     plan = (
         interleaved_product(expr, scalar=scalar, temporaries=temporaries)
         or paired_product(expr, scalar, temporaries)
-        or _plain_product(expr)
+        or _plain_product_plan(expr)
     )
     if plan is None:
         return None

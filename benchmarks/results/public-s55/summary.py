@@ -77,6 +77,11 @@ def main() -> None:
     for half in ("heldout", "tuning"):
         for dtype in ("float64", "float32"):
             same_points(half, dtype)
+    print_tables()
+
+
+def print_tables() -> None:
+    """Each table's summary line, and its rows without numbers, non-finite or worse."""
     for half, when in TABLES:
         for dtype in ("float64", "float32"):
             path = HERE / when / f"rows-{half}-{dtype}.jsonl"

@@ -42,21 +42,7 @@ _s55.BEFORE_AFTER = {
 def main() -> None:
     for dtype in ("float64", "float32"):
         _s55.same_points("heldout2", dtype)
-    _s55.main.__globals__["TABLES"] = _s55.TABLES
-    for half, when in _s55.TABLES:
-        for dtype in ("float64", "float32"):
-            path = HERE / when / f"rows-{half}-{dtype}.jsonl"
-            table = _s55.load(path)
-            print(f"{half:8s} {dtype} {when:15s}: {_s55.line(table)}")
-            for r, _, _ in table:
-                if not r.ok:
-                    print(f"    no numbers: {r.function} {r.quantity}: {r.error[:100]}")
-                elif r.symgrad_nonfinite or r.worse_than_naive:
-                    print(
-                        f"    {r.function} {r.quantity}: {r.symgrad_mean_bits:.2f} bits "
-                        f"(naive {r.naive_mean_bits:.2f}), {r.symgrad_nonfinite} non-finite"
-                        f"{', worse' if r.worse_than_naive else ''}"
-                    )
+    _s55.print_tables()
 
 
 if __name__ == "__main__":
