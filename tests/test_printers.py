@@ -82,6 +82,30 @@ def test_piecewise(expr, torch_src, numeric):
     assert ("tf.fill(tf.shape(x)" in tf_src) == numeric  # numbers only: a tensor of x's dtype
 
 
+def test_where_of_two_numbers_gets_a_tensor_of_the_inputs_dtype():
+    """Max's derivative, ties split: where(a > b, x, where(a == b, 0.5, 0)) among tensor
+    branches. where() of the two numbers would be a float32 tensor (torch.where) or no
+    tensor at all (the generated module's branch-free _where, which crashed on it): the
+    number tail becomes a tensor like x."""
+    from symgrad.runtime.torch_helpers import _where
+
+    expr = sympy.Piecewise(
+        (x, x > 1), (1, x > 0), (sympy.Rational(1, 2), sympy.Eq(x, 0)), (0, True)
+    )
+    src = TorchPrinter().doprint(expr)
+    assert src == (
+        "torch.where(x > 1, x, torch.where(x > 0, 1.0, "
+        "torch.where(x == 0, 0.5, torch.full_like(x, 0.0))))"
+    )
+    values = torch.tensor([-2.0, 0.0, 0.5, 3.0], dtype=torch.float64)
+    for helper in ("torch.where", "_where"):
+        with torch.no_grad():  # _where's own select runs where no graph is recorded
+            scope = {"torch": torch, "_where": _where, "x": values}
+            out = eval(src.replace("torch.where", helper), scope)
+        assert out.dtype == torch.float64
+        assert out.tolist() == [0.0, 0.5, 1.0, 3.0]
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("expr", [b[0] for b in BRANCHES] + [sympy.Max(x, 0), F.logaddexp(x, y)])
 def test_tensorflow_source_runs(expr, dtype):

@@ -262,6 +262,11 @@ class FrameworkPrinter(StrPrinter):
     def where(self, cond: str, a: str, b: str) -> str:  # pragma: no cover
         raise NotImplementedError
 
+    def number_as_tensor(self, ref: sympy.Symbol, text: str) -> str:
+        """``text``, a printed number, as a tensor like ``ref`` where ``where`` needs one
+        (the frameworks whose branches print as tensors already return it as it is)."""
+        return text
+
     def print_piecewise(self, expr: sympy.Piecewise) -> str:
         """Nested where(); values that are all numbers get a tensor of the right dtype."""
         pieces = list(expr.args)
@@ -280,18 +285,27 @@ class FrameworkPrinter(StrPrinter):
             text = "math.nan"
         else:
             text = self._print_branch(otherwise)
-        if all(self.is_scalar(v) for v, _ in pieces) and self.is_scalar(otherwise):
+        # where() of two numbers has no tensor to take its dtype from (Max's derivative:
+        # where(a > b, 1, where(a == b, 0.5, 0)) among tensor branches): a tail that is a
+        # number before a number branch becomes a tensor of the right dtype
+        number_tail = self.is_scalar(otherwise)
+        if number_tail and all(self.is_scalar(v) for v, _ in pieces):
             ref = self._tensor_ref(expr)
             text = self.full_like(
                 ref, otherwise if otherwise is not sympy.nan else sympy.Float("nan")
             )
+            number_tail = False
         for value, cond in reversed(pieces):
             if self.is_scalar(cond):
                 # a Python bool (a condition on scalar inputs only): a Python choice, as
                 # where() takes a boolean tensor
                 text = f"({self._print_branch(value)} if {self._print(cond)} else {text})"
-            else:
-                text = self.where(self._print(cond), self._print_branch(value), text)
+                number_tail = number_tail and self.is_scalar(value)
+                continue
+            if number_tail and self.is_scalar(value):
+                text = self.number_as_tensor(self._tensor_ref(expr), text)
+            text = self.where(self._print(cond), self._print_branch(value), text)
+            number_tail = False
         return text
 
     def _tensor_ref(self, expr: sympy.Basic) -> sympy.Symbol:

@@ -50,6 +50,10 @@ class TorchPrinter(FrameworkPrinter):
     def where(self, cond: str, a: str, b: str) -> str:
         return f"torch.where({cond}, {a}, {b})"
 
+    def number_as_tensor(self, ref: sympy.Symbol, text: str) -> str:
+        # torch.where of two numbers is a float32 tensor whatever the inputs are
+        return f"torch.full_like({self._print(ref)}, {text})"
+
     def _print_softplus(self, expr):
         if self.is_scalar(expr):
             return super()._print_Function(expr)
