@@ -154,11 +154,7 @@ def _generated(
             errors.append(error)
             continue
         except Exception as exc:  # noqa: BLE001 - a symgrad bug, reported as an error
-            errors.append(
-                internal_error(
-                    (*spec.functions, *spec.tensor_functions)[0], "generating code for", exc
-                )
-            )
+            errors.append(internal_error(spec, "generating code for", exc))
             continue
         warnings += _accuracy_warnings(derived)
         for d in derived:

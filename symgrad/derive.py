@@ -35,7 +35,7 @@ from symgrad.choose import (
 from symgrad.choose import measure as measure_error  # (``measure`` is derive's flag)
 from symgrad.cost import eager_cost, op_cost
 from symgrad.derived import Accuracy, Derived
-from symgrad.errors import DerivationError, SpecError, raise_all
+from symgrad.errors import DerivationError, Location, SpecError, raise_all
 from symgrad.expr import parse_formula
 from symgrad.functions import (
     dsigmoid,
@@ -990,24 +990,42 @@ def derive_spec(spec: Spec) -> tuple[Derived, ...]:
     a DerivationError too, never a traceback.
     """
     validate_spec(spec)
-    derived, errors = [], []
-    for fn in spec.functions:
+    return tuple(each_function(spec.functions, "deriving", derive_function))
+
+
+def each_function(
+    items: Sequence, stage: str, work: Callable, function: Callable = lambda item: item
+) -> list:
+    """``[work(item) for item in items]``, every failure reported at once, each naming its
+    function (``function(item)``): a SpecError without a location gets the function's,
+    and an unexpected exception (a symgrad bug) becomes that function's
+    :func:`internal_error`, never a traceback nor an error that names another function."""
+    results, errors = [], []
+    for item in items:
+        fn = function(item)
         try:
-            derived.append(derive_function(fn))
+            results.append(work(item))
         except SpecError as error:
+            if error.location is None:
+                error = DerivationError(fn.location, error.message, error.hint)
             errors.append(error)
         except Exception as exc:  # noqa: BLE001 - any internal failure, reported per function
-            errors.append(internal_error(fn, "deriving", exc))
+            errors.append(internal_error(fn, stage, exc))
     raise_all(errors)
-    return tuple(derived)
+    return results
 
 
-def internal_error(fn: Function, stage: str, exc: BaseException) -> DerivationError:
-    """An unexpected exception while working on ``fn``, as an error a user can act on."""
+def internal_error(where: Function | Spec, stage: str, exc: BaseException) -> DerivationError:
+    """An unexpected exception while working on ``where`` (a function, or a whole spec for
+    the stages that work on its files), as an error a user can act on."""
     first = (str(exc).splitlines() or [""])[0]
+    if isinstance(where, Spec):
+        location, what, spec = Location(where.path), "this spec", "this spec"
+    else:
+        location, what, spec = where.location, "this function", "this function's spec"
     return DerivationError(
-        fn.location,
-        f"internal error while {stage} this function ({type(exc).__name__}: {first})",
-        "this is a symgrad bug: please report it with this function's spec; meanwhile "
-        "try the formula written another way, or give the gradient yourself under gradient:",
+        location,
+        f"internal error while {stage} {what} ({type(exc).__name__}: {first})",
+        f"this is a symgrad bug: please report it with {spec}; meanwhile try the "
+        "formula written another way, or give the gradient yourself under gradient:",
     )

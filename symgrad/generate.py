@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from symgrad.derive import Derived, derive_spec
-from symgrad.errors import DerivationError, SpecError
+from symgrad.derive import Derived, derive_spec, each_function
 from symgrad.plan import FunctionPlan, plan_tensorflow, plan_torch
 from symgrad.render import render, ruff_format
 from symgrad.runtime import copy_in
@@ -27,7 +26,11 @@ def _module(
     framework: str,
 ) -> GeneratedFile:
     """Render a module: its functions, then the runtime helpers they use copied in."""
-    tensor_plans = [_located_tensor(fn, framework) for fn in spec.tensor_functions]
+    from symgrad.tensor.plan import plan_tensor
+
+    tensor_plans = each_function(
+        spec.tensor_functions, "generating code for", lambda fn: plan_tensor(fn, framework)
+    )
     context = {
         "spec": spec,
         "spec_path": spec_path,
@@ -40,26 +43,9 @@ def _module(
     return GeneratedFile(name, ruff_format(text, name))
 
 
-def _located_tensor(fn, framework: str):
-    """Plan a tensor function; errors without a location get the function's."""
-    from symgrad.tensor.plan import plan_tensor
-
-    try:
-        return plan_tensor(fn, framework)
-    except SpecError as error:
-        if error.location is None:
-            raise DerivationError(fn.location, error.message, error.hint) from error
-        raise
-
-
-def _located(planner, derived: Derived) -> FunctionPlan:
-    """Run a planner; errors without a location get the function's."""
-    try:
-        return planner(derived)
-    except SpecError as error:
-        if error.location is None:
-            raise DerivationError(derived.function.location, error.message, error.hint) from error
-        raise
+def _plans(planner, derived: tuple[Derived, ...]) -> list[FunctionPlan]:
+    """Every function planned; each failure names its function."""
+    return each_function(derived, "generating code for", planner, lambda d: d.function)
 
 
 def generate(
@@ -77,14 +63,14 @@ def generate(
     spec_path = spec_path or spec.path.as_posix()
     files = []
     if "torch" in targets:
-        plans = [_located(plan_torch, d) for d in derived]
+        plans = _plans(plan_torch, derived)
         files.append(
             _module(
                 spec, plans, "torch_module.py.jinja", f"{spec.module}_torch.py", spec_path, "torch"
             )
         )
     if "tensorflow" in targets:
-        plans = [_located(plan_tensorflow, d) for d in derived]
+        plans = _plans(plan_tensorflow, derived)
         files.append(
             _module(
                 spec, plans, "tf_module.py.jinja", f"{spec.module}_tf.py", spec_path, "tensorflow"

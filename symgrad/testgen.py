@@ -11,6 +11,7 @@ import sympy
 
 from symgrad import functions as F
 from symgrad.cases import Case, quantities, reference
+from symgrad.derive import each_function
 from symgrad.derived import Derived
 from symgrad.errors import DerivationError
 from symgrad.numerics.floats import round_to
@@ -568,7 +569,8 @@ def test_files(
     spec: Spec, derived: tuple[Derived, ...], targets, spec_path: str
 ) -> list[tuple[str, str]]:
     """(file name, source) of the test module of each target."""
-    tests = [function_tests(d) for d in derived]
+    tests = each_function(derived, "writing the tests of", function_tests, lambda d: d.function)
+    tensor_cases = each_function(spec.tensor_functions, "writing the tests of", tensor_case)
     files = []
     for target, template, module in (
         ("torch", "test_torch_module.py.jinja", f"{spec.module}_torch"),
@@ -581,7 +583,7 @@ def test_files(
                 spec_path=spec_path,
                 module=module,
                 functions=tests,
-                tensor_functions=[tensor_case(fn) for fn in spec.tensor_functions],
+                tensor_functions=tensor_cases,
             )
             files.append((f"test_{module}.py", text))
     return files

@@ -123,6 +123,63 @@ def test_an_internal_failure_is_an_error_naming_the_function_not_a_traceback(tmp
     assert not (tmp_path / "generated").exists()
 
 
+TWO_FINE = """\
+module: two_fine
+targets: [torch]
+functions:
+  square:
+    inputs: {x: {}}
+    output: x**2
+  cube:
+    inputs: {x: {}}
+    output: x**3
+"""
+
+
+@pytest.mark.parametrize("stage", ["planning", "tests"])
+def test_an_internal_failure_after_deriving_names_the_function_it_met(tmp_path, monkeypatch, stage):
+    """A symgrad bug while planning a function's code or writing its tests is that
+    function's error (not the spec's first function's), and nothing is written."""
+    from symgrad import generate as generate_module
+    from symgrad import testgen
+
+    def failing(real, of):
+        def work(derived):
+            if derived.function.name == "cube":
+                raise MemoryError("too many digits")
+            return real(derived)
+
+        monkeypatch.setattr(of, real.__name__, work)
+
+    if stage == "planning":
+        failing(generate_module.plan_torch, generate_module)
+    else:
+        failing(testgen.function_tests, testgen)
+    (tmp_path / "s.yaml").write_text(TWO_FINE)
+    result = run("gen", "s.yaml", cwd=tmp_path)
+    assert result.exit_code == 1
+    assert "s.yaml:7 (function 'cube'): internal error while" in result.output
+    assert "MemoryError: too many digits" in result.output
+    assert "square" not in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "generated").exists()
+
+
+def test_an_internal_failure_writing_a_module_names_the_spec(tmp_path, monkeypatch):
+    from symgrad import generate as generate_module
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("template trouble")
+
+    monkeypatch.setattr(generate_module, "copy_in", broken)
+    (tmp_path / "s.yaml").write_text(TWO_FINE)
+    result = run("gen", "s.yaml", cwd=tmp_path)
+    assert result.exit_code == 1
+    assert "s.yaml: internal error while generating code for this spec" in result.output
+    assert "RuntimeError: template trouble" in result.output
+    assert "function '" not in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "generated").exists()
+
+
 def test_a_missing_formatter_is_one_error_saying_how_to_install_it(tmp_path, monkeypatch):
     """Without an importable ruff (a broken install), gen says so once, before deriving,
     with the fix; not an "internal error" per function that calls it a symgrad bug."""
