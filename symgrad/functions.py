@@ -1594,7 +1594,7 @@ def _group_equal_powers(
             continue
         by_count: dict[int, list[sympy.Expr]] = {}
         for b, n in side.items():
-            if b not in upstream and n >= 2 and not _bounded(b):
+            if b not in upstream and n >= 2 and not bounded_by_one(b):
                 by_count.setdefault(n, []).append(b)
         for n, bases in by_count.items():
             if len(bases) >= 2:
@@ -1617,7 +1617,7 @@ def _pair_ratios(
     factor bounded by 1 is left as it is: that factor first, 0 where it underflows stays 0
     (exp(-3|y|/k) * y / k / k * y / k / k), where the ratio y / k alone may overflow
     (k = 1e-10, y = 1e300: 0 * inf is NaN; see :func:`interleaved_product`)."""
-    if any(_bounded(b) for b in num):
+    if any(bounded_by_one(b) for b in num):
         return
     for a in sorted(num, key=lambda b: -num[b]):
         if num[a] < 2 or a in upstream:
@@ -1788,7 +1788,7 @@ def upstream_gradient(expr: sympy.Expr) -> bool:
     return isinstance(expr, sympy.Symbol) and (expr.name == "grad" or expr.name.startswith("grad_"))
 
 
-def _bounded(expr: sympy.Expr) -> bool:
+def bounded_by_one(expr: sympy.Expr) -> bool:
     """``expr`` is at most 1 in magnitude for every real argument (exp(a) for a <= 0:
     exp(-|y|/k), 0 where y/k overflows, before the -2*y/k that is inf there)."""
     if isinstance(expr, grouped):
@@ -1812,7 +1812,7 @@ def _first(expr: sympy.Expr, temporaries: Temporaries | None = None) -> bool:
     (x + 1)**(1/n) - x**(1/n), (n - 1)/n/x * x**(1/n)/n/x is -inf * 0 at x = 2.8e-55,
     n = 8e-275, x**(1/n)*(n - 1)/n/x/n/x is 0."""
     return (
-        _bounded(expr)
+        bounded_by_one(expr)
         or varying_power(expr)
         or (temporaries is not None and temporaries.sweeping(expr))
     )
@@ -1854,7 +1854,7 @@ class grouped(sympy.Function):
 
     @classmethod
     def of(cls, primitive: sympy.Expr, form: sympy.Expr) -> grouped:
-        return cls(form, sympy.S.One if _bounded(primitive) else sympy.S.Zero)
+        return cls(form, sympy.S.One if bounded_by_one(primitive) else sympy.S.Zero)
 
     def _eval_is_extended_real(self):
         return self.args[0].is_extended_real

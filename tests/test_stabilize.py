@@ -474,6 +474,8 @@ PHASE_CASES: dict[str, dict[str, Case]] = {
         # x**3 + 1 is inf, sigmoid 0 at 1e200: NaN (a lone x**3 is printed after the
         # sigmoid: sigmoid(-x**3) * x * x * x is 0)
         "sigmoid_tail": Case((x**3 + 1) * F.sigmoid(-(x**3)), {"x": 1e200}),
+        # exp(710) is inf where exp(710)*sin(0.5) is 1.07e308 (the complex exp's parts)
+        "exp_bounded_product": Case(sympy.exp(x) * sympy.sin(y), {"x": 710.0, "y": 0.5}),
         # x**2 overflows at 1e200: log1p(inf)
         "log1p_tail": Case(F.log1p(x**2 / nu), {"x": 1e200, "nu": 3.0}, frozenset({nu})),
         # hypot(1e-10, 1) rounds to 1: 0
@@ -544,6 +546,8 @@ PHASE_CASES: dict[str, dict[str, Case]] = {
         "number_factor_apart": Case((2 * sympy.pi * x) ** ((1 - y) / 2)),
         # 9*x overflows at x = 1e308 where (x - 1/3)/sqrt(9*x - 3) does not (see its test)
         "common_bases_merged": Case((x - sympy.Rational(1, 3)) / sympy.sqrt(9 * x - 3)),
+        # y/x overflows at x = 0.5, y = -1e308: inf/inf in t/(1 - t) (see its test)
+        "nested_fractions_cancelled": Case(F.log1p(-y / x) + y / (x * (1 - y / x))),
     },
     "tails": {
         # z**2 overflows at -1e200 before it meets sigmoid(z) = 0: NaN
@@ -770,6 +774,67 @@ def test_log1p_tail_keeps_log1p_of_overflowing_squares_finite():
     for value in (0.5, 1e-5, 3e3):
         want = float(sympy.log(1 + sympy.Float(value, 50) ** 2 / 3))
         assert run_torch(stable, {"x": value, "nu": 3.0}) == pytest.approx(want, rel=1e-15, abs=0)
+
+
+@pytest.mark.parametrize(
+    ("u", "at"),
+    [
+        (-y / x, {"x": 7.3e-295, "y": -5.8e79}),  # y/x overflows (x*log(1 - y/x), HLL)
+        (x * y, {"x": 1e200, "y": 1e200}),
+        (3 * x, {"x": 1e308, "y": 0.0}),  # 3*x overflows
+        (x**-2, {"x": 1e-200, "y": 0.0}),
+    ],
+)
+def test_log1p_tail_takes_products_and_ratios_of_inputs(u, at):
+    """log1p(u) with u a product of powers of inputs is the sum of their logarithms where
+    u is large: finite where u overflows, and as written elsewhere."""
+    from symgrad.rewrite.regimes import log1p_tail, split_regimes
+
+    expr = F.log1p(u)
+    stable = split_regimes(expr)
+    assert stable.has(sympy.Piecewise)
+    exact = float(mp_exact(sympy.log(1 + u), {x: at["x"], y: at["y"]}))
+    assert not math.isfinite(run_torch(expr, at))
+    assert run_torch(stable, at) == pytest.approx(exact, rel=1e-15)
+    small = {"x": 0.75, "y": -0.25}
+    want = float(mp_exact(sympy.log(1 + u), {x: 0.75, y: -0.25}))
+    assert run_torch(stable, small) == pytest.approx(want, rel=1e-15)
+    # u = c*x with |c| <= 1 cannot overflow: no branch
+    for tame in (x, -x, x / 2):
+        assert log1p_tail(F.log1p(tame), frozenset(), frozenset()) is None
+
+
+def test_log_ratio_takes_the_magnitudes_where_both_are_negative():
+    """log(x/(x + y)) at x = -1.2e-247, y = -3.4e98 (the tuning half's
+    invIncompleteBetaWorker): the quotient underflows and log(x) - log(x + y) is NaN where
+    the value is about -796; the logs of the magnitudes give it. Where the signs differ
+    the value stays undefined (NaN)."""
+    from symgrad.rewrite.regimes import split_regimes
+
+    expr = sympy.log(x / (x + y))
+    stable = split_regimes(expr)
+    at = {"x": -1.2e-247, "y": -3.4e98}
+    exact = float(mp_exact(expr, {x: at["x"], y: at["y"]}))
+    assert run_torch(stable, at) == pytest.approx(exact, rel=1e-15)
+    assert math.isnan(run_torch(stable, {"x": -2.0, "y": 3.0}))
+
+
+def test_nested_fractions_are_cancelled_into_one():
+    """The derivative of x*log(1 - y/x) in x, log1p(-y/x) + y/(x*(1 - y/x)): computed as
+    t/(1 - t) with t = y/x it is inf/inf at x = 0.5, y = -1e308 (the tuning half's
+    hyperloglog size); with y/(x - y) it is the log's tail minus 1."""
+    from symgrad.rewrite.regimes import nested_fractions_cancelled
+
+    expr = F.log1p(-y / x) + y / (x * (1 - y / x))
+    form = nested_fractions_cancelled(expr)
+    assert form == F.log1p(-y / x) + y / (x - y)
+    assert nested_fractions_cancelled(form) is None
+    # the rational factors of a product over such a sum, factored, not expanded
+    assert (
+        nested_fractions_cancelled(grad * y / (x**2 * (1 - y / x) ** 2)) == grad * y / (x - y) ** 2
+    )
+    assert run_torch(y / (x * (1 - y / x)), {"x": 0.5, "y": -1e308}) == 0.0
+    assert run_torch(y / (x - y), {"x": 0.5, "y": -1e308}) == -1.0
 
 
 STUDENT_T_SPEC = """\

@@ -23,6 +23,7 @@ from sympy import Add, Mul, Pow, exp, log
 
 from symgrad.functions import (
     StableFunction,
+    bounded_by_one,
     cospi,
     dsigmoid,
     erfcx,
@@ -30,6 +31,7 @@ from symgrad.functions import (
     expm1,
     hypot,
     hypot_ratio,
+    known_nonpositive,
     log1p,
     log1p_square,
     one_plus_erf,
@@ -41,6 +43,7 @@ from symgrad.functions import (
     xlogy,
 )
 from symgrad.functions import round as nearest_integer  # (not the builtin round)
+from symgrad.numerics.floats import FLOAT_MAX
 from symgrad.rewrite.phases import phase, register
 
 _SERIES_TERMS = 4
@@ -1030,6 +1033,33 @@ def exp_tail(node: sympy.Basic, params: frozenset, positive: frozenset) -> sympy
     return sympy.Piecewise((0, w < _TAIL_EXPONENT), (node, True))
 
 
+#: exp_bounded_product's shift: exp(w - 64) * e**64, where w - 64 is exact for |w| >= 64
+#: (an integer off a float whose ulp is below 1) and e**64 (6.2e27) a float32 number
+_EXP_SHIFT = 64
+
+
+@register("regimes")
+def exp_bounded_product(
+    node: sympy.Basic, params: frozenset, positive: frozenset
+) -> sympy.Basic | None:
+    """exp(w) * f -> exp(w - 64) * (f * e**64) where exp(w) overflows, for a product f with
+    a factor bounded by 1 (sin, cos, tanh, erf, sigmoid): there the product can be finite
+    although exp(w) is not. exp(re)*sin(im) (the imaginary part of the complex exp) is
+    1.07e308 at re = 710, im = 0.5, inf as written; shifted, exp(646) * (sin(0.5) *
+    6.2e27). Past exp's overflow only (the condition compares exp(w) with the largest
+    float64, which in float32 is inf: either dtype's overflow), so no rounding is added
+    where exp(w) is finite; past it, w - 64 is exact and e**64 one more rounding.
+    """
+    split = _exp_factor(node)
+    if split is None:
+        return None
+    w, others = split
+    if known_nonpositive(w) or not any(bounded_by_one(f) for f in Mul.make_args(others)):
+        return None
+    shifted = exp(w - _EXP_SHIFT) * (others * sympy.Float(math.exp(_EXP_SHIFT), 17))
+    return sympy.Piecewise((node, exp(w) < sympy.Float(FLOAT_MAX["float64"])), (shifted, True))
+
+
 def _decays(f: sympy.Basic) -> bool:
     """``f`` is a sigmoid, a dsigmoid or a positive power of one."""
     base, power = f.as_base_exp()
@@ -1088,29 +1118,37 @@ _LOG1P_TAIL_FROM = 2**20
 
 @register("regimes")
 def log1p_tail(node: sympy.Basic, params: frozenset, positive: frozenset) -> sympy.Basic | None:
-    """log1p(c * x**k) -> log(c) + k log|x| + log1p(1/u) where u = c * x**k is large;
-    log1p(c * x**2) -> :class:`~symgrad.functions.log1p_square` (sqrt(c) * x), no branch.
+    """log1p(c * x**k * y**j...) -> log|c| + k log|x| + j log|y| + log1p(1/u) where u = c *
+    x**k * y**j... is large; log1p(c * x**2) -> :class:`~symgrad.functions.log1p_square`
+    (sqrt(c) * x), no branch.
 
     log1p(x**2/nu) is inf once x**2 overflows (|x| > 1e154, 1.8e19 in float32) although
-    the exact value is about 2 log|x|. ``c`` may hold scalar inputs (``params``) and numbers.
+    the exact value is about 2 log|x|; log1p(-y/x) once y/x does (x = 1e-300, y = -1e10),
+    near log|y| - log|x|. ``c`` may hold scalar inputs (``params``) and numbers. Where u
+    is large it is positive, so the logarithms of the factors' magnitudes add up to
+    log(u). Not for u = c*x with |c| <= 1, which cannot overflow.
     """
     if not isinstance(node, log1p):
         return None
     u = node.args[0]
     logs = []
-    has_power = False
+    degree, scale, scaled_by_params = 0, sympy.Integer(1), False
     for factor in Mul.make_args(u):
         base, power = factor.as_base_exp()
         if base.free_symbols - params:
-            if not (base.is_Symbol and power.is_Integer and power >= 2):
+            if not (base.is_Symbol and power.is_Integer):
                 return None
-            has_power = True
+            degree += abs(int(power)) if power > 0 else 2  # 1/x overflows where x is tiny
             logs.append(power * log(sympy.Abs(base)))
-        elif factor.is_number and not factor.is_positive:
-            return None
+        elif factor.is_number:
+            if factor.is_zero or not factor.is_real:
+                return None
+            scale *= abs(factor)
+            logs.append(sympy.expand_log(log(abs(factor)), force=True))
         else:
+            scaled_by_params = True
             logs.append(sympy.expand_log(log(factor), force=True))
-    if not has_power:
+    if degree == 0 or (degree == 1 and scale <= 1 and not scaled_by_params):
         return None
     q = _square_root(u, params, positive)
     if q is not None:
@@ -1171,8 +1209,8 @@ _DIFFERENCE_MAX_OPS = 30
 @register("regimes")
 def log_ratio(node: sympy.Basic, params: frozenset, positive: frozenset) -> sympy.Basic | None:
     """log(x/y) -> log1p((x - y)/y) where x/y is near 1 and x - y cancels symbolically;
-    log(x) - log(y) where x/y over- or underflows (outside [2**-100, 2**100]); log(x/y)
-    between.
+    log|x| - log|y| where x/y over- or underflows (outside [2**-100, 2**100]) and x and y
+    have one sign; log(x/y) between (and where the signs differ: NaN).
 
     Near 1 the rounding of x/y is all log(x/y) keeps: log((1 + u)/(1 - u)) at u = 1e-10 has
     6 correct digits, log1p(2u/(1 - u)) all of them. Where |x/y - 1| >= 1/2, |log(x/y)| >
@@ -1186,7 +1224,14 @@ def log_ratio(node: sympy.Basic, params: frozenset, positive: frozenset) -> symp
     if not (numerator.free_symbols and denominator.free_symbols):
         return None
     inside = sympy.And(q > sympy.Float(2.0**-100), q < sympy.Float(2.0**100))
-    branches = [(node, inside), (log(numerator) - log(denominator), True)]
+    # the magnitudes' logs: x and y may both be negative (x = -1e-247, y = -3e98); where
+    # their signs differ the logarithm is undefined and stays log(x/y), NaN
+    same_signs = sympy.sign(numerator) * sympy.sign(denominator) > 0
+    branches = [
+        (node, inside),
+        (log(sympy.Abs(numerator)) - log(sympy.Abs(denominator)), same_signs),
+        (node, True),
+    ]
     difference = _cancelled_difference(numerator, denominator)
     if difference is not None:
         w = difference / denominator
@@ -3026,6 +3071,46 @@ def common_bases_merged(expr: sympy.Expr) -> sympy.Expr | None:
     from symgrad.rewrite.rules import stabilize
 
     return stabilize(new)
+
+
+def _holds_fraction(node: sympy.Expr) -> bool:
+    """Whether a term of the sum ``node`` divides by something (``1 - y/x``)."""
+    return any(
+        isinstance(f, Pow) and f.exp.is_negative and f.base.free_symbols
+        for term in Add.make_args(node)
+        for f in Mul.make_args(term)
+    )
+
+
+@register("candidates")
+def nested_fractions_cancelled(expr: sympy.Expr) -> sympy.Expr | None:
+    """y/(x*(1 - y/x)) -> y/(x - y): each product's rational factors over a sum that
+    holds a fraction of its own, cancelled to one fraction of polynomials, term by term
+    (a sum's other terms, log1p(-y/x) beside it, kept as they are). The derivative of
+    x*log(1 - y/x) in x has that term, which the code computes as t/(1 - t) with t = y/x:
+    inf/inf where y/x overflows (x = 0.5, y = -1e308), where y/(x - y) is -1. Equal
+    wherever both are defined. ``None`` where no product has such a denominator."""
+
+    def nested(factor: sympy.Expr) -> bool:
+        return (
+            isinstance(factor, Pow)
+            and factor.exp.is_negative
+            and isinstance(factor.base, Add)
+            and _holds_fraction(factor.base)
+        )
+
+    def takes(node: sympy.Basic) -> bool:
+        return isinstance(node, Mul) and any(
+            nested(f) and f.is_rational_function() for f in node.args
+        )
+
+    def cancelled(node: Mul) -> sympy.Expr:
+        rational = [f for f in node.args if f.is_rational_function()]
+        rest = [f for f in node.args if not f.is_rational_function()]
+        return Mul(sympy.factor(Mul(*rational)), *rest)
+
+    new = expr.replace(takes, cancelled)
+    return None if new == expr else new
 
 
 @register("tails")
