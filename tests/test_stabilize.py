@@ -546,6 +546,8 @@ PHASE_CASES: dict[str, dict[str, Case]] = {
         "number_factor_apart": Case((2 * sympy.pi * x) ** ((1 - y) / 2)),
         # 9*x overflows at x = 1e308 where (x - 1/3)/sqrt(9*x - 3) does not (see its test)
         "common_bases_merged": Case((x - sympy.Rational(1, 3)) / sympy.sqrt(9 * x - 3)),
+        # (x - y)/(y - 1) rounds to -1 at y = -2.2e30: log1p(-1) (see its test)
+        "log_arguments_together": Case(1 - F.log1p((x - y) / (y - 1))),
         # y/x overflows at x = 0.5, y = -1e308: inf/inf in t/(1 - t) (see its test)
         "nested_fractions_cancelled": Case(F.log1p(-y / x) + y / (x * (1 - y / x))),
     },
@@ -817,6 +819,22 @@ def test_log_ratio_takes_the_magnitudes_where_both_are_negative():
     exact = float(mp_exact(expr, {x: at["x"], y: at["y"]}))
     assert run_torch(stable, at) == pytest.approx(exact, rel=1e-15)
     assert math.isnan(run_torch(stable, {"x": -2.0, "y": 3.0}))
+
+
+def test_log_arguments_are_one_fraction():
+    """The inverse incomplete gamma's guess (draw 2's tuning half), 1 - log1p((x - y)/(y -
+    1)): at y = -2.2e30 the argument rounds to -1 and the value is inf, where it is 71;
+    as log((x - 1)/(y - 1)), split as log_ratio splits it, it is finite and exact."""
+    from symgrad.rewrite.regimes import log_arguments_together
+
+    expr = 1 - F.log1p((x - y) / (y - 1))
+    form = log_arguments_together(expr)
+    assert form is not None and form.has(sympy.log((x - 1) / (y - 1)))
+    for at in ({"x": 1.3e-68, "y": -2.2e30}, {"x": 0.25, "y": 0.5}, {"x": -1e300, "y": -3.0}):
+        exact = float(mp_exact(1 - sympy.log((1 - x) / (1 - y)), {x: at["x"], y: at["y"]}))
+        assert run_torch(form, at) == pytest.approx(exact, rel=1e-15)
+    assert run_torch(expr, {"x": 1.3e-68, "y": -2.2e30}) == math.inf
+    assert log_arguments_together(sympy.log(x) + F.log1p(x**2)) is None
 
 
 def test_nested_fractions_are_cancelled_into_one():

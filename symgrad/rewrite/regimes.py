@@ -3113,6 +3113,36 @@ def nested_fractions_cancelled(expr: sympy.Expr) -> sympy.Expr | None:
     return None if new == expr else new
 
 
+@register("candidates")
+def log_arguments_together(expr: sympy.Expr) -> sympy.Expr | None:
+    """log(1 - (x - y)/(1 - y)) -> log((x - 1)/(y - 1)), log1p(u) as log(1 + u) so: the
+    argument of each logarithm, a sum with a fraction, as one fraction (factored), then
+    split as :func:`log_ratio` splits a logarithm of a quotient. The inverse incomplete
+    gamma's guess (the tuning half of draw 2) is 1 - log1p((x - y)/(y - 1)), whose
+    argument rounds to -1 at y = -2.2e30 (inf; the value is 71); (x - 1)/(y - 1) is 4.5e-31
+    there. Equal wherever both are defined. ``None`` where no logarithm has such an
+    argument."""
+
+    def argument(node: sympy.Basic) -> sympy.Expr | None:
+        if isinstance(node, log):
+            arg = node.args[0]
+        elif isinstance(node, log1p):
+            arg = 1 + node.args[0]
+        else:
+            return None
+        if isinstance(arg, Add) and _holds_fraction(arg) and arg.is_rational_function():
+            return arg
+        return None
+
+    def together(node: sympy.Expr) -> sympy.Expr:
+        whole = log(sympy.factor(sympy.together(argument(node))))
+        split = log_ratio(whole, frozenset(), frozenset())
+        return whole if split is None else split
+
+    new = expr.replace(lambda node: argument(node) is not None, together)
+    return None if new == expr else new
+
+
 @register("tails")
 def guard_tails(expr: sympy.Expr) -> sympy.Expr:
     """q(x) * sigmoid(p(x)) -> Piecewise((0, p(x) < -800), (q(x) * sigmoid(p(x)), True))
