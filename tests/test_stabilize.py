@@ -546,6 +546,8 @@ PHASE_CASES: dict[str, dict[str, Case]] = {
         "number_factor_apart": Case((2 * sympy.pi * x) ** ((1 - y) / 2)),
         # 9*x overflows at x = 1e308 where (x - 1/3)/sqrt(9*x - 3) does not (see its test)
         "common_bases_merged": Case((x - sympy.Rational(1, 3)) / sympy.sqrt(9 * x - 3)),
+        # 6*(x - 1) overflows at x = 1e308 where the value is 6 (see its test)
+        "root_as_variable": Case(6 * (x - 1) / (x + 1 + 4 * sympy.sqrt(x))),
         # (x - y)/(y - 1) rounds to -1 at y = -2.2e30: log1p(-1) (see its test)
         "log_arguments_together": Case(1 - F.log1p((x - y) / (y - 1))),
         # y/x overflows at x = 0.5, y = -1e308: inf/inf in t/(1 - t) (see its test)
@@ -819,6 +821,23 @@ def test_log_ratio_takes_the_magnitudes_where_both_are_negative():
     exact = float(mp_exact(expr, {x: at["x"], y: at["y"]}))
     assert run_torch(stable, at) == pytest.approx(exact, rel=1e-15)
     assert math.isnan(run_torch(stable, {"x": -2.0, "y": 3.0}))
+
+
+def test_a_rational_function_of_a_root_is_split_in_the_root():
+    """Data.Approximate's log (draw 2's tuning half), 6*(x - 1)/(x + 1 + 4*sqrt(x)): inf at
+    x = 1e308 where the value is 6, and its second derivative NaN past x = 1e233; in t =
+    sqrt(x), rational_tail divides the powers of t out past t = 1."""
+    from symgrad.rewrite.regimes import root_as_variable
+
+    expr = 6 * (x - 1) / (x + 1 + 4 * sympy.sqrt(x))
+    for formula in (expr, sympy.diff(expr, x, 2)):
+        form = root_as_variable(formula)
+        assert form is not None and form.has(sympy.Piecewise)
+        for value in (1e308, 2.5e233, 0.25, 3.0):
+            exact = float(mp_exact(formula, {x: value}))
+            assert run_torch(form, {"x": value}) == pytest.approx(exact, rel=1e-14, abs=1e-300)
+    assert not math.isfinite(run_torch(expr, {"x": 1e308}))
+    assert root_as_variable(sympy.sqrt(x) * sympy.exp(x)) is None  # no rational function
 
 
 def test_log_arguments_are_one_fraction():

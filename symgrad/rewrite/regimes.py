@@ -3143,6 +3143,27 @@ def log_arguments_together(expr: sympy.Expr) -> sympy.Expr | None:
     return None if new == expr else new
 
 
+@register("candidates")
+def root_as_variable(expr: sympy.Expr) -> sympy.Expr | None:
+    """R(x, sqrt(x)) -> R(t**2, t) split by input range, t = sqrt(x) put back: a rational
+    function of an input and its square root is one of t, whose powers
+    :func:`rational_tail` divides out where t is large. The approximate log of
+    Data.Approximate (draw 2's tuning half), 6*(x - 1)/(x + 1 + 4*sqrt(x)), is inf/1e308
+    at x = 1e308, where its value is 6; in t, 6*(1 - 1/t**2)/(1 + 1/t**2 + 4/t) past t =
+    1. Equal wherever both are defined (x >= 0, where sqrt(x) is). ``None`` where no
+    input's square root is in a rational function of it, or splitting changes nothing."""
+    roots = {p.base for p in expr.atoms(Pow) if p.base.is_Symbol and p.exp == sympy.S.Half}
+    for x in sorted(roots, key=sympy.default_sort_key):
+        t = sympy.Dummy("t", positive=True)
+        in_t = expr.subs(x, t**2)
+        if in_t.has(x) or not in_t.is_rational_function(t):
+            continue
+        split = split_regimes(in_t)
+        if split != in_t:
+            return split.subs(t, sympy.sqrt(x))
+    return None
+
+
 @register("tails")
 def guard_tails(expr: sympy.Expr) -> sympy.Expr:
     """q(x) * sigmoid(p(x)) -> Piecewise((0, p(x) < -800), (q(x) * sigmoid(p(x)), True))
