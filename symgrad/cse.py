@@ -64,7 +64,10 @@ def common_subexpressions(
 
     The reciprocal of an input is never shared: ``t = 1/k`` is inf for a subnormal k
     (below 5.6e-309), where ``y/k`` is not (0 at y = 0); it costs the same division in
-    each product that takes it back.
+    each product that takes it back. Nor is a shifted exponential with its scale,
+    ``e**64 * exp(w - 64)`` (:func:`~symgrad.rewrite.regimes.exp_bounded_product`): that
+    is exp(w) again, inf where it overflows; in each product the scale multiplies last,
+    after the factor bounded by 1.
 
     Nor is a product shared into a product with a power whose exponent varies: the
     printers multiply that power first (:func:`~symgrad.functions.varying_power`), 0 or
@@ -80,6 +83,7 @@ def common_subexpressions(
         reduced, values = reduced[: len(exprs)], reduced[len(exprs) :]
         replacements = _in_dependency_order([*replacements, *zip(halves, values)])
     replacements, reduced = _unshare_reciprocals(replacements, reduced)
+    replacements, reduced = _unshare_shifted_exponentials(replacements, reduced)
     replacements, reduced = _unshare_beside_varying_powers(replacements, reduced)
     replacements, reduced = _unshare_spread_powers(replacements, reduced, temps)
     replacements, reduced = _halves_from_roots(replacements, reduced, temps)
@@ -143,6 +147,26 @@ def _unshare_reciprocals(replacements, reduced):
     for temp, value in replacements:
         value = value.xreplace(inlined)
         if isinstance(value, sympy.Pow) and value.exp == -1 and value.base.is_Symbol:
+            inlined[temp] = value
+        else:
+            kept.append((temp, value))
+    return kept, [e.xreplace(inlined) for e in reduced]
+
+
+#: A number at least this large times an exponential is a shifted exponential's scale
+#: (:func:`~symgrad.rewrite.regimes.exp_bounded_product`'s e**64).
+_SHIFT_SCALE = 2.0**64
+
+
+def _unshare_shifted_exponentials(replacements, reduced):
+    """See :func:`common_subexpressions`: each temporary that is a number of
+    :data:`_SHIFT_SCALE` or more times an exponential put back."""
+    inlined: dict[sympy.Symbol, sympy.Expr] = {}
+    kept = []
+    for temp, value in replacements:
+        value = value.xreplace(inlined)
+        coeff, rest = value.as_coeff_Mul() if isinstance(value, sympy.Mul) else (1, value)
+        if isinstance(rest, sympy.exp) and abs(coeff) >= _SHIFT_SCALE:
             inlined[temp] = value
         else:
             kept.append((temp, value))

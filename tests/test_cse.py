@@ -27,6 +27,17 @@ def test_a_shared_power_stays_in_each_product_that_spreads_it():
     assert all(e.has(s**-2) for e in reduced)
 
 
+def test_a_shifted_exponential_is_not_shared_with_its_scale():
+    """exp_bounded_product's e**64 * exp(x - 64), shared by two products, would be exp(x)
+    again (inf at x = 710): each product keeps the scale, multiplied after its bounded
+    factor (the complex exp's second derivative)."""
+    scale = sympy.Float(6.235149080811617e27)
+    exprs = [scale * sympy.exp(x - 64) * sympy.sin(a), scale * sympy.exp(x - 64) * sympy.cos(a)]
+    replacements, reduced = common_subexpressions(exprs, _temps())
+    assert not any(v.has(scale) for _, v in replacements), replacements
+    assert all(e.has(scale) for e in reduced)
+
+
 def test_a_shared_half_integer_power_stays_in_each_product():
     """s**-1.5 is 1/s/sqrt(s) in each product, sqrt(s) a temporary: shared alone, s**-1.5
     overflows (s = 3e-228) where the products do not (b = 1e-200: 1.9e141)."""

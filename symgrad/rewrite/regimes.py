@@ -1033,33 +1033,6 @@ def exp_tail(node: sympy.Basic, params: frozenset, positive: frozenset) -> sympy
     return sympy.Piecewise((0, w < _TAIL_EXPONENT), (node, True))
 
 
-#: exp_bounded_product's shift: exp(w - 64) * e**64, where w - 64 is exact for |w| >= 64
-#: (an integer off a float whose ulp is below 1) and e**64 (6.2e27) a float32 number
-_EXP_SHIFT = 64
-
-
-@register("regimes")
-def exp_bounded_product(
-    node: sympy.Basic, params: frozenset, positive: frozenset
-) -> sympy.Basic | None:
-    """exp(w) * f -> exp(w - 64) * (f * e**64) where exp(w) overflows, for a product f with
-    a factor bounded by 1 (sin, cos, tanh, erf, sigmoid): there the product can be finite
-    although exp(w) is not. exp(re)*sin(im) (the imaginary part of the complex exp) is
-    1.07e308 at re = 710, im = 0.5, inf as written; shifted, exp(646) * (sin(0.5) *
-    6.2e27). Past exp's overflow only (the condition compares exp(w) with the largest
-    float64, which in float32 is inf: either dtype's overflow), so no rounding is added
-    where exp(w) is finite; past it, w - 64 is exact and e**64 one more rounding.
-    """
-    split = _exp_factor(node)
-    if split is None:
-        return None
-    w, others = split
-    if known_nonpositive(w) or not any(bounded_by_one(f) for f in Mul.make_args(others)):
-        return None
-    shifted = exp(w - _EXP_SHIFT) * (others * sympy.Float(math.exp(_EXP_SHIFT), 17))
-    return sympy.Piecewise((node, exp(w) < sympy.Float(FLOAT_MAX["float64"])), (shifted, True))
-
-
 def _decays(f: sympy.Basic) -> bool:
     """``f`` is a sigmoid, a dsigmoid or a positive power of one."""
     base, power = f.as_base_exp()
@@ -3162,6 +3135,69 @@ def root_as_variable(expr: sympy.Expr) -> sympy.Expr | None:
         if split != in_t:
             return split.subs(t, sympy.sqrt(x))
     return None
+
+
+#: :func:`exp_bounded_product`'s shift: exp(w - 64) * e**64, where w - 64 is exact for |w| >= 64
+#: (an integer off a float whose ulp is below 1) and e**64 (6.2e27) a float32 number
+_EXP_SHIFT = 64
+
+
+def _overflow_shifted(node: sympy.Basic) -> sympy.Basic | None:
+    """:func:`exp_bounded_product` of one product, or None.
+
+    exp(w) * f -> exp(w - 64) * (f * e**64) where exp(w) overflows, for a product f with
+    a factor bounded by 1 (sin, cos, tanh, erf, sigmoid): there the product can be finite
+    although exp(w) is not; cosh(w) * f and sinh(w) * f the same way, as exp(|w|)/2 (and
+    sign(w)) past their overflow. exp(re)*sin(im) (the imaginary part of the complex exp)
+    is 1.07e308 at re = 710, im = 0.5, inf as written; shifted, exp(646) * (sin(0.5) *
+    6.2e27). Past the overflow only (the condition compares the function with the largest
+    float64, which in float32 is inf: either dtype's overflow), so no rounding is added
+    where it is finite; past it, w - 64 is exact and e**64 one more rounding.
+    """
+    if not isinstance(node, Mul) or not node.free_symbols:
+        return None
+    grows = [f for f in node.args if isinstance(f, (exp, sympy.sinh, sympy.cosh))]
+    if len(grows) != 1:
+        return None
+    (g,) = grows
+    w = g.args[0]
+    others = Mul(*(f for f in node.args if f is not g))
+    if not any(bounded_by_one(f) for f in Mul.make_args(others)):
+        return None
+    if isinstance(g, exp):
+        if known_nonpositive(w):
+            return None
+        shifted = exp(w - _EXP_SHIFT) * (others * sympy.Float(math.exp(_EXP_SHIFT), 17))
+    else:
+        half = sympy.Float(math.exp(_EXP_SHIFT) / 2, 17)
+        shifted = exp(sympy.Abs(w) - _EXP_SHIFT) * (others * half)
+        if isinstance(g, sympy.sinh):
+            shifted *= sympy.sign(w)
+    return sympy.Piecewise(
+        (node, sympy.Abs(g) < sympy.Float(FLOAT_MAX["float64"])), (shifted, True)
+    )
+
+
+@register("tails")
+def exp_bounded_product(expr: sympy.Expr) -> sympy.Expr:
+    """exp(w) * f -> Piecewise((exp(w) * f, exp(w) finite), (exp(w - 64) * (f * e**64),
+    True)) for a product f with a factor bounded by 1 (cosh and sinh as exp(|w|)/2),
+    wherever it is in the chosen form, whatever the choice said (its points seldom fall
+    where exp overflows and such a factor is small: float32's sinh(110.7) * sin(-2.3e-14)
+    is 1.4e34, inf as written, in the complex sine's imaginary part). It costs an exp and
+    a select, and changes no value where exp(w) is finite. See :func:`_overflow_shifted`.
+    """
+    if not expr.has(exp, sympy.sinh, sympy.cosh):
+        return expr
+
+    def visit(node: sympy.Basic) -> sympy.Basic:
+        if node.is_Atom or not node.args or isinstance(node, sympy.logic.boolalg.Boolean):
+            return node
+        args = tuple(visit(a) for a in node.args)
+        node = node.func(*args) if args != node.args else node
+        return _overflow_shifted(node) or node
+
+    return visit(expr)
 
 
 @register("tails")
