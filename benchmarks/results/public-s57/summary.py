@@ -8,7 +8,9 @@ Each with ``measure_corpus.py --half H --jobs 1 --budget 10 --sources`` (``--tim
 after the session's first rules (``heldout2-d530977/``) and at its final code
 (``heldout2-final/``, d260ebf), beside session 56's "after" (``../public-s56/
 heldout2-after``, at 5f750fc); draw 1's held-out half in float64 at e8b0ec4 (session
-56's rules; ``heldout-e8b0ec4-float64-only/``, its float32 run was stopped for time).
+56's rules; ``heldout-e8b0ec4-float64-only/``, its float32 run was stopped for time) and
+at the final code (``heldout-final/``), beside session 55's "after" (``../public-s55/
+heldout-after``, at 716ca03).
 The summary is session 55's: both readings of the mean, the non-finite results where the
 exact value is finite, the rows worse than naive, and the means over the rows measured at
 the same points before and after (the 10 s budget makes a row's points depend on the
@@ -35,15 +37,18 @@ _s55.TABLES = [
     ("heldout2", "heldout2-d530977"),
     ("heldout2", "heldout2-final"),
     ("heldout", "heldout-e8b0ec4-float64-only"),
+    ("heldout", "heldout-final"),
 ]
 _s55.BEFORE_AFTER = {
     "heldout2": (("before", "../public-s56/heldout2-after"), ("after", "heldout2-final")),
+    "heldout": (("before", "../public-s55/heldout-after"), ("after", "heldout-final")),
 }
 
 
 def main() -> None:
-    for dtype in ("float64", "float32"):
-        _s55.same_points("heldout2", dtype)
+    for half in ("heldout2", "heldout"):
+        for dtype in ("float64", "float32"):
+            _s55.same_points(half, dtype)
     _s55.print_tables()
 
 
