@@ -15,6 +15,7 @@ from collections.abc import Iterator, Sequence
 import sympy
 
 from symgrad.functions import (
+    EXP_SHIFT,
     interleaved_product,
     known_nonnegative,
     known_nonpositive,
@@ -140,37 +141,44 @@ def _signed(replacements, reduced):
     return kept, [e.xreplace(signs) for e in reduced]
 
 
-def _unshare_reciprocals(replacements, reduced):
-    """See :func:`common_subexpressions`: each temporary that is 1/symbol put back."""
+def _put_back(replacements, reduced, goes_back):
+    """``replacements`` and ``reduced`` with each temporary whose value ``goes_back``
+    (once the temporaries before it are put back) put back where it is read."""
     inlined: dict[sympy.Symbol, sympy.Expr] = {}
     kept = []
     for temp, value in replacements:
         value = value.xreplace(inlined)
-        if isinstance(value, sympy.Pow) and value.exp == -1 and value.base.is_Symbol:
+        if goes_back(value):
             inlined[temp] = value
         else:
             kept.append((temp, value))
     return kept, [e.xreplace(inlined) for e in reduced]
 
 
-#: A number at least this large times an exponential is a shifted exponential's scale
-#: (:func:`~symgrad.rewrite.regimes.exp_bounded_product`'s e**64).
-_SHIFT_SCALE = 2.0**64
+def _unshare_reciprocals(replacements, reduced):
+    """See :func:`common_subexpressions`: each temporary that is 1/symbol put back."""
+    return _put_back(
+        replacements,
+        reduced,
+        lambda v: isinstance(v, sympy.Pow) and v.exp == -1 and v.base.is_Symbol,
+    )
 
 
 def _unshare_shifted_exponentials(replacements, reduced):
-    """See :func:`common_subexpressions`: each temporary that is a number of
-    :data:`_SHIFT_SCALE` or more times an exponential put back."""
-    inlined: dict[sympy.Symbol, sympy.Expr] = {}
-    kept = []
-    for temp, value in replacements:
-        value = value.xreplace(inlined)
-        coeff, rest = value.as_coeff_Mul() if isinstance(value, sympy.Mul) else (1, value)
-        if isinstance(rest, sympy.exp) and abs(coeff) >= _SHIFT_SCALE:
-            inlined[temp] = value
-        else:
-            kept.append((temp, value))
-    return kept, [e.xreplace(inlined) for e in reduced]
+    """See :func:`common_subexpressions`: each temporary that is a number times a shifted
+    exponential, exp(w - EXP_SHIFT), put back."""
+
+    def scaled_shift(value: sympy.Basic) -> bool:
+        if not isinstance(value, sympy.Mul):
+            return False
+        coeff, rest = value.as_coeff_Mul()
+        return (
+            coeff != 1
+            and isinstance(rest, sympy.exp)
+            and rest.args[0].as_coeff_Add()[0] == -EXP_SHIFT
+        )
+
+    return _put_back(replacements, reduced, scaled_shift)
 
 
 def _unshare_beside_varying_powers(replacements, reduced):

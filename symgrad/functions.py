@@ -1788,6 +1788,13 @@ def upstream_gradient(expr: sympy.Expr) -> bool:
     return isinstance(expr, sympy.Symbol) and (expr.name == "grad" or expr.name.startswith("grad_"))
 
 
+#: The shift of an exponential past its overflow: exp(w) * f = exp(w - EXP_SHIFT) * (f *
+#: e**EXP_SHIFT) (regimes.exp_bounded_product), where w - 64 is exact for |w| >= 64 (an
+#: integer off a float whose ulp is below 1) and e**64 (6.2e27) a float32 number; the
+#: CSE never shares the scale with the shifted exponential (exp(w) again).
+EXP_SHIFT = 64
+
+
 def bounded_by_one(expr: sympy.Expr) -> bool:
     """``expr`` is at most 1 in magnitude for every real argument (exp(a) for a <= 0:
     exp(-|y|/k), 0 where y/k overflows, before the -2*y/k that is inf there)."""

@@ -22,6 +22,7 @@ import sympy
 from sympy import Add, Mul, Pow, exp, log
 
 from symgrad.functions import (
+    EXP_SHIFT,
     StableFunction,
     bounded_by_one,
     cospi,
@@ -3137,11 +3138,6 @@ def root_as_variable(expr: sympy.Expr) -> sympy.Expr | None:
     return None
 
 
-#: :func:`exp_bounded_product`'s shift: exp(w - 64) * e**64, where w - 64 is exact for |w| >= 64
-#: (an integer off a float whose ulp is below 1) and e**64 (6.2e27) a float32 number
-_EXP_SHIFT = 64
-
-
 def _overflow_shifted(node: sympy.Basic) -> sympy.Basic | None:
     """:func:`exp_bounded_product` of one product, or None.
 
@@ -3167,10 +3163,10 @@ def _overflow_shifted(node: sympy.Basic) -> sympy.Basic | None:
     if isinstance(g, exp):
         if known_nonpositive(w):
             return None
-        shifted = exp(w - _EXP_SHIFT) * (others * sympy.Float(math.exp(_EXP_SHIFT), 17))
+        shifted = exp(w - EXP_SHIFT) * (others * sympy.Float(math.exp(EXP_SHIFT), 17))
     else:
-        half = sympy.Float(math.exp(_EXP_SHIFT) / 2, 17)
-        shifted = exp(sympy.Abs(w) - _EXP_SHIFT) * (others * half)
+        half = sympy.Float(math.exp(EXP_SHIFT) / 2, 17)
+        shifted = exp(sympy.Abs(w) - EXP_SHIFT) * (others * half)
         if isinstance(g, sympy.sinh):
             shifted *= sympy.sign(w)
     return sympy.Piecewise(
