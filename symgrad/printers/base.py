@@ -279,7 +279,8 @@ class FrameworkPrinter(StrPrinter):
             for value, cond in reversed(pieces):
                 text = f"({self._print(value)} if {self._print(cond)} else {text})"
             return text
-        self._branch_ref = self._tensor_ref(expr)
+        # (a local too: printing a branch that holds a where of its own sets _branch_ref)
+        ref = self._branch_ref = self._tensor_ref(expr)
         if otherwise is sympy.nan:
             self.uses_math = True
             text = "math.nan"
@@ -290,7 +291,6 @@ class FrameworkPrinter(StrPrinter):
         # number before a number branch becomes a tensor of the right dtype
         number_tail = self.is_scalar(otherwise)
         if number_tail and all(self.is_scalar(v) for v, _ in pieces):
-            ref = self._tensor_ref(expr)
             text = self.full_like(
                 ref, otherwise if otherwise is not sympy.nan else sympy.Float("nan")
             )
@@ -303,7 +303,7 @@ class FrameworkPrinter(StrPrinter):
                 number_tail = number_tail and self.is_scalar(value)
                 continue
             if number_tail and self.is_scalar(value):
-                text = self.number_as_tensor(self._tensor_ref(expr), text)
+                text = self.number_as_tensor(ref, text)
             text = self.where(self._print(cond), self._print_branch(value), text)
             number_tail = False
         return text
