@@ -554,6 +554,8 @@ PHASE_CASES: dict[str, dict[str, Case]] = {
     "tails": {
         # exp(710) is inf where exp(710)*sin(0.5) is 1.07e308 (the complex exp's parts)
         "exp_bounded_product": Case(sympy.exp(x) * sympy.sin(y), {"x": 710.0, "y": 0.5}),
+        # sinh(1500) is inf where log(sinh(1500)/1500) is 1492.6 (Herbie's bug500 discussion)
+        "log_growing_product": Case(sympy.log(sympy.sinh(x) / x), {"x": 1500.0}),
         # z**2 overflows at -1e200 before it meets sigmoid(z) = 0: NaN
         "guard_tails": Case((z**2 + 1) * F.sigmoid(z), {"z": -1e200}),
         "tails_as_clamps": Case(split_regimes(x**3 * F.sigmoid(-(x**3)))),
@@ -1497,6 +1499,49 @@ def test_sinh_and_cosh_print_finite_up_to_their_overflow():
         want = [float(getattr(mpmath, f.__name__)(v)) for v in values.tolist()]
         assert torch.isinf(getattr(torch, f.__name__)(values)[0])
         assert got.tolist() == pytest.approx(want, rel=1e-15, abs=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize(
+    "naive",
+    [
+        sympy.log(sympy.sinh(x) / x),
+        sympy.log(x * sympy.exp(x)),
+        sympy.log(sympy.cosh(x) / (1 + sympy.Abs(x))),
+    ],
+    ids=["sinh-over-x", "x-exp", "cosh-over-abs"],
+)
+def test_log_of_a_growing_product_is_finite_past_the_factors_overflow(naive, dtype):
+    """log(g*r), g exp, sinh or cosh: the sum of logs where g overflows (past 1420 as the
+    printer writes sinh and cosh, 710 for exp), within 4 ulp of the exact value; where g
+    is finite the product's log is kept bit for bit (near 0 log(sinh(x)/x) is the
+    series' business, not this pass's)."""
+    from symgrad.rewrite.regimes import log_growing_product
+
+    stable = log_growing_product(naive)
+    assert stable.has(sympy.Piecewise)
+    values = [0.5, 3.0, 40.0, 80.0, 95.0, 150.0, 1e3, 3e4, 1e30, 3e38]
+    if dtype == torch.float64:
+        values += [700.0, 715.0, 1415.0, 1500.0, 1e200, 1.7e308]
+    if not naive.has(sympy.exp):  # even in x
+        values += [-v for v in values]
+    xs = torch.tensor(values, dtype=dtype)
+    printer = TorchPrinter()
+    got = eval(printer.doprint(stable), {"torch": torch, "math": math, "x": xs})
+    written = eval(printer.doprint(naive), {"torch": torch, "math": math, "x": xs})
+    assert not torch.isfinite(written).all()  # the naive log overflows in this range
+    finite = torch.isfinite(written)
+    assert torch.equal(got[finite], written[finite])
+    f = sympy.lambdify(x, naive, "mpmath")
+    with mpmath.workdps(60):
+        want = [float(f(mpmath.mpf(float(v)))) for v in xs[~finite]]
+    eps = torch.finfo(dtype).eps
+    torch.testing.assert_close(
+        got[~finite].double(),
+        torch.tensor(want, dtype=torch.float64).to(dtype).double(),
+        rtol=4 * eps,
+        atol=0,
+    )
 
 
 def test_log_ratio_where_the_quotient_overflows():

@@ -3196,6 +3196,64 @@ def exp_bounded_product(expr: sympy.Expr) -> sympy.Expr:
     return visit(expr)
 
 
+def _log_apart(node: sympy.Basic) -> sympy.Basic | None:
+    """:func:`log_growing_product` of one log, or None.
+
+    log(g * r) -> log(r) + w where g = exp(w) overflows, |w| - log(2) + log(sign(w) * r)
+    for g = sinh(w) (log(r) + |w| - log(2) for cosh): past the overflow, where e**-2|w| is
+    below 1e-616 (1e-77 in float32) beside 1, sinh and cosh are exp(|w|)/2 to the last
+    bit. log(sinh(x)/x) (Herbie's bug500 discussion) is inf from |x| = 1420 on (178 in
+    float32, where the printed sinh overflows), where its value is |x| - log(2|x|). The
+    condition compares g with the largest float64 (inf in float32), so nothing changes
+    where g is finite, the series and the cancellation near 0 included.
+    """
+    from symgrad.rewrite.rules import stabilize
+
+    if not isinstance(node, log):
+        return None
+    arg = node.args[0]
+    factors = Mul.make_args(arg)
+    grows = [f for f in factors if isinstance(f, (exp, sympy.sinh, sympy.cosh))]
+    if len(grows) != 1 or not arg.free_symbols:
+        return None
+    (g,) = grows
+    w = g.args[0]
+    rest = Mul(*(f for f in factors if f is not g))
+    if isinstance(g, exp) and known_nonpositive(w):
+        return None
+    # sinh's sign as w/|w| (|w| > 700 here): sign(x)/x is 1/|x|
+    sign = w / sympy.Abs(w) if isinstance(g, sympy.sinh) else sympy.S.One
+    # the rest's log as any log is made stable (1/(1 + x**2) overflows before its log)
+    rest_log = split_regimes(stabilize(log(sign * rest)))
+    if isinstance(g, exp):
+        apart = w + rest_log
+    else:
+        apart = sympy.Abs(w) - log(2) + rest_log
+    return sympy.Piecewise((node, sympy.Abs(g) < sympy.Float(FLOAT_MAX["float64"])), (apart, True))
+
+
+@register("tails")
+def log_growing_product(expr: sympy.Expr) -> sympy.Expr:
+    """log(exp(w) * r) -> Piecewise((log(exp(w) * r), exp(w) finite), (w + log(r), True)),
+    sinh and cosh as exp(|w|)/2 (the sign of sinh into r), wherever it is in the chosen
+    form: the log of a product is finite long after the growing factor overflows (Herbie's
+    log-prod, applied past the overflow only; log(cosh(a)) alone is ``logcosh``). It
+    costs a log and a select, and changes no value where the factor is finite. See
+    :func:`_log_apart`.
+    """
+    if not expr.has(log):
+        return expr
+
+    def visit(node: sympy.Basic) -> sympy.Basic:
+        if node.is_Atom or not node.args or isinstance(node, sympy.logic.boolalg.Boolean):
+            return node
+        args = tuple(visit(a) for a in node.args)
+        node = node.func(*args) if args != node.args else node
+        return _log_apart(node) or node
+
+    return visit(expr)
+
+
 @register("tails")
 def guard_tails(expr: sympy.Expr) -> sympy.Expr:
     """q(x) * sigmoid(p(x)) -> Piecewise((0, p(x) < -800), (q(x) * sigmoid(p(x)), True))
