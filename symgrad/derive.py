@@ -43,6 +43,7 @@ from symgrad.functions import (
     hypot,
     hypot_ratio,
     known_functions,
+    piecewise_folded,
     real_diff,
     sigmoid,
 )
@@ -286,8 +287,7 @@ def finish(
             lambda e: isinstance(e, sympy.Heaviside),
             lambda e: heaviside_as_piecewise(*e.args),
         )
-    if expr.has(sympy.Piecewise):
-        expr = sympy.piecewise_fold(expr)
+    expr = piecewise_folded(expr)
     stable = [stabilize(expr)]
     if 1 < _cost(stable[0]) and _simplifiable(stable[0]):
         try:
@@ -314,7 +314,7 @@ def finish(
         except TimeoutError:
             pass
     for other in also:
-        other = stabilize(sympy.piecewise_fold(other) if other.has(sympy.Piecewise) else other)
+        other = stabilize(piecewise_folded(other))
         if other not in stable:
             stable.append(other)
     stable.sort(key=op_cost)
@@ -342,7 +342,7 @@ def finish(
             # is (hypot(x, 2*p) - x)/(2*p), with no p**2 to overflow
             try:
                 with _time_limit(SIMPLIFY_SECONDS):
-                    folded = stabilize(sympy.piecewise_fold(split))
+                    folded = stabilize(piecewise_folded(split))
             except TimeoutError:
                 folded = split
             if folded not in candidates:

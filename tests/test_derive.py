@@ -345,3 +345,21 @@ def test_a_split_by_regime_is_taken_only_where_it_scores_better_here_and_on_more
     at_pole = [{x: 1e-6}] * 3
     assert _split_by_regime(logged, [logged, pole], logged, sample, (), ()) is not None
     assert _split_by_regime(logged, [logged, pole], logged, sample, at_pole, ()) is None
+
+
+@pytest.mark.parametrize("extremum", [sympy.Max, sympy.Min])
+def test_a_tie_of_three_splits_the_gradient_into_weights_that_sum_to_one(extremum):
+    """SymPy's derivative of an n-argument Max weighs each tied argument 1/2 (3/2 at a tie
+    of three: the gradient of Herbie's "letters hi" was -2 where its value is -1); two at
+    a time, as torch.maximum, each level halves a tie."""
+    from symgrad.functions import real_diff
+
+    a, b, c = sympy.symbols("a b c", real=True)
+    f = extremum(a, b, c)
+    at = {a: 1, b: 1, c: 1}
+    weights = [real_diff(f, s).subs(at) for s in (a, b, c)]
+    assert sum(weights) == 1 and all(0 < w < 1 for w in weights), weights
+    # away from a tie the one extreme argument takes it all
+    assert [real_diff(f, s).subs({a: 3, b: 1, c: 2}) for s in (a, b, c)] == (
+        [1, 0, 0] if extremum is sympy.Max else [0, 1, 0]
+    )

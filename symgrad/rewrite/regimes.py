@@ -36,6 +36,7 @@ from symgrad.functions import (
     log1p,
     log1p_square,
     one_plus_erf,
+    piecewise_folded,
     sigmoid,
     softplus,
     upstream_gradient,
@@ -2793,7 +2794,7 @@ def _log_ratios(expr: sympy.Expr, keep_first: bool) -> tuple[sympy.Expr | None, 
         return node
 
     # log(Piecewise((p/q, c), ...)) (tan(pi/4 + x/2) by its sign) as a log per branch
-    folded = sympy.piecewise_fold(expr) if expr.has(sympy.Piecewise) else expr
+    folded = piecewise_folded(expr)
     new = folded.replace(lambda n: isinstance(n, log) and n.args[0].is_Mul, quotient)
     new = new.replace(lambda n: isinstance(n, Add) and len(logs(n)) >= 2, pair)
     return (None if new == folded else stabilize(new)), bool(uneven)
@@ -3429,4 +3430,4 @@ def prune_branches(expr: sympy.Expr) -> sympy.Expr:
         pairs = [(e, c) for e, c in node.args if possible(c)]
         return sympy.Piecewise(*pairs) if pairs and pairs != list(node.args) else node
 
-    return sympy.piecewise_fold(expr).replace(lambda e: isinstance(e, sympy.Piecewise), prune)
+    return piecewise_folded(expr).replace(lambda e: isinstance(e, sympy.Piecewise), prune)
