@@ -3139,6 +3139,22 @@ def root_as_variable(expr: sympy.Expr) -> sympy.Expr | None:
     return None
 
 
+def _bottom_up(
+    expr: sympy.Basic, rewrite: Callable[[sympy.Basic], sympy.Basic | None]
+) -> sympy.Basic:
+    """``rewrite`` on every node of ``expr``, arguments first (conditions left alone), a
+    node kept where it gives None: the walk of the tail passes."""
+
+    def visit(node: sympy.Basic) -> sympy.Basic:
+        if node.is_Atom or not node.args or isinstance(node, sympy.logic.boolalg.Boolean):
+            return node
+        args = tuple(visit(a) for a in node.args)
+        node = node.func(*args) if args != node.args else node
+        return rewrite(node) or node
+
+    return visit(expr)
+
+
 def _overflow_shifted(node: sympy.Basic) -> sympy.Basic | None:
     """:func:`exp_bounded_product` of one product, or None.
 
@@ -3186,15 +3202,7 @@ def exp_bounded_product(expr: sympy.Expr) -> sympy.Expr:
     """
     if not expr.has(exp, sympy.sinh, sympy.cosh):
         return expr
-
-    def visit(node: sympy.Basic) -> sympy.Basic:
-        if node.is_Atom or not node.args or isinstance(node, sympy.logic.boolalg.Boolean):
-            return node
-        args = tuple(visit(a) for a in node.args)
-        node = node.func(*args) if args != node.args else node
-        return _overflow_shifted(node) or node
-
-    return visit(expr)
+    return _bottom_up(expr, _overflow_shifted)
 
 
 def _log_apart(node: sympy.Basic) -> sympy.Basic | None:
@@ -3244,15 +3252,7 @@ def log_growing_product(expr: sympy.Expr) -> sympy.Expr:
     """
     if not expr.has(log):
         return expr
-
-    def visit(node: sympy.Basic) -> sympy.Basic:
-        if node.is_Atom or not node.args or isinstance(node, sympy.logic.boolalg.Boolean):
-            return node
-        args = tuple(visit(a) for a in node.args)
-        node = node.func(*args) if args != node.args else node
-        return _log_apart(node) or node
-
-    return visit(expr)
+    return _bottom_up(expr, _log_apart)
 
 
 @register("tails")
